@@ -1,0 +1,39 @@
+//===- DistOptOps.h - distopt operations ------------------------*- C++ -*-===//
+//
+// The operations of the distopt dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_H
+#define DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::distopt {
+class OwnedByOp;
+} // namespace mlir::distopt
+
+#define GET_OP_CLASSES
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h.inc"
+
+namespace mlir::distopt {
+
+/// Returns the process group that `symbol` names, as seen from `from`, or null.
+ProcessGroupOp lookupProcessGroup(Operation *from, FlatSymbolRefAttr symbol);
+
+/// Element offsets of `types`, flattened, when packed one after another with
+/// each start rounded up to `alignmentBytes`; `packedSize` receives the total.
+SmallVector<int64_t> computeBucketOffsets(TypeRange types,
+                                          int64_t alignmentBytes,
+                                          int64_t *packedSize);
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_H

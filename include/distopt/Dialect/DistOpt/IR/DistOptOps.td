@@ -1,0 +1,779 @@
+//===- DistOptOps.td - distopt operations ------------------*- tablegen -*-===//
+//
+// Op families: process groups, collectives (sync and async), gradient buckets,
+// compression, sharding, optimizer updates, mixed precision and clipping.
+// docs/dialect.md explains each family; the formulas of the optimizer ops are
+// given there and in each op's description.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_TD
+#define DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_TD
+
+include "distopt/Dialect/DistOpt/IR/DistOptBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Process groups
+//===----------------------------------------------------------------------===//
+
+def DistOpt_ProcessGroupOp : DistOpt_Op<"process_group", [Symbol]> {
+  let summary = "a named group of ranks of static size";
+  let description = [{
+    Declares a process group: the ranks `0 .. size-1` that take part in the
+    collectives naming it. A compiled step is specialised to this size; the
+    runtime refuses to run it on a communicator of another size.
+
+    ```mlir
+    distopt.process_group @dp size 8
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$size);
+  let assemblyFormat = "$sym_name `size` $size attr-dict";
+  let hasVerifier = 1;
+}
+
+class DistOpt_GroupQueryOp<string mnemonic>
+    : DistOpt_Op<mnemonic, [Pure,
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let arguments = (ins FlatSymbolRefAttr:$group);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$group attr-dict `:` type($result)";
+  let hasFolder = 1;
+}
+
+def DistOpt_RankOp : DistOpt_GroupQueryOp<"rank"> {
+  let summary = "the calling process's rank in a group";
+  let description = [{
+    Returns the rank, in `[0, size)`, of the calling process in `group`. Folds
+    to 0 for a group of size 1.
+
+    ```mlir
+    %r = distopt.rank @dp : index
+    ```
+  }];
+}
+
+def DistOpt_GroupSizeOp : DistOpt_GroupQueryOp<"group_size"> {
+  let summary = "the number of ranks of a group";
+  let description = [{
+    Returns the static size of `group`; always folds to a constant.
+
+    ```mlir
+    %n = distopt.group_size @dp : index
+    ```
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// Arguments every collective has: the data, the group and an optional element
+/// type used on the wire (values are rounded to it for transport only).
+defvar CollectiveArgs = (ins
+  AnyStaticShapeTensor:$input,
+  FlatSymbolRefAttr:$group,
+  OptionalAttr<TypeAttrOf<AnyFloat>>:$wire_type);
+
+/// Arguments of the collectives that combine values.
+defvar ReductionArgs = (ins
+  DistOpt_ReductionKindAttr:$reduction,
+  OptionalAttr<F64Attr>:$scale);
+
+defvar RootArg = (ins I64Attr:$root);
+
+class DistOpt_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : DistOpt_GroupOp<mnemonic, traits> {
+  let hasVerifier = 1;
+}
+
+defvar AllReduceDoc = [{
+  Every rank contributes `input`; every rank receives the element-wise
+  reduction of all contributions. `premul_sum(s)` computes `sum_r s * x_r`,
+  `avg` computes `sum_r x_r / size`. With `wire T`, values travel as `T`
+  (bf16/f16 compression) and are converted back to the input's type.
+}];
+
+def DistOpt_AllReduceOp : DistOpt_CollectiveOp<"all_reduce",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "reduce a tensor over a group, result on every rank";
+  let description = AllReduceDoc # [{
+    Folds to `input` on a group of size 1 (unless it scales: `premul_sum`).
+
+    ```mlir
+    %0 = distopt.all_reduce avg %g on @dp : tensor<1024xf32>
+    %1 = distopt.all_reduce premul_sum(1.250000e-01) %g on @dp wire bf16 : tensor<1024xf32>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, ReductionArgs);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $input `on` $group
+    (`wire` $wire_type^)? attr-dict `:` type($input)
+  }];
+  let hasFolder = 1;
+}
+
+def DistOpt_AllReduceStartOp : DistOpt_CollectiveOp<"all_reduce_start"> {
+  let summary = "start an asynchronous all_reduce";
+  let description = AllReduceDoc # [{
+    Returns a token; `distopt.wait` on it yields the reduced tensor.
+
+    ```mlir
+    %t = distopt.all_reduce_start sum %g on @dp : tensor<1024xf32> -> !distopt.token<tensor<1024xf32>>
+    %r = distopt.wait %t : !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, ReductionArgs);
+  let results = (outs DistOpt_TokenType:$token);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $input `on` $group
+    (`wire` $wire_type^)? attr-dict `:` type($input) `->` qualified(type($token))
+  }];
+}
+
+defvar ReduceScatterDoc = [{
+  Reduces like `all_reduce`, then splits the result along dimension 0 into
+  `size` equal chunks; rank `r` receives chunk `r`. Dimension 0 of the input
+  must be divisible by the group size.
+}];
+
+def DistOpt_ReduceScatterOp : DistOpt_CollectiveOp<"reduce_scatter"> {
+  let summary = "reduce over a group and scatter the chunks along dim 0";
+  let description = ReduceScatterDoc # [{
+    ```mlir
+    %s = distopt.reduce_scatter sum %flat on @dp : tensor<1024xf32> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, ReductionArgs);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $input `on` $group
+    (`wire` $wire_type^)? attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def DistOpt_ReduceScatterStartOp : DistOpt_CollectiveOp<"reduce_scatter_start"> {
+  let summary = "start an asynchronous reduce_scatter";
+  let description = ReduceScatterDoc # [{
+    ```mlir
+    %t = distopt.reduce_scatter_start avg %flat on @dp : tensor<1024xf32> -> !distopt.token<tensor<256xf32>>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, ReductionArgs);
+  let results = (outs DistOpt_TokenType:$token);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $input `on` $group
+    (`wire` $wire_type^)? attr-dict `:` type($input) `->` qualified(type($token))
+  }];
+}
+
+defvar AllGatherDoc = [{
+  Concatenates the inputs of all ranks along dimension 0, in rank order; every
+  rank receives the concatenation.
+}];
+
+def DistOpt_AllGatherOp : DistOpt_CollectiveOp<"all_gather"> {
+  let summary = "concatenate the inputs of all ranks along dim 0";
+  let description = AllGatherDoc # [{
+    ```mlir
+    %p = distopt.all_gather %shard on @dp : tensor<256xf32> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = CollectiveArgs;
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $group (`wire` $wire_type^)? attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasFolder = 1;
+}
+
+def DistOpt_AllGatherStartOp : DistOpt_CollectiveOp<"all_gather_start"> {
+  let summary = "start an asynchronous all_gather";
+  let description = AllGatherDoc # [{
+    ```mlir
+    %t = distopt.all_gather_start %shard on @dp : tensor<256xf32> -> !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = CollectiveArgs;
+  let results = (outs DistOpt_TokenType:$token);
+  let assemblyFormat = [{
+    $input `on` $group (`wire` $wire_type^)? attr-dict `:` type($input) `->` qualified(type($token))
+  }];
+}
+
+defvar BroadcastDoc = [{
+  Every rank receives the input of rank `root`; the inputs of the other ranks
+  are ignored.
+}];
+
+def DistOpt_BroadcastOp : DistOpt_CollectiveOp<"broadcast",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "copy the root's tensor to every rank";
+  let description = BroadcastDoc # [{
+    ```mlir
+    %p = distopt.broadcast %p0 on @dp root 3 : tensor<1024xf32>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, RootArg);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $group `root` $root (`wire` $wire_type^)? attr-dict `:` type($input)
+  }];
+  let hasFolder = 1;
+}
+
+def DistOpt_BroadcastStartOp : DistOpt_CollectiveOp<"broadcast_start"> {
+  let summary = "start an asynchronous broadcast";
+  let description = BroadcastDoc # [{
+    ```mlir
+    %t = distopt.broadcast_start %p0 on @dp root 3 : tensor<1024xf32> -> !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, RootArg);
+  let results = (outs DistOpt_TokenType:$token);
+  let assemblyFormat = [{
+    $input `on` $group `root` $root (`wire` $wire_type^)? attr-dict `:` type($input)
+    `->` qualified(type($token))
+  }];
+}
+
+defvar ReduceDoc = [{
+  Reduces like `all_reduce`, but only rank `root` receives the reduction; the
+  result on the other ranks is their own input, unchanged.
+}];
+
+def DistOpt_ReduceOp : DistOpt_CollectiveOp<"reduce",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "reduce a tensor over a group, result on the root";
+  let description = ReduceDoc # [{
+    ```mlir
+    %g = distopt.reduce avg %g0 on @dp root 1 : tensor<1024xf32>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, ReductionArgs, RootArg);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $input `on` $group `root` $root
+    (`wire` $wire_type^)? attr-dict `:` type($input)
+  }];
+  let hasFolder = 1;
+}
+
+def DistOpt_ReduceStartOp : DistOpt_CollectiveOp<"reduce_start"> {
+  let summary = "start an asynchronous reduce";
+  let description = ReduceDoc # [{
+    ```mlir
+    %t = distopt.reduce_start sum %g0 on @dp root 1 : tensor<1024xf32> -> !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = !con(CollectiveArgs, ReductionArgs, RootArg);
+  let results = (outs DistOpt_TokenType:$token);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $input `on` $group `root` $root
+    (`wire` $wire_type^)? attr-dict `:` type($input) `->` qualified(type($token))
+  }];
+}
+
+def DistOpt_WaitOp : DistOpt_Op<"wait", [DistOpt_Communicates,
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "complete an asynchronous collective";
+  let description = [{
+    Blocks until the collective that produced `token` has completed, and yields
+    its result. Every token must be waited on exactly once.
+
+    ```mlir
+    %r = distopt.wait %t : !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = (ins DistOpt_TokenType:$token);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$token attr-dict `:` qualified(type($token))";
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient buckets
+//===----------------------------------------------------------------------===//
+
+def DistOpt_BucketPackOp : DistOpt_Op<"bucket_pack", [Pure]> {
+  let summary = "pack tensors into one flat, aligned buffer";
+  let description = [{
+    Copies each input, flattened in row-major order, into a 1-D tensor. Input
+    `i` starts at the offset of input `i-1` plus its size, rounded up to
+    `alignment` bytes (input 0 at offset 0). Padding, including any tail
+    beyond the last input, is zero. The result may be longer than the packed
+    size (for example, padded to a multiple of the group size for
+    `reduce_scatter`); all inputs share one element type.
+
+    ```mlir
+    %b = distopt.bucket_pack %w, %bias : tensor<10x10xf32>, tensor<10xf32> -> tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$inputs,
+                       DefaultValuedAttr<I64Attr, "64">:$alignment);
+  let results = (outs DistOpt_BucketTensor:$bucket);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs) `->` type($bucket)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Element offsets of each input within the bucket, and the packed size.
+    ::llvm::SmallVector<int64_t> getOffsets(int64_t *packedSize = nullptr);
+  }];
+}
+
+def DistOpt_BucketUnpackOp : DistOpt_Op<"bucket_unpack", [Pure]> {
+  let summary = "split a flat bucket back into tensors";
+  let description = [{
+    The inverse of `bucket_pack` with the same `alignment`: result `i` is the
+    slice of the bucket at the offset `bucket_pack` gives input `i`, reshaped.
+
+    ```mlir
+    %w, %bias = distopt.bucket_unpack %b : tensor<128xf32> -> tensor<10x10xf32>, tensor<10xf32>
+    ```
+  }];
+  let arguments = (ins DistOpt_BucketTensor:$bucket,
+                       DefaultValuedAttr<I64Attr, "64">:$alignment);
+  let results = (outs Variadic<AnyStaticShapeTensor>:$outputs);
+  let assemblyFormat = [{
+    $bucket attr-dict `:` type($bucket) `->` type($outputs)
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+  let extraClassDeclaration = [{
+    /// Element offsets of each output within the bucket, and the packed size.
+    ::llvm::SmallVector<int64_t> getOffsets(int64_t *packedSize = nullptr);
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Compression
+//===----------------------------------------------------------------------===//
+
+def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
+    DeclareOpInterfaceMethods<InferTypeOpInterface>,
+    TypesMatchWith<"error has the gradient's type", "grad", "error", "$_self">]> {
+  let summary = "all-reduce a matrix gradient through a rank-r approximation";
+  let description = [{
+    PowerSGD (Vogels et al.), as PyTorch's `powerSGD_hook` computes it for one
+    n x m gradient `G` with rank `r`, `P` (n x r), `Q` (m x r) and, with
+    `error_feedback`, the error `E` (n x m):
+
+    ```
+    M  = G + E                (G without error feedback)
+    P  = M Q;        P = all_reduce(P) / size;    P = orthogonalize(P)
+    Q' = M^T P;      Q' = all_reduce(Q') / size
+    R  = P Q'^T      (the result, the same on every rank)
+    E' = M - R
+    ```
+
+    The incoming `P` is storage only (it is overwritten). `Q` is this step's
+    starting Q: the previous step's `Q'` with `warm_start`, else a fresh
+    seeded draw that the caller makes identically on all ranks.
+    `orthogonalization_epsilon` is as in `distopt.orthogonalize`. The result
+    is an average over the group, like the hook's.
+
+    ```mlir
+    %r, %p1, %q1, %e1 = distopt.powersgd_all_reduce %g, %p, %q, %e on @dp rank 2
+        : tensor<64x32xf32>, tensor<64x2xf32>, tensor<32x2xf32>
+    ```
+  }];
+  let arguments = (ins DistOpt_FloatTensor:$grad, DistOpt_FloatTensor:$p,
+                       DistOpt_FloatTensor:$q,
+                       Optional<DistOpt_FloatTensor>:$error,
+                       FlatSymbolRefAttr:$group, I64Attr:$rank,
+                       DefaultValuedAttr<F64Attr, "0.0">:$orthogonalization_epsilon);
+  let results = (outs DistOpt_FloatTensor:$result, DistOpt_FloatTensor:$new_p,
+                      DistOpt_FloatTensor:$new_q,
+                      Optional<DistOpt_FloatTensor>:$new_error);
+  let assemblyFormat = [{
+    $grad `,` $p `,` $q (`,` $error^)? `on` $group `rank` $rank attr-dict
+    `:` type($grad) `,` type($p) `,` type($q)
+  }];
+  let hasVerifier = 1;
+}
+
+def DistOpt_OrthogonalizeOp : DistOpt_Op<"orthogonalize",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "orthonormalise the columns of a matrix (Gram-Schmidt)";
+  let description = [{
+    Modified Gram-Schmidt over the columns of an n x r matrix, left to right:
+    each column is divided by its 2-norm (plus `epsilon` when `epsilon > 0`),
+    then its projection is subtracted from every later column.
+
+    ```mlir
+    %q = distopt.orthogonalize %p : tensor<64x2xf32>
+    ```
+  }];
+  let arguments = (ins DistOpt_FloatTensor:$input,
+                       DefaultValuedAttr<F64Attr, "0.0">:$epsilon);
+  let results = (outs DistOpt_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def DistOpt_TopKAllReduceOp : DistOpt_GroupOp<"topk_all_reduce", [
+    AllTypesMatch<["grad", "error", "result", "new_error"]>]> {
+  let summary = "all-reduce the largest entries, keeping the rest as error";
+  let description = [{
+    Top-K sparsification with local error accumulation (as in SINGA's
+    DistOpt): `A = G + E`; the `k = max(1, ceil(density * numel))` entries of
+    `A` with the largest magnitude (ties broken by lower index) are reduced
+    across ranks as a sparse sum (`sum`) or average (`avg`) and returned dense,
+    zero elsewhere; `E' = A` with the sent entries set to zero.
+
+    ```mlir
+    %r, %e1 = distopt.topk_all_reduce avg %g, %e on @dp density 5.000000e-02 : tensor<4096xf32>
+    ```
+  }];
+  let arguments = (ins DistOpt_FloatTensor:$grad, DistOpt_FloatTensor:$error,
+                       FlatSymbolRefAttr:$group, F64Attr:$density,
+                       DistOpt_ReductionKindAttr:$reduction,
+                       OptionalAttr<F64Attr>:$scale);
+  let results = (outs DistOpt_FloatTensor:$result,
+                      DistOpt_FloatTensor:$new_error);
+  let assemblyFormat = [{
+    custom<Reduction>($reduction, $scale) $grad `,` $error `on` $group
+    `density` $density attr-dict `:` type($grad)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Sharding
+//===----------------------------------------------------------------------===//
+
+def DistOpt_ShardSliceOp : DistOpt_Op<"shard_slice", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "this rank's chunk of a tensor split evenly along dim 0";
+  let description = [{
+    Flat-chunk (DeepSpeed/Megatron ZeRO) ownership: dimension 0 is split into
+    `size` equal chunks and rank `r` gets chunk `r`, with no communication. It
+    selects the chunk that `reduce_scatter` delivers and `all_gather` takes.
+
+    ```mlir
+    %mine = distopt.shard_slice %flat on @dp : tensor<1024xf32> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input, FlatSymbolRefAttr:$group);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $group attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def DistOpt_OwnedByOp : DistOpt_Op<"owned_by", [
+    RecursiveMemoryEffects, SingleBlock,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "computation performed only by the rank that owns it";
+  let description = [{
+    Per-parameter (ZeroRedundancyOptimizer/OSS) ownership: the body runs only
+    on rank `owner` of `group`, and the op's results are the values its
+    `distopt.yield` returns there. On every other rank the body does not run
+    and the results are the `otherwise` operands. The body must not
+    communicate over `group` (the other ranks would never join).
+
+    ```mlir
+    %p1, %m1 = distopt.owned_by @dp rank 1 otherwise(%p, %m) : tensor<64xf32>, tensor<64xf32> {
+      %a, %b = distopt.sgd_update %p, %g state(%m) lr(%lr) step(%t) {momentum = 9.000000e-01}
+          : tensor<64xf32>, f32
+      distopt.yield %a, %b : tensor<64xf32>, tensor<64xf32>
+    }
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$group, I64Attr:$owner,
+                       Variadic<AnyType>:$otherwise);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $group `rank` $owner `otherwise` `(` $otherwise `)` `:`
+    custom<TypesAndSameResults>(type($otherwise), type($results))
+    $body attr-dict
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"OwnedByOp">]> {
+  let summary = "the results of a distopt.owned_by body";
+  let description = [{
+    ```mlir
+    distopt.yield %a, %b : tensor<64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+/// An optimizer update: `param` and `grad` (and every state tensor) share one
+/// floating-point tensor type; `lr` is a float scalar; `step` is the 1-based
+/// number of this step. Results: the new parameter, then the new state in the
+/// order of `state`.
+class DistOpt_OptimizerOp<string mnemonic, dag hyperparameters>
+    : DistOpt_Op<mnemonic, [Pure,
+        DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let arguments = !con((ins DistOpt_FloatTensor:$param,
+                            DistOpt_FloatTensor:$grad,
+                            Variadic<DistOpt_FloatTensor>:$state,
+                            DistOpt_Scalar:$lr, I64:$step),
+                       hyperparameters,
+                       (ins UnitAttr:$maximize));
+  let results = (outs DistOpt_FloatTensor:$new_param,
+                      Variadic<DistOpt_FloatTensor>:$new_state);
+  let assemblyFormat = [{
+    $param `,` $grad (`state` `(` $state^ `)`)? `lr` `(` $lr `)` `step` `(` $step `)`
+    attr-dict `:` custom<SameTypeAs>(type($param), ref($state), type($grad), type($state))
+    `,` type($lr)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The number of state tensors the hyperparameters call for.
+    unsigned getExpectedNumState();
+  }];
+}
+
+def DistOpt_SGDUpdateOp : DistOpt_OptimizerOp<"sgd_update", (ins
+    DefaultValuedAttr<F64Attr, "0.0">:$momentum,
+    DefaultValuedAttr<F64Attr, "0.0">:$dampening,
+    DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+    UnitAttr:$nesterov)> {
+  let summary = "the update of torch.optim.SGD";
+  let description = [{
+    With `g = grad` (negated if `maximize`), `wd = weight_decay`, `mu = momentum`,
+    `tau = dampening`:
+
+    ```
+    g = g + wd * p                                 (if wd != 0)
+    b = (step == 1) ? g : mu * b + (1 - tau) * g   (if mu != 0; state: b)
+    g = nesterov ? g + mu * b : b                  (if mu != 0)
+    p = p - lr * g
+    ```
+
+    State: the momentum buffer, present exactly when `momentum != 0`.
+
+    ```mlir
+    %p1, %b1 = distopt.sgd_update %p, %g state(%b) lr(%lr) step(%t) {momentum = 9.000000e-01, nesterov}
+        : tensor<1024xf32>, f32
+    ```
+  }];
+}
+
+defvar AdamHyperparameters = (ins
+    DefaultValuedAttr<F64Attr, "0.9">:$beta1,
+    DefaultValuedAttr<F64Attr, "0.999">:$beta2,
+    DefaultValuedAttr<F64Attr, "1e-08">:$eps,
+    UnitAttr:$amsgrad);
+
+def DistOpt_AdamUpdateOp : DistOpt_OptimizerOp<"adam_update",
+    !con(AdamHyperparameters,
+         (ins DefaultValuedAttr<F64Attr, "0.0">:$weight_decay))> {
+  let summary = "the update of torch.optim.Adam (L2 weight decay added to the gradient)";
+  let description = [{
+    With `g = grad` (negated if `maximize`), `t = step`:
+
+    ```
+    g  = g + weight_decay * p                      (if weight_decay != 0)
+    m  = beta1 * m + (1 - beta1) * g
+    v  = beta2 * v + (1 - beta2) * g * g
+    vm = max(vm, v)                                (if amsgrad; state: vm)
+    bc1 = 1 - beta1^t;   bc2 = 1 - beta2^t
+    p  = p - (lr / bc1) * m / (sqrt(amsgrad ? vm : v) / sqrt(bc2) + eps)
+    ```
+
+    State: `m` (exp_avg), `v` (exp_avg_sq), and `vm` (max_exp_avg_sq) with
+    `amsgrad`.
+
+    ```mlir
+    %p1, %m1, %v1 = distopt.adam_update %p, %g state(%m, %v) lr(%lr) step(%t)
+        : tensor<1024xf32>, f32
+    ```
+  }];
+}
+
+def DistOpt_AdamWUpdateOp : DistOpt_OptimizerOp<"adamw_update",
+    !con(AdamHyperparameters,
+         (ins DefaultValuedAttr<F64Attr, "0.01">:$weight_decay))> {
+  let summary = "the update of torch.optim.AdamW (decoupled weight decay)";
+  let description = [{
+    As `distopt.adam_update`, except that the decay is applied to the
+    parameter, not added to the gradient, before the moment updates:
+
+    ```
+    p = p * (1 - lr * weight_decay)
+    ```
+
+    ```mlir
+    %p1, %m1, %v1 = distopt.adamw_update %p, %g state(%m, %v) lr(%lr) step(%t) {weight_decay = 1.000000e-01}
+        : tensor<1024xf32>, f32
+    ```
+  }];
+}
+
+def DistOpt_RMSpropUpdateOp : DistOpt_OptimizerOp<"rmsprop_update", (ins
+    DefaultValuedAttr<F64Attr, "0.99">:$alpha,
+    DefaultValuedAttr<F64Attr, "1e-08">:$eps,
+    DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+    DefaultValuedAttr<F64Attr, "0.0">:$momentum,
+    UnitAttr:$centered)> {
+  let summary = "the update of torch.optim.RMSprop";
+  let description = [{
+    With `g = grad` (negated if `maximize`):
+
+    ```
+    g  = g + weight_decay * p                      (if weight_decay != 0)
+    s  = alpha * s + (1 - alpha) * g * g           (state: s)
+    ga = alpha * ga + (1 - alpha) * g              (if centered; state: ga)
+    d  = sqrt(centered ? s - ga * ga : s) + eps
+    b  = momentum * b + g / d;  p = p - lr * b     (if momentum > 0; state: b)
+    p  = p - lr * g / d                            (otherwise)
+    ```
+
+    State, in order: `s` (square_avg), `b` (momentum_buffer) when
+    `momentum > 0`, `ga` (grad_avg) when `centered`.
+
+    ```mlir
+    %p1, %s1 = distopt.rmsprop_update %p, %g state(%s) lr(%lr) step(%t) : tensor<1024xf32>, f32
+    ```
+  }];
+}
+
+def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", (ins
+    DefaultValuedAttr<F64Attr, "0.0">:$lr_decay,
+    DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+    DefaultValuedAttr<F64Attr, "1e-10">:$eps)> {
+  let summary = "the update of torch.optim.Adagrad";
+  let description = [{
+    With `g = grad` (negated if `maximize`):
+
+    ```
+    g   = g + weight_decay * p                     (if weight_decay != 0)
+    clr = lr / (1 + (step - 1) * lr_decay)
+    s   = s + g * g                                (state: s, the sum)
+    p   = p - clr * g / (sqrt(s) + eps)
+    ```
+
+    ```mlir
+    %p1, %s1 = distopt.adagrad_update %p, %g state(%s) lr(%lr) step(%t) : tensor<1024xf32>, f32
+    ```
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision
+//===----------------------------------------------------------------------===//
+
+def DistOpt_AllFiniteOp : DistOpt_Op<"all_finite", [
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "whether every gradient element is finite, on every rank";
+  let description = [{
+    Returns true when no element of any input is an infinity or a NaN. With
+    `on @group` the answer is agreed across the group (a logical AND over
+    ranks), so that every rank skips or takes the step alike; without it the
+    check is local.
+
+    ```mlir
+    %ok = distopt.all_finite %g0, %g1 on @dp : tensor<1024xbf16>, tensor<64xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<DistOpt_FloatTensor>:$inputs,
+                       OptionalAttr<FlatSymbolRefAttr>:$group);
+  let results = (outs I1:$result);
+  let assemblyFormat = [{
+    $inputs (`on` $group^)? attr-dict `:` type($inputs)
+  }];
+  let hasVerifier = 1;
+}
+
+def DistOpt_UnscaleOp : DistOpt_Op<"unscale", [Pure,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "divide gradients by the loss scale";
+  let description = [{
+    `result = input * (1 / scale)`, the reciprocal taken once in the scale's
+    type, as torch's GradScaler does.
+
+    ```mlir
+    %g = distopt.unscale %g0 by %scale : tensor<1024xf32>, f32
+    ```
+  }];
+  let arguments = (ins DistOpt_FloatTensor:$input, DistOpt_Scalar:$scale);
+  let results = (outs DistOpt_FloatTensor:$result);
+  let assemblyFormat = "$input `by` $scale attr-dict `:` type($input) `,` type($scale)";
+}
+
+def DistOpt_LossScaleUpdateOp : DistOpt_Op<"loss_scale_update", [Pure,
+    AllTypesMatch<["scale", "new_scale"]>,
+    AllTypesMatch<["growth_tracker", "new_growth_tracker"]>]> {
+  let summary = "dynamic loss scaling (torch GradScaler.update)";
+  let description = [{
+    ```
+    finite:  tracker = tracker + 1
+             if tracker == growth_interval: scale *= growth_factor; tracker = 0
+    else:    scale *= backoff_factor; tracker = 0
+    ```
+
+    ```mlir
+    %s1, %n1 = distopt.loss_scale_update %s, %n, %ok : f32, i64
+    ```
+  }];
+  let arguments = (ins DistOpt_Scalar:$scale, I64:$growth_tracker, I1:$finite,
+                       DefaultValuedAttr<F64Attr, "2.0">:$growth_factor,
+                       DefaultValuedAttr<F64Attr, "0.5">:$backoff_factor,
+                       DefaultValuedAttr<I64Attr, "2000">:$growth_interval);
+  let results = (outs DistOpt_Scalar:$new_scale, I64:$new_growth_tracker);
+  let assemblyFormat = [{
+    $scale `,` $growth_tracker `,` $finite attr-dict `:` type($scale) `,` type($growth_tracker)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Clipping
+//===----------------------------------------------------------------------===//
+
+def DistOpt_ClipGradNormOp : DistOpt_Op<"clip_grad_norm", [
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "global-norm gradient clipping (torch clip_grad_norm_)";
+  let description = [{
+    With `n` the `norm_type`-norm of all inputs taken together (the maximum
+    absolute value for `inf`):
+
+    ```
+    c = min(1, max_norm / (n + 1e-6));   result_i = input_i * c
+    ```
+
+    and `n` as the last result. With `on @group`, the inputs are this rank's
+    disjoint shards of the gradients: the partial norms are combined across
+    the group, so each element counts exactly once (sum of p-th powers, or
+    max for `inf`) and every rank computes the same `n`.
+
+    ```mlir
+    %c0, %c1, %n = distopt.clip_grad_norm %g0, %g1 max_norm 1.000000e+00 on @dp
+        : tensor<256xf32>, tensor<64xf32> -> f32
+    ```
+  }];
+  let arguments = (ins Variadic<DistOpt_FloatTensor>:$inputs, F64Attr:$max_norm,
+                       DefaultValuedAttr<F64Attr, "2.0">:$norm_type,
+                       OptionalAttr<FlatSymbolRefAttr>:$group);
+  let results = (outs Variadic<DistOpt_FloatTensor>:$results,
+                      DistOpt_Scalar:$total_norm);
+  let assemblyFormat = [{
+    $inputs `max_norm` $max_norm (`on` $group^)? attr-dict `:`
+    custom<TypesAndSameResults>(type($inputs), type($results)) `->` type($total_norm)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_TD
