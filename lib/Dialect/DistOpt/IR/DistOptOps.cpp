@@ -16,6 +16,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
+#include <cstdio>
 
 using namespace mlir;
 using namespace mlir::distopt;
@@ -34,7 +35,7 @@ ProcessGroupOp mlir::distopt::lookupProcessGroup(Operation *from,
 /// Looks up the process group `symbol` for a verifier; emits an error on `op`
 /// and returns null when it does not name one.
 static ProcessGroupOp verifyGroupSymbol(Operation *op, FlatSymbolRefAttr symbol,
-                                       SymbolTableCollection &symbolTable) {
+                                        SymbolTableCollection &symbolTable) {
   auto group =
       symbolTable.lookupNearestSymbolFrom<ProcessGroupOp>(op, symbol.getAttr());
   if (!group)
@@ -50,9 +51,8 @@ static bool isSingletonGroup(Operation *op, FlatSymbolRefAttr symbol) {
 
 /// Prints a double the way users wrote it in diagnostics.
 static std::string formatDouble(double value) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << value;
+  char text[32];
+  snprintf(text, sizeof(text), "%g", value);
   return text;
 }
 
@@ -67,8 +67,8 @@ SmallVector<int64_t> mlir::distopt::computeBucketOffsets(TypeRange types,
   int64_t end = 0;
   for (Type type : types) {
     auto tensor = cast<RankedTensorType>(type);
-    int64_t alignElems =
-        std::max<int64_t>(1, alignmentBytes / elementBytes(tensor.getElementType()));
+    int64_t alignElems = std::max<int64_t>(
+        1, alignmentBytes / elementBytes(tensor.getElementType()));
     int64_t offset = llvm::alignTo(end, alignElems);
     offsets.push_back(offset);
     end = offset + tensor.getNumElements();
@@ -148,6 +148,23 @@ static void printSameTypeAs(OpAsmPrinter &printer, Operation *, Type paramType,
   printer << paramType;
 }
 
+/// The gradient's type, which the optional error-feedback state shares.
+static ParseResult
+parseGradAndErrorTypes(OpAsmParser &parser, Type &gradType,
+                       std::optional<OpAsmParser::UnresolvedOperand> error,
+                       Type &errorType) {
+  if (parser.parseType(gradType))
+    return failure();
+  if (error)
+    errorType = gradType;
+  return success();
+}
+
+static void printGradAndErrorTypes(OpAsmPrinter &printer, Operation *,
+                                   Type gradType, Value, Type) {
+  printer << gradType;
+}
+
 //===----------------------------------------------------------------------===//
 // ProcessGroupOp, RankOp, GroupSizeOp
 //===----------------------------------------------------------------------===//
@@ -212,12 +229,12 @@ static LogicalResult verifyReduction(Operation *op, ReductionKind kind,
   // overflows there would silently zero or destroy the gradients.
   APFloat converted = *scale;
   bool losesInfo;
-  converted.convert(floatType.getFloatSemantics(),
-                    APFloat::rmNearestTiesToEven, &losesInfo);
+  converted.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                    &losesInfo);
   if ((converted.isZero() && !scale->isZero()) || converted.isInfinity())
-    return op->emitOpError() << "premul_sum scale "
-                             << formatDouble(scale->convertToDouble())
-                             << " is not representable in " << elementType;
+    return op->emitOpError()
+           << "premul_sum scale " << formatDouble(scale->convertToDouble())
+           << " is not representable in " << elementType;
   return success();
 }
 
@@ -227,12 +244,12 @@ static LogicalResult verifyWireType(Operation *op, std::optional<Type> wire,
   if (!wire)
     return success();
   if (!isa<FloatType>(elementType))
-    return op->emitOpError() << "a wire type requires floating-point data, got "
-                             << elementType;
+    return op->emitOpError()
+           << "a wire type requires floating-point data, got " << elementType;
   if (wire->getIntOrFloatBitWidth() > elementType.getIntOrFloatBitWidth())
-    return op->emitOpError() << "wire type " << *wire
-                             << " is wider than the element type "
-                             << elementType;
+    return op->emitOpError()
+           << "wire type " << *wire << " is wider than the element type "
+           << elementType;
   return success();
 }
 
@@ -249,8 +266,8 @@ static LogicalResult verifyCollective(OpTy op, bool sameShape) {
     return failure();
   if (sameShape) {
     if (yielded != inputType)
-      return op.emitOpError() << "yields " << yielded
-                              << " but the input is " << inputType;
+      return op.emitOpError()
+             << "yields " << yielded << " but the input is " << inputType;
     return success();
   }
   if (inputType.getRank() == 0)
@@ -258,9 +275,9 @@ static LogicalResult verifyCollective(OpTy op, bool sameShape) {
   if (yielded.getElementType() != elementType ||
       yielded.getRank() != inputType.getRank() ||
       yielded.getShape().drop_front() != inputType.getShape().drop_front())
-    return op.emitOpError() << "yields " << yielded
-                            << ", which differs from the input " << inputType
-                            << " in more than dimension 0";
+    return op.emitOpError()
+           << "yields " << yielded << ", which differs from the input "
+           << inputType << " in more than dimension 0";
   return success();
 }
 
@@ -301,10 +318,9 @@ static LogicalResult verifyCollectiveGroup(Operation *op,
                              << " (" << size << ")";
   int64_t expected = dim0 == Dim0::Scattered ? inDim / size : inDim * size;
   if (yielded.getDimSize(0) != expected)
-    return op->emitOpError()
-           << "dimension 0 of the result must be " << expected << " for "
-           << symbol << " of size " << size << ", got "
-           << yielded.getDimSize(0);
+    return op->emitOpError() << "dimension 0 of the result must be " << expected
+                             << " for " << symbol << " of size " << size
+                             << ", got " << yielded.getDimSize(0);
   return success();
 }
 
@@ -317,8 +333,8 @@ static LogicalResult verifyCollectiveGroup(Operation *op,
 
 DISTOPT_COLLECTIVE(AllReduceOp, verifyReducingCollective, true, Dim0::Same,
                    std::nullopt)
-DISTOPT_COLLECTIVE(AllReduceStartOp, verifyReducingCollective, true,
-                   Dim0::Same, std::nullopt)
+DISTOPT_COLLECTIVE(AllReduceStartOp, verifyReducingCollective, true, Dim0::Same,
+                   std::nullopt)
 DISTOPT_COLLECTIVE(ReduceScatterOp, verifyReducingCollective, false,
                    Dim0::Scattered, std::nullopt)
 DISTOPT_COLLECTIVE(ReduceScatterStartOp, verifyReducingCollective, false,
@@ -404,9 +420,10 @@ static LogicalResult verifyBucket(Operation *op, RankedTensorType bucket,
            << "alignment must be a positive power of two, got " << alignment;
   int64_t bytes = elementBytes(elementType);
   if (alignment % bytes != 0)
-    return op->emitOpError() << "alignment (" << alignment
-                             << " bytes) is not a multiple of the element size ("
-                             << bytes << " bytes)";
+    return op->emitOpError()
+           << "alignment (" << alignment
+           << " bytes) is not a multiple of the element size (" << bytes
+           << " bytes)";
   int64_t packed;
   computeBucketOffsets(tensors, alignment, &packed);
   if (bucket.getNumElements() < packed)
@@ -486,6 +503,9 @@ LogicalResult PowerSGDAllReduceOp::verify() {
   if (failed(expect(getP(), n, "P", "rows of the gradient")) ||
       failed(expect(getQ(), m, "Q", "columns of the gradient")))
     return failure();
+  if (getError() && getError().getType() != grad)
+    return emitOpError() << "error state type " << getError().getType()
+                         << " differs from the gradient type " << grad;
   if (!(getOrthogonalizationEpsilon().convertToDouble() >= 0))
     return emitOpError("orthogonalization_epsilon must be non-negative");
   return success();
@@ -544,8 +564,8 @@ LogicalResult ShardSliceOp::verify() {
   if (in.getElementType() != out.getElementType() ||
       in.getRank() != out.getRank() ||
       in.getShape().drop_front() != out.getShape().drop_front())
-    return emitOpError() << "result " << out << " differs from the input "
-                         << in << " in more than dimension 0";
+    return emitOpError() << "result " << out << " differs from the input " << in
+                         << " in more than dimension 0";
   return success();
 }
 
@@ -626,14 +646,14 @@ static LogicalResult checkRange(Operation *op, StringRef name, APFloat value,
   double v = value.convertToDouble();
   if (hi) {
     if (!(v >= lo && v < *hi))
-      return op->emitOpError() << "'" << name << "' must be in ["
-                               << formatDouble(lo) << ", " << formatDouble(*hi)
-                               << "), got " << formatDouble(v);
+      return op->emitOpError()
+             << "'" << name << "' must be in [" << formatDouble(lo) << ", "
+             << formatDouble(*hi) << "), got " << formatDouble(v);
     return success();
   }
   if (!(v >= lo))
-    return op->emitOpError() << "'" << name << "' must be non-negative, got "
-                             << formatDouble(v);
+    return op->emitOpError()
+           << "'" << name << "' must be non-negative, got " << formatDouble(v);
   return success();
 }
 
@@ -644,8 +664,7 @@ static LogicalResult verifyOptimizer(OpTy op, StringRef stateNames) {
   Type paramType = op.getParam().getType();
   if (op.getGrad().getType() != paramType)
     return op.emitOpError() << "gradient type " << op.getGrad().getType()
-                            << " differs from the parameter type "
-                            << paramType;
+                            << " differs from the parameter type " << paramType;
   for (auto [index, state] : llvm::enumerate(op.getState()))
     if (state.getType() != paramType)
       return op.emitOpError()
@@ -653,10 +672,9 @@ static LogicalResult verifyOptimizer(OpTy op, StringRef stateNames) {
              << " differs from the parameter type " << paramType;
   unsigned expected = op.getExpectedNumState();
   if (op.getState().size() != expected)
-    return op.emitOpError() << "expects " << expected
-                            << " state tensors (" << stateNames
-                            << ") for these hyperparameters, got "
-                            << op.getState().size();
+    return op.emitOpError()
+           << "expects " << expected << " state tensors (" << stateNames
+           << ") for these hyperparameters, got " << op.getState().size();
   FloatAttr lr;
   if (matchPattern(op.getLr(), m_Constant(&lr)) &&
       !(lr.getValueAsDouble() >= 0))
@@ -665,8 +683,8 @@ static LogicalResult verifyOptimizer(OpTy op, StringRef stateNames) {
   APInt step;
   if (matchPattern(op.getStep(), m_ConstantInt(&step)) &&
       step.getSExtValue() < 1)
-    return op.emitOpError() << "step counts from 1, got "
-                            << step.getSExtValue();
+    return op.emitOpError()
+           << "step counts from 1, got " << step.getSExtValue();
   return success();
 }
 
@@ -712,8 +730,7 @@ LogicalResult SGDUpdateOp::verify() {
 unsigned AdamUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
 unsigned AdamWUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
 
-template <typename OpTy>
-static LogicalResult verifyAdam(OpTy op) {
+template <typename OpTy> static LogicalResult verifyAdam(OpTy op) {
   if (failed(checkRange(op, "beta1", op.getBeta1(), 0, 1.0)) ||
       failed(checkRange(op, "beta2", op.getBeta2(), 0, 1.0)) ||
       failed(checkRange(op, "eps", op.getEps(), 0)) ||
@@ -756,20 +773,18 @@ LogicalResult AdagradUpdateOp::verify() {
 
 /// Ops whose communication depends on an optional group: they communicate
 /// (and so must stay in order with the collectives) only when it is present.
-static void
-addGroupEffects(FlatSymbolRefAttr group,
-                SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-                    &effects) {
+static void addGroupEffects(
+    FlatSymbolRefAttr group,
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
   if (!group)
     return;
-  effects.emplace_back(MemoryEffects::Read::get(),
-                       CommunicatorResource::get());
+  effects.emplace_back(MemoryEffects::Read::get(), CommunicatorResource::get());
   effects.emplace_back(MemoryEffects::Write::get(),
                        CommunicatorResource::get());
 }
 
-static LogicalResult verifyOptionalGroup(Operation *op,
-                                         FlatSymbolRefAttr group,
+static LogicalResult verifyOptionalGroup(Operation *op, FlatSymbolRefAttr group,
                                          SymbolTableCollection &symbolTable) {
   return success(!group || verifyGroupSymbol(op, group, symbolTable));
 }

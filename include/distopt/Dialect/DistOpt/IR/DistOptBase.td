@@ -105,6 +105,13 @@ class DistOpt_GroupOp<string mnemonic, list<Trait> traits = []>
         DistOpt_Communicates,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])>;
 
+/// A signless i64 attribute read as a signed value (upstream I64Attr returns
+/// uint64_t, which would turn a negative rank into a huge one).
+def DistOpt_I64Attr : TypedSignlessIntegerAttrBase<I64, "int64_t",
+                                                   "64-bit integer attribute"> {
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
+
 def DistOpt_FloatTensor : RankedTensorOf<[AnyFloat]>;
 def DistOpt_BucketTensor : Type<
     And<[StaticShapeTensorOf<[AnyFloat, AnySignlessInteger]>.predicate,

@@ -30,7 +30,7 @@ def DistOpt_ProcessGroupOp : DistOpt_Op<"process_group", [Symbol]> {
     distopt.process_group @dp size 8
     ```
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$size);
+  let arguments = (ins SymbolNameAttr:$sym_name, DistOpt_I64Attr:$size);
   let assemblyFormat = "$sym_name `size` $size attr-dict";
   let hasVerifier = 1;
 }
@@ -83,7 +83,7 @@ defvar ReductionArgs = (ins
   DistOpt_ReductionKindAttr:$reduction,
   OptionalAttr<F64Attr>:$scale);
 
-defvar RootArg = (ins I64Attr:$root);
+defvar RootArg = (ins DistOpt_I64Attr:$root);
 
 class DistOpt_CollectiveOp<string mnemonic, list<Trait> traits = []>
     : DistOpt_GroupOp<mnemonic, traits> {
@@ -314,7 +314,7 @@ def DistOpt_BucketPackOp : DistOpt_Op<"bucket_pack", [Pure]> {
     ```
   }];
   let arguments = (ins Variadic<AnyStaticShapeTensor>:$inputs,
-                       DefaultValuedAttr<I64Attr, "64">:$alignment);
+                       DefaultValuedAttr<DistOpt_I64Attr, "64">:$alignment);
   let results = (outs DistOpt_BucketTensor:$bucket);
   let assemblyFormat = [{
     $inputs attr-dict `:` type($inputs) `->` type($bucket)
@@ -337,7 +337,7 @@ def DistOpt_BucketUnpackOp : DistOpt_Op<"bucket_unpack", [Pure]> {
     ```
   }];
   let arguments = (ins DistOpt_BucketTensor:$bucket,
-                       DefaultValuedAttr<I64Attr, "64">:$alignment);
+                       DefaultValuedAttr<DistOpt_I64Attr, "64">:$alignment);
   let results = (outs Variadic<AnyStaticShapeTensor>:$outputs);
   let assemblyFormat = [{
     $bucket attr-dict `:` type($bucket) `->` type($outputs)
@@ -355,8 +355,7 @@ def DistOpt_BucketUnpackOp : DistOpt_Op<"bucket_unpack", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
-    DeclareOpInterfaceMethods<InferTypeOpInterface>,
-    TypesMatchWith<"error has the gradient's type", "grad", "error", "$_self">]> {
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
   let summary = "all-reduce a matrix gradient through a rank-r approximation";
   let description = [{
     PowerSGD (Vogels et al.), as PyTorch's `powerSGD_hook` computes it for one
@@ -385,14 +384,15 @@ def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
   let arguments = (ins DistOpt_FloatTensor:$grad, DistOpt_FloatTensor:$p,
                        DistOpt_FloatTensor:$q,
                        Optional<DistOpt_FloatTensor>:$error,
-                       FlatSymbolRefAttr:$group, I64Attr:$rank,
+                       FlatSymbolRefAttr:$group, DistOpt_I64Attr:$rank,
                        DefaultValuedAttr<F64Attr, "0.0">:$orthogonalization_epsilon);
   let results = (outs DistOpt_FloatTensor:$result, DistOpt_FloatTensor:$new_p,
                       DistOpt_FloatTensor:$new_q,
                       Optional<DistOpt_FloatTensor>:$new_error);
   let assemblyFormat = [{
     $grad `,` $p `,` $q (`,` $error^)? `on` $group `rank` $rank attr-dict
-    `:` type($grad) `,` type($p) `,` type($q)
+    `:` custom<GradAndErrorTypes>(type($grad), ref($error), type($error))
+    `,` type($p) `,` type($q)
   }];
   let hasVerifier = 1;
 }
@@ -487,7 +487,7 @@ def DistOpt_OwnedByOp : DistOpt_Op<"owned_by", [
     }
     ```
   }];
-  let arguments = (ins FlatSymbolRefAttr:$group, I64Attr:$owner,
+  let arguments = (ins FlatSymbolRefAttr:$group, DistOpt_I64Attr:$owner,
                        Variadic<AnyType>:$otherwise);
   let results = (outs Variadic<AnyType>:$results);
   let regions = (region SizedRegion<1>:$body);
@@ -509,7 +509,7 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
     ```
   }];
   let arguments = (ins Variadic<AnyType>:$values);
-  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
 }
 
 //===----------------------------------------------------------------------===//
@@ -730,7 +730,7 @@ def DistOpt_LossScaleUpdateOp : DistOpt_Op<"loss_scale_update", [Pure,
   let arguments = (ins DistOpt_Scalar:$scale, I64:$growth_tracker, I1:$finite,
                        DefaultValuedAttr<F64Attr, "2.0">:$growth_factor,
                        DefaultValuedAttr<F64Attr, "0.5">:$backoff_factor,
-                       DefaultValuedAttr<I64Attr, "2000">:$growth_interval);
+                       DefaultValuedAttr<DistOpt_I64Attr, "2000">:$growth_interval);
   let results = (outs DistOpt_Scalar:$new_scale, I64:$new_growth_tracker);
   let assemblyFormat = [{
     $scale `,` $growth_tracker `,` $finite attr-dict `:` type($scale) `,` type($growth_tracker)
