@@ -822,8 +822,8 @@ LogicalResult LossScaleUpdateOp::verify() {
 LogicalResult ClipGradNormOp::verify() {
   if (getInputs().empty())
     return emitOpError("requires at least one input");
-  if (getResults().getTypes() != getInputs().getTypes())
-    return emitOpError() << "results " << getResults().getTypes()
+  if (getClipped().getTypes() != getInputs().getTypes())
+    return emitOpError() << "results " << getClipped().getTypes()
                          << " differ from the inputs "
                          << getInputs().getTypes();
   double maxNorm = getMaxNorm().convertToDouble();

@@ -364,12 +364,15 @@ def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
 
     ```
     M  = G + E                (G without error feedback)
-    P  = M Q;        P = all_reduce(P) / size;    P = orthogonalize(P)
-    Q' = M^T P;      Q' = all_reduce(Q') / size
+    Q  = orthogonalize(Q)
+    P  = M Q;        P = all_reduce_sum(P);   P = orthogonalize(P)
+    Q' = M^T P;      Q' = all_reduce_sum(Q') / size
     R  = P Q'^T      (the result, the same on every rank)
     E' = M - R
     ```
 
+    P is summed, not averaged: its scale is removed by the orthogonalization
+    (as in the hook). Only the averaged `Q'` scales the result.
     The incoming `P` is storage only (it is overwritten). `Q` is this step's
     starting Q: the previous step's `Q'` with `warm_start`, else a fresh
     seeded draw that the caller makes identically on all ranks.
@@ -719,7 +722,9 @@ def DistOpt_LossScaleUpdateOp : DistOpt_Op<"loss_scale_update", [Pure,
   let description = [{
     ```
     finite:  tracker = tracker + 1
-             if tracker == growth_interval: scale *= growth_factor; tracker = 0
+             if tracker == growth_interval:
+               tracker = 0
+               scale *= growth_factor   (only if the product is finite)
     else:    scale *= backoff_factor; tracker = 0
     ```
 
@@ -767,11 +772,11 @@ def DistOpt_ClipGradNormOp : DistOpt_Op<"clip_grad_norm", [
   let arguments = (ins Variadic<DistOpt_FloatTensor>:$inputs, F64Attr:$max_norm,
                        DefaultValuedAttr<F64Attr, "2.0">:$norm_type,
                        OptionalAttr<FlatSymbolRefAttr>:$group);
-  let results = (outs Variadic<DistOpt_FloatTensor>:$results,
+  let results = (outs Variadic<DistOpt_FloatTensor>:$clipped,
                       DistOpt_Scalar:$total_norm);
   let assemblyFormat = [{
     $inputs `max_norm` $max_norm (`on` $group^)? attr-dict `:`
-    custom<TypesAndSameResults>(type($inputs), type($results)) `->` type($total_norm)
+    custom<TypesAndSameResults>(type($inputs), type($clipped)) `->` type($total_norm)
   }];
   let hasVerifier = 1;
 }
