@@ -189,6 +189,15 @@ func.func @unpack_too_small(%b: tensor<20xf32>) {
 
 // -----
 
+// Offsets saturate instead of overflowing.
+func.func @pack_offsets_overflow(%a: tensor<4xi8>) {
+  // expected-error @+1 {{bucket of 4 elements cannot hold the 9223372036854775807 elements packed at alignment 4611686018427387904}}
+  %0 = distopt.bucket_pack %a, %a, %a {alignment = 4611686018427387904} : tensor<4xi8>, tensor<4xi8>, tensor<4xi8> -> tensor<4xi8>
+  return
+}
+
+// -----
+
 distopt.process_group @dp size 4
 func.func @powersgd_rank_zero(%g: tensor<8x8xf32>, %p: tensor<8x0xf32>, %q: tensor<8x0xf32>) {
   // expected-error @+1 {{PowerSGD rank must be at least 1, got 0}}

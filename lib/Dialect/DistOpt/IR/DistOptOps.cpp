@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::distopt;
@@ -63,15 +64,21 @@ static int64_t elementBytes(Type elementType) {
 SmallVector<int64_t> mlir::distopt::computeBucketOffsets(TypeRange types,
                                                          int64_t alignmentBytes,
                                                          int64_t *packedSize) {
+  // Sizes saturate at INT64_MAX rather than overflow, so that an absurd
+  // alignment yields a verifier error ("cannot hold"), not wrapped offsets.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   SmallVector<int64_t> offsets;
   int64_t end = 0;
   for (Type type : types) {
     auto tensor = cast<RankedTensorType>(type);
     int64_t alignElems = std::max<int64_t>(
         1, alignmentBytes / elementBytes(tensor.getElementType()));
-    int64_t offset = llvm::alignTo(end, alignElems);
+    int64_t offset = end > kMax - alignElems
+                         ? kMax
+                         : static_cast<int64_t>(llvm::alignTo(end, alignElems));
     offsets.push_back(offset);
-    end = offset + tensor.getNumElements();
+    int64_t numElements = tensor.getNumElements();
+    end = offset > kMax - numElements ? kMax : offset + numElements;
   }
   if (packedSize)
     *packedSize = end;
