@@ -9,7 +9,7 @@ from lit.llvm.subst import ToolSubst
 
 config.name = "DISTOPT"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
@@ -23,5 +23,5 @@ llvm_config.use_default_substitutions()
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.distopt_tools_dir, config.llvm_tools_dir]
-tools = ["distopt-opt", "not", "count"]
+tools = ["distopt-opt", "distopt-translate", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

@@ -1,0 +1,61 @@
+//===- StepABI.h - how a step function names its arguments ------*- C++ -*-===//
+//
+// A step function marks each argument and result with its role (parameter,
+// gradient, optimizer state, ...) and the name of the parameter it belongs to.
+// The importer writes these marks; the passes that change the signature (ZeRO
+// sharding, PowerSGD) keep them up to date; the runtime builds its buffers
+// from them. docs/step-abi.md describes the convention.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_IR_STEPABI_H
+#define DISTOPT_DIALECT_DISTOPT_IR_STEPABI_H
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace mlir::distopt::abi {
+
+/// Argument and result attributes.
+constexpr llvm::StringLiteral kRole = "distopt.role";
+constexpr llvm::StringLiteral kName = "distopt.name";
+/// Module attributes written by the importer.
+constexpr llvm::StringLiteral kWorldSize = "distopt.world_size";
+constexpr llvm::StringLiteral kModelName = "distopt.model";
+constexpr llvm::StringLiteral kInitialLr = "distopt.lr";
+
+/// Roles. A parameter's gradient, main copy and state share its name; a
+/// state tensor's name is the parameter's followed by `.` and torch's state
+/// key (`exp_avg`, `momentum_buffer`, ...).
+constexpr llvm::StringLiteral kParam = "param";
+constexpr llvm::StringLiteral kGrad = "grad";
+constexpr llvm::StringLiteral kMainParam = "main_param";
+constexpr llvm::StringLiteral kState = "state";
+constexpr llvm::StringLiteral kLearningRate = "lr";
+constexpr llvm::StringLiteral kStep = "step";
+
+/// The role of argument `index` of `func`, or "" when it has none.
+inline llvm::StringRef getArgRole(FunctionOpInterface func, unsigned index) {
+  if (auto role = func.getArgAttrOfType<StringAttr>(index, kRole))
+    return role.getValue();
+  return {};
+}
+
+/// The role of result `index` of `func`, or "" when it has none.
+inline llvm::StringRef getResultRole(FunctionOpInterface func, unsigned index) {
+  if (auto role = func.getResultAttrOfType<StringAttr>(index, kRole))
+    return role.getValue();
+  return {};
+}
+
+/// The parameter name of argument `index` of `func`, or "".
+inline llvm::StringRef getArgName(FunctionOpInterface func, unsigned index) {
+  if (auto name = func.getArgAttrOfType<StringAttr>(index, kName))
+    return name.getValue();
+  return {};
+}
+
+} // namespace mlir::distopt::abi
+
+#endif // DISTOPT_DIALECT_DISTOPT_IR_STEPABI_H
