@@ -176,8 +176,8 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
 
   if (*type == "sgd") {
     if (failed(checkKeys(object, "optimizer",
-                         {"type", "lr", "momentum", "dampening",
-                          "weight_decay", "nesterov", "maximize"})) ||
+                         {"type", "lr", "momentum", "dampening", "weight_decay",
+                          "nesterov", "maximize"})) ||
         failed(optionalF64("momentum", "momentum")) ||
         failed(optionalF64("dampening", "dampening")) ||
         failed(flag("nesterov")))
@@ -274,8 +274,7 @@ LogicalResult SpecReader::readParameter(const json::Value &value,
   for (const json::Value &dim : *shape) {
     std::optional<int64_t> size = dim.getAsInteger();
     if (!size || *size < 1)
-      return error(path + ".shape")
-             << "expected a list of positive integers";
+      return error(path + ".shape") << "expected a list of positive integers";
     param.shape.push_back(*size);
   }
   FailureOr<FloatType> type = parseDType(object->get("dtype"), path + ".dtype");
@@ -297,9 +296,9 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
     error("spec") << "expected a JSON object";
     return nullptr;
   }
-  if (failed(checkKeys(*root, "spec",
-                       {"model", "world_size", "optimizer", "main_params",
-                        "parameters"})))
+  if (failed(checkKeys(
+          *root, "spec",
+          {"model", "world_size", "optimizer", "main_params", "parameters"})))
     return nullptr;
   modelName = root->getString("model").value_or("model").str();
   std::optional<int64_t> world = root->getInteger("world_size");
@@ -408,9 +407,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     resultAttrs.push_back(argAttrs[arg]);
   }
 
-  auto func = func::FuncOp::create(builder, loc, "step",
-                                   builder.getFunctionType(argTypes,
-                                                           resultTypes));
+  auto func = func::FuncOp::create(
+      builder, loc, "step", builder.getFunctionType(argTypes, resultTypes));
   func.setAllArgAttrs(argAttrs);
   func.setAllResultAttrs(resultAttrs);
   Block *body = func.addEntryBlock();
@@ -419,23 +417,32 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   for (auto [i, arg] : llvm::enumerate(body->getArguments()))
     updated[i] = arg;
 
-  Value lr = body->getArgument(lrArg), step = body->getArgument(stepArg);
+  // First every gradient is reduced (in a training step this happens during
+  // the backward pass), then the optimizer updates every parameter.
+  SmallVector<Value> reduced(n);
+  SmallVector<Location> paramLocs;
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Location paramLoc = NameLoc::get(builder.getStringAttr(p.name), loc);
+    paramLocs.push_back(paramLoc);
     auto gradType = tensorType(p, p.elementType);
-    Value grad = body->getArgument(gradArg[i]);
     Value sum = AllReduceOp::create(
-        builder, paramLoc, gradType, grad, groupRef,
+        builder, paramLoc, gradType, body->getArgument(gradArg[i]), groupRef,
         /*wire_type=*/nullptr,
         ReductionKindAttr::get(context, ReductionKind::Sum), /*scale=*/nullptr);
     auto worldConst = arith::ConstantOp::create(
         builder, paramLoc,
-        DenseElementsAttr::get(gradType, builder.getFloatAttr(
-                                             p.elementType,
-                                             static_cast<double>(worldSize))));
-    Value mean = arith::DivFOp::create(builder, paramLoc, sum, worldConst);
+        DenseElementsAttr::get(
+            gradType, builder.getFloatAttr(p.elementType,
+                                           static_cast<double>(worldSize))));
+    reduced[i] = arith::DivFOp::create(builder, paramLoc, sum, worldConst);
+  }
+
+  Value lr = body->getArgument(lrArg), step = body->getArgument(stepArg);
+  for (auto [i, p] : llvm::enumerate(parameters)) {
+    Location paramLoc = paramLocs[i];
     size_t target = hasMain(p) ? mainArg[i] : paramArg[i];
     auto targetType = cast<RankedTensorType>(argTypes[target]);
+    Value mean = reduced[i];
     if (hasMain(p))
       mean = arith::ExtFOp::create(builder, paramLoc, targetType, mean);
 
@@ -456,7 +463,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
       updated[s] = update->getResult(1 + k);
     if (hasMain(p))
       updated[paramArg[i]] = arith::TruncFOp::create(
-          builder, paramLoc, gradType, update->getResult(0));
+          builder, paramLoc, tensorType(p, p.elementType),
+          update->getResult(0));
   }
   SmallVector<Value> results;
   for (size_t arg : resultArgs)
@@ -470,8 +478,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
 
 OwningOpRef<ModuleOp> mlir::distopt::importParamSpec(llvm::SourceMgr &sourceMgr,
                                                      MLIRContext *context) {
-  context->loadDialect<DistOptDialect, arith::ArithDialect,
-                       func::FuncDialect, tensor::TensorDialect>();
+  context->loadDialect<DistOptDialect, arith::ArithDialect, func::FuncDialect,
+                       tensor::TensorDialect>();
   const llvm::MemoryBuffer *buffer =
       sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
   Location loc =
@@ -488,7 +496,7 @@ void mlir::distopt::registerImportParamSpec() {
             importParamSpec(sourceMgr, context).release());
       },
       [](DialectRegistry &registry) {
-        registry.insert<DistOptDialect, arith::ArithDialect,
-                        func::FuncDialect, tensor::TensorDialect>();
+        registry.insert<DistOptDialect, arith::ArithDialect, func::FuncDialect,
+                        tensor::TensorDialect>();
       });
 }

@@ -214,6 +214,17 @@ static RankedTensorType getYieldedType(Value result) {
   return cast<RankedTensorType>(result.getType());
 }
 
+bool mlir::distopt::isRepresentableScale(const APFloat &scale, FloatType type) {
+  // The scale is applied in the element type: a factor that rounds to zero or
+  // overflows there would silently zero or destroy the gradients.
+  APFloat converted = scale;
+  bool losesInfo;
+  converted.convert(type.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                    &losesInfo);
+  return scale.isFinite() && !converted.isInfinity() &&
+         (!converted.isZero() || scale.isZero());
+}
+
 /// Checks a reduction kind and its optional scale against an element type.
 static LogicalResult verifyReduction(Operation *op, ReductionKind kind,
                                      std::optional<APFloat> scale,

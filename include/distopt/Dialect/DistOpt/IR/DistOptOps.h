@@ -34,6 +34,10 @@ SmallVector<int64_t> computeBucketOffsets(TypeRange types,
                                           int64_t alignmentBytes,
                                           int64_t *packedSize);
 
+/// Whether multiplying by `scale` in `type` neither rounds it to zero nor
+/// overflows (the condition on a premul_sum factor).
+bool isRepresentableScale(const llvm::APFloat &scale, FloatType type);
+
 } // namespace mlir::distopt
 
 #endif // DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_H

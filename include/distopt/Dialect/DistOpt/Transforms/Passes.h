@@ -1,0 +1,22 @@
+//===- Passes.h - distopt transformation passes -----------------*- C++ -*-===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PASSES_H
+#define DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PASSES_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::distopt {
+
+#define GEN_PASS_DECL
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PASSES_H

@@ -1,0 +1,235 @@
+//===- Bucketize.cpp - group all_reduces into buckets -----------*- C++ -*-===//
+//
+// --distopt-bucketize: DDP-style gradient buckets. Works one block at a time,
+// on the positions of ops in the block: a bucket is placed after the last
+// definition of its inputs and must precede the first use of its results.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <limits>
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_BUCKETIZEPASS
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// What must match for two collectives to share a bucket.
+struct BucketKey {
+  FlatSymbolRefAttr group;
+  Type elementType;
+  ReductionKind reduction;
+  Attribute scale;
+  Attribute wireType;
+
+  bool operator==(const BucketKey &other) const {
+    return group == other.group && elementType == other.elementType &&
+           reduction == other.reduction && scale == other.scale &&
+           wireType == other.wireType;
+  }
+};
+
+/// A collective with the block positions that constrain where it can go.
+struct Candidate {
+  AllReduceOp op;
+  int64_t position;
+  int64_t lastDef;  // position of its input's definition, or -1
+  int64_t firstUse; // position of its first user, or INT64_MAX
+  int64_t bytes;
+};
+
+struct Bucket {
+  SmallVector<Candidate *> members;
+  int64_t bytes = 0;
+  int64_t lastDef = -1;
+  int64_t firstMember = std::numeric_limits<int64_t>::max();
+  int64_t firstUse = std::numeric_limits<int64_t>::max();
+
+  /// Where the bucket goes: after every input, not before its first member.
+  int64_t insertionPosition() const {
+    return std::max(lastDef + 1, firstMember);
+  }
+  bool canAdd(const Candidate &c) const {
+    int64_t place = std::max(std::max(lastDef, c.lastDef) + 1,
+                             std::min(firstMember, c.position));
+    return place <= std::min(firstUse, c.firstUse);
+  }
+  void add(Candidate &c) {
+    members.push_back(&c);
+    bytes += c.bytes;
+    lastDef = std::max(lastDef, c.lastDef);
+    firstMember = std::min(firstMember, c.position);
+    firstUse = std::min(firstUse, c.firstUse);
+  }
+};
+
+struct OpenBuckets {
+  BucketKey key;
+  Bucket current;
+  unsigned closed = 0; // buckets of this key closed so far
+};
+
+struct BucketizePass
+    : public distopt::impl::BucketizePassBase<BucketizePass> {
+  using BucketizePassBase::BucketizePassBase;
+
+  LogicalResult initialize(MLIRContext *context) override {
+    Location loc = UnknownLoc::get(context);
+    if (!(capMb > 0))
+      return emitError(loc) << "--distopt-bucketize: cap-mb must be positive, "
+                               "got "
+                            << capMb.getValue();
+    if (!(firstBucketCapMb > 0))
+      return emitError(loc) << "--distopt-bucketize: first-bucket-cap-mb must "
+                               "be positive, got "
+                            << firstBucketCapMb.getValue();
+    if (alignment < 1 || !llvm::isPowerOf2_64(alignment))
+      return emitError(loc) << "--distopt-bucketize: alignment must be a "
+                               "positive power of two, got "
+                            << alignment.getValue();
+    return success();
+  }
+
+  void runOnOperation() override {
+    SmallVector<Block *> blocks;
+    getOperation().walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *block : blocks)
+      bucketizeBlock(*block);
+  }
+
+  void bucketizeBlock(Block &block);
+  void emitBucket(Bucket &bucket, Operation *insertBefore);
+};
+
+} // namespace
+
+void BucketizePass::bucketizeBlock(Block &block) {
+  llvm::DenseMap<Operation *, int64_t> position;
+  int64_t index = 0;
+  for (Operation &op : block)
+    position[&op] = index++;
+  SmallVector<Operation *> opsByPosition;
+  for (Operation &op : block)
+    opsByPosition.push_back(&op);
+
+  SmallVector<Candidate> candidates;
+  for (Operation &op : block) {
+    auto allReduce = dyn_cast<AllReduceOp>(&op);
+    // A collective that already reduces a bucket stays as it is.
+    if (!allReduce || allReduce.getInput().getDefiningOp<BucketPackOp>())
+      continue;
+    Candidate c{allReduce, position[&op], -1,
+                std::numeric_limits<int64_t>::max(), 0};
+    if (Operation *def = allReduce.getInput().getDefiningOp())
+      if (Operation *inBlock = block.findAncestorOpInBlock(*def))
+        c.lastDef = position[inBlock];
+    for (Operation *user : allReduce->getUsers())
+      if (Operation *inBlock = block.findAncestorOpInBlock(*user))
+        c.firstUse = std::min(c.firstUse, position[inBlock]);
+    auto type = cast<RankedTensorType>(allReduce.getType());
+    c.bytes = type.getNumElements() *
+              llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+    candidates.push_back(c);
+  }
+  if (candidates.size() < 2)
+    return;
+  if (reverse)
+    std::reverse(candidates.begin(), candidates.end());
+
+  auto capBytes = [&](unsigned bucketIndex) {
+    double mb = bucketIndex == 0 ? firstBucketCapMb : capMb;
+    return static_cast<int64_t>(mb * 1024 * 1024);
+  };
+
+  SmallVector<OpenBuckets> open;
+  SmallVector<Bucket> done;
+  auto close = [&](OpenBuckets &entry) {
+    if (!entry.current.members.empty())
+      done.push_back(std::move(entry.current));
+    entry.current = Bucket();
+    ++entry.closed;
+  };
+  for (Candidate &c : candidates) {
+    AllReduceOp op = c.op;
+    BucketKey key{op.getGroupAttr(),
+                  cast<RankedTensorType>(op.getType()).getElementType(),
+                  op.getReduction(), op.getScaleAttr(), op.getWireTypeAttr()};
+    auto it = llvm::find_if(open, [&](const OpenBuckets &entry) {
+      return entry.key == key;
+    });
+    if (it == open.end()) {
+      open.push_back({key, Bucket(), 0});
+      it = std::prev(open.end());
+    }
+    if (!it->current.members.empty() && !it->current.canAdd(c))
+      close(*it);
+    it->current.add(c);
+    if (it->current.bytes >= capBytes(it->closed))
+      close(*it);
+  }
+  for (OpenBuckets &entry : open)
+    close(entry);
+
+  // Place all buckets before touching the block: positions refer to the
+  // original ops, which stay until the end. Buckets are issued in the order
+  // they were formed (DDP's first bucket first) unless a later bucket's
+  // results are needed sooner.
+  SmallVector<std::pair<Bucket *, Operation *>> placed;
+  int64_t previous = 0;
+  for (Bucket &bucket : done) {
+    if (bucket.members.size() < 2)
+      continue;
+    int64_t place = std::max(bucket.insertionPosition(), previous);
+    if (place > bucket.firstUse)
+      place = bucket.insertionPosition();
+    previous = place;
+    placed.push_back({&bucket, opsByPosition[place]});
+  }
+  for (auto [bucket, insertBefore] : placed)
+    emitBucket(*bucket, insertBefore);
+  for (auto [bucket, insertBefore] : placed)
+    for (Candidate *member : bucket->members)
+      member->op->erase();
+}
+
+void BucketizePass::emitBucket(Bucket &bucket, Operation *insertBefore) {
+  AllReduceOp first = bucket.members.front()->op;
+  OpBuilder builder(insertBefore);
+  SmallVector<Location> locs;
+  SmallVector<Value> inputs;
+  SmallVector<Type> types;
+  for (Candidate *member : bucket.members) {
+    locs.push_back(member->op.getLoc());
+    inputs.push_back(member->op.getInput());
+    types.push_back(member->op.getType());
+  }
+  Location loc = builder.getFusedLoc(locs);
+  int64_t packed;
+  computeBucketOffsets(types, alignment, &packed);
+  auto elementType = cast<RankedTensorType>(types.front()).getElementType();
+  auto bucketType = RankedTensorType::get({packed}, elementType);
+
+  auto pack = BucketPackOp::create(builder, loc, bucketType, inputs,
+                                   builder.getI64IntegerAttr(alignment));
+  auto reduced = AllReduceOp::create(
+      builder, loc, bucketType, pack, first.getGroupAttr(),
+      first.getWireTypeAttr(), first.getReductionAttr(), first.getScaleAttr());
+  auto unpack = BucketUnpackOp::create(builder, loc, types, reduced,
+                                       builder.getI64IntegerAttr(alignment));
+  for (auto [member, result] :
+       llvm::zip_equal(bucket.members, unpack.getResults()))
+    member->op.getResult().replaceAllUsesWith(result);
+  ++numBuckets;
+  numBucketed += bucket.members.size();
+}
