@@ -344,6 +344,11 @@ OwningOpRef<ModuleOp> SpecReader::build() {
                                   builder.getStringAttr(modelName));
   module->getOperation()->setAttr(abi::kInitialLr,
                                   builder.getF64FloatAttr(optimizer.lr));
+  int64_t numParameters = 0;
+  for (const Parameter &p : parameters)
+    numParameters += ShapedType::getNumElements(p.shape);
+  module->getOperation()->setAttr(abi::kNumParameters,
+                                  builder.getI64IntegerAttr(numParameters));
   if (optimizer.initialAccumulator)
     module->getOperation()->setAttr(
         "distopt.initial_accumulator_value",

@@ -214,6 +214,17 @@ static RankedTensorType getYieldedType(Value result) {
   return cast<RankedTensorType>(result.getType());
 }
 
+bool mlir::distopt::communicates(Operation *op) {
+  auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+  if (!effects)
+    return false;
+  SmallVector<MemoryEffects::EffectInstance> instances;
+  effects.getEffects(instances);
+  return llvm::any_of(instances, [](const MemoryEffects::EffectInstance &e) {
+    return e.getResource() == CommunicatorResource::get();
+  });
+}
+
 bool mlir::distopt::isRepresentableScale(const APFloat &scale, FloatType type) {
   // The scale is applied in the element type: a factor that rounds to zero or
   // overflows there would silently zero or destroy the gradients.

@@ -80,8 +80,7 @@ struct OpenBuckets {
   unsigned closed = 0; // buckets of this key closed so far
 };
 
-struct BucketizePass
-    : public distopt::impl::BucketizePassBase<BucketizePass> {
+struct BucketizePass : public distopt::impl::BucketizePassBase<BucketizePass> {
   using BucketizePassBase::BucketizePassBase;
 
   LogicalResult initialize(MLIRContext *context) override {
@@ -165,9 +164,8 @@ void BucketizePass::bucketizeBlock(Block &block) {
     BucketKey key{op.getGroupAttr(),
                   cast<RankedTensorType>(op.getType()).getElementType(),
                   op.getReduction(), op.getScaleAttr(), op.getWireTypeAttr()};
-    auto it = llvm::find_if(open, [&](const OpenBuckets &entry) {
-      return entry.key == key;
-    });
+    auto it = llvm::find_if(
+        open, [&](const OpenBuckets &entry) { return entry.key == key; });
     if (it == open.end()) {
       open.push_back({key, Bucket(), 0});
       it = std::prev(open.end());

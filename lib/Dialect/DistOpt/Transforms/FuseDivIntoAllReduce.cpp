@@ -11,8 +11,8 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
-#include "mlir/Transforms/RegionUtils.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 
 #include <cmath>
 
@@ -140,14 +140,12 @@ struct FuseDivIntoAllReducePass
     }
   }
 
-  template <typename OpTy>
-  void fuse(OpTy op);
+  template <typename OpTy> void fuse(OpTy op);
 };
 
 } // namespace
 
-template <typename OpTy>
-void FuseDivIntoAllReducePass::fuse(OpTy op) {
+template <typename OpTy> void FuseDivIntoAllReducePass::fuse(OpTy op) {
   if (op.getReduction() != ReductionKind::Sum)
     return;
   auto elementType = dyn_cast<FloatType>(

@@ -34,6 +34,9 @@ SmallVector<int64_t> computeBucketOffsets(TypeRange types,
                                           int64_t alignmentBytes,
                                           int64_t *packedSize);
 
+/// Whether `op` communicates: it has an effect on the Communicator resource.
+bool communicates(Operation *op);
+
 /// Whether multiplying by `scale` in `type` neither rounds it to zero nor
 /// overflows (the condition on a premul_sum factor).
 bool isRepresentableScale(const llvm::APFloat &scale, FloatType type);

@@ -24,6 +24,8 @@ constexpr llvm::StringLiteral kName = "distopt.name";
 constexpr llvm::StringLiteral kWorldSize = "distopt.world_size";
 constexpr llvm::StringLiteral kModelName = "distopt.model";
 constexpr llvm::StringLiteral kInitialLr = "distopt.lr";
+/// The number of model parameters (elements), before any sharding.
+constexpr llvm::StringLiteral kNumParameters = "distopt.num_parameters";
 
 /// Roles. A parameter's gradient, main copy and state share its name; a
 /// state tensor's name is the parameter's followed by `.` and torch's state

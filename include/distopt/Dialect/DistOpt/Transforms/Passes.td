@@ -94,4 +94,74 @@ def FuseDivIntoAllReducePass
                            "::mlir::arith::ArithDialect"];
 }
 
+def VerifyCollectivesPass
+    : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
+  let summary = "Static cross-rank checks of the collectives of a step";
+  let description = [{
+    Reports, as errors at the offending op, programs on which ranks would
+    disagree or replicas diverge:
+
+    - a collective (any op that communicates) inside `distopt.owned_by`, or
+      under `scf.if`/`scf.for`/`scf.while`/`scf.index_switch` (or after a
+      `cf.cond_br`) whose control operands are computed from `distopt.rank`:
+      some ranks would skip it and the others would wait forever;
+    - a gradient argument (role `grad`, see docs/step-abi.md) that reaches
+      an optimizer update reduced zero times or more than once, or that is
+      never reduced at all (buckets are followed tensor by tensor);
+    - the token of an asynchronous collective not waited on exactly once;
+    - a process group whose size does not divide the module's
+      `distopt.world_size`.
+
+    The IR is not changed; the pass fails if anything is reported.
+  }];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def OverlapCollectivesPass
+    : Pass<"distopt-overlap-collectives", "::mlir::func::FuncOp"> {
+  let summary = "Overlap collectives with computation (async start/wait)";
+  let description = [{
+    Turns every synchronous collective into its `*_start` form followed by a
+    `distopt.wait`. Each start is placed as early as its input allows (right
+    after the input is computed, keeping the original order of starts, which
+    every rank must share); each wait just before the first use of the
+    result in its block (or at the end of the block when it has none). The
+    work in between runs while the data is on the wire.
+
+    ```mlir
+    %r = distopt.all_reduce avg %g on @dp : tensor<1024xf32>
+    // becomes
+    %t = distopt.all_reduce_start avg %g on @dp : tensor<1024xf32> -> !distopt.token<tensor<1024xf32>>
+    ...
+    %r = distopt.wait %t : !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numOverlapped", "num-overlapped", "Collectives made asynchronous">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
+  let summary = "Print what each step communicates and stores per rank";
+  let description = [{
+    Prints a table for each function: its buckets (tensors, elements, bytes,
+    alignment padding); per collective kind, the bytes each rank contributes
+    and sends per step under ring algorithms (all-reduce 2(n-1)/n of the
+    payload, the others (n-1)/n; wire types and PowerSGD's P and Q counted
+    as sent); the model-state bytes each rank holds (parameter arguments,
+    gradients after reduction, optimizer state with main parameters), per
+    parameter of the model (`distopt.num_parameters`); and the compression
+    ratio. The IR is unchanged.
+
+    For a mixed-precision Adam spec these match the ZeRO paper's figures:
+    16 bytes per parameter for plain data parallelism, 4 + 12/N with ZeRO-1,
+    2 + 14/N with ZeRO-2 and 16/N with ZeRO-3 (up to alignment padding).
+  }];
+  let options = [
+    Option<"output", "output", "std::string", "\"-\"",
+           "Where to write the report (- for standard output)">
+  ];
+}
+
 #endif // DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PASSES_TD

@@ -1,0 +1,101 @@
+//===- OverlapCollectives.cpp - asynchronous collectives --------*- C++ -*-===//
+//
+// --distopt-overlap-collectives: each synchronous collective becomes a
+// `*_start` placed as early as its input allows and a `distopt.wait` placed
+// just before the first use of its result, so that the work in between
+// overlaps with the communication.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_OVERLAPCOLLECTIVESPASS
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// Creates the `*_start` twin of a synchronous collective.
+static Operation *createStart(OpBuilder &builder, Operation *op) {
+  auto tokenType = TokenType::get(
+      op->getContext(), cast<RankedTensorType>(op->getResult(0).getType()));
+  Location loc = op->getLoc();
+  if (auto c = dyn_cast<AllReduceOp>(op))
+    return AllReduceStartOp::create(builder, loc, tokenType, c.getInput(),
+                                    c.getGroupAttr(), c.getWireTypeAttr(),
+                                    c.getReductionAttr(), c.getScaleAttr());
+  if (auto c = dyn_cast<ReduceScatterOp>(op))
+    return ReduceScatterStartOp::create(builder, loc, tokenType, c.getInput(),
+                                        c.getGroupAttr(), c.getWireTypeAttr(),
+                                        c.getReductionAttr(), c.getScaleAttr());
+  if (auto c = dyn_cast<AllGatherOp>(op))
+    return AllGatherStartOp::create(builder, loc, tokenType, c.getInput(),
+                                    c.getGroupAttr(), c.getWireTypeAttr());
+  if (auto c = dyn_cast<BroadcastOp>(op))
+    return BroadcastStartOp::create(builder, loc, tokenType, c.getInput(),
+                                    c.getGroupAttr(), c.getWireTypeAttr(),
+                                    c.getRootAttr());
+  auto c = cast<ReduceOp>(op);
+  return ReduceStartOp::create(builder, loc, tokenType, c.getInput(),
+                               c.getGroupAttr(), c.getWireTypeAttr(),
+                               c.getReductionAttr(), c.getScaleAttr(),
+                               c.getRootAttr());
+}
+
+struct OverlapCollectivesPass
+    : public distopt::impl::OverlapCollectivesPassBase<OverlapCollectivesPass> {
+  void runOnOperation() override {
+    SmallVector<Block *> blocks;
+    getOperation().walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *block : blocks)
+      overlapBlock(*block);
+  }
+
+  void overlapBlock(Block &block) {
+    if (block.empty() || !block.mightHaveTerminator())
+      return;
+    SmallVector<Operation *> collectives;
+    for (Operation &op : block)
+      if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp,
+              ReduceOp>(op))
+        collectives.push_back(&op);
+    // Starts keep their program order (every rank issues them alike); each
+    // goes right after its input's definition or the previous start.
+    Operation *previousStart = nullptr;
+    for (Operation *op : collectives) {
+      Operation *anchor = previousStart;
+      if (Operation *def = op->getOperand(0).getDefiningOp())
+        if (Operation *inBlock = block.findAncestorOpInBlock(*def))
+          if (!anchor || anchor->isBeforeInBlock(inBlock))
+            anchor = inBlock;
+      OpBuilder builder(op->getContext());
+      if (anchor)
+        builder.setInsertionPointAfter(anchor);
+      else
+        builder.setInsertionPointToStart(&block);
+      Operation *start = createStart(builder, op);
+      previousStart = start;
+
+      // The wait goes before the first user in this block, or at its end.
+      Operation *firstUse = block.getTerminator();
+      for (Operation *user : op->getUsers())
+        if (Operation *inBlock = block.findAncestorOpInBlock(*user))
+          if (inBlock->isBeforeInBlock(firstUse))
+            firstUse = inBlock;
+      builder.setInsertionPoint(firstUse);
+      auto wait = WaitOp::create(builder, op->getLoc(), start->getResult(0));
+      op->getResult(0).replaceAllUsesWith(wait.getResult());
+      op->erase();
+      ++numOverlapped;
+    }
+  }
+};
+
+} // namespace

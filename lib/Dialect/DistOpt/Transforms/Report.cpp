@@ -1,0 +1,238 @@
+//===- Report.cpp - what a step communicates and stores ---------*- C++ -*-===//
+//
+// --distopt-report: a table per step function: its buckets, the bytes each
+// rank sends per collective kind (ring algorithms), the model-state bytes
+// each rank holds, and the compression ratio. The IR is not changed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "mlir/Support/FileUtilities.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_REPORTPASS
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+int64_t bytesOf(Type type, Type elementOverride = {}) {
+  auto shaped = dyn_cast<ShapedType>(type);
+  if (!shaped) // scalars: lr, step, a norm
+    return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
+  Type element = elementOverride ? elementOverride : shaped.getElementType();
+  return shaped.getNumElements() *
+         llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+}
+
+struct CollectiveRow {
+  int64_t count = 0;
+  int64_t payload = 0; // bytes of the data each rank contributes or receives
+  double sent = 0;     // bytes each rank sends (ring model)
+};
+
+struct StepReport {
+  int64_t worldSize = 0;
+  int64_t parameters = 0;
+  struct Bucket {
+    size_t tensors;
+    int64_t elements, bytes, padding;
+  };
+  SmallVector<Bucket> buckets;
+  llvm::MapVector<StringRef, CollectiveRow> collectives;
+  int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
+  int64_t uncompressed = 0, compressed = 0;
+};
+
+/// Bytes each rank sends for one collective of `payload` bytes on `n` ranks,
+/// with ring algorithms: all-reduce 2(n-1)/n, reduce-scatter and all-gather
+/// (n-1)/n of the full buffer, broadcast and reduce (pipelined) (n-1)/n.
+double ringBytes(StringRef kind, int64_t payload, int64_t n) {
+  double share = n > 0 ? static_cast<double>(n - 1) / n : 0;
+  if (kind == "all_reduce" || kind == "powersgd_all_reduce")
+    return 2 * share * payload;
+  return share * payload;
+}
+
+struct ReportPass : public distopt::impl::ReportPassBase<ReportPass> {
+  using ReportPassBase::ReportPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> file =
+        openOutputFile(output, &error);
+    if (!file) {
+      module.emitError() << "--distopt-report: " << error;
+      return signalPassFailure();
+    }
+    module.walk([&](func::FuncOp func) {
+      if (!func.isExternal())
+        print(func, analyze(module, func), file->os());
+    });
+    file->keep();
+  }
+
+  StepReport analyze(ModuleOp module, func::FuncOp func);
+  void print(func::FuncOp func, const StepReport &report,
+             llvm::raw_ostream &os);
+};
+
+} // namespace
+
+StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
+  StepReport report;
+  if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
+    report.worldSize = world.getInt();
+  if (auto count = module->getAttrOfType<IntegerAttr>(abi::kNumParameters))
+    report.parameters = count.getInt();
+
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    StringRef role = abi::getArgRole(func, i);
+    int64_t bytes = bytesOf(func.getArgument(i).getType());
+    if (role == abi::kParam)
+      report.paramBytes += bytes;
+    else if (role == abi::kMainParam || role == abi::kState)
+      report.stateBytes += bytes;
+  }
+
+  func.walk([&](Operation *op) {
+    if (auto pack = dyn_cast<BucketPackOp>(op)) {
+      int64_t packed, elements = 0;
+      pack.getOffsets(&packed);
+      for (Type type : pack.getInputs().getTypes())
+        elements += cast<RankedTensorType>(type).getNumElements();
+      int64_t total = pack.getBucket().getType().getNumElements();
+      report.buckets.push_back({pack.getInputs().size(), total,
+                                bytesOf(pack.getBucket().getType()),
+                                total - elements});
+      return;
+    }
+    if (!communicates(op) || isa<WaitOp>(op))
+      return;
+    auto groupAttr = op->getAttrOfType<FlatSymbolRefAttr>("group");
+    ProcessGroupOp group = lookupProcessGroup(op, groupAttr);
+    int64_t n = group ? group.getSize() : 0;
+    StringRef kind = op->getName().stripDialect();
+    kind.consume_back("_start");
+    if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
+      // One scalar reduced across ranks.
+      CollectiveRow &row = report.collectives[kind];
+      ++row.count;
+      row.payload += 4;
+      row.sent += ringBytes("all_reduce", 4, n);
+      return;
+    }
+    Value input = op->getOperand(0);
+    Value result = op->getResult(0);
+    RankedTensorType data = isa<AllGatherOp, AllGatherStartOp>(op)
+                                ? cast<RankedTensorType>(
+                                      isa<TokenType>(result.getType())
+                                          ? cast<TokenType>(result.getType())
+                                                .getValueType()
+                                          : result.getType())
+                                : cast<RankedTensorType>(input.getType());
+    Type wire;
+    if (auto wireAttr = op->getAttrOfType<TypeAttr>("wire_type"))
+      wire = wireAttr.getValue();
+    int64_t full = bytesOf(data);
+    int64_t payload = bytesOf(data, wire);
+    if (auto powersgd = dyn_cast<PowerSGDAllReduceOp>(op))
+      payload = bytesOf(powersgd.getP().getType()) +
+                bytesOf(powersgd.getQ().getType());
+    if (auto topk = dyn_cast<TopKAllReduceOp>(op)) {
+      // k values and k 32-bit indices from every rank (all-gathered).
+      int64_t numel = topk.getGrad().getType().getNumElements();
+      int64_t k = std::max<int64_t>(
+          1, static_cast<int64_t>(std::ceil(
+                 topk.getDensity().convertToDouble() * numel)));
+      payload = k * (bytesOf(topk.getGrad().getType()) / numel + 4) * n;
+    }
+    CollectiveRow &row = report.collectives[kind];
+    ++row.count;
+    row.payload += payload;
+    row.sent += isa<TopKAllReduceOp>(op) ? ringBytes("all_gather", payload, n)
+                                         : ringBytes(kind, payload, n);
+    bool reducesGradients =
+        isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
+            ReduceScatterStartOp, ReduceOp, ReduceStartOp, PowerSGDAllReduceOp,
+            TopKAllReduceOp>(op);
+    if (reducesGradients) {
+      Type resultType = isa<TokenType>(result.getType())
+                            ? Type(cast<TokenType>(result.getType())
+                                       .getValueType())
+                            : result.getType();
+      report.gradBytes += bytesOf(resultType);
+      report.uncompressed += full;
+      report.compressed += payload;
+    }
+  });
+  return report;
+}
+
+void ReportPass::print(func::FuncOp func, const StepReport &r,
+                       llvm::raw_ostream &os) {
+  double psi = static_cast<double>(r.parameters);
+  os << "distopt report for @" << func.getSymName() << ": world of "
+     << r.worldSize << " ranks, " << r.parameters << " parameters\n\n";
+
+  os << "buckets: " << r.buckets.size() << "\n";
+  if (!r.buckets.empty()) {
+    os << llvm::format("  %4s %8s %14s %14s %10s\n", "#", "tensors",
+                       "elements", "bytes", "padding");
+    int64_t bytes = 0;
+    for (auto [i, b] : llvm::enumerate(r.buckets)) {
+      os << llvm::format("  %4zu %8zu %14lld %14lld %10lld\n", i, b.tensors,
+                         (long long)b.elements, (long long)b.bytes,
+                         (long long)b.padding);
+      bytes += b.bytes;
+    }
+    os << llvm::format("  %4s %8s %14s %14lld\n", "all", "", "",
+                       (long long)bytes);
+  }
+
+  os << "\ncommunication per rank and step (ring algorithms)\n";
+  os << llvm::format("  %-22s %6s %16s %16s %10s\n", "collective", "count",
+                     "payload bytes", "bytes sent", "sent/param");
+  CollectiveRow total;
+  for (auto &[kind, row] : r.collectives) {
+    os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n",
+                       kind.str().c_str(), (long long)row.count,
+                       (long long)row.payload, row.sent,
+                       psi > 0 ? row.sent / psi : 0.0);
+    total.count += row.count;
+    total.payload += row.payload;
+    total.sent += row.sent;
+  }
+  os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n", "total",
+                     (long long)total.count, (long long)total.payload,
+                     total.sent, psi > 0 ? total.sent / psi : 0.0);
+
+  os << "\nmodel state per rank\n";
+  os << llvm::format("  %-34s %16s %10s\n", "", "bytes", "per param");
+  auto line = [&](const char *what, int64_t bytes) {
+    os << llvm::format("  %-34s %16lld %10.4f\n", what, (long long)bytes,
+                       psi > 0 ? bytes / psi : 0.0);
+  };
+  line("parameters", r.paramBytes);
+  line("gradients (after reduction)", r.gradBytes);
+  line("optimizer state (with main params)", r.stateBytes);
+  line("total", r.paramBytes + r.gradBytes + r.stateBytes);
+
+  os << "\ncompression: "
+     << llvm::format("%.2f", r.compressed > 0 ? static_cast<double>(
+                                                    r.uncompressed) /
+                                                    r.compressed
+                                              : 1.0)
+     << "x (gradient bytes reduced / bytes contributed to reductions)\n\n";
+}

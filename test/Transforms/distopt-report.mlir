@@ -1,0 +1,41 @@
+// The report of a hand-computable step: 2 ranks, 1024 f32 parameters.
+// RUN: distopt-opt %s --distopt-report -o /dev/null | FileCheck %s
+// RUN: distopt-opt %s --distopt-report=output=%t.txt | FileCheck %s --check-prefix=IR
+// RUN: FileCheck %s < %t.txt
+// RUN: not distopt-opt %s --distopt-report=output=/nonexistent/dir/r.txt 2>&1 | FileCheck %s --check-prefix=BADFILE
+
+// IR: distopt.all_reduce avg
+// BADFILE: --distopt-report: {{.*}}/nonexistent/dir/r.txt
+
+// CHECK: distopt report for @step: world of 2 ranks, 1024 parameters
+// CHECK: buckets: 1
+// CHECK-NEXT: # tensors elements bytes padding
+// CHECK-NEXT: 0 2 1040 4160 16
+// CHECK: communication per rank and step (ring algorithms)
+// CHECK-NEXT: collective count payload bytes bytes sent sent/param
+// 4160 bytes all-reduced on 2 ranks: 2 * 1/2 * 4160 sent; 512 bf16 on the wire, half of it sent.
+// CHECK-NEXT: all_reduce 2 5184 5184 5.0625
+// CHECK-NEXT: all_finite 1 4 4 0.0039
+// CHECK-NEXT: total 3 5188 5188 5.0664
+// CHECK: model state per rank
+// params 4096 B; reduced gradients 4160 + 2048; state (m, v) 8192.
+// CHECK: parameters 4096 4.0000
+// CHECK-NEXT: gradients (after reduction) 6208 6.0625
+// CHECK-NEXT: optimizer state (with main params) 8192 8.0000
+// CHECK-NEXT: total 18496 18.0625
+// compression: (4160 + 2048) / (4160 + 1024)
+// CHECK: compression: 1.20x
+
+module attributes {distopt.world_size = 2 : i64, distopt.num_parameters = 1024 : i64} {
+  distopt.process_group @world size 2
+  func.func @step(%w: tensor<1000xf32> {distopt.role = "param"}, %x: tensor<24xf32> {distopt.role = "param"},
+                  %gw: tensor<1000xf32> {distopt.role = "grad"}, %gx: tensor<24xf32> {distopt.role = "grad"},
+                  %m: tensor<1024xf32> {distopt.role = "state"}, %v: tensor<1024xf32> {distopt.role = "state"},
+                  %e: tensor<512xf32>) -> (tensor<1040xf32>, tensor<512xf32>, i1) {
+    %b = distopt.bucket_pack %gw, %gx : tensor<1000xf32>, tensor<24xf32> -> tensor<1040xf32>
+    %r = distopt.all_reduce avg %b on @world : tensor<1040xf32>
+    %c = distopt.all_reduce sum %e on @world wire bf16 : tensor<512xf32>
+    %ok = distopt.all_finite %r on @world : tensor<1040xf32>
+    return %r, %c, %ok : tensor<1040xf32>, tensor<512xf32>, i1
+  }
+}
