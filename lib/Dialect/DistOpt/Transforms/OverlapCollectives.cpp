@@ -63,8 +63,8 @@ struct OverlapCollectivesPass
       return;
     SmallVector<Operation *> collectives;
     for (Operation &op : block)
-      if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp,
-              ReduceOp>(op))
+      if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, ReduceOp>(
+              op))
         collectives.push_back(&op);
     // Starts keep their program order (every rank issues them alike); each
     // goes right after its input's definition or the previous start.

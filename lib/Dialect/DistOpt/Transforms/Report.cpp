@@ -10,11 +10,11 @@
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
-#include "mlir/Support/FileUtilities.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_REPORTPASS
@@ -70,8 +70,7 @@ struct ReportPass : public distopt::impl::ReportPassBase<ReportPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file =
-        openOutputFile(output, &error);
+    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(output, &error);
     if (!file) {
       module.emitError() << "--distopt-report: " << error;
       return signalPassFailure();
@@ -135,13 +134,13 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     }
     Value input = op->getOperand(0);
     Value result = op->getResult(0);
-    RankedTensorType data = isa<AllGatherOp, AllGatherStartOp>(op)
-                                ? cast<RankedTensorType>(
-                                      isa<TokenType>(result.getType())
-                                          ? cast<TokenType>(result.getType())
-                                                .getValueType()
-                                          : result.getType())
-                                : cast<RankedTensorType>(input.getType());
+    RankedTensorType data =
+        isa<AllGatherOp, AllGatherStartOp>(op)
+            ? cast<RankedTensorType>(
+                  isa<TokenType>(result.getType())
+                      ? cast<TokenType>(result.getType()).getValueType()
+                      : result.getType())
+            : cast<RankedTensorType>(input.getType());
     Type wire;
     if (auto wireAttr = op->getAttrOfType<TypeAttr>("wire_type"))
       wire = wireAttr.getValue();
@@ -154,8 +153,8 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       // k values and k 32-bit indices from every rank (all-gathered).
       int64_t numel = topk.getGrad().getType().getNumElements();
       int64_t k = std::max<int64_t>(
-          1, static_cast<int64_t>(std::ceil(
-                 topk.getDensity().convertToDouble() * numel)));
+          1, static_cast<int64_t>(
+                 std::ceil(topk.getDensity().convertToDouble() * numel)));
       payload = k * (bytesOf(topk.getGrad().getType()) / numel + 4) * n;
     }
     CollectiveRow &row = report.collectives[kind];
@@ -163,15 +162,14 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     row.payload += payload;
     row.sent += isa<TopKAllReduceOp>(op) ? ringBytes("all_gather", payload, n)
                                          : ringBytes(kind, payload, n);
-    bool reducesGradients =
-        isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
-            ReduceScatterStartOp, ReduceOp, ReduceStartOp, PowerSGDAllReduceOp,
-            TopKAllReduceOp>(op);
+    bool reducesGradients = isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
+                                ReduceScatterStartOp, ReduceOp, ReduceStartOp,
+                                PowerSGDAllReduceOp, TopKAllReduceOp>(op);
     if (reducesGradients) {
-      Type resultType = isa<TokenType>(result.getType())
-                            ? Type(cast<TokenType>(result.getType())
-                                       .getValueType())
-                            : result.getType();
+      Type resultType =
+          isa<TokenType>(result.getType())
+              ? Type(cast<TokenType>(result.getType()).getValueType())
+              : result.getType();
       report.gradBytes += bytesOf(resultType);
       report.uncompressed += full;
       report.compressed += payload;
@@ -188,8 +186,8 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
 
   os << "buckets: " << r.buckets.size() << "\n";
   if (!r.buckets.empty()) {
-    os << llvm::format("  %4s %8s %14s %14s %10s\n", "#", "tensors",
-                       "elements", "bytes", "padding");
+    os << llvm::format("  %4s %8s %14s %14s %10s\n", "#", "tensors", "elements",
+                       "bytes", "padding");
     int64_t bytes = 0;
     for (auto [i, b] : llvm::enumerate(r.buckets)) {
       os << llvm::format("  %4zu %8zu %14lld %14lld %10lld\n", i, b.tensors,
@@ -230,9 +228,9 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
   line("total", r.paramBytes + r.gradBytes + r.stateBytes);
 
   os << "\ncompression: "
-     << llvm::format("%.2f", r.compressed > 0 ? static_cast<double>(
-                                                    r.uncompressed) /
-                                                    r.compressed
-                                              : 1.0)
+     << llvm::format("%.2f",
+                     r.compressed > 0
+                         ? static_cast<double>(r.uncompressed) / r.compressed
+                         : 1.0)
      << "x (gradient bytes reduced / bytes contributed to reductions)\n\n";
 }

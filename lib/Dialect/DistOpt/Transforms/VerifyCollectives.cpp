@@ -59,8 +59,8 @@ struct GradInfo {
 /// Ops that reduce their (first) operand across ranks into their result.
 static bool isReduction(Operation *op) {
   return isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
-             ReduceScatterStartOp, ReduceOp, ReduceStartOp,
-             PowerSGDAllReduceOp, TopKAllReduceOp>(op);
+             ReduceScatterStartOp, ReduceOp, ReduceStartOp, PowerSGDAllReduceOp,
+             TopKAllReduceOp>(op);
 }
 
 struct VerifyCollectivesPass
@@ -188,9 +188,8 @@ LogicalResult VerifyCollectivesPass::checkTokens(FunctionOpInterface func) {
     for (Value result : op->getResults()) {
       if (!isa<TokenType>(result.getType()))
         continue;
-      unsigned waits = llvm::count_if(result.getUsers(), [](Operation *user) {
-        return isa<WaitOp>(user);
-      });
+      unsigned waits = llvm::count_if(
+          result.getUsers(), [](Operation *user) { return isa<WaitOp>(user); });
       if (waits != 1 || !result.hasOneUse()) {
         op->emitError() << "the token of '" << op->getName()
                         << "' must be waited on exactly once, found " << waits
@@ -313,9 +312,8 @@ LogicalResult VerifyCollectivesPass::checkGradients(FunctionOpInterface func) {
 
   for (unsigned grad : grads)
     if (!reduced.contains(grad) && !reported.contains(grad)) {
-      func.emitError() << "gradient '" << describe(grad)
-                       << "' (argument #" << grad
-                       << ") is never reduced across ranks";
+      func.emitError() << "gradient '" << describe(grad) << "' (argument #"
+                       << grad << ") is never reduced across ranks";
       ok = false;
     }
   return success(ok);

@@ -94,6 +94,54 @@ def FuseDivIntoAllReducePass
                            "::mlir::arith::ArithDialect"];
 }
 
+def ShardOptimizerPass
+    : Pass<"distopt-shard-optimizer", "::mlir::func::FuncOp"> {
+  let summary = "Shard optimizer state, gradients and parameters (ZeRO)";
+  let description = [{
+    Each rank keeps and updates only its part of the optimizer state
+    (`stage=1`, with fp32 main parameters counted as state), also receives
+    only its part of the reduced gradients (`stage=2`), and also keeps only
+    its part of the parameters (`stage=3`).
+
+    `strategy=flat` (DeepSpeed, Megatron): like updates (same optimizer,
+    hyperparameters, learning rate, step, element types and reduction) share
+    one flat layout, each tensor's offset rounded up to `alignment` bytes of
+    the parameter type, padded to N equal chunks. Rank r owns chunk r:
+    stage 1 slices its chunk of the reduced gradients; stage 2 replaces the
+    per-tensor all_reduces with one `reduce_scatter` of the packed local
+    gradients; the chunk is updated and `all_gather`ed into every parameter
+    (at stage 3 only rounded and kept: parameters stay sharded).
+
+    `strategy=greedy` (ZeroRedundancyOptimizer, fairscale OSS; stages 1 and
+    2): whole parameters go to ranks largest first, each to the least loaded
+    rank. The owner updates a parameter inside `distopt.owned_by` and
+    `broadcast`s it; at stage 2 its gradient is `reduce`d to the owner only.
+    Each rank's state lives in one buffer as long as the most loaded rank's.
+
+    The signature changes: the per-parameter state (and main parameter, and
+    at stage 3 parameter) arguments and results are replaced by sharded ones,
+    appended at the end, named `flat<i>.<key>` or `owned<i>.<key>` and
+    carrying `distopt.layout` (each tensor's name, shape, offset and, for
+    greedy, owner). The step computes the same parameters as before.
+
+    The updates must have the shape the importer produces: parameter and
+    state arguments used only by the update, a gradient from an all_reduce
+    (through `arith.extf` for main parameters), results only returned
+    (through `arith.truncf` for model copies). Anything else is an error at
+    the update, never silently left unsharded.
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", "1", "ZeRO stage: 1, 2 or 3">,
+    Option<"strategy", "strategy", "std::string", "\"flat\"",
+           "flat (chunks of a flat buffer) or greedy (whole parameters)">,
+    Option<"alignment", "alignment", "int64_t", "64",
+           "Byte alignment of each tensor in the flat layout">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";
