@@ -1,7 +1,7 @@
 // RUN: distopt-opt %s -split-input-file --distopt-bucketize | FileCheck %s
 // RUN: distopt-opt %s -split-input-file --distopt-bucketize --distopt-bucketize | FileCheck %s
 // RUN: distopt-opt %s -split-input-file --distopt-bucketize="reverse=false" | FileCheck %s --check-prefix=FWD
-// RUN: distopt-opt %s -split-input-file --distopt-bucketize="first-bucket-cap-mb=0.0001 cap-mb=0.0001" | FileCheck %s --check-prefix=SMALL
+// RUN: distopt-opt %s -split-input-file --distopt-bucketize="first-bucket-cap-mb=0.000001 cap-mb=0.000001" | FileCheck %s --check-prefix=SMALL
 // RUN: not distopt-opt %s -split-input-file --distopt-bucketize="cap-mb=0" 2>&1 | FileCheck %s --check-prefix=CAP
 // RUN: not distopt-opt %s -split-input-file --distopt-bucketize="first-bucket-cap-mb=-1" 2>&1 | FileCheck %s --check-prefix=FIRST
 // RUN: not distopt-opt %s -split-input-file --distopt-bucketize="alignment=48" 2>&1 | FileCheck %s --check-prefix=ALIGN

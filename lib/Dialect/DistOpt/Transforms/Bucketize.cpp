@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/Transforms/Bucketing.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -80,40 +81,17 @@ struct OpenBuckets {
   unsigned closed = 0; // buckets of this key closed so far
 };
 
-struct BucketizePass : public distopt::impl::BucketizePassBase<BucketizePass> {
-  using BucketizePassBase::BucketizePassBase;
-
-  LogicalResult initialize(MLIRContext *context) override {
-    Location loc = UnknownLoc::get(context);
-    if (!(capMb > 0))
-      return emitError(loc) << "--distopt-bucketize: cap-mb must be positive, "
-                               "got "
-                            << capMb.getValue();
-    if (!(firstBucketCapMb > 0))
-      return emitError(loc) << "--distopt-bucketize: first-bucket-cap-mb must "
-                               "be positive, got "
-                            << firstBucketCapMb.getValue();
-    if (alignment < 1 || !llvm::isPowerOf2_64(alignment))
-      return emitError(loc) << "--distopt-bucketize: alignment must be a "
-                               "positive power of two, got "
-                            << alignment.getValue();
-    return success();
-  }
-
-  void runOnOperation() override {
-    SmallVector<Block *> blocks;
-    getOperation().walk([&](Block *block) { blocks.push_back(block); });
-    for (Block *block : blocks)
-      bucketizeBlock(*block);
-  }
-
-  void bucketizeBlock(Block &block);
-  void emitBucket(Bucket &bucket, Operation *insertBefore);
-};
-
 } // namespace
 
-void BucketizePass::bucketizeBlock(Block &block) {
+/// Emits one bucket before `insertBefore` and redirects its members' uses.
+static void emitBucket(Bucket &bucket, Operation *insertBefore,
+                       int64_t alignment);
+
+BucketingResult
+mlir::distopt::bucketizeBlock(Block &block,
+                              llvm::function_ref<bool(AllReduceOp)> select,
+                              const BucketingOptions &options) {
+  BucketingResult result;
   llvm::DenseMap<Operation *, int64_t> position;
   int64_t index = 0;
   for (Operation &op : block)
@@ -125,8 +103,7 @@ void BucketizePass::bucketizeBlock(Block &block) {
   SmallVector<Candidate> candidates;
   for (Operation &op : block) {
     auto allReduce = dyn_cast<AllReduceOp>(&op);
-    // A collective that already reduces a bucket stays as it is.
-    if (!allReduce || allReduce.getInput().getDefiningOp<BucketPackOp>())
+    if (!allReduce || !select(allReduce))
       continue;
     Candidate c{allReduce, position[&op], -1,
                 std::numeric_limits<int64_t>::max(), 0};
@@ -142,13 +119,12 @@ void BucketizePass::bucketizeBlock(Block &block) {
     candidates.push_back(c);
   }
   if (candidates.size() < 2)
-    return;
-  if (reverse)
+    return result;
+  if (options.reverse)
     std::reverse(candidates.begin(), candidates.end());
 
   auto capBytes = [&](unsigned bucketIndex) {
-    double mb = bucketIndex == 0 ? firstBucketCapMb : capMb;
-    return static_cast<int64_t>(mb * 1024 * 1024);
+    return bucketIndex == 0 ? options.firstCapBytes : options.capBytes;
   };
 
   SmallVector<OpenBuckets> open;
@@ -173,7 +149,7 @@ void BucketizePass::bucketizeBlock(Block &block) {
     if (!it->current.members.empty() && !it->current.canAdd(c))
       close(*it);
     it->current.add(c);
-    if (it->current.bytes >= capBytes(it->closed))
+    if (static_cast<double>(it->current.bytes) >= capBytes(it->closed))
       close(*it);
   }
   for (OpenBuckets &entry : open)
@@ -194,14 +170,19 @@ void BucketizePass::bucketizeBlock(Block &block) {
     previous = place;
     placed.push_back({&bucket, opsByPosition[place]});
   }
-  for (auto [bucket, insertBefore] : placed)
-    emitBucket(*bucket, insertBefore);
+  for (auto [bucket, insertBefore] : placed) {
+    emitBucket(*bucket, insertBefore, options.alignment);
+    ++result.buckets;
+    result.bucketed += bucket->members.size();
+  }
   for (auto [bucket, insertBefore] : placed)
     for (Candidate *member : bucket->members)
       member->op->erase();
+  return result;
 }
 
-void BucketizePass::emitBucket(Bucket &bucket, Operation *insertBefore) {
+static void emitBucket(Bucket &bucket, Operation *insertBefore,
+                       int64_t alignment) {
   AllReduceOp first = bucket.members.front()->op;
   OpBuilder builder(insertBefore);
   SmallVector<Location> locs;
@@ -228,6 +209,50 @@ void BucketizePass::emitBucket(Bucket &bucket, Operation *insertBefore) {
   for (auto [member, result] :
        llvm::zip_equal(bucket.members, unpack.getResults()))
     member->op.getResult().replaceAllUsesWith(result);
-  ++numBuckets;
-  numBucketed += bucket.members.size();
 }
+
+namespace {
+
+struct BucketizePass : public distopt::impl::BucketizePassBase<BucketizePass> {
+  using BucketizePassBase::BucketizePassBase;
+
+  LogicalResult initialize(MLIRContext *context) override {
+    Location loc = UnknownLoc::get(context);
+    if (!(capMb > 0))
+      return emitError(loc) << "--distopt-bucketize: cap-mb must be positive, "
+                               "got "
+                            << capMb.getValue();
+    if (!(firstBucketCapMb > 0))
+      return emitError(loc) << "--distopt-bucketize: first-bucket-cap-mb must "
+                               "be positive, got "
+                            << firstBucketCapMb.getValue();
+    if (alignment < 1 || !llvm::isPowerOf2_64(alignment))
+      return emitError(loc) << "--distopt-bucketize: alignment must be a "
+                               "positive power of two, got "
+                            << alignment.getValue();
+    return success();
+  }
+
+  void runOnOperation() override {
+    BucketingOptions options;
+    options.capBytes = capMb * (1 << 20);
+    options.firstCapBytes = firstBucketCapMb * (1 << 20);
+    options.reverse = reverse;
+    options.alignment = alignment;
+    SmallVector<Block *> blocks;
+    getOperation().walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *block : blocks) {
+      // A collective that already reduces a bucket stays as it is.
+      BucketingResult result = bucketizeBlock(
+          *block,
+          [](AllReduceOp op) {
+            return !op.getInput().getDefiningOp<BucketPackOp>();
+          },
+          options);
+      numBuckets += result.buckets;
+      numBucketed += result.bucketed;
+    }
+  }
+};
+
+} // namespace

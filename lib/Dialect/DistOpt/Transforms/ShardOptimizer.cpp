@@ -42,13 +42,13 @@ namespace {
 /// One optimizer update and the values around it that sharding rewires.
 struct Update {
   Operation *op;
-  BlockArgument param;       // role param or main_param
-  bool paramIsMain = false;  // the update works on an fp32 main copy
-  AllReduceOp reduction;     // reduces the gradient
-  arith::ExtFOp upcast;      // optional: reduced gradient -> main precision
+  BlockArgument param;      // role param or main_param
+  bool paramIsMain = false; // the update works on an fp32 main copy
+  AllReduceOp reduction;    // reduces the gradient
+  arith::ExtFOp upcast;     // optional: reduced gradient -> main precision
   SmallVector<BlockArgument> state;
   SmallVector<arith::TruncFOp> downcasts; // new main param -> model param
-  BlockArgument modelParam;  // with main params: the model copy (stage 3)
+  BlockArgument modelParam; // with main params: the model copy (stage 3)
   StringRef name;
 
   RankedTensorType paramType() const {
@@ -76,9 +76,9 @@ struct ShardOptimizerPass
                                "or 3, got "
                             << stage.getValue();
     if (strategy != "flat" && strategy != "greedy")
-      return emitError(loc) << "--distopt-shard-optimizer: unknown strategy '"
-                            << strategy.getValue()
-                            << "' (expected flat or greedy)";
+      return emitError(loc)
+             << "--distopt-shard-optimizer: unknown strategy '"
+             << strategy.getValue() << "' (expected flat or greedy)";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -127,8 +127,7 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   Update u;
   u.op = op;
   auto fail = [&](const Twine &why) {
-    return op->emitError() << "cannot shard '" << op->getName()
-                           << "': " << why;
+    return op->emitError() << "cannot shard '" << op->getName() << "': " << why;
   };
   Block &entry = func.getBody().front();
   auto isEntryArg = [&](Value v) {
@@ -193,8 +192,8 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
           abi::getArgName(func, i) == u.name)
         u.modelParam = func.getArgument(i);
     if (stage == 3 && !u.modelParam)
-      return fail("stage 3 needs the model copy of main parameter '" +
-                  u.name + "' (an argument with role param and that name)");
+      return fail("stage 3 needs the model copy of main parameter '" + u.name +
+                  "' (an argument with role param and that name)");
     if (u.modelParam && !u.modelParam.use_empty() && stage == 3)
       return fail("stage 3 cannot yet shard model parameter '" + u.name +
                   "', which the step also uses");
@@ -268,9 +267,8 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
   for (Update *u : group)
     paramTypes.push_back(u->paramType());
   int64_t packed;
-  SmallVector<int64_t> offsets =
-      computeBucketOffsets(paramTypes, alignElems * elementBytes(paramElement),
-                           &packed);
+  SmallVector<int64_t> offsets = computeBucketOffsets(
+      paramTypes, alignElems * elementBytes(paramElement), &packed);
   int64_t padded = llvm::alignTo(packed, size * alignElems);
   int64_t shard = padded / size;
   std::string prefix = ("flat" + Twine(index)).str();
@@ -287,18 +285,17 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
   }
   Value gradShard;
   if (stage >= 2) {
-    auto bucket = BucketPackOp::create(builder, loc,
-                                       flatType(padded, gradElement), locals,
-                                       bucketAlignment(gradElement));
+    auto bucket =
+        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
+                             locals, bucketAlignment(gradElement));
     gradShard = ReduceScatterOp::create(
         builder, loc, flatType(shard, gradElement), bucket, groupRef,
         first.reduction.getWireTypeAttr(), first.reduction.getReductionAttr(),
         first.reduction.getScaleAttr());
   } else {
-    auto bucket = BucketPackOp::create(builder, loc,
-                                       flatType(padded, gradElement),
-                                       reducedGrads,
-                                       bucketAlignment(gradElement));
+    auto bucket =
+        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
+                             reducedGrads, bucketAlignment(gradElement));
     gradShard = ShardSliceOp::create(builder, loc, flatType(shard, gradElement),
                                      bucket, groupRef);
   }
@@ -319,9 +316,9 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
     SmallVector<Value> params;
     for (Update *u : group)
       params.push_back(u->param);
-    auto bucket = BucketPackOp::create(builder, loc,
-                                       flatType(padded, paramElement), params,
-                                       bucketAlignment(paramElement));
+    auto bucket =
+        BucketPackOp::create(builder, loc, flatType(padded, paramElement),
+                             params, bucketAlignment(paramElement));
     paramShard = ShardSliceOp::create(
         builder, loc, flatType(shard, paramElement), bucket, groupRef);
   }
@@ -332,17 +329,16 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
   mapping.map(first.op->getOperand(1), gradShard);
   SmallVector<BlockArgument> stateShards;
   for (unsigned k = 0; k < first.state.size(); ++k) {
-    Type element = cast<RankedTensorType>(first.state[k].getType())
-                       .getElementType();
-    stateShards.push_back(shardArgument(element, abi::kState,
-                                        prefix + "." +
-                                            stateKey(func, first, k)));
+    Type element =
+        cast<RankedTensorType>(first.state[k].getType()).getElementType();
+    stateShards.push_back(shardArgument(
+        element, abi::kState, prefix + "." + stateKey(func, first, k)));
     mapping.map(first.op->getOperand(2 + k), stateShards.back());
   }
   Operation *update = builder.clone(*first.op, mapping);
   for (Value result : update->getResults())
-    result.setType(flatType(shard, cast<RankedTensorType>(result.getType())
-                                       .getElementType()));
+    result.setType(flatType(
+        shard, cast<RankedTensorType>(result.getType()).getElementType()));
 
   auto resultAttrs = [&](BlockArgument arg) {
     return func.getArgAttrDict(arg.getArgNumber());
@@ -371,9 +367,9 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
     // Model parameters: rounded from the updated main chunk.
     Type modelElement = gradElement;
     if (!group.front()->downcasts.empty())
-      modelElement = cast<RankedTensorType>(
-                         group.front()->downcasts.front().getType())
-                         .getElementType();
+      modelElement =
+          cast<RankedTensorType>(group.front()->downcasts.front().getType())
+              .getElementType();
     Value rounded = arith::TruncFOp::create(
         builder, loc, flatType(shard, modelElement), newParam);
     if (stage == 3) {
@@ -429,8 +425,7 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
   llvm::stable_sort(order, [&](unsigned a, unsigned b) {
     return group[a]->numel() > group[b]->numel();
   });
-  SmallVector<int64_t> load(size, 0), owner(group.size()),
-      offset(group.size());
+  SmallVector<int64_t> load(size, 0), owner(group.size()), offset(group.size());
   for (unsigned i : order) {
     int64_t rank = std::min_element(load.begin(), load.end()) - load.begin();
     owner[i] = rank;
@@ -444,15 +439,14 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
   NamedAttribute layout(builder.getStringAttr("distopt.layout"),
                         layoutAttr(builder, group, offset, owner));
   auto ownedArgument = [&](Type element, StringRef role, StringRef name) {
-    return addArgument(func, flatType(capacity, element), role, name,
-                       {layout});
+    return addArgument(func, flatType(capacity, element), role, name, {layout});
   };
   // This rank's buffers: main parameters (if any), then each state tensor.
   SmallVector<Value> buffers;
   SmallVector<BlockArgument> bufferArgs;
   if (first.paramIsMain) {
-    bufferArgs.push_back(ownedArgument(paramElement, abi::kMainParam,
-                                       prefix + ".main_param"));
+    bufferArgs.push_back(
+        ownedArgument(paramElement, abi::kMainParam, prefix + ".main_param"));
   }
   for (unsigned k = 0; k < first.state.size(); ++k)
     bufferArgs.push_back(ownedArgument(
@@ -466,12 +460,11 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
     Value grad = u->reduction.getResult();
     if (stage == 2) {
       OpBuilder at(u->reduction);
-      grad = ReduceOp::create(at, u->reduction.getLoc(), u->reduction.getType(),
-                              u->reduction.getInput(), groupRef,
-                              u->reduction.getWireTypeAttr(),
-                              u->reduction.getReductionAttr(),
-                              u->reduction.getScaleAttr(),
-                              at.getI64IntegerAttr(owner[i]));
+      grad = ReduceOp::create(
+          at, u->reduction.getLoc(), u->reduction.getType(),
+          u->reduction.getInput(), groupRef, u->reduction.getWireTypeAttr(),
+          u->reduction.getReductionAttr(), u->reduction.getScaleAttr(),
+          at.getI64IntegerAttr(owner[i]));
     }
     // What the owner produces and the others keep: the buffers, and the
     // parameter every rank needs (the model copy with main parameters).
@@ -481,10 +474,9 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
     SmallVector<Value> otherwise(buffers);
     if (visible)
       otherwise.push_back(visible);
-    auto owned = OwnedByOp::create(builder, u->op->getLoc(),
-                                   ValueRange(otherwise).getTypes(), groupRef,
-                                   builder.getI64IntegerAttr(owner[i]),
-                                   otherwise);
+    auto owned = OwnedByOp::create(
+        builder, u->op->getLoc(), ValueRange(otherwise).getTypes(), groupRef,
+        builder.getI64IntegerAttr(owner[i]), otherwise);
     Block *body = new Block();
     owned.getBody().push_back(body);
     OpBuilder inner = OpBuilder::atBlockEnd(body);
@@ -588,8 +580,8 @@ void ShardOptimizerPass::runOnOperation() {
   for (Operation *op : ops) {
     if (op->getParentOp() != func) {
       op->emitError() << "cannot shard '" << op->getName()
-                      << "': it is nested in '"
-                      << op->getParentOp()->getName() << "'";
+                      << "': it is nested in '" << op->getParentOp()->getName()
+                      << "'";
       ok = false;
       continue;
     }
@@ -616,8 +608,7 @@ void ShardOptimizerPass::runOnOperation() {
            a.paramType().getElementType() == b.paramType().getElementType() &&
            a.reduction.getType().getElementType() ==
                b.reduction.getType().getElementType() &&
-           a.paramIsMain == b.paramIsMain &&
-           bool(a.upcast) == bool(b.upcast) &&
+           a.paramIsMain == b.paramIsMain && bool(a.upcast) == bool(b.upcast) &&
            a.downcasts.size() == b.downcasts.size() &&
            a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
            a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&
@@ -637,9 +628,8 @@ void ShardOptimizerPass::runOnOperation() {
 
   unsigned firstNewArg = func.getNumArguments();
   for (auto [index, group] : llvm::enumerate(groups)) {
-    LogicalResult result = strategy == "flat"
-                               ? shardFlat(func, group, index)
-                               : shardGreedy(func, group, index);
+    LogicalResult result = strategy == "flat" ? shardFlat(func, group, index)
+                                              : shardGreedy(func, group, index);
     if (failed(result))
       return signalPassFailure();
   }

@@ -142,6 +142,44 @@ def ShardOptimizerPass
                            "::mlir::tensor::TensorDialect"];
 }
 
+def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
+  let summary = "Compress averaged gradients with PowerSGD";
+  let description = [{
+    PyTorch's `powerSGD_hook` as a transformation. Each `avg` all_reduce of
+    a gradient that PyTorch would compress becomes a
+    `distopt.powersgd_all_reduce`: the gradient is viewed as
+    `shape[0] x (the rest)`, `r = min(rows, columns, rank)`, and it is
+    compressed when `(rows + columns) * r * min-compression-rate <
+    rows * columns`. Vectors, scalars and gradients that fail the rule are
+    batched into one plain `all_reduce` (per block and kind).
+
+    The PowerSGD state is explicit: each compressed gradient adds arguments
+    and results `<name>.powersgd_p` (storage, `distopt.init = "zeros"`),
+    `<name>.powersgd_q` (`"randn"`: a normal draw made identically on every
+    rank from a shared seed; `"randn_each_step"` without `warm-start`, when
+    the runtime draws a fresh Q every step, as the hook does) and, with
+    `error-feedback`, `<name>.powersgd_error` (`"zeros"`).
+
+    After `--distopt-shard-optimizer` with `strategy=flat stage>=2`, the
+    gradients packed into an `avg` `reduce_scatter` are compressed the same
+    way; each rank then takes its chunk of the repacked averages with
+    `distopt.shard_slice`. Sum reductions are left alone (PowerSGD yields
+    an average).
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", "1",
+           "Rank of the approximation (matrix_approximation_rank)">,
+    Option<"minCompressionRate", "min-compression-rate", "double", "2.0",
+           "Compress only when the compression rate exceeds this">,
+    Option<"errorFeedback", "error-feedback", "bool", "true",
+           "Keep the local compression error and add it next step">,
+    Option<"warmStart", "warm-start", "bool", "true",
+           "Start each step from the previous step's Q">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";

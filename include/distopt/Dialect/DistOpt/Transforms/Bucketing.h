@@ -1,0 +1,40 @@
+//===- Bucketing.h - pack all_reduces into buckets --------------*- C++ -*-===//
+//
+// The bucketing that --distopt-bucketize performs, for other passes too
+// (PowerSGD batches the tensors it does not compress into one bucket).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_TRANSFORMS_BUCKETING_H
+#define DISTOPT_DIALECT_DISTOPT_TRANSFORMS_BUCKETING_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+namespace mlir::distopt {
+
+struct BucketingOptions {
+  /// Capacity of each bucket after the first, and of the first, in bytes.
+  double capBytes = 25.0 * (1 << 20);
+  double firstCapBytes = 1.0 * (1 << 20);
+  /// Visit collectives in reverse program order (DDP's order).
+  bool reverse = true;
+  /// Byte alignment of each tensor in a bucket.
+  int64_t alignment = 64;
+};
+
+struct BucketingResult {
+  unsigned buckets = 0;
+  unsigned bucketed = 0; // collectives merged into buckets
+};
+
+/// Packs the all_reduces of `block` for which `select` holds into buckets
+/// (see --distopt-bucketize for the rules) and returns what it did.
+BucketingResult bucketizeBlock(Block &block,
+                               llvm::function_ref<bool(AllReduceOp)> select,
+                               const BucketingOptions &options);
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_DIALECT_DISTOPT_TRANSFORMS_BUCKETING_H

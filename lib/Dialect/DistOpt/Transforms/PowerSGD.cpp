@@ -1,0 +1,236 @@
+//===- PowerSGD.cpp - low-rank gradient compression -------------*- C++ -*-===//
+//
+// --distopt-powersgd: PyTorch's powerSGD_hook as a transformation. Averaged
+// gradients that PyTorch's rule finds worth compressing go through
+// distopt.powersgd_all_reduce, with P, Q and the error as explicit step
+// state; the others are batched into one plain all_reduce. After ZeRO flat
+// sharding the same happens to the tensors packed into a reduce_scatter,
+// each rank then keeping its chunk of the decompressed gradients.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Dialect/DistOpt/Transforms/Bucketing.h"
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <limits>
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_POWERSGDPASS
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+struct PowerSGDPass : public distopt::impl::PowerSGDPassBase<PowerSGDPass> {
+  using PowerSGDPassBase::PowerSGDPassBase;
+
+  LogicalResult initialize(MLIRContext *context) override {
+    Location loc = UnknownLoc::get(context);
+    if (rank < 1)
+      return emitError(loc) << "--distopt-powersgd: rank must be at least 1, "
+                               "got "
+                            << rank.getValue();
+    if (!(minCompressionRate > 0))
+      return emitError(loc) << "--distopt-powersgd: min-compression-rate must "
+                               "be positive, got "
+                            << minCompressionRate.getValue();
+    return success();
+  }
+
+  void runOnOperation() override;
+
+private:
+  /// The rank PyTorch would use for a gradient of `type`, or nullopt when it
+  /// would send it uncompressed.
+  std::optional<int64_t> compressionRank(RankedTensorType type) const;
+  /// Replaces `grad`'s average over `group` by PowerSGD's; returns the new
+  /// averaged gradient, in `grad`'s type.
+  Value compress(OpBuilder &builder, Location loc, Value grad,
+                 FlatSymbolRefAttr group, int64_t r, StringRef name);
+  BlockArgument addState(Type type, StringRef name, StringRef init);
+  std::string nameOf(Value grad);
+
+  func::FuncOp func;
+  SmallVector<std::pair<Value, DictionaryAttr>> newResults;
+  unsigned unnamed = 0;
+};
+
+} // namespace
+
+std::optional<int64_t>
+PowerSGDPass::compressionRank(RankedTensorType type) const {
+  // PyTorch views an n-d gradient as shape[0] x (the rest); vectors and
+  // scalars are never compressed.
+  if (type.getRank() < 2 || !isa<FloatType>(type.getElementType()))
+    return std::nullopt;
+  int64_t n = type.getDimSize(0), m = type.getNumElements() / n;
+  int64_t r = std::min({n, m, static_cast<int64_t>(rank)});
+  double compressed = static_cast<double>(n + m) * r;
+  if (compressed * minCompressionRate < static_cast<double>(n) * m)
+    return r;
+  return std::nullopt;
+}
+
+BlockArgument PowerSGDPass::addState(Type type, StringRef name,
+                                     StringRef init) {
+  Builder b(func.getContext());
+  NamedAttrList attrs;
+  attrs.set(abi::kRole, b.getStringAttr(abi::kState));
+  attrs.set(abi::kName, b.getStringAttr(name));
+  attrs.set("distopt.init", b.getStringAttr(init));
+  unsigned index = func.getNumArguments();
+  (void)func.insertArgument(index, type, attrs.getDictionary(b.getContext()),
+                            func.getLoc());
+  return func.getArgument(index);
+}
+
+std::string PowerSGDPass::nameOf(Value grad) {
+  if (auto arg = dyn_cast<BlockArgument>(grad))
+    if (arg.getOwner()->isEntryBlock() &&
+        arg.getOwner()->getParentOp() == func) {
+      StringRef name = abi::getArgName(func, arg.getArgNumber());
+      if (!name.empty())
+        return name.str();
+    }
+  return ("powersgd" + Twine(unnamed++)).str();
+}
+
+Value PowerSGDPass::compress(OpBuilder &builder, Location loc, Value grad,
+                             FlatSymbolRefAttr group, int64_t r,
+                             StringRef name) {
+  auto type = cast<RankedTensorType>(grad.getType());
+  Type element = type.getElementType();
+  int64_t n = type.getDimSize(0), m = type.getNumElements() / n;
+  auto matrixType = RankedTensorType::get({n, m}, element);
+  SmallVector<ReassociationIndices> toMatrix;
+  if (type.getRank() > 2) {
+    toMatrix = {{0}, llvm::to_vector(llvm::seq<int64_t>(1, type.getRank()))};
+    grad = tensor::CollapseShapeOp::create(builder, loc, grad, toMatrix);
+  }
+
+  // P is storage, Q starts as a seeded normal draw (the same on all ranks;
+  // redrawn every step without warm start), the error starts at zero.
+  BlockArgument p = addState(RankedTensorType::get({n, r}, element),
+                             (name + ".powersgd_p").str(), "zeros");
+  BlockArgument q = addState(RankedTensorType::get({m, r}, element),
+                             (name + ".powersgd_q").str(),
+                             warmStart ? "randn" : "randn_each_step");
+  SmallVector<Value> operands = {grad, p, q};
+  SmallVector<BlockArgument> state = {p, q};
+  if (errorFeedback) {
+    state.push_back(addState(matrixType, (name + ".powersgd_error").str(),
+                             "zeros"));
+    operands.push_back(state.back());
+  }
+  SmallVector<Type> types;
+  for (Value v : operands)
+    types.push_back(v.getType());
+  NamedAttrList attrs;
+  attrs.set("group", group);
+  attrs.set("rank", builder.getI64IntegerAttr(r));
+  auto op = PowerSGDAllReduceOp::create(builder, loc, types, operands,
+                                        attrs.getAttrs());
+  for (auto [k, arg] : llvm::enumerate(state))
+    newResults.push_back(
+        {op->getResult(1 + k), func.getArgAttrDict(arg.getArgNumber())});
+  Value reduced = op.getResult();
+  if (type.getRank() > 2)
+    reduced = tensor::ExpandShapeOp::create(builder, loc, type, reduced,
+                                            toMatrix);
+  return reduced;
+}
+
+void PowerSGDPass::runOnOperation() {
+  func = getOperation();
+  if (func.isExternal())
+    return;
+  // Averages: those of single gradients, and reduce-scatters of packed ones.
+  SmallVector<AllReduceOp> averages;
+  SmallVector<ReduceScatterOp> scatters;
+  func.walk([&](Operation *op) {
+    if (auto a = dyn_cast<AllReduceOp>(op)) {
+      if (a.getReduction() == ReductionKind::Avg &&
+          !a.getInput().getDefiningOp<BucketPackOp>())
+        averages.push_back(a);
+    } else if (auto s = dyn_cast<ReduceScatterOp>(op)) {
+      auto pack = s.getInput().getDefiningOp<BucketPackOp>();
+      if (s.getReduction() == ReductionKind::Avg && pack && pack->hasOneUse())
+        scatters.push_back(s);
+    }
+  });
+
+  llvm::DenseSet<Operation *> uncompressed;
+  for (AllReduceOp a : averages) {
+    std::optional<int64_t> r = compressionRank(a.getType());
+    if (!r) {
+      uncompressed.insert(a);
+      continue;
+    }
+    OpBuilder builder(a);
+    Value reduced = compress(builder, a.getLoc(), a.getInput(),
+                             a.getGroupAttr(), *r, nameOf(a.getInput()));
+    a.getResult().replaceAllUsesWith(reduced);
+    a.erase();
+  }
+
+  // A reduce_scatter of packed gradients: every rank reconstructs the
+  // averaged gradients (compressed or batched), then keeps its chunk.
+  for (ReduceScatterOp scatter : scatters) {
+    auto pack = scatter.getInput().getDefiningOp<BucketPackOp>();
+    OpBuilder builder(scatter);
+    Location loc = scatter.getLoc();
+    SmallVector<Value> averaged;
+    for (Value grad : pack.getInputs()) {
+      auto type = cast<RankedTensorType>(grad.getType());
+      if (std::optional<int64_t> r = compressionRank(type)) {
+        averaged.push_back(compress(builder, loc, grad, scatter.getGroupAttr(),
+                                    *r, nameOf(grad)));
+        continue;
+      }
+      auto plain = AllReduceOp::create(
+          builder, loc, type, grad, scatter.getGroupAttr(),
+          scatter.getWireTypeAttr(), scatter.getReductionAttr(),
+          scatter.getScaleAttr());
+      uncompressed.insert(plain);
+      averaged.push_back(plain);
+    }
+    auto repacked = BucketPackOp::create(builder, loc, pack.getType(), averaged,
+                                         pack.getAlignmentAttr());
+    Value mine = ShardSliceOp::create(builder, loc, scatter.getType(),
+                                      repacked, scatter.getGroupAttr());
+    scatter.getResult().replaceAllUsesWith(mine);
+    scatter.erase();
+    pack.erase();
+  }
+
+  // What is not worth compressing goes in one plain all_reduce per block.
+  BucketingOptions batch;
+  batch.capBytes = batch.firstCapBytes =
+      std::numeric_limits<double>::infinity();
+  SmallVector<Block *> blocks;
+  func.walk([&](Block *block) { blocks.push_back(block); });
+  for (Block *block : blocks)
+    bucketizeBlock(
+        *block,
+        [&](AllReduceOp op) { return uncompressed.contains(op); }, batch);
+
+  if (newResults.empty())
+    return;
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  SmallVector<Value> operands(ret.getOperands());
+  for (auto &[value, attrs] : newResults) {
+    operands.push_back(value);
+    (void)func.insertResult(func.getNumResults(), value.getType(), attrs);
+  }
+  ret->setOperands(operands);
+  newResults.clear();
+}

@@ -1,0 +1,85 @@
+// RUN: distopt-opt %s -split-input-file --distopt-powersgd | FileCheck %s
+// RUN: distopt-opt %s -split-input-file --distopt-powersgd="rank=2 error-feedback=false warm-start=false" | FileCheck %s --check-prefix=NOEF
+// RUN: distopt-opt %s -split-input-file --distopt-powersgd --distopt-verify-collectives > /dev/null
+// RUN: not distopt-opt %s -split-input-file --distopt-powersgd=rank=0 2>&1 | FileCheck %s --check-prefix=RANK
+// RUN: not distopt-opt %s -split-input-file --distopt-powersgd=min-compression-rate=0 2>&1 | FileCheck %s --check-prefix=RATE
+//
+// PyTorch's compression ratios on ResNet-18 (CIFAR) gradients: 243x at rank
+// 1, 136x at 2, 72x at 4, 37x at 8.
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=1 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-1
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=2 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-2
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=4 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-4
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=8 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-8
+//
+// Compression together with ZeRO-2 sharding.
+// RUN: distopt-translate --import-param-spec %examples/specs/gpt2-small.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-powersgd --distopt-verify-collectives | FileCheck %s --check-prefix=ZERO2
+
+// RANK: --distopt-powersgd: rank must be at least 1, got 0
+// RATE: --distopt-powersgd: min-compression-rate must be positive, got 0
+// R18-1: compression: 243.
+// R18-2: compression: 135.8
+// R18-4: compression: 72.
+// R18-8: compression: 37.
+
+distopt.process_group @dp size 4
+
+// A 64x32 matrix is compressed at rank 1 ((64 + 32) * 2 < 2048), a 3-d
+// convolution weight is viewed as 16 x 36; the bias and a 4x4 matrix
+// ((4 + 4) * 2 = 16, not < 16) share one plain all_reduce.
+// CHECK-LABEL: func.func @step
+// CHECK-SAME: %[[W:[^:]*]]: tensor<64x32xf32> {distopt.name = "w"
+// CHECK-SAME: %[[P:[^:]*]]: tensor<64x1xf32> {distopt.init = "zeros", distopt.name = "w.powersgd_p", distopt.role = "state"}
+// CHECK-SAME: %[[Q:[^:]*]]: tensor<32x1xf32> {distopt.init = "randn", distopt.name = "w.powersgd_q", distopt.role = "state"}
+// CHECK-SAME: %[[E:[^:]*]]: tensor<64x32xf32> {distopt.init = "zeros", distopt.name = "w.powersgd_error", distopt.role = "state"}
+// CHECK-SAME: tensor<16x36xf32> {distopt.init = "zeros", distopt.name = "conv.powersgd_error", distopt.role = "state"}
+// CHECK-SAME: -> (tensor<64x32xf32>, tensor<16x3x3x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<64x1xf32> {{{.*}}"w.powersgd_p"{{.*}}}, tensor<32x1xf32> {{{.*}}"w.powersgd_q"{{.*}}}, tensor<64x32xf32> {{{.*}}"w.powersgd_error"{{.*}}}
+// CHECK: %[[R:.*]], %{{.*}}, %{{.*}}, %{{.*}} = distopt.powersgd_all_reduce %[[W]], %[[P]], %[[Q]], %[[E]] on @dp rank 1 : tensor<64x32xf32>, tensor<64x1xf32>, tensor<32x1xf32>
+// CHECK: %[[C:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2, 3]] : tensor<16x3x3x4xf32> into tensor<16x36xf32>
+// CHECK: distopt.powersgd_all_reduce %[[C]], {{.*}} rank 1 : tensor<16x36xf32>
+// CHECK: tensor.expand_shape
+// CHECK: distopt.bucket_pack %{{.*}}, %{{.*}} : tensor<4x4xf32>, tensor<4xf32> -> tensor<20xf32>
+// CHECK-NEXT: distopt.all_reduce avg %{{.*}} : tensor<20xf32>
+// CHECK-NOT: distopt.all_reduce
+// CHECK: return %[[R]],
+//
+// Rank 2 without error feedback: no error state; Q redrawn every step.
+// NOEF-LABEL: func.func @step
+// NOEF-SAME: tensor<32x2xf32> {distopt.init = "randn_each_step", distopt.name = "w.powersgd_q"
+// NOEF-NOT: powersgd_error
+// NOEF: distopt.powersgd_all_reduce %{{.*}}, %{{.*}}, %{{.*}} on @dp rank 2 : tensor<64x32xf32>
+func.func @step(%w: tensor<64x32xf32> {distopt.name = "w", distopt.role = "grad"},
+                %conv: tensor<16x3x3x4xf32> {distopt.name = "conv", distopt.role = "grad"},
+                %b: tensor<4xf32> {distopt.name = "b", distopt.role = "grad"},
+                %s: tensor<4x4xf32> {distopt.name = "s", distopt.role = "grad"})
+    -> (tensor<64x32xf32>, tensor<16x3x3x4xf32>, tensor<4xf32>, tensor<4x4xf32>) {
+  %0 = distopt.all_reduce avg %w on @dp : tensor<64x32xf32>
+  %1 = distopt.all_reduce avg %conv on @dp : tensor<16x3x3x4xf32>
+  %2 = distopt.all_reduce avg %b on @dp : tensor<4xf32>
+  %3 = distopt.all_reduce avg %s on @dp : tensor<4x4xf32>
+  return %0, %1, %2, %3 : tensor<64x32xf32>, tensor<16x3x3x4xf32>, tensor<4xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 4
+
+// Sums are not averages: left alone, as are integers.
+// CHECK-LABEL: func.func @left_alone
+// CHECK: distopt.all_reduce sum %{{.*}} : tensor<64x32xf32>
+// CHECK: distopt.all_reduce avg %{{.*}} : tensor<64x32xi32>
+// CHECK-NOT: powersgd
+func.func @left_alone(%w: tensor<64x32xf32>, %i: tensor<64x32xi32>) -> (tensor<64x32xf32>, tensor<64x32xi32>) {
+  %0 = distopt.all_reduce sum %w on @dp : tensor<64x32xf32>
+  %1 = distopt.all_reduce avg %i on @dp : tensor<64x32xi32>
+  return %0, %1 : tensor<64x32xf32>, tensor<64x32xi32>
+}
+
+// ZeRO-2 on GPT-2: the reduce_scatters are gone; the matrices go through
+// PowerSGD, the vectors through one all_reduce; each rank keeps its chunk.
+// ZERO2-LABEL: func.func @step
+// ZERO2-NOT: distopt.reduce_scatter
+// ZERO2: distopt.powersgd_all_reduce
+// ZERO2: distopt.all_reduce avg
+// ZERO2: distopt.shard_slice
+// ZERO2-NOT: distopt.reduce_scatter
+// ZERO2: return
