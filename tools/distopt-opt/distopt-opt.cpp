@@ -7,6 +7,7 @@
 
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -26,6 +27,7 @@
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
   mlir::distopt::registerDistOptPasses();
+  mlir::distopt::registerDistOptPipeline();
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::distopt::DistOptDialect, mlir::arith::ArithDialect,

@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
 #include <limits>
@@ -49,14 +50,24 @@ struct PowerSGDPass : public distopt::impl::PowerSGDPassBase<PowerSGDPass> {
   void runOnOperation() override;
 
 private:
+  /// A gradient to compress, and the state arguments planned for it.
+  struct Plan {
+    Value grad;
+    int64_t rank;
+    std::string name;
+    unsigned firstArg = 0; // index of its P argument once inserted
+  };
+
   /// The rank PyTorch would use for a gradient of `type`, or nullopt when it
   /// would send it uncompressed.
   std::optional<int64_t> compressionRank(RankedTensorType type) const;
-  /// Replaces `grad`'s average over `group` by PowerSGD's; returns the new
-  /// averaged gradient, in `grad`'s type.
-  Value compress(OpBuilder &builder, Location loc, Value grad,
-                 FlatSymbolRefAttr group, int64_t r, StringRef name);
-  BlockArgument addState(Type type, StringRef name, StringRef init);
+  /// The state arguments of `plan`: P, Q and (with error feedback) the error.
+  void planState(Plan &plan, SmallVectorImpl<Type> &types,
+                 SmallVectorImpl<DictionaryAttr> &attrs);
+  /// Replaces `plan.grad`'s average over `group` by PowerSGD's; returns the
+  /// new averaged gradient, in the gradient's type.
+  Value compress(OpBuilder &builder, Location loc, const Plan &plan,
+                 FlatSymbolRefAttr group);
   std::string nameOf(Value grad);
 
   func::FuncOp func;
@@ -80,17 +91,26 @@ PowerSGDPass::compressionRank(RankedTensorType type) const {
   return std::nullopt;
 }
 
-BlockArgument PowerSGDPass::addState(Type type, StringRef name,
-                                     StringRef init) {
+void PowerSGDPass::planState(Plan &plan, SmallVectorImpl<Type> &types,
+                             SmallVectorImpl<DictionaryAttr> &attrs) {
+  auto type = cast<RankedTensorType>(plan.grad.getType());
+  Type element = type.getElementType();
+  int64_t n = type.getDimSize(0), m = type.getNumElements() / n;
   Builder b(func.getContext());
-  NamedAttrList attrs;
-  attrs.set(abi::kRole, b.getStringAttr(abi::kState));
-  attrs.set(abi::kName, b.getStringAttr(name));
-  attrs.set("distopt.init", b.getStringAttr(init));
-  unsigned index = func.getNumArguments();
-  (void)func.insertArgument(index, type, attrs.getDictionary(b.getContext()),
-                            func.getLoc());
-  return func.getArgument(index);
+  auto add = [&](ArrayRef<int64_t> shape, StringRef suffix, StringRef init) {
+    types.push_back(RankedTensorType::get(shape, element));
+    NamedAttrList list;
+    list.set(abi::kRole, b.getStringAttr(abi::kState));
+    list.set(abi::kName, b.getStringAttr(plan.name + suffix.str()));
+    list.set("distopt.init", b.getStringAttr(init));
+    attrs.push_back(list.getDictionary(b.getContext()));
+  };
+  // P is storage, Q starts as a seeded normal draw (the same on all ranks;
+  // redrawn every step without warm start), the error starts at zero.
+  add({n, plan.rank}, ".powersgd_p", "zeros");
+  add({m, plan.rank}, ".powersgd_q", warmStart ? "randn" : "randn_each_step");
+  if (errorFeedback)
+    add({n, m}, ".powersgd_error", "zeros");
 }
 
 std::string PowerSGDPass::nameOf(Value grad) {
@@ -104,48 +124,34 @@ std::string PowerSGDPass::nameOf(Value grad) {
   return ("powersgd" + Twine(unnamed++)).str();
 }
 
-Value PowerSGDPass::compress(OpBuilder &builder, Location loc, Value grad,
-                             FlatSymbolRefAttr group, int64_t r,
-                             StringRef name) {
+Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
+                             FlatSymbolRefAttr group) {
+  Value grad = plan.grad;
   auto type = cast<RankedTensorType>(grad.getType());
-  Type element = type.getElementType();
-  int64_t n = type.getDimSize(0), m = type.getNumElements() / n;
-  auto matrixType = RankedTensorType::get({n, m}, element);
   SmallVector<ReassociationIndices> toMatrix;
   if (type.getRank() > 2) {
     toMatrix = {{0}, llvm::to_vector(llvm::seq<int64_t>(1, type.getRank()))};
     grad = tensor::CollapseShapeOp::create(builder, loc, grad, toMatrix);
   }
-
-  // P is storage, Q starts as a seeded normal draw (the same on all ranks;
-  // redrawn every step without warm start), the error starts at zero.
-  BlockArgument p = addState(RankedTensorType::get({n, r}, element),
-                             (name + ".powersgd_p").str(), "zeros");
-  BlockArgument q = addState(RankedTensorType::get({m, r}, element),
-                             (name + ".powersgd_q").str(),
-                             warmStart ? "randn" : "randn_each_step");
-  SmallVector<Value> operands = {grad, p, q};
-  SmallVector<BlockArgument> state = {p, q};
-  if (errorFeedback) {
-    state.push_back(addState(matrixType, (name + ".powersgd_error").str(),
-                             "zeros"));
-    operands.push_back(state.back());
-  }
+  unsigned numState = errorFeedback ? 3 : 2;
+  SmallVector<Value> operands = {grad};
+  for (unsigned k = 0; k < numState; ++k)
+    operands.push_back(func.getArgument(plan.firstArg + k));
   SmallVector<Type> types;
   for (Value v : operands)
     types.push_back(v.getType());
   NamedAttrList attrs;
   attrs.set("group", group);
-  attrs.set("rank", builder.getI64IntegerAttr(r));
+  attrs.set("rank", builder.getI64IntegerAttr(plan.rank));
   auto op = PowerSGDAllReduceOp::create(builder, loc, types, operands,
                                         attrs.getAttrs());
-  for (auto [k, arg] : llvm::enumerate(state))
+  for (unsigned k = 0; k < numState; ++k)
     newResults.push_back(
-        {op->getResult(1 + k), func.getArgAttrDict(arg.getArgNumber())});
+        {op->getResult(1 + k), func.getArgAttrDict(plan.firstArg + k)});
   Value reduced = op.getResult();
   if (type.getRank() > 2)
-    reduced = tensor::ExpandShapeOp::create(builder, loc, type, reduced,
-                                            toMatrix);
+    reduced =
+        tensor::ExpandShapeOp::create(builder, loc, type, reduced, toMatrix);
   return reduced;
 }
 
@@ -168,16 +174,46 @@ void PowerSGDPass::runOnOperation() {
     }
   });
 
+  // Plan every compression first: the state arguments are inserted in one
+  // go (one at a time would rewrite the signature once per gradient).
+  SmallVector<Plan> plans;
+  DenseMap<Operation *, unsigned> planOf; // all_reduce -> its plan
+  DenseMap<Value, unsigned> planOfPacked; // packed gradient -> its plan
+  for (AllReduceOp a : averages)
+    if (std::optional<int64_t> r = compressionRank(a.getType())) {
+      planOf[a] = plans.size();
+      plans.push_back({a.getInput(), *r, nameOf(a.getInput())});
+    }
+  for (ReduceScatterOp scatter : scatters)
+    for (Value grad :
+         scatter.getInput().getDefiningOp<BucketPackOp>().getInputs())
+      if (std::optional<int64_t> r =
+              compressionRank(cast<RankedTensorType>(grad.getType())))
+        if (planOfPacked.try_emplace(grad, plans.size()).second)
+          plans.push_back({grad, *r, nameOf(grad)});
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  unsigned next = func.getNumArguments();
+  for (Plan &plan : plans) {
+    plan.firstArg = next + argTypes.size();
+    planState(plan, argTypes, argAttrs);
+  }
+  if (!plans.empty()) {
+    SmallVector<unsigned> indices(argTypes.size(), next);
+    SmallVector<Location> locs(argTypes.size(), func.getLoc());
+    (void)func.insertArguments(indices, argTypes, argAttrs, locs);
+  }
+
   llvm::DenseSet<Operation *> uncompressed;
   for (AllReduceOp a : averages) {
-    std::optional<int64_t> r = compressionRank(a.getType());
-    if (!r) {
+    auto it = planOf.find(a);
+    if (it == planOf.end()) {
       uncompressed.insert(a);
       continue;
     }
     OpBuilder builder(a);
-    Value reduced = compress(builder, a.getLoc(), a.getInput(),
-                             a.getGroupAttr(), *r, nameOf(a.getInput()));
+    Value reduced =
+        compress(builder, a.getLoc(), plans[it->second], a.getGroupAttr());
     a.getResult().replaceAllUsesWith(reduced);
     a.erase();
   }
@@ -190,14 +226,14 @@ void PowerSGDPass::runOnOperation() {
     Location loc = scatter.getLoc();
     SmallVector<Value> averaged;
     for (Value grad : pack.getInputs()) {
-      auto type = cast<RankedTensorType>(grad.getType());
-      if (std::optional<int64_t> r = compressionRank(type)) {
-        averaged.push_back(compress(builder, loc, grad, scatter.getGroupAttr(),
-                                    *r, nameOf(grad)));
+      auto it = planOfPacked.find(grad);
+      if (it != planOfPacked.end()) {
+        averaged.push_back(
+            compress(builder, loc, plans[it->second], scatter.getGroupAttr()));
         continue;
       }
       auto plain = AllReduceOp::create(
-          builder, loc, type, grad, scatter.getGroupAttr(),
+          builder, loc, grad.getType(), grad, scatter.getGroupAttr(),
           scatter.getWireTypeAttr(), scatter.getReductionAttr(),
           scatter.getScaleAttr());
       uncompressed.insert(plain);
@@ -205,8 +241,8 @@ void PowerSGDPass::runOnOperation() {
     }
     auto repacked = BucketPackOp::create(builder, loc, pack.getType(), averaged,
                                          pack.getAlignmentAttr());
-    Value mine = ShardSliceOp::create(builder, loc, scatter.getType(),
-                                      repacked, scatter.getGroupAttr());
+    Value mine = ShardSliceOp::create(builder, loc, scatter.getType(), repacked,
+                                      scatter.getGroupAttr());
     scatter.getResult().replaceAllUsesWith(mine);
     scatter.erase();
     pack.erase();
@@ -220,17 +256,22 @@ void PowerSGDPass::runOnOperation() {
   func.walk([&](Block *block) { blocks.push_back(block); });
   for (Block *block : blocks)
     bucketizeBlock(
-        *block,
-        [&](AllReduceOp op) { return uncompressed.contains(op); }, batch);
+        *block, [&](AllReduceOp op) { return uncompressed.contains(op); },
+        batch);
 
   if (newResults.empty())
     return;
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   SmallVector<Value> operands(ret.getOperands());
+  SmallVector<Type> resultTypes;
+  SmallVector<DictionaryAttr> resultAttrs;
   for (auto &[value, attrs] : newResults) {
     operands.push_back(value);
-    (void)func.insertResult(func.getNumResults(), value.getType(), attrs);
+    resultTypes.push_back(value.getType());
+    resultAttrs.push_back(attrs);
   }
+  SmallVector<unsigned> indices(resultTypes.size(), func.getNumResults());
+  (void)func.insertResults(indices, resultTypes, resultAttrs);
   ret->setOperands(operands);
   newResults.clear();
 }

@@ -1,0 +1,71 @@
+//===- Pipelines.h - the distopt pass pipeline ------------------*- C++ -*-===//
+//
+// `distopt-pipeline`: the transformation passes in the order they compose.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PIPELINES_H
+#define DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mlir::distopt {
+
+struct DistOptPipelineOptions
+    : public PassPipelineOptions<DistOptPipelineOptions> {
+  Option<std::string> backend{
+      *this, "backend",
+      llvm::cl::desc("Collective backend: nccl, mpi or sum-only"),
+      llvm::cl::init("nccl")};
+  Option<int64_t> zeroStage{
+      *this, "zero-stage",
+      llvm::cl::desc("ZeRO stage: 0 (no sharding), 1, 2 or 3"),
+      llvm::cl::init(0)};
+  Option<std::string> zeroStrategy{
+      *this, "zero-strategy", llvm::cl::desc("flat or greedy"),
+      llvm::cl::init("flat")};
+  Option<int64_t> powersgdRank{
+      *this, "powersgd-rank",
+      llvm::cl::desc("PowerSGD rank; 0 leaves gradients uncompressed"),
+      llvm::cl::init(0)};
+  Option<double> minCompressionRate{
+      *this, "min-compression-rate",
+      llvm::cl::desc("PowerSGD: compress only above this rate"),
+      llvm::cl::init(2.0)};
+  Option<bool> errorFeedback{*this, "error-feedback",
+                             llvm::cl::desc("PowerSGD error feedback"),
+                             llvm::cl::init(true)};
+  Option<bool> warmStart{*this, "warm-start",
+                         llvm::cl::desc("PowerSGD warm start"),
+                         llvm::cl::init(true)};
+  Option<bool> bucketize{*this, "bucketize",
+                         llvm::cl::desc("Bucket the remaining all_reduces"),
+                         llvm::cl::init(true)};
+  Option<double> bucketCapMb{*this, "bucket-cap-mb",
+                             llvm::cl::desc("Bucket capacity in MB"),
+                             llvm::cl::init(25.0)};
+  Option<double> firstBucketCapMb{
+      *this, "first-bucket-cap-mb",
+      llvm::cl::desc("Capacity of the first bucket in MB"),
+      llvm::cl::init(1.0)};
+  Option<bool> overlap{*this, "overlap",
+                       llvm::cl::desc("Make collectives asynchronous"),
+                       llvm::cl::init(true)};
+  Option<bool> verify{*this, "verify",
+                      llvm::cl::desc("Run --distopt-verify-collectives last"),
+                      llvm::cl::init(true)};
+};
+
+/// Adds canonicalization, division fusion, ZeRO sharding, PowerSGD,
+/// bucketing, overlap and the cross-rank checks to `pm` (a module pass
+/// manager), as `options` asks.
+void buildDistOptPipeline(OpPassManager &pm,
+                          const DistOptPipelineOptions &options);
+
+/// Registers `distopt-pipeline`.
+void registerDistOptPipeline();
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PIPELINES_H

@@ -1,0 +1,38 @@
+// The registered pipeline on LLaMA-7B (64 ranks), plain and composed.
+// RUN: distopt-translate --import-param-spec %examples/specs/llama-7b.json -o %t.mlir
+// RUN: distopt-opt %t.mlir --distopt-pipeline | FileCheck %s --check-prefix=DP
+// RUN: distopt-opt %t.mlir --distopt-pipeline="zero-stage=2 powersgd-rank=4" | FileCheck %s --check-prefix=Z2PSGD
+// RUN: distopt-opt %t.mlir --distopt-pipeline="zero-stage=3 overlap=false" --distopt-report -o /dev/null | FileCheck %s --check-prefix=Z3
+// RUN: distopt-opt %t.mlir --distopt-pipeline="zero-stage=1 zero-strategy=greedy" | FileCheck %s --check-prefix=GREEDY
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="zero-stage=4" 2>&1 | FileCheck %s --check-prefix=STAGE
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="backend=gloo" 2>&1 | FileCheck %s --check-prefix=BACKEND
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="powersgd-rank=-1" 2>&1 | FileCheck %s --check-prefix=RANK
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="bucket-cap-mb=0" 2>&1 | FileCheck %s --check-prefix=CAP
+
+// Plain data parallelism: averaged, bucketed, asynchronous; no division left.
+// DP-LABEL: func.func @step
+// DP-NOT: arith.divf
+// DP: distopt.bucket_pack
+// DP: distopt.all_reduce_start avg
+// DP: distopt.wait
+// DP-NOT: distopt.all_reduce avg
+// DP: return
+
+// ZeRO-2 with PowerSGD: matrices compressed, vectors batched, chunks kept.
+// Z2PSGD-LABEL: func.func @step
+// Z2PSGD-NOT: distopt.reduce_scatter
+// Z2PSGD: distopt.powersgd_all_reduce {{.*}} rank 4 : tensor<32000x4096xbf16>
+// Z2PSGD: distopt.shard_slice
+// Z2PSGD: distopt.all_gather_start
+// Z2PSGD: return
+
+// Z3: total {{[0-9]+}} 0.2500
+
+// GREEDY-LABEL: func.func @step
+// GREEDY: distopt.owned_by @world rank 0
+// GREEDY: distopt.broadcast_start
+
+// STAGE: --distopt-shard-optimizer: stage must be 1, 2 or 3, got 4
+// BACKEND: --distopt-fuse-div-into-allreduce: unknown backend 'gloo'
+// RANK: --distopt-powersgd: rank must be at least 1, got -1
+// CAP: --distopt-bucketize: cap-mb must be positive, got 0
