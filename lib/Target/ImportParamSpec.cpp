@@ -476,6 +476,14 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     results.push_back(updated[arg]);
   func::ReturnOp::create(builder, loc, results);
 
+  // Verifier errors (a hyperparameter out of range, say) are located at the
+  // spec file; say which parameter's update they come from.
+  ScopedDiagnosticHandler nameParameter(context, [](Diagnostic &diag) {
+    if (auto name = dyn_cast<NameLoc>(diag.getLocation()))
+      diag.attachNote() << "in the update of parameter '"
+                        << name.getName().getValue() << "'";
+    return failure(); // let the next handler report it
+  });
   if (failed(verify(*module)))
     return nullptr;
   return module;

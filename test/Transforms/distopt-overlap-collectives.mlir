@@ -42,3 +42,27 @@ func.func @kinds(%a: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
   %2 = distopt.all_reduce premul_sum(0.5) %a on @dp wire bf16 : tensor<8xf32>
   return %0, %1 : tensor<8xf32>, tensor<8xf32>
 }
+
+// Left alone: collectives already asynchronous, and other communicating ops,
+// which a new start does not cross. A use nested in a region puts the wait
+// before the region.
+// CHECK-LABEL: func.func @left_alone
+// CHECK-NEXT: %[[T:.*]] = distopt.all_reduce_start sum
+// CHECK-NEXT: %[[OK:.*]] = distopt.all_finite
+// CHECK-NEXT: %[[R:.*]] = distopt.wait %[[T]]
+// CHECK-NEXT: %[[S:.*]] = distopt.all_reduce_start avg
+// CHECK-NEXT: %[[A:.*]] = distopt.wait %[[S]]
+// CHECK-NEXT: scf.if %[[OK]]
+// CHECK-NEXT: scf.yield %[[A]]
+func.func @left_alone(%c: i1, %a: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %t = distopt.all_reduce_start sum %a on @dp : tensor<8xf32> -> !distopt.token<tensor<8xf32>>
+  %ok = distopt.all_finite %a on @dp : tensor<8xf32>
+  %r = distopt.wait %t : !distopt.token<tensor<8xf32>>
+  %avg = distopt.all_reduce avg %a on @dp : tensor<8xf32>
+  %out = scf.if %ok -> tensor<8xf32> {
+    scf.yield %avg : tensor<8xf32>
+  } else {
+    scf.yield %a : tensor<8xf32>
+  }
+  return %r, %out : tensor<8xf32>, tensor<8xf32>
+}

@@ -61,16 +61,21 @@ struct OverlapCollectivesPass
   void overlapBlock(Block &block) {
     if (block.empty() || !block.mightHaveTerminator())
       return;
-    SmallVector<Operation *> collectives;
+    // Starts keep the order of all communication (every rank issues it
+    // alike): each goes right after its input's definition, but never above
+    // an earlier communicating op or start.
+    SmallVector<Operation *> ops;
     for (Operation &op : block)
-      if (isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp, ReduceOp>(
-              op))
-        collectives.push_back(&op);
-    // Starts keep their program order (every rank issues them alike); each
-    // goes right after its input's definition or the previous start.
-    Operation *previousStart = nullptr;
-    for (Operation *op : collectives) {
-      Operation *anchor = previousStart;
+      ops.push_back(&op);
+    Operation *barrier = nullptr;
+    for (Operation *op : ops) {
+      if (!isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp,
+               ReduceOp>(op)) {
+        if (communicates(op))
+          barrier = op;
+        continue;
+      }
+      Operation *anchor = barrier;
       if (Operation *def = op->getOperand(0).getDefiningOp())
         if (Operation *inBlock = block.findAncestorOpInBlock(*def))
           if (!anchor || anchor->isBeforeInBlock(inBlock))
@@ -81,7 +86,7 @@ struct OverlapCollectivesPass
       else
         builder.setInsertionPointToStart(&block);
       Operation *start = createStart(builder, op);
-      previousStart = start;
+      barrier = start;
 
       // The wait goes before the first user in this block, or at its end.
       Operation *firstUse = block.getTerminator();

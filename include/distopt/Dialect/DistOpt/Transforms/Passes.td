@@ -208,11 +208,12 @@ def OverlapCollectivesPass
   let summary = "Overlap collectives with computation (async start/wait)";
   let description = [{
     Turns every synchronous collective into its `*_start` form followed by a
-    `distopt.wait`. Each start is placed as early as its input allows (right
-    after the input is computed, keeping the original order of starts, which
-    every rank must share); each wait just before the first use of the
-    result in its block (or at the end of the block when it has none). The
-    work in between runs while the data is on the wire.
+    `distopt.wait`. Each start is placed as early as its input allows: right
+    after the input is computed, but never above an earlier op that
+    communicates, so the order of all communication is kept. Each wait goes
+    just before the first use of the result in its block (or at the end of
+    the block when it has none). The work in between runs while the data is
+    on the wire.
 
     ```mlir
     %r = distopt.all_reduce avg %g on @dp : tensor<1024xf32>

@@ -22,9 +22,9 @@ struct DistOptPipelineOptions
       *this, "zero-stage",
       llvm::cl::desc("ZeRO stage: 0 (no sharding), 1, 2 or 3"),
       llvm::cl::init(0)};
-  Option<std::string> zeroStrategy{
-      *this, "zero-strategy", llvm::cl::desc("flat or greedy"),
-      llvm::cl::init("flat")};
+  Option<std::string> zeroStrategy{*this, "zero-strategy",
+                                   llvm::cl::desc("flat or greedy"),
+                                   llvm::cl::init("flat")};
   Option<int64_t> powersgdRank{
       *this, "powersgd-rank",
       llvm::cl::desc("PowerSGD rank; 0 leaves gradients uncompressed"),
