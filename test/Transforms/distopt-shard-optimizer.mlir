@@ -36,10 +36,12 @@
 // RUN: not distopt-opt %s -split-input-file --distopt-shard-optimizer=stage=4 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: not distopt-opt %s -split-input-file --distopt-shard-optimizer=strategy=random 2>&1 | FileCheck %s --check-prefix=STRATEGY
 // RUN: not distopt-opt %s -split-input-file --distopt-shard-optimizer=alignment=2 2>&1 | FileCheck %s --check-prefix=ALIGN
+// RUN: not distopt-opt %s -split-input-file --distopt-shard-optimizer="stage=3 strategy=greedy" 2>&1 | FileCheck %s --check-prefix=GREEDY3
 // RUN: distopt-opt %s -split-input-file --distopt-shard-optimizer -verify-diagnostics
 
 // STAGE: --distopt-shard-optimizer: stage must be 1, 2 or 3, got 4
 // STRATEGY: --distopt-shard-optimizer: unknown strategy 'random' (expected flat or greedy)
+// GREEDY3: --distopt-shard-optimizer: strategy=greedy shards stages 1 and 2; use strategy=flat for stage 3
 // ALIGN: --distopt-shard-optimizer: alignment must be a power of two of at least 4 bytes, got 2
 
 // mixed.json: w (8x4 bf16, fp32 main) and b (8 f32) with AdamW on 4 ranks.

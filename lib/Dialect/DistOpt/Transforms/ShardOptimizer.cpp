@@ -79,6 +79,10 @@ struct ShardOptimizerPass
       return emitError(loc)
              << "--distopt-shard-optimizer: unknown strategy '"
              << strategy.getValue() << "' (expected flat or greedy)";
+    if (strategy == "greedy" && stage == 3)
+      return emitError(loc) << "--distopt-shard-optimizer: strategy=greedy "
+                               "shards stages 1 and 2; use strategy=flat for "
+                               "stage 3";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -412,11 +416,6 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
   Location loc = first.op->getLoc();
   FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
   int64_t size = lookupProcessGroup(func, groupRef).getSize();
-  if (stage == 3)
-    return first.op->emitError()
-           << "cannot shard '" << first.op->getName()
-           << "': the greedy strategy shards stages 1 and 2; use "
-              "strategy=flat for stage 3";
 
   // Sorted-greedy: largest first, each to the least loaded rank (ties: the
   // lower rank, then program order), as ZeroRedundancyOptimizer does.

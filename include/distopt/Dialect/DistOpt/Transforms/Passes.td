@@ -113,7 +113,7 @@ def ShardOptimizerPass
     (at stage 3 only rounded and kept: parameters stay sharded).
 
     `strategy=greedy` (ZeroRedundancyOptimizer, fairscale OSS; stages 1 and
-    2): whole parameters go to ranks largest first, each to the least loaded
+    2, stage 3 is an error): whole parameters go to ranks largest first, each to the least loaded
     rank. The owner updates a parameter inside `distopt.owned_by` and
     `broadcast`s it; at stage 2 its gradient is `reduce`d to the owner only.
     Each rank's state lives in one buffer as long as the most loaded rank's.
