@@ -38,6 +38,19 @@
 // RUN: not distopt-opt %s -split-input-file --distopt-shard-optimizer=alignment=2 2>&1 | FileCheck %s --check-prefix=ALIGN
 // RUN: not distopt-opt %s -split-input-file --distopt-shard-optimizer="stage=3 strategy=greedy" 2>&1 | FileCheck %s --check-prefix=GREEDY3
 // RUN: distopt-opt %s -split-input-file --distopt-shard-optimizer -verify-diagnostics
+//
+// Stage 3 where the step itself uses the parameters (a forward pass): they
+// are gathered from the shards just before their first use.
+// RUN: distopt-opt %S/Inputs/forward.mlir --distopt-shard-optimizer=stage=3 --distopt-verify-collectives | FileCheck %s --check-prefix=USE3
+// USE3-LABEL: func.func @forward
+// USE3-SAME: (%[[X:[^:]*]]: tensor<4xf32>, {{.*}}, %[[SHARD:[^:]*]]: tensor<16xf32> {{{.*}}distopt.name = "flat0.param"
+// USE3: %[[ALL:.*]] = distopt.all_gather %[[SHARD]] on @dp : tensor<16xf32> -> tensor<32xf32>
+// USE3: %[[P:.*]]:2 = distopt.bucket_unpack %[[ALL]] : tensor<32xf32> -> tensor<4x4xf32>, tensor<6xf32>
+// USE3: linalg.matvec ins(%[[P]]#0, %[[X]]
+// USE3: distopt.reduce_scatter avg
+// USE3: distopt.sgd_update %[[SHARD]]
+// USE3-NOT: distopt.all_gather
+// USE3: return
 
 // STAGE: --distopt-shard-optimizer: stage must be 1, 2 or 3, got 4
 // STRATEGY: --distopt-shard-optimizer: unknown strategy 'random' (expected flat or greedy)

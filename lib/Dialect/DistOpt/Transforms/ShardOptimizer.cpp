@@ -150,8 +150,10 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   u.param = cast<BlockArgument>(param);
   u.paramIsMain = role == abi::kMainParam;
   u.name = abi::getArgName(func, u.param.getArgNumber());
-  if (!u.param.hasOneUse())
-    return fail("its parameter has other uses than the update");
+  // A main parameter is optimizer state; a model parameter may have other
+  // uses (at stage 3 they are given the parameter gathered from its shards).
+  if (u.paramIsMain && !u.param.hasOneUse())
+    return fail("its main parameter has other uses than the update");
 
   Value grad = op->getOperand(1);
   if ((u.upcast = grad.getDefiningOp<arith::ExtFOp>()))
@@ -198,9 +200,6 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
     if (stage == 3 && !u.modelParam)
       return fail("stage 3 needs the model copy of main parameter '" + u.name +
                   "' (an argument with role param and that name)");
-    if (u.modelParam && !u.modelParam.use_empty() && stage == 3)
-      return fail("stage 3 cannot yet shard model parameter '" + u.name +
-                  "', which the step also uses");
   }
   if (u.paramIsMain && !u.downcasts.empty() && !u.modelParam)
     return fail("the model copy of main parameter '" + u.name +
@@ -367,6 +366,44 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
     for (auto [old, now] : llvm::zip_equal(replaced, unpack.getResults()))
       Value(old).replaceAllUsesWith(now);
   };
+  // Stage 3: where the step itself uses a parameter (a forward pass, say),
+  // the parameter is gathered from the shards just before its first use.
+  auto gatherAtUses = [&](Value chunk, ArrayRef<Value> fulls,
+                          ArrayRef<Operation *> updates) {
+    Block &entry = func.getBody().front();
+    Operation *firstUse = nullptr;
+    for (auto [full, update] : llvm::zip_equal(fulls, updates))
+      for (Operation *user : full.getUsers())
+        if (user != update)
+          if (Operation *inEntry = entry.findAncestorOpInBlock(*user))
+            if (!firstUse || inEntry->isBeforeInBlock(firstUse))
+              firstUse = inEntry;
+    if (!firstUse)
+      return;
+    OpBuilder at(firstUse);
+    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
+    Value all = AllGatherOp::create(at, loc, flatType(padded, element), chunk,
+                                    groupRef, /*wire_type=*/nullptr);
+    SmallVector<Type> types;
+    for (Value full : fulls)
+      types.push_back(full.getType());
+    auto unpack =
+        BucketUnpackOp::create(at, loc, types, all, bucketAlignment(element));
+    for (auto [full, update, now] :
+         llvm::zip_equal(fulls, updates, unpack.getResults()))
+      Value(full).replaceUsesWithIf(
+          now, [&](OpOperand &use) { return use.getOwner() != update; });
+  };
+  if (stage == 3 && !first.paramIsMain) {
+    SmallVector<Value> params;
+    SmallVector<Operation *> updates;
+    for (Update *u : group) {
+      params.push_back(u->param);
+      updates.push_back(u->op);
+    }
+    gatherAtUses(paramShard, params, updates);
+  }
+
   if (first.paramIsMain) {
     // Model parameters: rounded from the updated main chunk.
     Type modelElement = gradElement;
@@ -380,6 +417,11 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
       BlockArgument modelShard =
           shardArgument(modelElement, abi::kParam, prefix + ".param");
       newResults.push_back({rounded, resultAttrs(modelShard)});
+      SmallVector<Value> models;
+      for (Update *u : group)
+        models.push_back(u->modelParam);
+      gatherAtUses(modelShard, models,
+                   SmallVector<Operation *>(models.size(), nullptr));
     } else {
       SmallVector<Value> models;
       for (Update *u : group)

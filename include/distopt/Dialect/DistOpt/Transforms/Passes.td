@@ -110,7 +110,8 @@ def ShardOptimizerPass
     stage 1 slices its chunk of the reduced gradients; stage 2 replaces the
     per-tensor all_reduces with one `reduce_scatter` of the packed local
     gradients; the chunk is updated and `all_gather`ed into every parameter
-    (at stage 3 only rounded and kept: parameters stay sharded).
+    (at stage 3 only rounded and kept: parameters stay sharded, and where
+    the step itself uses one, it is gathered just before the first use).
 
     `strategy=greedy` (ZeroRedundancyOptimizer, fairscale OSS; stages 1 and
     2, stage 3 is an error): whole parameters go to ranks largest first, each to the least loaded
