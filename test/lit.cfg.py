@@ -25,3 +25,15 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.distopt_tools_dir, config.llvm_tools_dir]
 tools = ["distopt-opt", "distopt-translate", "not", "count"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+# The runtime's tests run its test driver under mpirun when MPI is present.
+import shutil
+
+config.substitutions.append(
+    ("%rt_test", os.path.join(config.distopt_obj_root, "runtime", "bin", "distopt-rt-test")))
+mpirun = shutil.which("mpirun")
+if mpirun:
+    config.available_features.add("mpi")
+    # Root may run it (CI does); more ranks than cores is fine for tests.
+    config.substitutions.append(
+        ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe --bind-to none"))

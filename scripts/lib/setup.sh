@@ -11,6 +11,7 @@ DISTOPT_PACKAGES=(
   cmake ninja-build g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   clang-format-22
+  libopenmpi-dev openmpi-bin
 )
 
 distopt_install_packages() {

@@ -1,0 +1,146 @@
+/*===- distopt_rt.h - the distopt runtime's C ABI ------------------*- C -*-===*\
+ *
+ * What compiled steps and their drivers call: communicators (MPI across
+ * processes, or a single process) and the collectives of the distopt dialect.
+ * Every function returns a status; on failure, distopt_rt_last_error() gives
+ * a message naming the rank, the operation and the sizes. No C++ exception
+ * crosses this interface. Thread safety: one thread per communicator.
+ *
+\*===----------------------------------------------------------------------===*/
+
+#ifndef DISTOPT_RT_H
+#define DISTOPT_RT_H
+
+#include <stdint.h>
+
+#if defined(DISTOPT_RT_BUILDING)
+#define DISTOPT_RT_API __attribute__((visibility("default")))
+#else
+#define DISTOPT_RT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum distopt_rt_status {
+  DISTOPT_RT_OK = 0,
+  DISTOPT_RT_INVALID_ARGUMENT = 1, /* a null pointer, a bad count or enum */
+  DISTOPT_RT_WORLD_SIZE_MISMATCH = 2, /* compiled for N ranks, run on M */
+  DISTOPT_RT_TIMEOUT = 3,             /* a peer did not answer in time */
+  DISTOPT_RT_BACKEND_ERROR = 4,       /* MPI reported an error */
+  DISTOPT_RT_UNAVAILABLE = 5,         /* backend not built in */
+  DISTOPT_RT_FAILED = 6, /* the communicator failed earlier and is unusable */
+} distopt_rt_status;
+
+typedef enum distopt_rt_dtype {
+  DISTOPT_RT_F32 = 0,
+  DISTOPT_RT_F64 = 1,
+  DISTOPT_RT_BF16 = 2,
+  DISTOPT_RT_F16 = 3,
+  DISTOPT_RT_I32 = 4,
+  DISTOPT_RT_I64 = 5,
+} distopt_rt_dtype;
+
+typedef enum distopt_rt_reduction {
+  DISTOPT_RT_SUM = 0,
+  DISTOPT_RT_AVG = 1, /* sum / size, in the same pass */
+  DISTOPT_RT_MIN = 2,
+  DISTOPT_RT_MAX = 3,
+  DISTOPT_RT_PROD = 4,
+  DISTOPT_RT_PREMUL_SUM = 5, /* sum of scale * x_r, in the same pass */
+} distopt_rt_reduction;
+
+typedef struct distopt_rt_comm distopt_rt_comm;
+typedef struct distopt_rt_request distopt_rt_request;
+
+/* The message of the last failure on this thread ("" when none). */
+DISTOPT_RT_API const char *distopt_rt_last_error(void);
+
+/* Creates a communicator over all processes of the run.
+ *   backend: "mpi" (initialises MPI if needed) or "single" (one process).
+ *   expected_size: the world size the step was compiled for; another size
+ *     is DISTOPT_RT_WORLD_SIZE_MISMATCH. 0 accepts any size.
+ *   timeout_seconds: how long any collective may wait for its peers before
+ *     failing with DISTOPT_RT_TIMEOUT (> 0). */
+DISTOPT_RT_API distopt_rt_status distopt_rt_comm_create(const char *backend,
+                                         int64_t expected_size,
+                                         double timeout_seconds,
+                                         distopt_rt_comm **comm);
+/* Waits for pending requests, then frees the communicator. With MPI, the
+ * last communicator destroyed finalises MPI if the runtime initialised it. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_comm_destroy(distopt_rt_comm *comm);
+DISTOPT_RT_API distopt_rt_status distopt_rt_comm_rank(const distopt_rt_comm *comm,
+                                       int64_t *rank);
+DISTOPT_RT_API distopt_rt_status distopt_rt_comm_size(const distopt_rt_comm *comm,
+                                       int64_t *size);
+
+/* Collectives. Counts are in elements of `dtype`; `send` and `recv` may be
+ * the same buffer (in place). `scale` is used by DISTOPT_RT_PREMUL_SUM only.
+ * `wire` is the element type on the wire: the data's own type, or
+ * DISTOPT_RT_BF16 / DISTOPT_RT_F16 for floating-point data (compression;
+ * values are rounded for transport, reductions accumulate in the data's
+ * type). Every rank must issue the same collectives in the same order. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_reduce(distopt_rt_comm *comm,
+                                        const void *send, void *recv,
+                                        int64_t count, distopt_rt_dtype dtype,
+                                        distopt_rt_reduction op, double scale,
+                                        distopt_rt_dtype wire);
+/* `recv_count` elements per rank; `send` holds size * recv_count. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_scatter(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t recv_count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire);
+/* `send_count` elements per rank; `recv` holds size * send_count, in rank
+ * order. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather(distopt_rt_comm *comm,
+                                        const void *send, void *recv,
+                                        int64_t send_count,
+                                        distopt_rt_dtype dtype,
+                                        distopt_rt_dtype wire);
+/* Every rank's `recv` receives `root`'s `send`. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_broadcast(distopt_rt_comm *comm,
+                                       const void *send, void *recv,
+                                       int64_t count, distopt_rt_dtype dtype,
+                                       int64_t root, distopt_rt_dtype wire);
+/* `root`'s `recv` receives the reduction; on other ranks `recv` receives
+ * their own `send` (the dialect's semantics). */
+DISTOPT_RT_API distopt_rt_status distopt_rt_reduce(distopt_rt_comm *comm, const void *send,
+                                    void *recv, int64_t count,
+                                    distopt_rt_dtype dtype,
+                                    distopt_rt_reduction op, double scale,
+                                    int64_t root, distopt_rt_dtype wire);
+
+/* Asynchronous forms: the same arguments, and a request to wait on. The
+ * buffers must stay valid and untouched until distopt_rt_wait returns.
+ * Requests complete in the order they were started. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_reduce_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire, distopt_rt_request **request);
+DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_scatter_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t recv_count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire, distopt_rt_request **request);
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather_start(distopt_rt_comm *comm,
+                                              const void *send, void *recv,
+                                              int64_t send_count,
+                                              distopt_rt_dtype dtype,
+                                              distopt_rt_dtype wire,
+                                              distopt_rt_request **request);
+DISTOPT_RT_API distopt_rt_status distopt_rt_broadcast_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, int64_t root, distopt_rt_dtype wire,
+    distopt_rt_request **request);
+DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    int64_t root, distopt_rt_dtype wire, distopt_rt_request **request);
+/* Completes and frees the request; returns the collective's status. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_wait(distopt_rt_request *request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTOPT_RT_H */

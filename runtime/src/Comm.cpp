@@ -1,0 +1,457 @@
+//===- Comm.cpp - collective algorithms and async requests ------*- C++ -*-===//
+//
+// Ring reduce-scatter and all-gather over point-to-point exchanges. Each ring
+// step receives a chunk (in the wire type) and combines it with the local
+// contribution in one pass, scaling as it goes: premul_sum scales the local
+// part, avg divides on the last step. All ranks end with identical bits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Comm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+namespace distopt::rt {
+
+namespace {
+thread_local std::string lastErrorMessage;
+
+/// All-reduces at most this large use recursive doubling: log2(n) exchanges
+/// of the whole buffer instead of the ring's 2(n-1) of a chunk.
+constexpr int64_t kSmallAllReduceBytes = 64 * 1024;
+} // namespace
+
+distopt_rt_status fail(distopt_rt_status status, std::string message) {
+  lastErrorMessage = std::move(message);
+  return status;
+}
+
+const std::string &lastError() { return lastErrorMessage; }
+
+const char *name(Collective::Kind kind) {
+  switch (kind) {
+  case Collective::AllReduce:
+    return "all_reduce";
+  case Collective::ReduceScatter:
+    return "reduce_scatter";
+  case Collective::AllGather:
+    return "all_gather";
+  case Collective::Broadcast:
+    return "broadcast";
+  case Collective::Reduce:
+    return "reduce";
+  }
+  return "collective";
+}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport)
+    : transport(std::move(transport)) {}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(queueMutex);
+    stopping = true;
+  }
+  queueChanged.notify_all();
+  if (worker.joinable())
+    worker.join();
+}
+
+distopt_rt_status Communicator::run(const Collective &c) {
+  {
+    std::unique_lock<std::mutex> lock(queueMutex);
+    if (!queue.empty() || busy) {
+      lock.unlock();
+      return wait(start(c)); // after what was started before
+    }
+  }
+  std::lock_guard<std::mutex> lock(executeMutex);
+  return execute(c);
+}
+
+std::shared_ptr<Request> Communicator::start(const Collective &c) {
+  auto request = std::make_shared<Request>();
+  {
+    std::lock_guard<std::mutex> lock(queueMutex);
+    if (!worker.joinable())
+      worker = std::thread([this] { workerLoop(); });
+    queue.emplace_back(c, request);
+  }
+  queueChanged.notify_all();
+  return request;
+}
+
+distopt_rt_status Communicator::wait(const std::shared_ptr<Request> &request) {
+  std::unique_lock<std::mutex> lock(request->mutex);
+  request->done.wait(lock, [&] { return request->finished; });
+  if (request->status != DISTOPT_RT_OK)
+    return fail(request->status, request->error);
+  return DISTOPT_RT_OK;
+}
+
+void Communicator::workerLoop() {
+  while (true) {
+    std::pair<Collective, std::shared_ptr<Request>> next;
+    {
+      std::unique_lock<std::mutex> lock(queueMutex);
+      queueChanged.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty())
+        return; // stopping, nothing left
+      next = queue.front();
+      queue.pop_front();
+      busy = true;
+    }
+    distopt_rt_status status;
+    {
+      std::lock_guard<std::mutex> lock(executeMutex);
+      status = execute(next.first);
+    }
+    {
+      std::lock_guard<std::mutex> lock(next.second->mutex);
+      next.second->status = status;
+      if (status != DISTOPT_RT_OK)
+        next.second->error = lastError();
+      next.second->finished = true;
+    }
+    next.second->done.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(queueMutex);
+      busy = false;
+    }
+    queueChanged.notify_all();
+  }
+}
+
+char *Communicator::scratch(int index, size_t bytes) {
+  std::vector<char> &buffer = scratchBuffers[index];
+  if (buffer.size() < bytes)
+    buffer.resize(bytes); // zero-filled once, when it grows
+  return buffer.data();
+}
+
+distopt_rt_status Communicator::execute(const Collective &c) {
+  if (failed)
+    return fail(DISTOPT_RT_FAILED,
+                "the communicator failed earlier and cannot be used: " +
+                    failure);
+  std::ostringstream what;
+  what << "rank " << rank() << " of " << size() << ": " << name(c.kind)
+       << " of " << c.count << " " << name(c.type);
+  if (c.kind == Collective::AllReduce || c.kind == Collective::ReduceScatter ||
+      c.kind == Collective::Reduce)
+    what << " (" << name(c.op) << ")";
+  if (c.wire != c.type)
+    what << " on a " << name(c.wire) << " wire";
+  distopt_rt_status status = DISTOPT_RT_OK;
+  switch (c.kind) {
+  case Collective::AllReduce:
+    status = allReduce(c, what.str());
+    break;
+  case Collective::ReduceScatter:
+    status = ringReduceScatter(c, c.count * size(), c.recv, what.str());
+    break;
+  case Collective::AllGather: {
+    size_t bytes = c.count * elementSize(c.type);
+    void *slot = static_cast<char *>(c.recv) + rank() * bytes;
+    if (slot != c.send)
+      std::memmove(slot, c.send, bytes);
+    status = ringAllGather(c.recv, c.count * size(), c.type, c.wire,
+                           what.str());
+    break;
+  }
+  case Collective::Broadcast:
+    status = broadcast(c, what.str());
+    break;
+  case Collective::Reduce:
+    status = reduce(c, what.str());
+    break;
+  }
+  if (status != DISTOPT_RT_OK && status != DISTOPT_RT_INVALID_ARGUMENT) {
+    failed = true;
+    failure = lastError();
+  }
+  return status;
+}
+
+distopt_rt_status Communicator::allReduce(const Collective &c,
+                                          const std::string &what) {
+  int64_t n = size();
+  Combine local{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0, 1.0};
+  if (n == 1) {
+    combineChunk(nullptr, c.type, c.send, c.recv, c.count, c.type, local);
+    return DISTOPT_RT_OK;
+  }
+  int64_t bytes = c.count * static_cast<int64_t>(elementSize(c.type));
+  if ((n & (n - 1)) == 0 && bytes <= kSmallAllReduceBytes)
+    return recursiveDoublingAllReduce(c, what);
+  distopt_rt_status status = ringReduceScatter(c, c.count, nullptr, what);
+  if (status != DISTOPT_RT_OK)
+    return status;
+  return ringAllGather(c.recv, c.count, c.type, c.wire, what);
+}
+
+distopt_rt_status
+Communicator::recursiveDoublingAllReduce(const Collective &c,
+                                         const std::string &what) {
+  int64_t n = size(), r = rank();
+  size_t wireSize = elementSize(c.wire);
+  bool convertWire = c.wire != c.type;
+  // The (scaled) own contribution; partial results then meet in pairs. Both
+  // partners add the same two values, so every rank ends with the same bits.
+  combineChunk(nullptr, c.type, c.send, c.recv, c.count, c.type,
+               Combine{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0});
+  distopt_rt_reduction merge =
+      c.op == DISTOPT_RT_AVG || c.op == DISTOPT_RT_PREMUL_SUM ? DISTOPT_RT_SUM
+                                                              : c.op;
+  char *sendWire = scratch(0, c.count * wireSize);
+  char *recvWire = scratch(1, c.count * wireSize);
+  int64_t steps = 0;
+  for (int64_t mask = 1; mask < n; mask <<= 1)
+    ++steps;
+  int64_t step = 0;
+  for (int64_t mask = 1; mask < n; mask <<= 1, ++step) {
+    int64_t partner = r ^ mask;
+    convert(c.recv, c.type, sendWire, c.wire, c.count);
+    if (convertWire) // round the own half as the partner receives it
+      convert(sendWire, c.wire, c.recv, c.type, c.count);
+    std::ostringstream where;
+    where << what << " (exchange " << step + 1 << " of " << steps << ")";
+    distopt_rt_status status = transport->exchange(
+        sendWire, c.count * wireSize, partner, recvWire, c.count * wireSize,
+        partner, where.str());
+    if (status != DISTOPT_RT_OK)
+      return status;
+    bool last = step == steps - 1;
+    combineChunk(recvWire, c.wire, c.recv, c.recv, c.count, c.type,
+                 Combine{merge, 1.0,
+                         last && c.op == DISTOPT_RT_AVG ? double(n) : 1.0});
+  }
+  if (convertWire) { // the result, as every rank rounds it
+    convert(c.recv, c.type, sendWire, c.wire, c.count);
+    convert(sendWire, c.wire, c.recv, c.type, c.count);
+  }
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
+                                                  int64_t count, void *out,
+                                                  const std::string &what) {
+  // `out` null: all-reduce, the reduced chunk r goes to c.recv at chunk r's
+  // offset; otherwise (reduce-scatter) to `out`.
+  int64_t n = size(), r = rank();
+  size_t typeSize = elementSize(c.type), wireSize = elementSize(c.wire);
+  auto chunkPtr = [&](const void *base, int64_t chunk) {
+    return static_cast<const char *>(base) + chunkBegin(count, chunk) * typeSize;
+  };
+  auto chunkLen = [&](int64_t chunk) {
+    return chunkBegin(count, chunk + 1) - chunkBegin(count, chunk);
+  };
+  void *finalOut = out ? out : const_cast<char *>(chunkPtr(c.recv, r));
+  Combine step{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0, 1.0};
+  if (n == 1) {
+    combineChunk(nullptr, c.type, c.send, finalOut, count, c.type, step);
+    return DISTOPT_RT_OK;
+  }
+
+  int64_t maxChunk = 0;
+  for (int64_t k = 0; k < n; ++k)
+    maxChunk = std::max(maxChunk, chunkLen(k));
+  // acc: the partial result to send next (in the data type); wire buffers.
+  bool convertWire = c.wire != c.type;
+  char *acc = scratch(0, maxChunk * typeSize);
+  char *recvWire = scratch(1, maxChunk * wireSize);
+  char *sendWire = convertWire ? scratch(2, maxChunk * wireSize) : nullptr;
+  auto mod = [&](int64_t x) { return ((x % n) + n) % n; };
+  int64_t left = mod(r - 1), right = mod(r + 1);
+
+  for (int64_t s = 0; s < n - 1; ++s) {
+    int64_t sent = mod(r - s - 1), received = mod(r - s - 2);
+    // Step 0 sends this rank's own contribution to chunk r - 1: straight
+    // from the input unless it must be scaled or converted first.
+    const void *payload = acc;
+    if (s == 0) {
+      if (c.op == DISTOPT_RT_PREMUL_SUM)
+        combineChunk(nullptr, c.type, chunkPtr(c.send, sent), acc,
+                     chunkLen(sent), c.type, step);
+      else
+        payload = chunkPtr(c.send, sent);
+    }
+    if (convertWire) {
+      convert(payload, c.type, sendWire, c.wire, chunkLen(sent));
+      payload = sendWire;
+    }
+    std::ostringstream where;
+    where << what << " (ring step " << s + 1 << " of " << 2 * (n - 1) << ")";
+    distopt_rt_status status = transport->exchange(
+        payload, chunkLen(sent) * wireSize, right, recvWire,
+        chunkLen(received) * wireSize, left, where.str());
+    if (status != DISTOPT_RT_OK)
+      return status;
+    bool last = s == n - 2;
+    Combine combine = step;
+    if (last && c.op == DISTOPT_RT_AVG)
+      combine.resultDivisor = static_cast<double>(n);
+    void *dest = last ? finalOut : acc;
+    combineChunk(recvWire, c.wire, chunkPtr(c.send, received), dest,
+                 chunkLen(received), c.type, combine);
+  }
+  // Every rank must hold the same bits: round the own chunk as the others
+  // will receive it.
+  if (convertWire) {
+    convert(finalOut, c.type, sendWire, c.wire, chunkLen(r));
+    convert(sendWire, c.wire, finalOut, c.type, chunkLen(r));
+  }
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status Communicator::ringAllGather(void *buffer, int64_t count,
+                                              distopt_rt_dtype type,
+                                              distopt_rt_dtype wire,
+                                              const std::string &what) {
+  int64_t n = size(), r = rank();
+  if (n == 1)
+    return DISTOPT_RT_OK;
+  size_t typeSize = elementSize(type), wireSize = elementSize(wire);
+  auto chunkPtr = [&](int64_t chunk) {
+    return static_cast<char *>(buffer) + chunkBegin(count, chunk) * typeSize;
+  };
+  auto chunkLen = [&](int64_t chunk) {
+    return chunkBegin(count, chunk + 1) - chunkBegin(count, chunk);
+  };
+  auto mod = [&](int64_t x) { return ((x % n) + n) % n; };
+  int64_t left = mod(r - 1), right = mod(r + 1);
+  bool convertWire = wire != type;
+  int64_t maxChunk = 0;
+  for (int64_t k = 0; k < n; ++k)
+    maxChunk = std::max(maxChunk, chunkLen(k));
+  char *sendWire = convertWire ? scratch(1, maxChunk * wireSize) : nullptr;
+  char *recvWire = convertWire ? scratch(2, maxChunk * wireSize) : nullptr;
+  for (int64_t s = 0; s < n - 1; ++s) {
+    int64_t sent = mod(r - s), received = mod(r - s - 1);
+    const void *payload = chunkPtr(sent);
+    void *landing = chunkPtr(received);
+    if (convertWire) {
+      convert(chunkPtr(sent), type, sendWire, wire, chunkLen(sent));
+      payload = sendWire;
+      landing = recvWire;
+    }
+    std::ostringstream where;
+    where << what << " (ring step " << n + s << " of " << 2 * (n - 1) << ")";
+    distopt_rt_status status =
+        transport->exchange(payload, chunkLen(sent) * wireSize, right, landing,
+                            chunkLen(received) * wireSize, left, where.str());
+    if (status != DISTOPT_RT_OK)
+      return status;
+    if (convertWire)
+      convert(recvWire, wire, chunkPtr(received), type, chunkLen(received));
+  }
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status Communicator::broadcast(const Collective &c,
+                                          const std::string &what) {
+  int64_t n = size(), r = rank();
+  size_t wireSize = elementSize(c.wire);
+  bool convertWire = c.wire != c.type;
+  // The root rounds its own copy too, so that every rank holds the same.
+  std::vector<char> wireBuffer;
+  void *data = c.recv;
+  if (convertWire) {
+    wireBuffer.resize(c.count * wireSize);
+    data = wireBuffer.data();
+  }
+  if (r == c.root)
+    convert(c.send, c.type, data, c.wire, c.count);
+  // Binomial tree rooted at `root`.
+  int64_t relative = (r - c.root + n) % n;
+  for (int64_t mask = 1; mask < n; mask <<= 1) {
+    distopt_rt_status status = DISTOPT_RT_OK;
+    std::ostringstream where;
+    where << what << " (tree level " << mask << ")";
+    if (relative < mask) {
+      if (relative + mask < n)
+        status = transport->exchange(data, c.count * wireSize,
+                                     (relative + mask + c.root) % n, nullptr,
+                                     0, -1, where.str());
+    } else if (relative < 2 * mask) {
+      status = transport->exchange(nullptr, 0, -1, data, c.count * wireSize,
+                                   (relative - mask + c.root) % n,
+                                   where.str());
+    }
+    if (status != DISTOPT_RT_OK)
+      return status;
+  }
+  if (convertWire)
+    convert(data, c.wire, c.recv, c.type, c.count);
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status Communicator::reduce(const Collective &c,
+                                       const std::string &what) {
+  int64_t n = size(), r = rank();
+  size_t typeSize = elementSize(c.type), wireSize = elementSize(c.wire);
+  // Reduce-scatter, then every rank sends its reduced chunk to the root.
+  int64_t mine = chunkBegin(c.count, r + 1) - chunkBegin(c.count, r);
+  std::vector<char> chunk(std::max<int64_t>(mine, 1) * typeSize);
+  distopt_rt_status status = ringReduceScatter(c, c.count, chunk.data(), what);
+  if (status != DISTOPT_RT_OK)
+    return status;
+  if (r == c.root) {
+    std::vector<char> landing;
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t len = chunkBegin(c.count, k + 1) - chunkBegin(c.count, k);
+      char *dest = static_cast<char *>(c.recv) +
+                   chunkBegin(c.count, k) * typeSize;
+      if (k == r) {
+        if (c.wire != c.type) { // the same rounding as the others' chunks
+          landing.resize(len * wireSize);
+          convert(chunk.data(), c.type, landing.data(), c.wire, len);
+          convert(landing.data(), c.wire, dest, c.type, len);
+        } else {
+          std::memcpy(dest, chunk.data(), len * typeSize);
+        }
+        continue;
+      }
+      landing.resize(len * wireSize);
+      status = transport->exchange(nullptr, 0, -1, landing.data(),
+                                   len * wireSize, k, what + " (gather to root)");
+      if (status != DISTOPT_RT_OK)
+        return status;
+      convert(landing.data(), c.wire, dest, c.type, len);
+    }
+    return DISTOPT_RT_OK;
+  }
+  std::vector<char> wireChunk(mine * wireSize);
+  convert(chunk.data(), c.type, wireChunk.data(), c.wire, mine);
+  status = transport->exchange(wireChunk.data(), mine * wireSize, c.root,
+                               nullptr, 0, -1, what + " (gather to root)");
+  if (status != DISTOPT_RT_OK)
+    return status;
+  // Other ranks keep their own input (the dialect's semantics).
+  if (c.recv != c.send)
+    std::memmove(c.recv, c.send, c.count * typeSize);
+  return DISTOPT_RT_OK;
+}
+
+namespace {
+/// One process: every collective is local.
+class SingleTransport : public Transport {
+public:
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 1; }
+  distopt_rt_status exchange(const void *, size_t, int64_t, void *, size_t,
+                             int64_t, const std::string &what) override {
+    return fail(DISTOPT_RT_BACKEND_ERROR,
+                what + ": no peer in a single-process communicator");
+  }
+};
+} // namespace
+
+std::unique_ptr<Transport> createSingleTransport() {
+  return std::make_unique<SingleTransport>();
+}
+
+} // namespace distopt::rt

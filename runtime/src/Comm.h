@@ -1,0 +1,138 @@
+//===- Comm.h - communicators, collectives, requests ------------*- C++ -*-===//
+//
+// A communicator is a Transport (point-to-point exchange with a deadline:
+// MPI, or nothing for a single process) plus the collective algorithms built
+// on it, and a worker thread that runs asynchronous collectives in the order
+// they were started.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_RT_COMM_H
+#define DISTOPT_RT_COMM_H
+
+#include "Elements.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace distopt::rt {
+
+/// Records `message` as this thread's last error and returns `status`.
+distopt_rt_status fail(distopt_rt_status status, std::string message);
+const std::string &lastError();
+
+/// Point-to-point messages between the ranks of a run.
+class Transport {
+public:
+  virtual ~Transport() = default;
+  virtual int64_t rank() const = 0;
+  virtual int64_t size() const = 0;
+  /// Sends `sendBytes` to `to` while receiving `recvBytes` from `from`
+  /// (either may be 0 bytes / -1 rank to skip), failing with
+  /// DISTOPT_RT_TIMEOUT after `timeout` seconds. `what` names the operation
+  /// for messages.
+  virtual distopt_rt_status exchange(const void *send, size_t sendBytes,
+                                     int64_t to, void *recv, size_t recvBytes,
+                                     int64_t from, const std::string &what) = 0;
+  double timeout = 60;
+};
+
+std::unique_ptr<Transport> createSingleTransport();
+/// Null (with the last error set) when MPI is not built in or fails.
+std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status);
+
+/// Arguments of one collective call.
+struct Collective {
+  enum Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce } kind;
+  const void *send;
+  void *recv;
+  int64_t count; // all_reduce/broadcast/reduce: elements; reduce_scatter:
+                 // per rank received; all_gather: per rank sent
+  distopt_rt_dtype type;
+  distopt_rt_reduction op = DISTOPT_RT_SUM;
+  double scale = 1.0;
+  int64_t root = 0;
+  distopt_rt_dtype wire;
+};
+
+const char *name(Collective::Kind kind);
+
+struct Request {
+  std::mutex mutex;
+  std::condition_variable done;
+  bool finished = false;
+  distopt_rt_status status = DISTOPT_RT_OK;
+  std::string error;
+};
+
+class Communicator {
+public:
+  Communicator(std::unique_ptr<Transport> transport);
+  ~Communicator();
+
+  int64_t rank() const { return transport->rank(); }
+  int64_t size() const { return transport->size(); }
+
+  /// Runs `c` now, after any started requests (every rank sees one order).
+  distopt_rt_status run(const Collective &c);
+  /// Starts `c` on the worker thread.
+  std::shared_ptr<Request> start(const Collective &c);
+  static distopt_rt_status wait(const std::shared_ptr<Request> &request);
+
+private:
+  distopt_rt_status execute(const Collective &c);
+  distopt_rt_status allReduce(const Collective &c, const std::string &what);
+  /// Small all-reduces on a power-of-two number of ranks.
+  distopt_rt_status recursiveDoublingAllReduce(const Collective &c,
+                                               const std::string &what);
+  /// Ring reduce-scatter of `count` elements of `send` into `work`, which
+  /// ends holding rank r's reduced chunk r (chunk bounds from chunkBegin).
+  distopt_rt_status ringReduceScatter(const Collective &c, int64_t count,
+                                      void *work, const std::string &what);
+  /// Ring all-gather: each rank's chunk r of `buffer` goes to every rank.
+  distopt_rt_status ringAllGather(void *buffer, int64_t count,
+                                  distopt_rt_dtype type, distopt_rt_dtype wire,
+                                  const std::string &what);
+  distopt_rt_status broadcast(const Collective &c, const std::string &what);
+  distopt_rt_status reduce(const Collective &c, const std::string &what);
+  int64_t chunkBegin(int64_t count, int64_t chunk) const {
+    return count * chunk / size();
+  }
+  void workerLoop();
+
+  /// Scratch memory reused across collectives (grown, never shrunk, never
+  /// cleared): fresh buffers would cost a page fault per page every call.
+  char *scratch(int index, size_t bytes);
+
+  std::unique_ptr<Transport> transport;
+  std::vector<char> scratchBuffers[3];
+  bool failed = false;
+  std::string failure;
+
+  // Started collectives, run in order by the worker thread.
+  std::mutex queueMutex;
+  std::condition_variable queueChanged;
+  std::deque<std::pair<Collective, std::shared_ptr<Request>>> queue;
+  bool busy = false;
+  bool stopping = false;
+  std::mutex executeMutex; // one collective at a time on the transport
+  std::thread worker;
+};
+
+} // namespace distopt::rt
+
+struct distopt_rt_comm {
+  std::unique_ptr<distopt::rt::Communicator> impl;
+};
+
+struct distopt_rt_request {
+  std::shared_ptr<distopt::rt::Request> impl;
+};
+
+#endif // DISTOPT_RT_COMM_H

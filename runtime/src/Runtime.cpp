@@ -1,0 +1,289 @@
+//===- Runtime.cpp - the C ABI ----------------------------------*- C++ -*-===//
+//
+// Validates every argument, names the failing call in the error message,
+// and keeps C++ exceptions (allocation failures) from crossing the ABI.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Comm.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+using namespace distopt::rt;
+
+namespace {
+
+/// Runs `body`, turning an exception into a status.
+template <typename F> distopt_rt_status guarded(const char *call, F body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return fail(DISTOPT_RT_BACKEND_ERROR, std::string(call) + ": out of memory");
+  } catch (const std::exception &e) {
+    return fail(DISTOPT_RT_BACKEND_ERROR, std::string(call) + ": " + e.what());
+  }
+}
+
+distopt_rt_status invalid(const char *call, const std::string &why) {
+  return fail(DISTOPT_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
+}
+
+/// The checks every collective shares.
+distopt_rt_status check(const char *call, const distopt_rt_comm *comm,
+                        const Collective &c, bool reduces) {
+  if (!comm || !comm->impl)
+    return invalid(call, "the communicator is null");
+  if (c.count < 0)
+    return invalid(call, "negative count " + std::to_string(c.count));
+  if (!isValid(c.type))
+    return invalid(call, "unknown dtype " + std::to_string(c.type));
+  if (!isValid(c.wire))
+    return invalid(call, "unknown wire dtype " + std::to_string(c.wire));
+  if (c.wire != c.type &&
+      (!isFloat(c.type) ||
+       (c.wire != DISTOPT_RT_BF16 && c.wire != DISTOPT_RT_F16) ||
+       elementSize(c.wire) > elementSize(c.type)))
+    return invalid(call, std::string("a ") + name(c.wire) +
+                             " wire needs floating-point data at least as "
+                             "wide, got " +
+                             name(c.type));
+  if (c.count > 0 && (!c.send || !c.recv))
+    return invalid(call, "a null buffer for " + std::to_string(c.count) +
+                             " elements");
+  if (reduces) {
+    if (!isValid(c.op))
+      return invalid(call, "unknown reduction " + std::to_string(c.op));
+    if (c.op == DISTOPT_RT_PREMUL_SUM &&
+        (!isFloat(c.type) || !std::isfinite(c.scale)))
+      return invalid(call, "premul_sum needs floating-point data and a "
+                           "finite scale");
+  }
+  int64_t size = comm->impl->size();
+  if ((c.kind == Collective::Broadcast || c.kind == Collective::Reduce) &&
+      (c.root < 0 || c.root >= size))
+    return invalid(call, "root " + std::to_string(c.root) +
+                             " is out of range for " + std::to_string(size) +
+                             " ranks");
+  if (c.kind == Collective::AllReduce || c.kind == Collective::Broadcast ||
+      c.kind == Collective::Reduce)
+    return DISTOPT_RT_OK;
+  // Per-rank counts times the size must not overflow.
+  if (size > 0 && c.count > INT64_MAX / size)
+    return invalid(call, "count " + std::to_string(c.count) + " overflows");
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status runOrStart(const char *call, distopt_rt_comm *comm,
+                             const Collective &c, bool reduces,
+                             distopt_rt_request **request) {
+  return guarded(call, [&] {
+    distopt_rt_status status = check(call, comm, c, reduces);
+    if (status != DISTOPT_RT_OK)
+      return status;
+    if (!request)
+      return comm->impl->run(c);
+    *request = new distopt_rt_request{comm->impl->start(c)};
+    return DISTOPT_RT_OK;
+  });
+}
+
+Collective make(Collective::Kind kind, const void *send, void *recv,
+                int64_t count, distopt_rt_dtype type, distopt_rt_reduction op,
+                double scale, int64_t root, distopt_rt_dtype wire) {
+  return Collective{kind, send, recv, count, type, op, scale, root, wire};
+}
+
+} // namespace
+
+extern "C" {
+
+const char *distopt_rt_last_error(void) { return lastError().c_str(); }
+
+distopt_rt_status distopt_rt_comm_create(const char *backend,
+                                         int64_t expectedSize,
+                                         double timeoutSeconds,
+                                         distopt_rt_comm **comm) {
+  const char *call = "distopt_rt_comm_create";
+  return guarded(call, [&] {
+    if (!comm || !backend)
+      return invalid(call, "null backend or output pointer");
+    if (!(timeoutSeconds > 0))
+      return invalid(call, "the timeout must be positive");
+    if (expectedSize < 0)
+      return invalid(call, "negative expected world size");
+    std::unique_ptr<Transport> transport;
+    distopt_rt_status status = DISTOPT_RT_OK;
+    if (std::strcmp(backend, "single") == 0)
+      transport = createSingleTransport();
+    else if (std::strcmp(backend, "mpi") == 0)
+      transport = createMpiTransport(&status);
+    else
+      return invalid(call, std::string("unknown backend '") + backend +
+                               "' (expected mpi or single)");
+    if (!transport)
+      return status;
+    transport->timeout = timeoutSeconds;
+    if (expectedSize != 0 && transport->size() != expectedSize) {
+      std::ostringstream message;
+      message << "rank " << transport->rank() << ": the step was compiled for "
+              << expectedSize << " ranks but runs on " << transport->size();
+      return fail(DISTOPT_RT_WORLD_SIZE_MISMATCH, message.str());
+    }
+    *comm = new distopt_rt_comm{
+        std::make_unique<Communicator>(std::move(transport))};
+    return DISTOPT_RT_OK;
+  });
+}
+
+distopt_rt_status distopt_rt_comm_destroy(distopt_rt_comm *comm) {
+  if (!comm)
+    return invalid("distopt_rt_comm_destroy", "the communicator is null");
+  delete comm;
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_rt_comm_rank(const distopt_rt_comm *comm,
+                                       int64_t *rank) {
+  if (!comm || !comm->impl || !rank)
+    return invalid("distopt_rt_comm_rank", "null communicator or output");
+  *rank = comm->impl->rank();
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_rt_comm_size(const distopt_rt_comm *comm,
+                                       int64_t *size) {
+  if (!comm || !comm->impl || !size)
+    return invalid("distopt_rt_comm_size", "null communicator or output");
+  *size = comm->impl->size();
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_rt_all_reduce(distopt_rt_comm *comm,
+                                        const void *send, void *recv,
+                                        int64_t count, distopt_rt_dtype dtype,
+                                        distopt_rt_reduction op, double scale,
+                                        distopt_rt_dtype wire) {
+  return runOrStart(__func__, comm,
+                    make(Collective::AllReduce, send, recv, count, dtype, op,
+                         scale, 0, wire),
+                    true, nullptr);
+}
+
+distopt_rt_status distopt_rt_all_reduce_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire, distopt_rt_request **request) {
+  if (!request)
+    return invalid(__func__, "null request pointer");
+  return runOrStart(__func__, comm,
+                    make(Collective::AllReduce, send, recv, count, dtype, op,
+                         scale, 0, wire),
+                    true, request);
+}
+
+distopt_rt_status distopt_rt_reduce_scatter(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t recvCount,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire) {
+  return runOrStart(__func__, comm,
+                    make(Collective::ReduceScatter, send, recv, recvCount,
+                         dtype, op, scale, 0, wire),
+                    true, nullptr);
+}
+
+distopt_rt_status distopt_rt_reduce_scatter_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t recvCount,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire, distopt_rt_request **request) {
+  if (!request)
+    return invalid(__func__, "null request pointer");
+  return runOrStart(__func__, comm,
+                    make(Collective::ReduceScatter, send, recv, recvCount,
+                         dtype, op, scale, 0, wire),
+                    true, request);
+}
+
+distopt_rt_status distopt_rt_all_gather(distopt_rt_comm *comm,
+                                        const void *send, void *recv,
+                                        int64_t sendCount,
+                                        distopt_rt_dtype dtype,
+                                        distopt_rt_dtype wire) {
+  return runOrStart(__func__, comm,
+                    make(Collective::AllGather, send, recv, sendCount, dtype,
+                         DISTOPT_RT_SUM, 1.0, 0, wire),
+                    false, nullptr);
+}
+
+distopt_rt_status distopt_rt_all_gather_start(distopt_rt_comm *comm,
+                                              const void *send, void *recv,
+                                              int64_t sendCount,
+                                              distopt_rt_dtype dtype,
+                                              distopt_rt_dtype wire,
+                                              distopt_rt_request **request) {
+  if (!request)
+    return invalid(__func__, "null request pointer");
+  return runOrStart(__func__, comm,
+                    make(Collective::AllGather, send, recv, sendCount, dtype,
+                         DISTOPT_RT_SUM, 1.0, 0, wire),
+                    false, request);
+}
+
+distopt_rt_status distopt_rt_broadcast(distopt_rt_comm *comm,
+                                       const void *send, void *recv,
+                                       int64_t count, distopt_rt_dtype dtype,
+                                       int64_t root, distopt_rt_dtype wire) {
+  return runOrStart(__func__, comm,
+                    make(Collective::Broadcast, send, recv, count, dtype,
+                         DISTOPT_RT_SUM, 1.0, root, wire),
+                    false, nullptr);
+}
+
+distopt_rt_status distopt_rt_broadcast_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, int64_t root, distopt_rt_dtype wire,
+    distopt_rt_request **request) {
+  if (!request)
+    return invalid(__func__, "null request pointer");
+  return runOrStart(__func__, comm,
+                    make(Collective::Broadcast, send, recv, count, dtype,
+                         DISTOPT_RT_SUM, 1.0, root, wire),
+                    false, request);
+}
+
+distopt_rt_status distopt_rt_reduce(distopt_rt_comm *comm, const void *send,
+                                    void *recv, int64_t count,
+                                    distopt_rt_dtype dtype,
+                                    distopt_rt_reduction op, double scale,
+                                    int64_t root, distopt_rt_dtype wire) {
+  return runOrStart(__func__, comm,
+                    make(Collective::Reduce, send, recv, count, dtype, op,
+                         scale, root, wire),
+                    true, nullptr);
+}
+
+distopt_rt_status distopt_rt_reduce_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    int64_t root, distopt_rt_dtype wire, distopt_rt_request **request) {
+  if (!request)
+    return invalid(__func__, "null request pointer");
+  return runOrStart(__func__, comm,
+                    make(Collective::Reduce, send, recv, count, dtype, op,
+                         scale, root, wire),
+                    true, request);
+}
+
+distopt_rt_status distopt_rt_wait(distopt_rt_request *request) {
+  if (!request || !request->impl)
+    return invalid("distopt_rt_wait", "the request is null");
+  distopt_rt_status status = Communicator::wait(request->impl);
+  delete request;
+  return status;
+}
+
+} // extern "C"

@@ -1,0 +1,449 @@
+//===- collectives_test.cpp - the runtime's collectives, checked -*- C++ -*-===//
+//
+// Run under mpirun (or alone with --backend=single). Modes:
+//   check     every collective x dtype x reduction x wire x size, in place
+//             and not, sync and async, against a local simulation of all
+//             ranks. Inputs are small half-integers, so every sum, product,
+//             scaling and division by the world size is exact in every type:
+//             results must match bit for bit, which also shows that all
+//             ranks hold the same bits.
+//   invalid   every kind of bad argument gives DISTOPT_RT_INVALID_ARGUMENT.
+//   timeout   rank 1 never joins; rank 0 must fail with DISTOPT_RT_TIMEOUT
+//             naming itself, the operation and rank 1 within 2x the timeout.
+//   mismatch  a communicator for one rank more than the run has.
+// Prints "N passed, N failed" and exits non-zero on any failure.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt_rt.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int passed = 0, failed = 0;
+int64_t myRank = 0, worldSize = 1;
+
+void expect(bool ok, const std::string &what) {
+  if (ok) {
+    ++passed;
+    return;
+  }
+  ++failed;
+  std::fprintf(stderr, "rank %lld: FAILED: %s\n", (long long)myRank,
+               what.c_str());
+}
+
+// Element codecs for the test's reference computations (values are exact).
+size_t sizeOf(distopt_rt_dtype t) {
+  return t == DISTOPT_RT_F64 || t == DISTOPT_RT_I64 ? 8
+         : t == DISTOPT_RT_BF16 || t == DISTOPT_RT_F16 ? 2
+                                                        : 4;
+}
+
+void store(distopt_rt_dtype t, void *base, int64_t i, double v) {
+  char *p = static_cast<char *>(base) + i * sizeOf(t);
+  switch (t) {
+  case DISTOPT_RT_F32: {
+    float f = static_cast<float>(v);
+    std::memcpy(p, &f, 4);
+    break;
+  }
+  case DISTOPT_RT_F64:
+    std::memcpy(p, &v, 8);
+    break;
+  case DISTOPT_RT_BF16: {
+    float f = static_cast<float>(v); // exact: the test's values fit bf16
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    uint16_t h = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(p, &h, 2);
+    break;
+  }
+  case DISTOPT_RT_F16: {
+    // Exact for the test's values: |v| < 2048, multiples of 2^-4.
+    uint16_t h = 0;
+    if (v != 0) {
+      uint16_t sign = v < 0 ? 0x8000 : 0;
+      int e;
+      double m = std::frexp(std::fabs(v), &e); // v = m 2^e, m in [0.5,1)
+      uint16_t exp = static_cast<uint16_t>(e + 14);
+      uint16_t mant = static_cast<uint16_t>(std::ldexp(m, 11)) & 0x3FF;
+      h = sign | static_cast<uint16_t>(exp << 10) | mant;
+    }
+    std::memcpy(p, &h, 2);
+    break;
+  }
+  case DISTOPT_RT_I32: {
+    int32_t x = static_cast<int32_t>(v);
+    std::memcpy(p, &x, 4);
+    break;
+  }
+  case DISTOPT_RT_I64: {
+    int64_t x = static_cast<int64_t>(v);
+    std::memcpy(p, &x, 8);
+    break;
+  }
+  }
+}
+
+/// The test's input: small half-integers (integers for integer types).
+double input(distopt_rt_dtype t, int64_t rank, int64_t i) {
+  int64_t k = (rank * 7 + i * 3) % 7 - 3; // -3..3
+  bool integer = t == DISTOPT_RT_I32 || t == DISTOPT_RT_I64;
+  return integer ? static_cast<double>(k) : k * 0.5;
+}
+
+/// Inputs for prod: 1, 2, -1 or 0.5, so products of up to 4 stay exact.
+double prodInput(distopt_rt_dtype t, int64_t rank, int64_t i) {
+  static const double values[] = {1, 2, -1, 0.5};
+  double v = values[(rank + i) % 4];
+  bool integer = t == DISTOPT_RT_I32 || t == DISTOPT_RT_I64;
+  return integer && v == 0.5 ? 3 : v;
+}
+
+double reduceAll(distopt_rt_dtype t, distopt_rt_reduction op, double scale,
+                 int64_t i) {
+  double acc = 0;
+  for (int64_t r = 0; r < worldSize; ++r) {
+    double x = op == DISTOPT_RT_PROD ? prodInput(t, r, i) : input(t, r, i);
+    if (r == 0) {
+      acc = op == DISTOPT_RT_PREMUL_SUM ? scale * x : x;
+      continue;
+    }
+    switch (op) {
+    case DISTOPT_RT_MIN:
+      acc = std::min(acc, x);
+      break;
+    case DISTOPT_RT_MAX:
+      acc = std::max(acc, x);
+      break;
+    case DISTOPT_RT_PROD:
+      acc *= x;
+      break;
+    case DISTOPT_RT_PREMUL_SUM:
+      acc += scale * x;
+      break;
+    default:
+      acc += x;
+    }
+  }
+  if (op == DISTOPT_RT_AVG) {
+    bool integer = t == DISTOPT_RT_I32 || t == DISTOPT_RT_I64;
+    // Division in the compute type: exact for the values when the world
+    // size is a power of two; otherwise rounded like the runtime does.
+    if (integer)
+      return static_cast<double>(static_cast<int64_t>(acc) / worldSize);
+    if (t == DISTOPT_RT_F64)
+      return acc / worldSize;
+    return static_cast<float>(acc) / static_cast<float>(worldSize);
+  }
+  return acc;
+}
+
+std::vector<char> buffer(distopt_rt_dtype t, int64_t count) {
+  return std::vector<char>(std::max<int64_t>(count, 1) * sizeOf(t));
+}
+
+std::string describe(const char *what, distopt_rt_dtype t,
+                     distopt_rt_reduction op, distopt_rt_dtype wire,
+                     int64_t count, bool inPlace, bool async) {
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "%s dtype=%d op=%d wire=%d count=%lld%s%s", what, t, op, wire,
+                (long long)count, inPlace ? " in-place" : "",
+                async ? " async" : "");
+  return text;
+}
+
+bool same(const std::vector<char> &a, const std::vector<char> &b,
+          size_t bytes) {
+  return std::memcmp(a.data(), b.data(), bytes) == 0;
+}
+
+void checkMode(distopt_rt_comm *comm) {
+  const distopt_rt_dtype types[] = {DISTOPT_RT_F32,  DISTOPT_RT_F64,
+                                    DISTOPT_RT_BF16, DISTOPT_RT_F16,
+                                    DISTOPT_RT_I32,  DISTOPT_RT_I64};
+  const distopt_rt_reduction ops[] = {DISTOPT_RT_SUM,  DISTOPT_RT_AVG,
+                                      DISTOPT_RT_MIN,  DISTOPT_RT_MAX,
+                                      DISTOPT_RT_PROD, DISTOPT_RT_PREMUL_SUM};
+  // 100003 elements: past the native small-message path, uneven chunks.
+  const int64_t counts[] = {0, 1, 5, 1000, 100003};
+  const double scale = 0.25;
+
+  for (distopt_rt_dtype t : types) {
+    bool isFloat = t != DISTOPT_RT_I32 && t != DISTOPT_RT_I64;
+    std::vector<distopt_rt_dtype> wires = {t};
+    if (t == DISTOPT_RT_F32 || t == DISTOPT_RT_F64) {
+      wires.push_back(DISTOPT_RT_BF16);
+      wires.push_back(DISTOPT_RT_F16);
+    }
+    for (distopt_rt_dtype wire : wires)
+      for (int64_t count : counts)
+        for (int variant = 0; variant < 4; ++variant) {
+          bool inPlace = variant & 1, async = variant & 2;
+          size_t bytes = count * sizeOf(t);
+          for (distopt_rt_reduction op : ops) {
+            if (op == DISTOPT_RT_PREMUL_SUM && !isFloat)
+              continue;
+            // all_reduce
+            std::vector<char> send = buffer(t, count), recv = buffer(t, count),
+                              want = buffer(t, count);
+            for (int64_t i = 0; i < count; ++i) {
+              store(t, send.data(), i,
+                    op == DISTOPT_RT_PROD ? prodInput(t, myRank, i)
+                                          : input(t, myRank, i));
+              store(t, want.data(), i, reduceAll(t, op, scale, i));
+            }
+            void *out = inPlace ? send.data() : recv.data();
+            distopt_rt_status status;
+            if (async) {
+              distopt_rt_request *request = nullptr;
+              status = distopt_rt_all_reduce_start(comm, send.data(), out,
+                                                   count, t, op, scale, wire,
+                                                   &request);
+              if (status == DISTOPT_RT_OK)
+                status = distopt_rt_wait(request);
+            } else {
+              status = distopt_rt_all_reduce(comm, send.data(), out, count, t,
+                                             op, scale, wire);
+            }
+            expect(status == DISTOPT_RT_OK &&
+                       same(inPlace ? send : recv, want, bytes),
+                   describe("all_reduce", t, op, wire, count, inPlace, async) +
+                       " " + distopt_rt_last_error());
+
+            // reduce_scatter: `count` elements per rank.
+            std::vector<char> full = buffer(t, count * worldSize),
+                              part = buffer(t, count),
+                              wantPart = buffer(t, count);
+            for (int64_t i = 0; i < count * worldSize; ++i)
+              store(t, full.data(), i,
+                    op == DISTOPT_RT_PROD ? prodInput(t, myRank, i)
+                                          : input(t, myRank, i));
+            for (int64_t i = 0; i < count; ++i)
+              store(t, wantPart.data(), i,
+                    reduceAll(t, op, scale, myRank * count + i));
+            status = distopt_rt_reduce_scatter(comm, full.data(), part.data(),
+                                               count, t, op, scale, wire);
+            expect(status == DISTOPT_RT_OK && same(part, wantPart, bytes),
+                   describe("reduce_scatter", t, op, wire, count, false,
+                            false) +
+                       " " + distopt_rt_last_error());
+
+            // reduce to the last rank; the others keep their input.
+            int64_t root = worldSize - 1;
+            status = distopt_rt_reduce(comm, send.data(), recv.data(), count,
+                                       t, op, scale, root, wire);
+            std::vector<char> own = buffer(t, count);
+            for (int64_t i = 0; i < count; ++i)
+              store(t, own.data(), i,
+                    op == DISTOPT_RT_PROD ? prodInput(t, myRank, i)
+                                          : input(t, myRank, i));
+            if (!inPlace)
+              expect(status == DISTOPT_RT_OK &&
+                         same(recv, myRank == root ? want : own, bytes),
+                     describe("reduce", t, op, wire, count, false, false) +
+                         " " + distopt_rt_last_error());
+          }
+          // all_gather and broadcast
+          std::vector<char> mine = buffer(t, count),
+                            all = buffer(t, count * worldSize),
+                            wantAll = buffer(t, count * worldSize);
+          for (int64_t i = 0; i < count; ++i)
+            store(t, mine.data(), i, input(t, myRank, i));
+          for (int64_t r = 0; r < worldSize; ++r)
+            for (int64_t i = 0; i < count; ++i)
+              store(t, wantAll.data(), r * count + i, input(t, r, i));
+          distopt_rt_status status;
+          if (async) {
+            distopt_rt_request *request = nullptr;
+            status = distopt_rt_all_gather_start(comm, mine.data(), all.data(),
+                                                 count, t, wire, &request);
+            if (status == DISTOPT_RT_OK)
+              status = distopt_rt_wait(request);
+          } else {
+            status = distopt_rt_all_gather(comm, mine.data(), all.data(),
+                                           count, t, wire);
+          }
+          expect(status == DISTOPT_RT_OK &&
+                     same(all, wantAll, bytes * worldSize),
+                 describe("all_gather", t, DISTOPT_RT_SUM, wire, count, false,
+                          async) +
+                     " " + distopt_rt_last_error());
+          int64_t root = worldSize > 1 ? 1 : 0;
+          std::vector<char> got = buffer(t, count), wantRoot = buffer(t, count);
+          for (int64_t i = 0; i < count; ++i)
+            store(t, wantRoot.data(), i, input(t, root, i));
+          status = distopt_rt_broadcast(comm, mine.data(),
+                                        inPlace ? mine.data() : got.data(),
+                                        count, t, root, wire);
+          expect(status == DISTOPT_RT_OK &&
+                     same(inPlace ? mine : got, wantRoot, bytes),
+                 describe("broadcast", t, DISTOPT_RT_SUM, wire, count, inPlace,
+                          false) +
+                     " " + distopt_rt_last_error());
+        }
+  }
+
+  // Several requests in flight complete in order, with a sync call behind.
+  std::vector<std::vector<float>> data(4, std::vector<float>(70000));
+  std::vector<distopt_rt_request *> requests(3);
+  for (int k = 0; k < 4; ++k)
+    for (size_t i = 0; i < data[k].size(); ++i)
+      data[k][i] = static_cast<float>((k + 1) * (myRank + 1));
+  bool ok = true;
+  for (int k = 0; k < 3; ++k)
+    ok &= distopt_rt_all_reduce_start(comm, data[k].data(), data[k].data(),
+                                      70000, DISTOPT_RT_F32, DISTOPT_RT_SUM,
+                                      1.0, DISTOPT_RT_F32,
+                                      &requests[k]) == DISTOPT_RT_OK;
+  ok &= distopt_rt_all_reduce(comm, data[3].data(), data[3].data(), 70000,
+                              DISTOPT_RT_F32, DISTOPT_RT_SUM, 1.0,
+                              DISTOPT_RT_F32) == DISTOPT_RT_OK;
+  for (int k = 0; k < 3; ++k)
+    ok &= distopt_rt_wait(requests[k]) == DISTOPT_RT_OK;
+  float ranks = static_cast<float>(worldSize * (worldSize + 1) / 2);
+  for (int k = 0; k < 4; ++k)
+    ok &= data[k][12345] == (k + 1) * ranks;
+  expect(ok, std::string("overlapping requests: ") + distopt_rt_last_error());
+}
+
+void invalidMode(distopt_rt_comm *comm) {
+  float x[4] = {0};
+  auto invalid = [&](distopt_rt_status status, const char *what,
+                     const char *needle) {
+    std::string message = distopt_rt_last_error();
+    expect(status == DISTOPT_RT_INVALID_ARGUMENT &&
+               message.find(needle) != std::string::npos,
+           std::string(what) + ": got status " + std::to_string(status) +
+               ", message '" + message + "'");
+  };
+  invalid(distopt_rt_all_reduce(nullptr, x, x, 4, DISTOPT_RT_F32,
+                                DISTOPT_RT_SUM, 1, DISTOPT_RT_F32),
+          "null communicator", "distopt_rt_all_reduce: the communicator is null");
+  invalid(distopt_rt_all_reduce(comm, nullptr, x, 4, DISTOPT_RT_F32,
+                                DISTOPT_RT_SUM, 1, DISTOPT_RT_F32),
+          "null buffer", "a null buffer for 4 elements");
+  invalid(distopt_rt_all_reduce(comm, x, x, -1, DISTOPT_RT_F32, DISTOPT_RT_SUM,
+                                1, DISTOPT_RT_F32),
+          "negative count", "negative count -1");
+  invalid(distopt_rt_all_reduce(comm, x, x, 4, (distopt_rt_dtype)42,
+                                DISTOPT_RT_SUM, 1, (distopt_rt_dtype)42),
+          "bad dtype", "unknown dtype 42");
+  invalid(distopt_rt_all_reduce(comm, x, x, 4, DISTOPT_RT_F32,
+                                (distopt_rt_reduction)9, 1, DISTOPT_RT_F32),
+          "bad reduction", "unknown reduction 9");
+  invalid(distopt_rt_all_reduce(comm, x, x, 4, DISTOPT_RT_I32,
+                                DISTOPT_RT_PREMUL_SUM, 0.5, DISTOPT_RT_I32),
+          "premul on integers", "premul_sum needs floating-point data");
+  invalid(distopt_rt_all_reduce(comm, x, x, 4, DISTOPT_RT_F32,
+                                DISTOPT_RT_PREMUL_SUM, NAN, DISTOPT_RT_F32),
+          "premul NaN scale", "a finite scale");
+  invalid(distopt_rt_all_reduce(comm, x, x, 4, DISTOPT_RT_I32, DISTOPT_RT_SUM,
+                                1, DISTOPT_RT_BF16),
+          "wire on integers", "a bf16 wire needs floating-point data");
+  invalid(distopt_rt_broadcast(comm, x, x, 4, DISTOPT_RT_F32, worldSize,
+                               DISTOPT_RT_F32),
+          "root out of range", "is out of range");
+  invalid(distopt_rt_all_reduce_start(comm, x, x, 4, DISTOPT_RT_F32,
+                                      DISTOPT_RT_SUM, 1, DISTOPT_RT_F32,
+                                      nullptr),
+          "null request", "null request pointer");
+  invalid(distopt_rt_wait(nullptr), "null wait", "the request is null");
+  distopt_rt_comm *other = nullptr;
+  invalid(distopt_rt_comm_create("tcp", 0, 1, &other), "unknown backend",
+          "unknown backend 'tcp'");
+  invalid(distopt_rt_comm_create("single", 0, 0, &other), "zero timeout",
+          "the timeout must be positive");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string mode = "check", backend = "mpi";
+  double timeout = 60;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--backend=", 0) == 0)
+      backend = arg.substr(10);
+    else if (arg.rfind("--timeout=", 0) == 0)
+      timeout = std::atof(arg.c_str() + 10);
+    else
+      mode = arg;
+  }
+  distopt_rt_comm *comm = nullptr;
+  if (mode == "mismatch") {
+    distopt_rt_status status = distopt_rt_comm_create(backend.c_str(), 0, 60,
+                                                      &comm);
+    int64_t size = 0;
+    distopt_rt_comm_size(comm, &size);
+    distopt_rt_comm_rank(comm, &myRank);
+    distopt_rt_comm *wrong = nullptr;
+    status = distopt_rt_comm_create(backend.c_str(), size + 1, 60, &wrong);
+    std::string message = distopt_rt_last_error();
+    std::string want = "the step was compiled for " +
+                       std::to_string(size + 1) + " ranks but runs on " +
+                       std::to_string(size);
+    expect(status == DISTOPT_RT_WORLD_SIZE_MISMATCH &&
+               message.find(want) != std::string::npos,
+           "world size mismatch: '" + message + "'");
+  } else {
+    if (distopt_rt_comm_create(backend.c_str(), 0, timeout, &comm) !=
+        DISTOPT_RT_OK) {
+      std::fprintf(stderr, "cannot create a communicator: %s\n",
+                   distopt_rt_last_error());
+      return 2;
+    }
+    distopt_rt_comm_rank(comm, &myRank);
+    distopt_rt_comm_size(comm, &worldSize);
+  }
+
+  if (mode == "check") {
+    checkMode(comm);
+  } else if (mode == "invalid") {
+    invalidMode(comm);
+  } else if (mode == "timeout") {
+    float x[1024] = {0};
+    if (myRank == 0) {
+      auto begin = std::chrono::steady_clock::now();
+      distopt_rt_status status = distopt_rt_all_reduce(
+          comm, x, x, 1024, DISTOPT_RT_F32, DISTOPT_RT_SUM, 1, DISTOPT_RT_F32);
+      double waited = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - begin)
+                          .count();
+      std::string message = distopt_rt_last_error();
+      std::printf("rank 0 error after %.2f s: %s\n", waited, message.c_str());
+      expect(status == DISTOPT_RT_TIMEOUT &&
+                 message.find("rank 0 of 2: all_reduce of 1024 f32 (sum)") !=
+                     std::string::npos &&
+                 message.find("rank 1") != std::string::npos,
+             "timeout status and message");
+      expect(waited < 2 * timeout, "timed out within twice the timeout");
+      // The failed communicator refuses further work instead of hanging.
+      status = distopt_rt_all_reduce(comm, x, x, 4, DISTOPT_RT_F32,
+                                     DISTOPT_RT_SUM, 1, DISTOPT_RT_F32);
+      expect(status == DISTOPT_RT_FAILED, "a failed communicator stays failed");
+    } else {
+      // Never joins; outlives rank 0's timeout.
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(timeout * 1.5));
+    }
+  } else if (mode != "mismatch") {
+    std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
+    return 2;
+  }
+  if (comm)
+    distopt_rt_comm_destroy(comm);
+  std::printf("rank %lld: %d passed, %d failed\n", (long long)myRank, passed,
+              failed);
+  return failed ? 1 : 0;
+}
