@@ -1,4 +1,5 @@
-/*===- distopt_rt.h - the distopt runtime's C ABI ------------------*- C -*-===*\
+/*===- distopt_rt.h - the distopt runtime's C ABI ------------------*- C
+-*-===*\
  *
  * What compiled steps and their drivers call: communicators (MPI across
  * processes, or a single process) and the collectives of the distopt dialect.
@@ -25,7 +26,7 @@ extern "C" {
 
 typedef enum distopt_rt_status {
   DISTOPT_RT_OK = 0,
-  DISTOPT_RT_INVALID_ARGUMENT = 1, /* a null pointer, a bad count or enum */
+  DISTOPT_RT_INVALID_ARGUMENT = 1,    /* a null pointer, a bad count or enum */
   DISTOPT_RT_WORLD_SIZE_MISMATCH = 2, /* compiled for N ranks, run on M */
   DISTOPT_RT_TIMEOUT = 3,             /* a peer did not answer in time */
   DISTOPT_RT_BACKEND_ERROR = 4,       /* MPI reported an error */
@@ -64,16 +65,16 @@ DISTOPT_RT_API const char *distopt_rt_last_error(void);
  *   timeout_seconds: how long any collective may wait for its peers before
  *     failing with DISTOPT_RT_TIMEOUT (> 0). */
 DISTOPT_RT_API distopt_rt_status distopt_rt_comm_create(const char *backend,
-                                         int64_t expected_size,
-                                         double timeout_seconds,
-                                         distopt_rt_comm **comm);
+                                                        int64_t expected_size,
+                                                        double timeout_seconds,
+                                                        distopt_rt_comm **comm);
 /* Waits for pending requests, then frees the communicator. With MPI, the
  * last communicator destroyed finalises MPI if the runtime initialised it. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_comm_destroy(distopt_rt_comm *comm);
-DISTOPT_RT_API distopt_rt_status distopt_rt_comm_rank(const distopt_rt_comm *comm,
-                                       int64_t *rank);
-DISTOPT_RT_API distopt_rt_status distopt_rt_comm_size(const distopt_rt_comm *comm,
-                                       int64_t *size);
+DISTOPT_RT_API distopt_rt_status
+distopt_rt_comm_rank(const distopt_rt_comm *comm, int64_t *rank);
+DISTOPT_RT_API distopt_rt_status
+distopt_rt_comm_size(const distopt_rt_comm *comm, int64_t *size);
 
 /* Collectives. Counts are in elements of `dtype`; `send` and `recv` may be
  * the same buffer (in place). `scale` is used by DISTOPT_RT_PREMUL_SUM only.
@@ -81,11 +82,10 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_comm_size(const distopt_rt_comm *com
  * DISTOPT_RT_BF16 / DISTOPT_RT_F16 for floating-point data (compression;
  * values are rounded for transport, reductions accumulate in the data's
  * type). Every rank must issue the same collectives in the same order. */
-DISTOPT_RT_API distopt_rt_status distopt_rt_all_reduce(distopt_rt_comm *comm,
-                                        const void *send, void *recv,
-                                        int64_t count, distopt_rt_dtype dtype,
-                                        distopt_rt_reduction op, double scale,
-                                        distopt_rt_dtype wire);
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_reduce(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
+    distopt_rt_dtype wire);
 /* `recv_count` elements per rank; `send` holds size * recv_count. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_scatter(
     distopt_rt_comm *comm, const void *send, void *recv, int64_t recv_count,
@@ -93,23 +93,19 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_scatter(
     distopt_rt_dtype wire);
 /* `send_count` elements per rank; `recv` holds size * send_count, in rank
  * order. */
-DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather(distopt_rt_comm *comm,
-                                        const void *send, void *recv,
-                                        int64_t send_count,
-                                        distopt_rt_dtype dtype,
-                                        distopt_rt_dtype wire);
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t send_count,
+    distopt_rt_dtype dtype, distopt_rt_dtype wire);
 /* Every rank's `recv` receives `root`'s `send`. */
-DISTOPT_RT_API distopt_rt_status distopt_rt_broadcast(distopt_rt_comm *comm,
-                                       const void *send, void *recv,
-                                       int64_t count, distopt_rt_dtype dtype,
-                                       int64_t root, distopt_rt_dtype wire);
+DISTOPT_RT_API distopt_rt_status distopt_rt_broadcast(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, int64_t root, distopt_rt_dtype wire);
 /* `root`'s `recv` receives the reduction; on other ranks `recv` receives
  * their own `send` (the dialect's semantics). */
-DISTOPT_RT_API distopt_rt_status distopt_rt_reduce(distopt_rt_comm *comm, const void *send,
-                                    void *recv, int64_t count,
-                                    distopt_rt_dtype dtype,
-                                    distopt_rt_reduction op, double scale,
-                                    int64_t root, distopt_rt_dtype wire);
+DISTOPT_RT_API distopt_rt_status distopt_rt_reduce(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale, int64_t root,
+    distopt_rt_dtype wire);
 
 /* Asynchronous forms: the same arguments, and a request to wait on. The
  * buffers must stay valid and untouched until distopt_rt_wait returns.
@@ -122,20 +118,18 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_scatter_start(
     distopt_rt_comm *comm, const void *send, void *recv, int64_t recv_count,
     distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
     distopt_rt_dtype wire, distopt_rt_request **request);
-DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather_start(distopt_rt_comm *comm,
-                                              const void *send, void *recv,
-                                              int64_t send_count,
-                                              distopt_rt_dtype dtype,
-                                              distopt_rt_dtype wire,
-                                              distopt_rt_request **request);
-DISTOPT_RT_API distopt_rt_status distopt_rt_broadcast_start(
-    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
-    distopt_rt_dtype dtype, int64_t root, distopt_rt_dtype wire,
+DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather_start(
+    distopt_rt_comm *comm, const void *send, void *recv, int64_t send_count,
+    distopt_rt_dtype dtype, distopt_rt_dtype wire,
     distopt_rt_request **request);
+DISTOPT_RT_API distopt_rt_status
+distopt_rt_broadcast_start(distopt_rt_comm *comm, const void *send, void *recv,
+                           int64_t count, distopt_rt_dtype dtype, int64_t root,
+                           distopt_rt_dtype wire, distopt_rt_request **request);
 DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_start(
     distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
-    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
-    int64_t root, distopt_rt_dtype wire, distopt_rt_request **request);
+    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale, int64_t root,
+    distopt_rt_dtype wire, distopt_rt_request **request);
 /* Completes and frees the request; returns the collective's status. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_wait(distopt_rt_request *request);
 

@@ -158,8 +158,8 @@ distopt_rt_status Communicator::execute(const Collective &c) {
     void *slot = static_cast<char *>(c.recv) + rank() * bytes;
     if (slot != c.send)
       std::memmove(slot, c.send, bytes);
-    status = ringAllGather(c.recv, c.count * size(), c.type, c.wire,
-                           what.str());
+    status =
+        ringAllGather(c.recv, c.count * size(), c.type, c.wire, what.str());
     break;
   }
   case Collective::Broadcast:
@@ -219,15 +219,15 @@ Communicator::recursiveDoublingAllReduce(const Collective &c,
       convert(sendWire, c.wire, c.recv, c.type, c.count);
     std::ostringstream where;
     where << what << " (exchange " << step + 1 << " of " << steps << ")";
-    distopt_rt_status status = transport->exchange(
-        sendWire, c.count * wireSize, partner, recvWire, c.count * wireSize,
-        partner, where.str());
+    distopt_rt_status status =
+        transport->exchange(sendWire, c.count * wireSize, partner, recvWire,
+                            c.count * wireSize, partner, where.str());
     if (status != DISTOPT_RT_OK)
       return status;
     bool last = step == steps - 1;
-    combineChunk(recvWire, c.wire, c.recv, c.recv, c.count, c.type,
-                 Combine{merge, 1.0,
-                         last && c.op == DISTOPT_RT_AVG ? double(n) : 1.0});
+    combineChunk(
+        recvWire, c.wire, c.recv, c.recv, c.count, c.type,
+        Combine{merge, 1.0, last && c.op == DISTOPT_RT_AVG ? double(n) : 1.0});
   }
   if (convertWire) { // the result, as every rank rounds it
     convert(c.recv, c.type, sendWire, c.wire, c.count);
@@ -244,7 +244,8 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
   int64_t n = size(), r = rank();
   size_t typeSize = elementSize(c.type), wireSize = elementSize(c.wire);
   auto chunkPtr = [&](const void *base, int64_t chunk) {
-    return static_cast<const char *>(base) + chunkBegin(count, chunk) * typeSize;
+    return static_cast<const char *>(base) +
+           chunkBegin(count, chunk) * typeSize;
   };
   auto chunkLen = [&](int64_t chunk) {
     return chunkBegin(count, chunk + 1) - chunkBegin(count, chunk);
@@ -285,9 +286,9 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
     }
     std::ostringstream where;
     where << what << " (ring step " << s + 1 << " of " << 2 * (n - 1) << ")";
-    distopt_rt_status status = transport->exchange(
-        payload, chunkLen(sent) * wireSize, right, recvWire,
-        chunkLen(received) * wireSize, left, where.str());
+    distopt_rt_status status =
+        transport->exchange(payload, chunkLen(sent) * wireSize, right, recvWire,
+                            chunkLen(received) * wireSize, left, where.str());
     if (status != DISTOPT_RT_OK)
       return status;
     bool last = s == n - 2;
@@ -374,12 +375,11 @@ distopt_rt_status Communicator::broadcast(const Collective &c,
     if (relative < mask) {
       if (relative + mask < n)
         status = transport->exchange(data, c.count * wireSize,
-                                     (relative + mask + c.root) % n, nullptr,
-                                     0, -1, where.str());
+                                     (relative + mask + c.root) % n, nullptr, 0,
+                                     -1, where.str());
     } else if (relative < 2 * mask) {
       status = transport->exchange(nullptr, 0, -1, data, c.count * wireSize,
-                                   (relative - mask + c.root) % n,
-                                   where.str());
+                                   (relative - mask + c.root) % n, where.str());
     }
     if (status != DISTOPT_RT_OK)
       return status;
@@ -403,8 +403,8 @@ distopt_rt_status Communicator::reduce(const Collective &c,
     std::vector<char> landing;
     for (int64_t k = 0; k < n; ++k) {
       int64_t len = chunkBegin(c.count, k + 1) - chunkBegin(c.count, k);
-      char *dest = static_cast<char *>(c.recv) +
-                   chunkBegin(c.count, k) * typeSize;
+      char *dest =
+          static_cast<char *>(c.recv) + chunkBegin(c.count, k) * typeSize;
       if (k == r) {
         if (c.wire != c.type) { // the same rounding as the others' chunks
           landing.resize(len * wireSize);
@@ -416,8 +416,9 @@ distopt_rt_status Communicator::reduce(const Collective &c,
         continue;
       }
       landing.resize(len * wireSize);
-      status = transport->exchange(nullptr, 0, -1, landing.data(),
-                                   len * wireSize, k, what + " (gather to root)");
+      status =
+          transport->exchange(nullptr, 0, -1, landing.data(), len * wireSize, k,
+                              what + " (gather to root)");
       if (status != DISTOPT_RT_OK)
         return status;
       convert(landing.data(), c.wire, dest, c.type, len);

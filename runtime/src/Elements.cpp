@@ -59,7 +59,7 @@ F16 toF16(float f) {
     return {static_cast<uint16_t>(sign | static_cast<uint16_t>(q))};
   }
   int e;
-  std::frexp(a, &e); // a = m * 2^e, m in [0.5, 1)
+  std::frexp(a, &e);                               // a = m * 2^e, m in [0.5, 1)
   float q = std::nearbyint(std::ldexp(a, 11 - e)); // 11 significant bits
   if (q >= 2048.0f) {
     q /= 2;
@@ -164,10 +164,9 @@ void combineWithWire(const void *wire, distopt_rt_dtype wireType,
   if (wireType == type)
     return combineTyped<T, T, true>(static_cast<const T *>(wire), l, o, n, c);
   if (wireType == DISTOPT_RT_BF16)
-    return combineTyped<T, BF16, true>(static_cast<const BF16 *>(wire), l, o,
-                                       n, c);
-  return combineTyped<T, F16, true>(static_cast<const F16 *>(wire), l, o, n,
-                                    c);
+    return combineTyped<T, BF16, true>(static_cast<const BF16 *>(wire), l, o, n,
+                                       c);
+  return combineTyped<T, F16, true>(static_cast<const F16 *>(wire), l, o, n, c);
 }
 
 template <typename In, typename Out>
@@ -180,8 +179,7 @@ void convertTyped(const In *in, Out *out, int64_t n) {
 }
 
 template <typename In>
-void convertFrom(const In *in, void *out, distopt_rt_dtype outType,
-                 int64_t n) {
+void convertFrom(const In *in, void *out, distopt_rt_dtype outType, int64_t n) {
   switch (outType) {
   case DISTOPT_RT_F32:
     return convertTyped(in, static_cast<float *>(out), n);
@@ -234,8 +232,8 @@ const char *name(distopt_rt_dtype type) {
 }
 
 const char *name(distopt_rt_reduction op) {
-  static const char *names[] = {"sum", "avg", "min", "max", "prod",
-                                "premul_sum"};
+  static const char *names[] = {"sum", "avg",  "min",
+                                "max", "prod", "premul_sum"};
   return isValid(op) ? names[op] : "invalid-reduction";
 }
 

@@ -28,7 +28,7 @@ const char *name(distopt_rt_reduction op);
 /// How a chunk's local contribution enters, and how the result leaves.
 struct Combine {
   distopt_rt_reduction op;
-  double localScale = 1.0; // premul_sum: scale * local
+  double localScale = 1.0;    // premul_sum: scale * local
   double resultDivisor = 1.0; // avg, on the last step: result / size
 };
 

@@ -61,14 +61,13 @@ public:
     size_t numSends = 0;
     auto post = [&](bool isSend, void *data, size_t bytes, int64_t peer) {
       for (size_t offset = 0; offset < bytes; offset += kMaxMessageBytes) {
-        int piece = static_cast<int>(std::min(kMaxMessageBytes,
-                                              bytes - offset));
+        int piece =
+            static_cast<int>(std::min(kMaxMessageBytes, bytes - offset));
         MPI_Request request;
         char *p = static_cast<char *>(data) + offset;
-        int code = isSend ? MPI_Isend(p, piece, MPI_BYTE, peer, kTag, comm,
-                                      &request)
-                          : MPI_Irecv(p, piece, MPI_BYTE, peer, kTag, comm,
-                                      &request);
+        int code =
+            isSend ? MPI_Isend(p, piece, MPI_BYTE, peer, kTag, comm, &request)
+                   : MPI_Irecv(p, piece, MPI_BYTE, peer, kTag, comm, &request);
         if (code != MPI_SUCCESS)
           return code;
         requests.push_back(request);
@@ -100,8 +99,8 @@ private:
                     std::chrono::duration<double>(timeout);
     for (unsigned spins = 0;; ++spins) {
       int done = 0;
-      int code = MPI_Testall(static_cast<int>(requests.size()),
-                             requests.data(), &done, MPI_STATUSES_IGNORE);
+      int code = MPI_Testall(static_cast<int>(requests.size()), requests.data(),
+                             &done, MPI_STATUSES_IGNORE);
       if (code != MPI_SUCCESS)
         return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + mpiError(code));
       if (done)

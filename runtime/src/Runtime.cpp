@@ -23,7 +23,8 @@ template <typename F> distopt_rt_status guarded(const char *call, F body) {
   try {
     return body();
   } catch (const std::bad_alloc &) {
-    return fail(DISTOPT_RT_BACKEND_ERROR, std::string(call) + ": out of memory");
+    return fail(DISTOPT_RT_BACKEND_ERROR,
+                std::string(call) + ": out of memory");
   } catch (const std::exception &e) {
     return fail(DISTOPT_RT_BACKEND_ERROR, std::string(call) + ": " + e.what());
   }
@@ -163,15 +164,15 @@ distopt_rt_status distopt_rt_comm_size(const distopt_rt_comm *comm,
   return DISTOPT_RT_OK;
 }
 
-distopt_rt_status distopt_rt_all_reduce(distopt_rt_comm *comm,
-                                        const void *send, void *recv,
-                                        int64_t count, distopt_rt_dtype dtype,
+distopt_rt_status distopt_rt_all_reduce(distopt_rt_comm *comm, const void *send,
+                                        void *recv, int64_t count,
+                                        distopt_rt_dtype dtype,
                                         distopt_rt_reduction op, double scale,
                                         distopt_rt_dtype wire) {
-  return runOrStart(__func__, comm,
-                    make(Collective::AllReduce, send, recv, count, dtype, op,
-                         scale, 0, wire),
-                    true, nullptr);
+  return runOrStart(
+      __func__, comm,
+      make(Collective::AllReduce, send, recv, count, dtype, op, scale, 0, wire),
+      true, nullptr);
 }
 
 distopt_rt_status distopt_rt_all_reduce_start(
@@ -180,16 +181,17 @@ distopt_rt_status distopt_rt_all_reduce_start(
     distopt_rt_dtype wire, distopt_rt_request **request) {
   if (!request)
     return invalid(__func__, "null request pointer");
-  return runOrStart(__func__, comm,
-                    make(Collective::AllReduce, send, recv, count, dtype, op,
-                         scale, 0, wire),
-                    true, request);
+  return runOrStart(
+      __func__, comm,
+      make(Collective::AllReduce, send, recv, count, dtype, op, scale, 0, wire),
+      true, request);
 }
 
-distopt_rt_status distopt_rt_reduce_scatter(
-    distopt_rt_comm *comm, const void *send, void *recv, int64_t recvCount,
-    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
-    distopt_rt_dtype wire) {
+distopt_rt_status
+distopt_rt_reduce_scatter(distopt_rt_comm *comm, const void *send, void *recv,
+                          int64_t recvCount, distopt_rt_dtype dtype,
+                          distopt_rt_reduction op, double scale,
+                          distopt_rt_dtype wire) {
   return runOrStart(__func__, comm,
                     make(Collective::ReduceScatter, send, recv, recvCount,
                          dtype, op, scale, 0, wire),
@@ -208,9 +210,8 @@ distopt_rt_status distopt_rt_reduce_scatter_start(
                     true, request);
 }
 
-distopt_rt_status distopt_rt_all_gather(distopt_rt_comm *comm,
-                                        const void *send, void *recv,
-                                        int64_t sendCount,
+distopt_rt_status distopt_rt_all_gather(distopt_rt_comm *comm, const void *send,
+                                        void *recv, int64_t sendCount,
                                         distopt_rt_dtype dtype,
                                         distopt_rt_dtype wire) {
   return runOrStart(__func__, comm,
@@ -233,20 +234,21 @@ distopt_rt_status distopt_rt_all_gather_start(distopt_rt_comm *comm,
                     false, request);
 }
 
-distopt_rt_status distopt_rt_broadcast(distopt_rt_comm *comm,
-                                       const void *send, void *recv,
-                                       int64_t count, distopt_rt_dtype dtype,
-                                       int64_t root, distopt_rt_dtype wire) {
+distopt_rt_status distopt_rt_broadcast(distopt_rt_comm *comm, const void *send,
+                                       void *recv, int64_t count,
+                                       distopt_rt_dtype dtype, int64_t root,
+                                       distopt_rt_dtype wire) {
   return runOrStart(__func__, comm,
                     make(Collective::Broadcast, send, recv, count, dtype,
                          DISTOPT_RT_SUM, 1.0, root, wire),
                     false, nullptr);
 }
 
-distopt_rt_status distopt_rt_broadcast_start(
-    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
-    distopt_rt_dtype dtype, int64_t root, distopt_rt_dtype wire,
-    distopt_rt_request **request) {
+distopt_rt_status
+distopt_rt_broadcast_start(distopt_rt_comm *comm, const void *send, void *recv,
+                           int64_t count, distopt_rt_dtype dtype, int64_t root,
+                           distopt_rt_dtype wire,
+                           distopt_rt_request **request) {
   if (!request)
     return invalid(__func__, "null request pointer");
   return runOrStart(__func__, comm,
@@ -260,22 +262,24 @@ distopt_rt_status distopt_rt_reduce(distopt_rt_comm *comm, const void *send,
                                     distopt_rt_dtype dtype,
                                     distopt_rt_reduction op, double scale,
                                     int64_t root, distopt_rt_dtype wire) {
-  return runOrStart(__func__, comm,
-                    make(Collective::Reduce, send, recv, count, dtype, op,
-                         scale, root, wire),
-                    true, nullptr);
+  return runOrStart(
+      __func__, comm,
+      make(Collective::Reduce, send, recv, count, dtype, op, scale, root, wire),
+      true, nullptr);
 }
 
-distopt_rt_status distopt_rt_reduce_start(
-    distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
-    distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
-    int64_t root, distopt_rt_dtype wire, distopt_rt_request **request) {
+distopt_rt_status distopt_rt_reduce_start(distopt_rt_comm *comm,
+                                          const void *send, void *recv,
+                                          int64_t count, distopt_rt_dtype dtype,
+                                          distopt_rt_reduction op, double scale,
+                                          int64_t root, distopt_rt_dtype wire,
+                                          distopt_rt_request **request) {
   if (!request)
     return invalid(__func__, "null request pointer");
-  return runOrStart(__func__, comm,
-                    make(Collective::Reduce, send, recv, count, dtype, op,
-                         scale, root, wire),
-                    true, request);
+  return runOrStart(
+      __func__, comm,
+      make(Collective::Reduce, send, recv, count, dtype, op, scale, root, wire),
+      true, request);
 }
 
 distopt_rt_status distopt_rt_wait(distopt_rt_request *request) {

@@ -1,4 +1,5 @@
-//===- collectives_test.cpp - the runtime's collectives, checked -*- C++ -*-===//
+//===- collectives_test.cpp - the runtime's collectives, checked -*- C++
+//-*-===//
 //
 // Run under mpirun (or alone with --backend=single). Modes:
 //   check     every collective x dtype x reduction x wire x size, in place
@@ -43,9 +44,9 @@ void expect(bool ok, const std::string &what) {
 
 // Element codecs for the test's reference computations (values are exact).
 size_t sizeOf(distopt_rt_dtype t) {
-  return t == DISTOPT_RT_F64 || t == DISTOPT_RT_I64 ? 8
+  return t == DISTOPT_RT_F64 || t == DISTOPT_RT_I64    ? 8
          : t == DISTOPT_RT_BF16 || t == DISTOPT_RT_F16 ? 2
-                                                        : 4;
+                                                       : 4;
 }
 
 void store(distopt_rt_dtype t, void *base, int64_t i, double v) {
@@ -156,9 +157,8 @@ std::string describe(const char *what, distopt_rt_dtype t,
                      distopt_rt_reduction op, distopt_rt_dtype wire,
                      int64_t count, bool inPlace, bool async) {
   char text[200];
-  std::snprintf(text, sizeof text,
-                "%s dtype=%d op=%d wire=%d count=%lld%s%s", what, t, op, wire,
-                (long long)count, inPlace ? " in-place" : "",
+  std::snprintf(text, sizeof text, "%s dtype=%d op=%d wire=%d count=%lld%s%s",
+                what, t, op, wire, (long long)count, inPlace ? " in-place" : "",
                 async ? " async" : "");
   return text;
 }
@@ -207,9 +207,8 @@ void checkMode(distopt_rt_comm *comm) {
             distopt_rt_status status;
             if (async) {
               distopt_rt_request *request = nullptr;
-              status = distopt_rt_all_reduce_start(comm, send.data(), out,
-                                                   count, t, op, scale, wire,
-                                                   &request);
+              status = distopt_rt_all_reduce_start(
+                  comm, send.data(), out, count, t, op, scale, wire, &request);
               if (status == DISTOPT_RT_OK)
                 status = distopt_rt_wait(request);
             } else {
@@ -234,15 +233,15 @@ void checkMode(distopt_rt_comm *comm) {
                     reduceAll(t, op, scale, myRank * count + i));
             status = distopt_rt_reduce_scatter(comm, full.data(), part.data(),
                                                count, t, op, scale, wire);
-            expect(status == DISTOPT_RT_OK && same(part, wantPart, bytes),
-                   describe("reduce_scatter", t, op, wire, count, false,
-                            false) +
-                       " " + distopt_rt_last_error());
+            expect(
+                status == DISTOPT_RT_OK && same(part, wantPart, bytes),
+                describe("reduce_scatter", t, op, wire, count, false, false) +
+                    " " + distopt_rt_last_error());
 
             // reduce to the last rank; the others keep their input.
             int64_t root = worldSize - 1;
-            status = distopt_rt_reduce(comm, send.data(), recv.data(), count,
-                                       t, op, scale, root, wire);
+            status = distopt_rt_reduce(comm, send.data(), recv.data(), count, t,
+                                       op, scale, root, wire);
             std::vector<char> own = buffer(t, count);
             for (int64_t i = 0; i < count; ++i)
               store(t, own.data(), i,
@@ -271,8 +270,8 @@ void checkMode(distopt_rt_comm *comm) {
             if (status == DISTOPT_RT_OK)
               status = distopt_rt_wait(request);
           } else {
-            status = distopt_rt_all_gather(comm, mine.data(), all.data(),
-                                           count, t, wire);
+            status = distopt_rt_all_gather(comm, mine.data(), all.data(), count,
+                                           t, wire);
           }
           expect(status == DISTOPT_RT_OK &&
                      same(all, wantAll, bytes * worldSize),
@@ -329,7 +328,8 @@ void invalidMode(distopt_rt_comm *comm) {
   };
   invalid(distopt_rt_all_reduce(nullptr, x, x, 4, DISTOPT_RT_F32,
                                 DISTOPT_RT_SUM, 1, DISTOPT_RT_F32),
-          "null communicator", "distopt_rt_all_reduce: the communicator is null");
+          "null communicator",
+          "distopt_rt_all_reduce: the communicator is null");
   invalid(distopt_rt_all_reduce(comm, nullptr, x, 4, DISTOPT_RT_F32,
                                 DISTOPT_RT_SUM, 1, DISTOPT_RT_F32),
           "null buffer", "a null buffer for 4 elements");
@@ -382,17 +382,16 @@ int main(int argc, char **argv) {
   }
   distopt_rt_comm *comm = nullptr;
   if (mode == "mismatch") {
-    distopt_rt_status status = distopt_rt_comm_create(backend.c_str(), 0, 60,
-                                                      &comm);
+    distopt_rt_status status =
+        distopt_rt_comm_create(backend.c_str(), 0, 60, &comm);
     int64_t size = 0;
     distopt_rt_comm_size(comm, &size);
     distopt_rt_comm_rank(comm, &myRank);
     distopt_rt_comm *wrong = nullptr;
     status = distopt_rt_comm_create(backend.c_str(), size + 1, 60, &wrong);
     std::string message = distopt_rt_last_error();
-    std::string want = "the step was compiled for " +
-                       std::to_string(size + 1) + " ranks but runs on " +
-                       std::to_string(size);
+    std::string want = "the step was compiled for " + std::to_string(size + 1) +
+                       " ranks but runs on " + std::to_string(size);
     expect(status == DISTOPT_RT_WORLD_SIZE_MISMATCH &&
                message.find(want) != std::string::npos,
            "world size mismatch: '" + message + "'");
@@ -434,8 +433,7 @@ int main(int argc, char **argv) {
       expect(status == DISTOPT_RT_FAILED, "a failed communicator stays failed");
     } else {
       // Never joins; outlives rank 0's timeout.
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>(timeout * 1.5));
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 1.5));
     }
   } else if (mode != "mismatch") {
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
