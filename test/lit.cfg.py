@@ -12,7 +12,7 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%examples", os.path.join(config.distopt_src_root, "examples")))
@@ -37,3 +37,15 @@ if mpirun:
     # Root may run it (CI does); more ranks than cores is fine for tests.
     config.substitutions.append(
         ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe --bind-to none"))
+
+# Integration tests against PyTorch need Debian's python3-torch (CPU). The
+# interpreter on PATH may be another one, so Debian's is used by path.
+import subprocess
+
+torch_python = "/usr/bin/python3"
+if os.path.exists(torch_python) and subprocess.run(
+        [torch_python, "-c", "import torch, numpy"], capture_output=True).returncode == 0:
+    config.available_features.add("torch")
+    config.substitutions.append(("%torch_python", torch_python))
+config.substitutions.append(("%mlir_runner", os.path.join(config.llvm_tools_dir, "mlir-runner")))
+config.substitutions.append(("%mlir_lib_dir", os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")))

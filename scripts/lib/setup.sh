@@ -6,12 +6,14 @@ DISTOPT_BUILD=${DISTOPT_BUILD:-$DISTOPT_ROOT/build}
 LLVM_PREFIX=/usr/lib/llvm-22
 
 # Debian packages the build and the tests need. mlir-22-tools is required by
-# MLIR's CMake config although libmlir-22-dev does not depend on it.
+# MLIR's CMake config although libmlir-22-dev does not depend on it; OpenMPI
+# runs the multi-rank tests; python3-torch (CPU) is the numerical reference.
 DISTOPT_PACKAGES=(
   cmake ninja-build g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   clang-format-22
   libopenmpi-dev openmpi-bin
+  python3-torch python3-numpy
 )
 
 distopt_install_packages() {

@@ -1,7 +1,7 @@
 //===- distopt-opt.cpp - mlir-opt with the distopt dialect ------*- C++ -*-===//
 //
-// Like mlir-opt, with the distopt dialect and the upstream dialects a step
-// function is written in. Passes: every upstream pass, and distopt's.
+// Like mlir-opt (every upstream dialect and pass), plus the distopt dialect,
+// its passes and its pipelines.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +21,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
@@ -37,6 +39,11 @@ int main(int argc, char **argv) {
                   mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
                   mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
                   mlir::tensor::TensorDialect>();
+
+  // Every upstream dialect, like mlir-opt, with the interface models
+  // (bufferization, conversion to LLVM) that pipelines need.
+  mlir::registerAllDialects(registry);
+  mlir::registerAllExtensions(registry);
 
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "distopt optimizer driver\n", registry));

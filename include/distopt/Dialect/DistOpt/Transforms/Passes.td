@@ -181,6 +181,26 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def LowerOptimizersPass : Pass<"distopt-lower-optimizers"> {
+  let summary = "Lower optimizer updates to one fused loop each";
+  let description = [{
+    Each `distopt.*_update` becomes a single `linalg.generic` over the
+    tensor's elements: the gradient is its input, the parameter and the state
+    tensors its outputs (so that bufferization updates them in place), and
+    its body reads each operand once and writes each result once. The body
+    follows torch.optim's single-tensor code (PyTorch 1.13) operation by
+    operation (`add(alpha=)` as a fused multiply-add, like torch's CPU
+    kernel; `addcmul`; `addcdiv`); the scalars torch keeps
+    as Python floats (bias corrections, step sizes, AdamW's decay factor,
+    Adagrad's decayed rate) are computed once before the loop, in f64, from
+    the learning rate and the step. bf16/f16 tensors are computed in f32 and
+    rounded once when stored (torch rounds after every operation).
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";

@@ -1,0 +1,47 @@
+// RUN: distopt-opt %s --distopt-lower-optimizers | FileCheck %s
+
+// One loop per update: the gradient in, parameter and state out (updated in
+// place after bufferization), every operand read once.
+// CHECK-LABEL: func.func @adamw
+// CHECK-SAME: (%[[P:[^:]*]]: tensor<4x8xf32>, %[[G:[^:]*]]: tensor<4x8xf32>, %[[M:[^:]*]]: tensor<4x8xf32>, %[[V:[^:]*]]: tensor<4x8xf32>
+// Scalars once, in f64: bias corrections and AdamW's decay factor.
+// CHECK: math.powf {{.*}} : f64
+// CHECK: math.powf {{.*}} : f64
+// CHECK: %[[R:.*]]:3 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%[[G]] : tensor<4x8xf32>) outs(%[[P]], %[[M]], %[[V]] : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>)
+// CHECK: math.fma
+// CHECK: math.sqrt {{.*}} : f32
+// CHECK: linalg.yield
+// CHECK-NOT: linalg.generic
+// CHECK: return %[[R]]#0, %[[R]]#1, %[[R]]#2
+func.func @adamw(%p: tensor<4x8xf32>, %g: tensor<4x8xf32>, %m: tensor<4x8xf32>, %v: tensor<4x8xf32>, %lr: f32, %t: i64) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a, %b, %c = distopt.adamw_update %p, %g state(%m, %v) lr(%lr) step(%t) : tensor<4x8xf32>, f32
+  return %a, %b, %c : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// bf16 is computed in f32 and rounded once when stored.
+// CHECK-LABEL: func.func @sgd_bf16
+// CHECK: arith.cmpi eq, %{{.*}}, %{{.*}} : i64
+// CHECK: linalg.generic {{.*}} ins(%{{.*}} : tensor<16xbf16>) outs(%{{.*}}, %{{.*}} : tensor<16xbf16>, tensor<16xbf16>)
+// CHECK: ^bb0(%[[IN:.*]]: bf16, %[[OUT:.*]]: bf16, %[[BUF:.*]]: bf16):
+// CHECK-COUNT-3: arith.extf {{.*}} : bf16 to f32
+// CHECK: arith.select
+// CHECK-COUNT-2: arith.truncf {{.*}} : f32 to bf16
+// CHECK: linalg.yield
+func.func @sgd_bf16(%p: tensor<16xbf16>, %g: tensor<16xbf16>, %b: tensor<16xbf16>, %lr: f32, %t: i64) -> (tensor<16xbf16>, tensor<16xbf16>) {
+  %a, %c = distopt.sgd_update %p, %g state(%b) lr(%lr) step(%t) {momentum = 0.9, nesterov} : tensor<16xbf16>, f32
+  return %a, %c : tensor<16xbf16>, tensor<16xbf16>
+}
+
+// Every optimizer lowers, and nothing else is touched.
+// CHECK-LABEL: func.func @all
+// CHECK-NOT: distopt.{{.*}}_update
+// CHECK-COUNT-3: linalg.generic
+// CHECK: distopt.all_reduce
+func.func @all(%p: tensor<8xf32>, %g: tensor<8xf32>, %s: tensor<8xf32>, %lr: f32, %t: i64) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %a, %b = distopt.rmsprop_update %p, %g state(%s) lr(%lr) step(%t) : tensor<8xf32>, f32
+  %c, %d = distopt.adagrad_update %a, %g state(%s) lr(%lr) step(%t) : tensor<8xf32>, f32
+  %e = distopt.sgd_update %c, %g lr(%lr) step(%t) : tensor<8xf32>, f32
+  %r = distopt.all_reduce sum %e on @dp : tensor<8xf32>
+  return %r, %b, %d, %e : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+distopt.process_group @dp size 2
