@@ -12,7 +12,8 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
-config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py",
+                   "step_harness.py", "passes_preserve_step.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%examples", os.path.join(config.distopt_src_root, "examples")))
@@ -49,3 +50,5 @@ if os.path.exists(torch_python) and subprocess.run(
     config.substitutions.append(("%torch_python", torch_python))
 config.substitutions.append(("%mlir_runner", os.path.join(config.llvm_tools_dir, "mlir-runner")))
 config.substitutions.append(("%mlir_lib_dir", os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")))
+config.substitutions.append(
+    ("%rt_lib", os.path.join(config.distopt_obj_root, "runtime", "lib", "libdistopt_rt.so")))

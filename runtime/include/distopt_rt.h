@@ -130,6 +130,17 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_start(
     distopt_rt_comm *comm, const void *send, void *recv, int64_t count,
     distopt_rt_dtype dtype, distopt_rt_reduction op, double scale, int64_t root,
     distopt_rt_dtype wire, distopt_rt_request **request);
+/* For compiled steps: the communicator of the whole run, created on first
+ * use and destroyed at exit. The backend is DISTOPT_RT_BACKEND ("mpi" or
+ * "single"; by default "mpi" when launched by mpirun, else "single"), the
+ * timeout DISTOPT_RT_TIMEOUT seconds (default 300). `expected_size` as in
+ * distopt_rt_comm_create; later calls must expect the same size. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_world(int64_t expected_size,
+                                                  distopt_rt_comm **comm);
+/* For compiled steps: reports the last error of this thread on stderr and
+ * ends the run (MPI_Abort when MPI is up, so no rank is left waiting). */
+DISTOPT_RT_API void distopt_rt_fatal(distopt_rt_status status);
+
 /* Completes and frees the request; returns the collective's status. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_wait(distopt_rt_request *request);
 

@@ -44,6 +44,8 @@ public:
 };
 
 std::unique_ptr<Transport> createSingleTransport();
+/// Ends the whole run now: MPI_Abort when MPI is up, else exit(1).
+[[noreturn]] void abortRun();
 /// Null (with the last error set) when MPI is not built in or fails.
 std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status);
 

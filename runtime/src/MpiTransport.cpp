@@ -10,6 +10,7 @@
 #include "Comm.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -165,7 +166,18 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status) {
   return std::make_unique<MpiTransport>(comm, rank, size);
 }
 
+void abortRun() {
+  int initialised = 0, finalized = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  if (initialised && !finalized)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
 #else
+
+void abortRun() { std::_Exit(1); }
 
 std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status) {
   *status = fail(DISTOPT_RT_UNAVAILABLE,

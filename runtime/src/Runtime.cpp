@@ -10,7 +10,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <sstream>
 
@@ -280,6 +283,47 @@ distopt_rt_status distopt_rt_reduce_start(distopt_rt_comm *comm,
       __func__, comm,
       make(Collective::Reduce, send, recv, count, dtype, op, scale, root, wire),
       true, request);
+}
+
+distopt_rt_status distopt_rt_world(int64_t expectedSize,
+                                   distopt_rt_comm **comm) {
+  static std::mutex mutex;
+  static distopt_rt_comm *world = nullptr;
+  const char *call = "distopt_rt_world";
+  if (!comm)
+    return invalid(call, "null output pointer");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!world) {
+    const char *backend = std::getenv("DISTOPT_RT_BACKEND");
+    if (!backend)
+      backend = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")
+                    ? "mpi"
+                    : "single";
+    const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
+    double timeout = timeoutText ? std::atof(timeoutText) : 300.0;
+    distopt_rt_status status =
+        distopt_rt_comm_create(backend, expectedSize, timeout, &world);
+    if (status != DISTOPT_RT_OK)
+      return status;
+    std::atexit([] {
+      distopt_rt_comm_destroy(world);
+      world = nullptr;
+    });
+  } else if (expectedSize != 0 && world->impl->size() != expectedSize) {
+    std::ostringstream message;
+    message << "rank " << world->impl->rank() << ": the step was compiled for "
+            << expectedSize << " ranks but runs on " << world->impl->size();
+    return fail(DISTOPT_RT_WORLD_SIZE_MISMATCH, message.str());
+  }
+  *comm = world;
+  return DISTOPT_RT_OK;
+}
+
+void distopt_rt_fatal(distopt_rt_status status) {
+  std::fprintf(stderr, "distopt: fatal error (status %d): %s\n",
+               static_cast<int>(status), lastError().c_str());
+  std::fflush(stderr);
+  abortRun();
 }
 
 distopt_rt_status distopt_rt_wait(distopt_rt_request *request) {

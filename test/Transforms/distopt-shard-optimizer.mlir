@@ -141,6 +141,17 @@ func.func @unreduced(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf3
 
 // -----
 
+module attributes {distopt.world_size = 1 : i64} {
+  distopt.process_group @one size 1
+  // expected-warning @+1 {{--distopt-shard-optimizer: the step is compiled for one rank; nothing to shard}}
+  func.func @one_rank(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
+    %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
+    return %p1 : tensor<4xf32>
+  }
+}
+
+// -----
+
 distopt.process_group @dp size 2
 func.func @param_not_argument(%g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
   %p = arith.constant dense<1.0> : tensor<4xf32>

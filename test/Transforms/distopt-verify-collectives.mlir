@@ -133,6 +133,17 @@ func.func @reduced_twice(%p: tensor<8xf32>, %g: tensor<8xf32> {distopt.role = "g
 
 // -----
 
+// On one rank the reductions fold away and nothing can diverge.
+module attributes {distopt.world_size = 1 : i64} {
+  distopt.process_group @single size 1
+  func.func @single_rank(%p: tensor<8xf32>, %g: tensor<8xf32> {distopt.role = "grad", distopt.name = "w"}, %lr: f32, %t: i64) -> tensor<8xf32> {
+    %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<8xf32>, f32
+    return %p1 : tensor<8xf32>
+  }
+}
+
+// -----
+
 distopt.process_group @dp size 4
 func.func @token_not_waited(%g: tensor<8xf32>) {
   // expected-error @+1 {{the token of 'distopt.all_reduce_start' must be waited on exactly once, found 0 distopt.wait and 0 uses}}

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 #include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
 
@@ -44,6 +45,7 @@ int main(int argc, char **argv) {
   // (bufferization, conversion to LLVM) that pipelines need.
   mlir::registerAllDialects(registry);
   mlir::registerAllExtensions(registry);
+  mlir::distopt::registerBufferizableOpInterfaceExternalModels(registry);
 
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "distopt optimizer driver\n", registry));

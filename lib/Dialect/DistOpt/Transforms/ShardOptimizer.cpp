@@ -615,6 +615,16 @@ void ShardOptimizerPass::runOnOperation() {
   });
   if (ops.empty())
     return;
+  // One rank holds everything: nothing to shard (and the reductions have
+  // folded away). Say so rather than do nothing silently.
+  auto module = func->getParentOfType<ModuleOp>();
+  auto world = module ? module->getAttrOfType<IntegerAttr>(abi::kWorldSize)
+                      : IntegerAttr();
+  if (world && world.getInt() == 1) {
+    func.emitWarning() << "--distopt-shard-optimizer: the step is compiled "
+                          "for one rank; nothing to shard";
+    return;
+  }
 
   SmallVector<Update> updates;
   bool ok = true;

@@ -129,7 +129,9 @@ def ShardOptimizerPass
     state arguments used only by the update, a gradient from an all_reduce
     (through `arith.extf` for main parameters), results only returned
     (through `arith.truncf` for model copies). Anything else is an error at
-    the update, never silently left unsharded.
+    the update, never silently left unsharded. A step compiled for one rank
+    (`distopt.world_size = 1`) has nothing to shard: the pass leaves it and
+    warns.
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage: 1, 2 or 3">,
@@ -201,6 +203,30 @@ def LowerOptimizersPass : Pass<"distopt-lower-optimizers"> {
                            "::mlir::math::MathDialect"];
 }
 
+def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
+  let summary = "Lower the ops that do not communicate, for CPU code";
+  let description = [{
+    Lowers, on tensors, what does not communicate: `bucket_pack` to slices
+    of one tensor (zeros only in the alignment gaps, each input copied
+    once), `bucket_unpack` to slices and reshapes, `shard_slice` to a slice
+    at this rank's offset, `owned_by` to an `scf.if` on the rank,
+    `distopt.rank` to a runtime call and `group_size` to a constant. The
+    synchronous collectives stay: one-shot bufferization turns them into
+    runtime calls on buffers (in place where legal). Process groups become
+    private, so that `symbol-dce` removes them once nothing refers to them.
+
+    Ops the CPU lowering does not handle yet (PowerSGD, top-K, the
+    asynchronous forms, mixed-precision bookkeeping, clipping) are errors at
+    the op, as are optimizer updates left for `--distopt-lower-optimizers`.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";
@@ -214,7 +240,8 @@ def VerifyCollectivesPass
       some ranks would skip it and the others would wait forever;
     - a gradient argument (role `grad`, see docs/step-abi.md) that reaches
       an optimizer update reduced zero times or more than once, or that is
-      never reduced at all (buckets are followed tensor by tensor);
+      never reduced at all (buckets are followed tensor by tensor); not for
+      a module compiled for one rank, where reductions fold away;
     - the token of an asynchronous collective not waited on exactly once;
     - a process group whose size does not divide the module's
       `distopt.world_size`.

@@ -63,7 +63,13 @@ struct DistOptPipelineOptions
 void buildDistOptPipeline(OpPassManager &pm,
                           const DistOptPipelineOptions &options);
 
-/// Registers `distopt-pipeline`.
+/// Adds the lowering of a (transformed) step to LLVM-dialect code for CPUs
+/// that calls the runtime for communication: optimizer updates to fused
+/// loops, local ops to tensors, one-shot bufferization (collectives become
+/// runtime calls, in place where legal), loops, LLVM.
+void buildDistOptLowerToCPUPipeline(OpPassManager &pm);
+
+/// Registers `distopt-pipeline` and `distopt-lower-to-cpu`.
 void registerDistOptPipeline();
 
 } // namespace mlir::distopt

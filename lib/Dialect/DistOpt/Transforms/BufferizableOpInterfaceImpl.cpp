@@ -1,0 +1,144 @@
+//===- BufferizableOpInterfaceImpl.cpp - collectives on buffers -*- C++ -*-===//
+//
+// Bufferizing a synchronous collective is calling the runtime on buffers.
+// all_reduce, broadcast and reduce work in place on their input's buffer
+// (the one-shot analysis copies the input first when it is still needed);
+// reduce_scatter and all_gather write a new buffer. A buffer the runtime
+// cannot address with one pointer (a strided view) goes through a
+// contiguous copy.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
+
+#include "RuntimeCalls.h"
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "mlir/Dialect/Bufferization/IR/BufferizableOpInterface.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+
+using namespace mlir;
+using namespace mlir::bufferization;
+using namespace mlir::distopt;
+
+namespace {
+
+/// The runtime arguments of one collective after (comm, send, recv).
+template <typename OpTy>
+SmallVector<Value> collectiveArgs(RuntimeCalls &rt, OpTy op, int64_t count,
+                                  Type element) {
+  int64_t wire = RuntimeCalls::dtypeCode(element);
+  if (std::optional<Type> wireType = op.getWireType())
+    wire = RuntimeCalls::dtypeCode(*wireType);
+  SmallVector<Value> args = {rt.i64(count),
+                             rt.i32(RuntimeCalls::dtypeCode(element))};
+  if constexpr (std::is_same_v<OpTy, AllReduceOp> ||
+                std::is_same_v<OpTy, ReduceScatterOp> ||
+                std::is_same_v<OpTy, ReduceOp>) {
+    args.push_back(rt.i32(static_cast<int64_t>(op.getReduction())));
+    args.push_back(
+        rt.f64(op.getScale() ? op.getScale()->convertToDouble() : 1.0));
+  }
+  if constexpr (std::is_same_v<OpTy, BroadcastOp> ||
+                std::is_same_v<OpTy, ReduceOp>)
+    args.push_back(rt.i64(op.getRoot()));
+  args.push_back(rt.i32(wire));
+  return args;
+}
+
+template <typename OpTy> constexpr StringLiteral runtimeName() {
+  if constexpr (std::is_same_v<OpTy, AllReduceOp>)
+    return "distopt_rt_all_reduce";
+  else if constexpr (std::is_same_v<OpTy, ReduceScatterOp>)
+    return "distopt_rt_reduce_scatter";
+  else if constexpr (std::is_same_v<OpTy, AllGatherOp>)
+    return "distopt_rt_all_gather";
+  else if constexpr (std::is_same_v<OpTy, BroadcastOp>)
+    return "distopt_rt_broadcast";
+  else
+    return "distopt_rt_reduce";
+}
+
+template <typename OpTy, bool InPlace>
+struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
+                             CollectiveModel<OpTy, InPlace>, OpTy> {
+  bool bufferizesToMemoryRead(Operation *, OpOperand &,
+                              const AnalysisState &) const {
+    return true;
+  }
+  bool bufferizesToMemoryWrite(Operation *, OpOperand &,
+                               const AnalysisState &) const {
+    return InPlace;
+  }
+  AliasingValueList getAliasingValues(Operation *op, OpOperand &,
+                                      const AnalysisState &) const {
+    if (!InPlace)
+      return {};
+    return {{op->getResult(0), BufferRelation::Equivalent}};
+  }
+  bool bufferizesToAllocation(Operation *, Value) const { return !InPlace; }
+
+  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
+                          const BufferizationOptions &options,
+                          BufferizationState &state) const {
+    auto c = cast<OpTy>(op);
+    Location loc = op->getLoc();
+    FailureOr<Value> buffer = getBuffer(rewriter, c.getInput(), options, state);
+    if (failed(buffer))
+      return failure();
+    ProcessGroupOp group = lookupProcessGroup(op, c.getGroupAttr());
+    if (!group)
+      return op->emitError("cannot bufferize: the group is not declared");
+    rewriter.setInsertionPoint(op);
+    auto contiguousType = [](ShapedType type) {
+      return MemRefType::get(type.getShape(), type.getElementType());
+    };
+    // The runtime needs one pointer per buffer: copy strided views.
+    Value input = *buffer;
+    auto inputType = cast<MemRefType>(input.getType());
+    bool copied = !RuntimeCalls::isContiguous(inputType);
+    if (copied) {
+      input = memref::AllocOp::create(rewriter, loc, contiguousType(inputType));
+      memref::CopyOp::create(rewriter, loc, *buffer, input);
+    }
+    auto resultType = cast<RankedTensorType>(c.getType());
+    Value output = InPlace ? input
+                           : memref::AllocOp::create(rewriter, loc,
+                                                     contiguousType(resultType))
+                                 .getResult();
+
+    RuntimeCalls rt(rewriter, loc, op);
+    Value comm = rt.world(group.getSize());
+    Value send = rt.pointer(input);
+    Value recv = InPlace ? send : rt.pointer(output);
+    int64_t count = InPlace || std::is_same_v<OpTy, ReduceScatterOp>
+                        ? resultType.getNumElements()
+                        : inputType.getNumElements();
+    SmallVector<Value> args = {comm, send, recv};
+    llvm::append_range(
+        args, collectiveArgs(rt, c, count, resultType.getElementType()));
+    rt.call(runtimeName<OpTy>(), args);
+
+    if (InPlace && copied) { // the result lives in the original buffer
+      memref::CopyOp::create(rewriter, loc, input, *buffer);
+      output = *buffer;
+    }
+    replaceOpWithBufferizedValues(rewriter, op, output);
+    return success();
+  }
+};
+
+} // namespace
+
+void mlir::distopt::registerBufferizableOpInterfaceExternalModels(
+    DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *context, DistOptDialect *) {
+    AllReduceOp::attachInterface<CollectiveModel<AllReduceOp, true>>(*context);
+    BroadcastOp::attachInterface<CollectiveModel<BroadcastOp, true>>(*context);
+    ReduceOp::attachInterface<CollectiveModel<ReduceOp, true>>(*context);
+    ReduceScatterOp::attachInterface<CollectiveModel<ReduceScatterOp, false>>(
+        *context);
+    AllGatherOp::attachInterface<CollectiveModel<AllGatherOp, false>>(*context);
+  });
+}

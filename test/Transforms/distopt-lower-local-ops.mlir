@@ -1,0 +1,74 @@
+// RUN: distopt-opt %s -split-input-file --distopt-lower-local-ops -verify-diagnostics | FileCheck %s
+// RUN: distopt-opt %s -split-input-file --distopt-lower-local-ops -verify-diagnostics --distopt-lower-to-cpu | FileCheck %s --check-prefix=LLVM
+
+distopt.process_group @dp size 2
+
+// Buckets: each tensor copied once at its offset, zeros only in the gaps.
+// CHECK-LABEL: func.func @buckets
+// CHECK-SAME: (%[[A:.*]]: tensor<3x3xf32>, %[[B:.*]]: tensor<5xf32>)
+// CHECK: %[[E:.*]] = tensor.empty() : tensor<32xf32>
+// CHECK: %[[FA:.*]] = tensor.collapse_shape %[[A]] {{\[\[}}0, 1]] : tensor<3x3xf32> into tensor<9xf32>
+// CHECK: %[[I0:.*]] = tensor.insert_slice %[[FA]] into %[[E]][0] [9] [1]
+// CHECK: %[[Z:.*]] = arith.constant dense<0.000000e+00> : tensor<7xf32>
+// CHECK: %[[I1:.*]] = tensor.insert_slice %[[Z]] into %[[I0]][9] [7] [1]
+// CHECK: %[[I2:.*]] = tensor.insert_slice %[[B]] into %[[I1]][16] [5] [1]
+// CHECK: %[[T:.*]] = arith.constant dense<0.000000e+00> : tensor<11xf32>
+// CHECK: %[[P:.*]] = tensor.insert_slice %[[T]] into %[[I2]][21] [11] [1]
+// CHECK: %[[R:.*]] = distopt.all_reduce sum %[[P]]
+// CHECK: %[[SA:.*]] = tensor.extract_slice %[[R]][0] [9] [1]
+// CHECK: tensor.expand_shape %[[SA]] {{\[\[}}0, 1]] output_shape [3, 3]
+// CHECK: tensor.extract_slice %[[R]][16] [5] [1]
+// The process group becomes private, for symbol-dce after bufferization.
+// LLVM-NOT: distopt.
+// LLVM: llvm.func @distopt_rt_world(i64, !llvm.ptr) -> i32
+// LLVM-LABEL: llvm.func @buckets
+// LLVM: llvm.call @distopt_rt_all_reduce
+func.func @buckets(%a: tensor<3x3xf32>, %b: tensor<5xf32>) -> (tensor<3x3xf32>, tensor<5xf32>) {
+  %p = distopt.bucket_pack %a, %b : tensor<3x3xf32>, tensor<5xf32> -> tensor<32xf32>
+  %r = distopt.all_reduce sum %p on @dp : tensor<32xf32>
+  %x, %y = distopt.bucket_unpack %r : tensor<32xf32> -> tensor<3x3xf32>, tensor<5xf32>
+  return %x, %y : tensor<3x3xf32>, tensor<5xf32>
+}
+
+// The rank comes from the runtime; a shard is a slice at rank * chunk; the
+// owner's body runs under scf.if.
+// CHECK-LABEL: func.func @ownership
+// CHECK: %[[W:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
+// CHECK: call @distopt_rt_comm_rank(%[[W]], %{{.*}})
+// CHECK: %[[RANK:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[OFF:.*]] = arith.muli %[[RANK]], %{{.*}} : index
+// CHECK: tensor.extract_slice %{{.*}}[%[[OFF]]] [4] [1] : tensor<8xf32> to tensor<4xf32>
+// CHECK: %[[OWNER:.*]] = arith.cmpi eq, %{{.*}}, %{{.*}} : index
+// CHECK: scf.if %[[OWNER]] -> (tensor<4xf32>) {
+// CHECK:   arith.addf
+// CHECK:   scf.yield
+// CHECK: } else {
+// CHECK:   scf.yield %{{.*}} : tensor<4xf32>
+// CHECK: }
+// CHECK: arith.constant 2 : index
+func.func @ownership(%x: tensor<8xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, index) {
+  %s = distopt.shard_slice %x on @dp : tensor<8xf32> -> tensor<4xf32>
+  %o = distopt.owned_by @dp rank 1 otherwise(%y) : tensor<4xf32> {
+    %z = arith.addf %y, %y : tensor<4xf32>
+    distopt.yield %z : tensor<4xf32>
+  }
+  %n = distopt.group_size @dp : index
+  return %s, %o, %n : tensor<4xf32>, tensor<4xf32>, index
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @not_yet(%g: tensor<8x4xf32>, %p: tensor<8x1xf32>, %q: tensor<4x1xf32>) -> tensor<8x4xf32> {
+  // expected-error @+1 {{'distopt.powersgd_all_reduce' is not lowered to CPU code yet}}
+  %r:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank 1 : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
+  return %r#0 : tensor<8x4xf32>
+}
+
+// -----
+
+func.func @updates_first(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64) -> tensor<4xf32> {
+  // expected-error @+1 {{'distopt.sgd_update' must be lowered by --distopt-lower-optimizers first}}
+  %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
+  return %p1 : tensor<4xf32>
+}
