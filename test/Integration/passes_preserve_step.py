@@ -3,7 +3,8 @@
 
 For each spec and rank count, imports the step, applies each variant of the
 pipeline (division fusion, bucketing, ZeRO-1/2/3 flat, ZeRO-1/2 greedy, the
-whole pipeline), compiles it with --distopt-lower-to-cpu, runs 3 steps under
+whole pipeline with asynchronous collectives), compiles it with
+--distopt-lower-to-cpu, runs 3 steps under
 mpirun, and compares the parameters every rank ends with:
   - with the untransformed step's, bit for bit. The harness's gradients are
     multiples of 1/32 whose sums are exact in f32 and bf16, so the order in
@@ -33,8 +34,12 @@ VARIANTS = {
     "zero3-flat": [FUSE, "--distopt-shard-optimizer=stage=3"],
     "zero1-greedy": [FUSE, "--distopt-shard-optimizer=stage=1 strategy=greedy"],
     "zero2-greedy": [FUSE, "--distopt-shard-optimizer=stage=2 strategy=greedy"],
-    "pipeline": ["--distopt-pipeline=overlap=false"],
-    "pipeline-zero2": ["--distopt-pipeline=overlap=false zero-stage=2"],
+    "overlapped": [FUSE, "--distopt-bucketize=first-bucket-cap-mb=0.0001",
+                   "--distopt-overlap-collectives"],
+    "pipeline": ["--distopt-pipeline"],
+    "pipeline-zero1": ["--distopt-pipeline=zero-stage=1"],
+    "pipeline-zero2": ["--distopt-pipeline=zero-stage=2"],
+    "pipeline-zero3": ["--distopt-pipeline=zero-stage=3"],
 }
 # Greedy sharding of main parameters needs a per-owner initial layout that
 # the harness does not build.

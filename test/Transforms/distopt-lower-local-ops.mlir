@@ -58,6 +58,25 @@ func.func @ownership(%x: tensor<8xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, te
 
 // -----
 
+// An asynchronous collective: the start copies its input into a buffer the
+// request owns and starts the runtime collective; the wait completes it.
+distopt.process_group @dp size 2
+// LLVM-LABEL: llvm.func @async
+// LLVM: "llvm.intr.memcpy"
+// LLVM: llvm.call @distopt_rt_world
+// LLVM: llvm.call @distopt_rt_all_reduce_start
+// LLVM: llvm.fmul
+// LLVM: llvm.call @distopt_rt_wait
+// LLVM: llvm.return
+func.func @async(%g: tensor<8xf32>, %x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %t = distopt.all_reduce_start avg %g on @dp : tensor<8xf32> -> !distopt.token<tensor<8xf32>>
+  %y = arith.mulf %x, %x : tensor<8xf32>
+  %r = distopt.wait %t : !distopt.token<tensor<8xf32>>
+  return %r, %y : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
 distopt.process_group @dp size 2
 func.func @not_yet(%g: tensor<8x4xf32>, %p: tensor<8x1xf32>, %q: tensor<4x1xf32>) -> tensor<8x4xf32> {
   // expected-error @+1 {{'distopt.powersgd_all_reduce' is not lowered to CPU code yet}}

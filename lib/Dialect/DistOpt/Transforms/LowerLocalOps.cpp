@@ -167,9 +167,7 @@ struct LowerLocalOpsPass
     SmallVector<Operation *> ops;
     getOperation().walk<WalkOrder::PreOrder>([&](Operation *op) {
       if (isa<PowerSGDAllReduceOp, OrthogonalizeOp, TopKAllReduceOp,
-              AllFiniteOp, UnscaleOp, LossScaleUpdateOp, ClipGradNormOp,
-              AllReduceStartOp, ReduceScatterStartOp, AllGatherStartOp,
-              BroadcastStartOp, ReduceStartOp, WaitOp>(op)) {
+              AllFiniteOp, UnscaleOp, LossScaleUpdateOp, ClipGradNormOp>(op)) {
         op->emitError() << "'" << op->getName()
                         << "' is not lowered to CPU code yet";
         ok = false;

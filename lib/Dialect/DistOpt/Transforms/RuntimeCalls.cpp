@@ -113,3 +113,12 @@ Value RuntimeCalls::pointer(Value buffer) {
   return LLVM::IntToPtrOp::create(
       b, loc, LLVM::LLVMPointerType::get(b.getContext()), asInt);
 }
+
+Value RuntimeCalls::requestSlot() {
+  return slot(LLVM::LLVMPointerType::get(b.getContext()));
+}
+
+Value RuntimeCalls::load(Value slot) {
+  return LLVM::LoadOp::create(b, loc,
+                              LLVM::LLVMPointerType::get(b.getContext()), slot);
+}

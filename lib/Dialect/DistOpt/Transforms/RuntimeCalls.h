@@ -28,6 +28,9 @@ public:
   Value rank(Value comm);
   /// A pointer to the first element of `buffer`, which must be contiguous.
   Value pointer(Value buffer);
+  /// A stack slot for a `distopt_rt_request *`, and loading it.
+  Value requestSlot();
+  Value load(Value slot);
   /// Calls `name` (which returns a status) with `args` and checks it.
   void call(StringRef name, ValueRange args);
 

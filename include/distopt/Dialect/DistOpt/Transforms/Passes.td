@@ -215,9 +215,14 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     runtime calls on buffers (in place where legal). Process groups become
     private, so that `symbol-dce` removes them once nothing refers to them.
 
-    Ops the CPU lowering does not handle yet (PowerSGD, top-K, the
-    asynchronous forms, mixed-precision bookkeeping, clipping) are errors at
-    the op, as are optimizer updates left for `--distopt-lower-optimizers`.
+    The asynchronous forms bufferize too: a `*_start` copies its input into
+    a buffer its request owns (the analysis cannot see that the request
+    still uses it until the wait) and starts the runtime collective; the
+    `wait` completes the request and yields that buffer.
+
+    Ops the CPU lowering does not handle yet (PowerSGD, top-K,
+    mixed-precision bookkeeping, clipping) are errors at the op, as are
+    optimizer updates left for `--distopt-lower-optimizers`.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
