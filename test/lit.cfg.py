@@ -24,7 +24,7 @@ llvm_config.use_default_substitutions()
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.distopt_tools_dir, config.llvm_tools_dir]
-tools = ["distopt-opt", "distopt-translate", "not", "count"]
+tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-run", "not", "count", "llvm-nm"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 # The runtime's tests run its test driver under mpirun when MPI is present.

@@ -11,7 +11,7 @@ LLVM_PREFIX=/usr/lib/llvm-22
 DISTOPT_PACKAGES=(
   cmake ninja-build g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  clang-format-22
+  clang-format-22 liblld-22-dev zlib1g-dev libzstd-dev
   libopenmpi-dev openmpi-bin
   python3-torch python3-numpy
 )

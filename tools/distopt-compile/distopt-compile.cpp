@@ -1,0 +1,313 @@
+//===- distopt-compile.cpp - a step to an object or shared library -*- C++
+//-*-===//
+//
+// distopt-compile step.mlir --target=cpu -o step.so
+//
+// Lowers @step with distopt-lower-to-cpu, translates it to LLVM IR, optimises
+// it for this machine's CPU (O3) and emits an object file, or links a shared
+// library with lld, all in this process. The output exports
+//   void distopt_step_packed(void **args)  - calls the step: args[0] points to
+//       the storage of the results, args[1 + i] to argument i (a memref
+//       descriptor, or a scalar);
+//   const char distopt_step_abi[]          - the step's interface as JSON:
+//       each argument's and result's role, name, dtype, shape and sharded
+//       layout (docs/step-abi.md), and the world size.
+// distopt-run loads it and runs it on N ranks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
+
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
+#include "lld/Common/Driver.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/SubtargetFeature.h"
+
+LLD_HAS_DRIVER(elf)
+
+using namespace mlir;
+namespace abi = mlir::distopt::abi;
+
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<step.mlir>"),
+                                      cl::init("-"));
+static cl::opt<std::string> outputFile("o",
+                                       cl::desc("Output file: .o (object) "
+                                                "or .so (shared library)"),
+                                       cl::value_desc("file"), cl::Required);
+static cl::opt<std::string>
+    target("target", cl::desc("Target: cpu (cuda: not yet)"), cl::init("cpu"));
+static cl::opt<std::string>
+    pipeline("pipeline",
+             cl::desc("Options of distopt-pipeline to run first, e.g. "
+                      "'zero-stage=2 powersgd-rank=4' (default: none)"),
+             cl::init(""));
+static cl::opt<bool> runPipeline("distopt-pipeline",
+                                 cl::desc("Run distopt-pipeline first"),
+                                 cl::init(false));
+static cl::opt<unsigned> optLevel("O", cl::desc("LLVM optimisation level"),
+                                  cl::init(3), cl::Prefix);
+static cl::opt<std::string>
+    cpu("cpu",
+        cl::desc("CPU to compile for: native (this machine, with all its "
+                 "features) or an LLVM CPU name such as x86-64"),
+        cl::init("native"));
+
+static llvm::json::Value typeJson(Type type) {
+  llvm::json::Object object;
+  Type element = getElementTypeOrSelf(type);
+  std::string name;
+  llvm::raw_string_ostream os(name);
+  element.print(os);
+  object["dtype"] = name;
+  if (auto tensor = dyn_cast<RankedTensorType>(type))
+    object["shape"] = llvm::json::Array(tensor.getShape());
+  return object;
+}
+
+/// One argument or result of the step, as the runtime driver needs it.
+static llvm::json::Value valueJson(Type type, DictionaryAttr attrs) {
+  llvm::json::Object object = *typeJson(type).getAsObject();
+  if (!attrs)
+    return object;
+  for (StringRef key : {StringRef(abi::kRole), StringRef(abi::kName),
+                        StringRef("distopt.init")})
+    if (auto value = attrs.getAs<StringAttr>(key))
+      object[key.drop_front(strlen("distopt."))] = value.getValue();
+  if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
+    object["shard_of"] = shardOf.getInt();
+  if (auto layout = attrs.getAs<ArrayAttr>("distopt.layout")) {
+    llvm::json::Array entries;
+    for (Attribute entry : layout) {
+      auto dict = cast<DictionaryAttr>(entry);
+      llvm::json::Object e;
+      e["name"] = dict.getAs<StringAttr>("name").getValue();
+      e["offset"] = dict.getAs<IntegerAttr>("offset").getInt();
+      e["shape"] = llvm::json::Array(
+          dict.getAs<DenseI64ArrayAttr>("shape").asArrayRef());
+      if (auto owner = dict.getAs<IntegerAttr>("owner"))
+        e["owner"] = owner.getInt();
+      entries.push_back(std::move(e));
+    }
+    object["layout"] = std::move(entries);
+  }
+  return object;
+}
+
+static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step) {
+  llvm::json::Object abiJson;
+  abiJson["version"] = 1;
+  if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
+    abiJson["world_size"] = world.getInt();
+  if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
+    abiJson["lr"] = lr.getValueAsDouble();
+  if (auto model = module->getAttrOfType<StringAttr>(abi::kModelName))
+    abiJson["model"] = model.getValue();
+  llvm::json::Array args, results;
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    args.push_back(
+        valueJson(step.getArgumentTypes()[i], step.getArgAttrDict(i)));
+  for (unsigned i = 0; i < step.getNumResults(); ++i)
+    results.push_back(
+        valueJson(step.getResultTypes()[i], step.getResultAttrDict(i)));
+  abiJson["args"] = std::move(args);
+  abiJson["results"] = std::move(results);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(abiJson));
+  return text;
+}
+
+/// Adds `distopt_step_packed(void **args)`, which loads each parameter of
+/// the C interface wrapper from args[i] and calls it.
+static LogicalResult addPackedEntry(llvm::Module &module) {
+  llvm::Function *ciface = module.getFunction("_mlir_ciface_step");
+  if (!ciface)
+    return failure();
+  llvm::LLVMContext &context = module.getContext();
+  auto *ptr = llvm::PointerType::get(context, 0);
+  auto *type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr}, false);
+  auto *packed = llvm::Function::Create(
+      type, llvm::GlobalValue::ExternalLinkage, "distopt_step_packed", module);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", packed));
+  llvm::SmallVector<llvm::Value *> args;
+  for (auto [i, param] : llvm::enumerate(ciface->args())) {
+    llvm::Value *slot =
+        b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, packed->getArg(0), i));
+    args.push_back(b.CreateLoad(param.getType(), slot));
+  }
+  b.CreateCall(ciface, args);
+  b.CreateRetVoid();
+  return success();
+}
+
+static void addAbiString(llvm::Module &module, StringRef text) {
+  llvm::LLVMContext &context = module.getContext();
+  auto *init = llvm::ConstantDataArray::getString(context, text, true);
+  new llvm::GlobalVariable(module, init->getType(), /*isConstant=*/true,
+                           llvm::GlobalValue::ExternalLinkage, init,
+                           "distopt_step_abi");
+}
+
+static int fail(const Twine &message) {
+  llvm::errs() << "distopt-compile: " << message << "\n";
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv, "distopt-compile: a step to an object or shared library\n");
+  if (target != "cpu")
+    return fail("target '" + target +
+                "' is not supported yet (only cpu); see issue 5");
+  StringRef extension = llvm::sys::path::extension(outputFile);
+  if (extension != ".o" && extension != ".so")
+    return fail("the output must end in .o or .so, got '" + outputFile + "'");
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registry.insert<distopt::DistOptDialect>();
+  distopt::registerBufferizableOpInterfaceExternalModels(registry);
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  MLIRContext context(registry);
+
+  llvm::SourceMgr sourceMgr;
+  std::string error;
+  auto input = openInputFile(inputFile, &error);
+  if (!input)
+    return fail(error);
+  sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+
+  PassManager pm(&context);
+  if (runPipeline || !pipeline.empty()) {
+    distopt::DistOptPipelineOptions options;
+    if (failed(options.parseFromString(pipeline)))
+      return fail("bad --pipeline options '" + pipeline + "'");
+    distopt::buildDistOptPipeline(pm, options);
+    if (failed(pm.run(*module)))
+      return 1;
+    pm.clear();
+  }
+  auto step = module->lookupSymbol<func::FuncOp>("step");
+  if (!step || step.isExternal())
+    return fail("the module has no @step function to compile");
+  FailureOr<std::string> abiText = describeStep(*module, step);
+  // The interface is in the JSON now; LLVM has no use for these attributes.
+  for (unsigned i = 0; i < step.getNumArguments(); ++i)
+    step.setArgAttrs(i, ArrayRef<NamedAttribute>{});
+  for (unsigned i = 0; i < step.getNumResults(); ++i)
+    step.setResultAttrs(i, ArrayRef<NamedAttribute>{});
+  step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
+  distopt::buildDistOptLowerToCPUPipeline(pm);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(*module, llvmContext);
+  if (!llvmModule)
+    return fail("translation to LLVM IR failed");
+  if (failed(addPackedEntry(*llvmModule)))
+    return fail("no C interface for @step was generated");
+  addAbiString(*llvmModule, *abiText);
+  // Only the entry point and the interface are exported: an exported `step`
+  // would be preempted by libc's legacy regexp step() when loaded.
+  for (llvm::Function &function : *llvmModule)
+    if (!function.isDeclaration() &&
+        function.getName() != "distopt_step_packed")
+      function.setLinkage(llvm::GlobalValue::InternalLinkage);
+
+  // By default this machine's CPU and its features (FMA, AVX-512 where
+  // present).
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  const llvm::Target *llvmTarget =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!llvmTarget)
+    return fail(error);
+  llvm::SubtargetFeatures features;
+  std::string cpuName = cpu;
+  if (cpuName == "native") {
+    cpuName = llvm::sys::getHostCPUName().str();
+    for (auto &[feature, enabled] : llvm::sys::getHostCPUFeatures())
+      features.AddFeature(feature, enabled);
+  }
+  llvm::TargetOptions targetOptions;
+  std::unique_ptr<llvm::TargetMachine> machine(llvmTarget->createTargetMachine(
+      triple, cpuName, features.getString(), targetOptions, llvm::Reloc::PIC_));
+  llvmModule->setTargetTriple(triple);
+  llvmModule->setDataLayout(machine->createDataLayout());
+  if (llvm::Error err = makeOptimizingTransformer(
+          optLevel, /*sizeLevel=*/0, machine.get())(llvmModule.get()))
+    return fail("LLVM optimisation failed: " + toString(std::move(err)));
+
+  // lld resets the command-line options of the whole process: keep copies.
+  std::string output = outputFile;
+  std::string objectPath = output;
+  llvm::SmallString<128> temporary;
+  if (extension == ".so") {
+    if (llvm::sys::fs::createTemporaryFile("distopt-step", "o", temporary))
+      return fail("cannot create a temporary object file");
+    objectPath = temporary.str().str();
+  }
+  {
+    std::unique_ptr<llvm::ToolOutputFile> object =
+        openOutputFile(objectPath, &error);
+    if (!object)
+      return fail(error);
+    llvm::legacy::PassManager codegen;
+    if (machine->addPassesToEmitFile(codegen, object->os(), nullptr,
+                                     llvm::CodeGenFileType::ObjectFile))
+      return fail("this target cannot emit object files");
+    codegen.run(*llvmModule);
+    object->keep();
+  }
+  if (extension == ".so") {
+    // The runtime's symbols are resolved when the library is loaded.
+    const char *args[] = {"ld.lld",           "-shared", "-Bsymbolic",
+                          objectPath.c_str(), "-o",      output.c_str()};
+    lld::Result linked = lld::lldMain(args, llvm::outs(), llvm::errs(),
+                                      {{lld::Gnu, &lld::elf::link}});
+    llvm::sys::fs::remove(objectPath);
+    if (linked.retCode != 0)
+      return fail("linking " + output + " failed");
+  }
+  return 0;
+}

@@ -1,0 +1,465 @@
+//===- distopt-run.cpp - run a compiled step on N ranks ---------*- C++ -*-===//
+//
+// mpirun -np N distopt-run step.so --steps 10
+//
+// Loads a step compiled by distopt-compile, builds its arguments from the
+// interface it carries (docs/step-abi.md): parameters from a fixed pattern,
+// the same on every rank (laid out into this rank's shard where the step is
+// sharded), gradients that differ per rank and per step, state at zero (or
+// a seeded normal draw, the same on all ranks, where the step asks for it).
+// Runs the steps, feeding each result back to the argument of the same role
+// and name, prints the time per step, and checks that every rank holds the
+// same replicated parameters; exits non-zero if not.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt_rt.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <string>
+#include <vector>
+
+namespace cl = llvm::cl;
+namespace json = llvm::json;
+
+static cl::opt<std::string> library(cl::Positional, cl::Required,
+                                    cl::desc("<step.so>"));
+static cl::opt<unsigned> steps("steps", cl::desc("Steps to run"), cl::init(10));
+static cl::opt<double> lrOption("lr",
+                                cl::desc("Learning rate (default: the spec's)"),
+                                cl::init(-1));
+static cl::opt<unsigned> printEvery("print-every",
+                                    cl::desc("Print progress every N steps "
+                                             "(0: only at the end)"),
+                                    cl::init(0));
+static cl::opt<bool> printParams("print-params",
+                                 cl::desc("Print a hash of every parameter"),
+                                 cl::init(false));
+
+namespace {
+
+int64_t myRank = 0, worldSize = 1;
+
+[[noreturn]] void die(const std::string &message) {
+  llvm::errs() << "distopt-run: rank " << myRank << ": " << message << "\n";
+  llvm::errs().flush();
+  distopt_rt_fatal(DISTOPT_RT_INVALID_ARGUMENT);
+  std::exit(1); // not reached
+}
+
+void check(distopt_rt_status status, const char *what) {
+  if (status != DISTOPT_RT_OK)
+    die(std::string(what) + ": " + distopt_rt_last_error());
+}
+
+struct Entry {
+  std::string name;
+  int64_t offset;
+  int64_t owner = -1;
+  std::vector<int64_t> shape;
+};
+
+/// One argument or result of the step, as distopt-compile described it.
+struct Slot {
+  std::string role, name, dtype, init;
+  std::vector<int64_t> shape; // empty for scalars; {} rank-0 tensors too
+  bool tensor = false;
+  int64_t shardOf = 0;
+  std::vector<Entry> layout;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  size_t elementBytes() const {
+    if (dtype == "f64" || dtype == "i64")
+      return 8;
+    if (dtype == "bf16" || dtype == "f16")
+      return 2;
+    return 4;
+  }
+  size_t bytes() const { return numel() * elementBytes(); }
+};
+
+Slot parseSlot(const json::Value &value) {
+  const json::Object *object = value.getAsObject();
+  if (!object)
+    die("malformed step interface");
+  Slot slot;
+  slot.role = object->getString("role").value_or("").str();
+  slot.name = object->getString("name").value_or("").str();
+  slot.dtype = object->getString("dtype").value_or("").str();
+  slot.init = object->getString("init").value_or("zeros").str();
+  if (const json::Array *shape = object->getArray("shape")) {
+    slot.tensor = true;
+    for (const json::Value &d : *shape)
+      slot.shape.push_back(*d.getAsInteger());
+  }
+  slot.shardOf = object->getInteger("shard_of").value_or(0);
+  if (const json::Array *layout = object->getArray("layout"))
+    for (const json::Value &e : *layout) {
+      const json::Object *o = e.getAsObject();
+      Entry entry{o->getString("name")->str(),
+                  *o->getInteger("offset"),
+                  o->getInteger("owner").value_or(-1),
+                  {}};
+      for (const json::Value &d : *o->getArray("shape"))
+        entry.shape.push_back(*d.getAsInteger());
+      slot.layout.push_back(entry);
+    }
+  return slot;
+}
+
+// Element storage: f32 and f64 natively; bf16 and f16 rounded from float.
+void storeElement(const Slot &slot, void *base, int64_t i, double value) {
+  char *p = static_cast<char *>(base) + i * slot.elementBytes();
+  float f = static_cast<float>(value);
+  if (slot.dtype == "f32") {
+    std::memcpy(p, &f, 4);
+  } else if (slot.dtype == "f64") {
+    std::memcpy(p, &value, 8);
+  } else if (slot.dtype == "bf16") {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits += 0x7FFF + ((bits >> 16) & 1);
+    uint16_t h = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(p, &h, 2);
+  } else if (slot.dtype == "f16") {
+    _Float16 h = static_cast<_Float16>(f);
+    std::memcpy(p, &h, 2);
+  } else {
+    die("unsupported element type " + slot.dtype);
+  }
+}
+
+/// The parameters' initial values: small, the same on every rank, different
+/// per tensor (the pattern test/Integration/step_harness.py uses too).
+double pattern(const std::string &name, int64_t i) {
+  int64_t seed = 0;
+  for (char c : name)
+    seed += static_cast<unsigned char>(c);
+  return static_cast<double>(((i * 7 + seed) % 13) - 6) / 8.0;
+}
+
+/// A standard normal draw from a seeded generator (the same on all ranks).
+struct Normal {
+  uint64_t state;
+  double uniform() {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
+  }
+  double next() {
+    return std::sqrt(-2 * std::log(uniform())) *
+           std::cos(6.283185307179586 * uniform());
+  }
+};
+
+struct Buffer {
+  void *allocated = nullptr;
+  void *aligned = nullptr;
+  bool owned = false;
+};
+
+Buffer allocate(size_t bytes) {
+  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void *p = std::aligned_alloc(64, rounded);
+  if (!p)
+    die("out of memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, rounded);
+  return {p, p, true};
+}
+
+/// Fills a parameter, main parameter or its shard with the pattern.
+void fillParameter(const Slot &slot, Buffer &buffer) {
+  if (slot.layout.empty()) {
+    for (int64_t i = 0; i < slot.numel(); ++i)
+      storeElement(slot, buffer.aligned, i, pattern(slot.name, i));
+    return;
+  }
+  // Flat shard: elements [rank * S, (rank + 1) * S) of the laid-out buffer;
+  // greedy: this rank's own tensors at their offsets.
+  int64_t size = slot.numel();
+  int64_t begin = slot.shardOf ? myRank * size : 0;
+  for (const Entry &e : slot.layout) {
+    if (!slot.shardOf && e.owner != myRank)
+      continue;
+    int64_t n = 1;
+    for (int64_t d : e.shape)
+      n *= d;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t at = e.offset + i - begin;
+      if (at >= 0 && at < size)
+        storeElement(slot, buffer.aligned, at, pattern(e.name, i));
+    }
+  }
+}
+
+/// Gradients: a pattern per tensor and step, times (1 + rank / 4), so that
+/// ranks differ and every sum over ranks is exact.
+void fillGradient(const Slot &slot, Buffer &buffer, unsigned step) {
+  double factor = 1.0 + myRank / 4.0;
+  std::string key = slot.name + "g" + std::to_string(step);
+  for (int64_t i = 0; i < slot.numel(); ++i)
+    storeElement(slot, buffer.aligned, i,
+                 static_cast<double>(static_cast<float>(pattern(key, i))) *
+                     factor);
+}
+
+void fillNormal(const Slot &slot, Buffer &buffer, uint64_t seed) {
+  Normal normal{seed};
+  for (char c : slot.name)
+    normal.state = normal.state * 31 + static_cast<unsigned char>(c);
+  for (int64_t i = 0; i < slot.numel(); ++i)
+    storeElement(slot, buffer.aligned, i, normal.next());
+}
+
+/// A memref descriptor as the compiled code reads it.
+std::vector<int64_t> descriptor(const Slot &slot, const Buffer &buffer) {
+  std::vector<int64_t> words = {reinterpret_cast<int64_t>(buffer.allocated),
+                                reinterpret_cast<int64_t>(buffer.aligned), 0};
+  for (int64_t d : slot.shape)
+    words.push_back(d);
+  int64_t stride = 1;
+  std::vector<int64_t> strides(slot.shape.size());
+  for (int64_t d = static_cast<int64_t>(slot.shape.size()) - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride *= slot.shape[d];
+  }
+  words.insert(words.end(), strides.begin(), strides.end());
+  return words;
+}
+
+uint64_t hashBytes(const void *data, size_t bytes) {
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= static_cast<const unsigned char *>(data)[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+/// MLIR marks buffers of constant globals with this allocated pointer.
+constexpr uintptr_t kGlobalMarker = 0xdeadbeef;
+
+} // namespace
+
+int main(int argc, char **argv) {
+  cl::ParseCommandLineOptions(argc, argv,
+                              "distopt-run: run a compiled step on N ranks\n");
+  // A bare file name would make dlopen search the library path.
+  std::string path = library.find('/') == std::string::npos
+                         ? "./" + library
+                         : std::string(library);
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    llvm::errs() << "distopt-run: cannot load " << library << ": " << dlerror()
+                 << "\n";
+    return 1;
+  }
+  auto *packed =
+      reinterpret_cast<void (*)(void **)>(dlsym(handle, "distopt_step_packed"));
+  auto *abiText = static_cast<const char *>(dlsym(handle, "distopt_step_abi"));
+  if (!packed || !abiText) {
+    llvm::errs() << "distopt-run: " << library
+                 << " is not a step compiled by distopt-compile\n";
+    return 1;
+  }
+  llvm::Expected<json::Value> abi = json::parse(abiText);
+  if (!abi) {
+    llvm::errs() << "distopt-run: malformed step interface: "
+                 << llvm::toString(abi.takeError()) << "\n";
+    return 1;
+  }
+  const json::Object &root = *abi->getAsObject();
+  int64_t compiledSize = root.getInteger("world_size").value_or(0);
+  distopt_rt_comm *comm = nullptr;
+  check(distopt_rt_world(compiledSize, &comm), "starting the communicator");
+  check(distopt_rt_comm_rank(comm, &myRank), "rank");
+  check(distopt_rt_comm_size(comm, &worldSize), "size");
+  double lr = lrOption >= 0 ? lrOption : root.getNumber("lr").value_or(1e-3);
+
+  std::vector<Slot> args, results;
+  for (const json::Value &v : *root.getArray("args"))
+    args.push_back(parseSlot(v));
+  for (const json::Value &v : *root.getArray("results"))
+    results.push_back(parseSlot(v));
+
+  // Argument buffers, by position; results map back by (role, name).
+  std::vector<Buffer> buffers(args.size());
+  llvm::StringMap<size_t> argOf;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Slot &slot = args[i];
+    if (!slot.tensor)
+      continue;
+    buffers[i] = allocate(slot.bytes());
+    argOf[slot.role + "/" + slot.name] = i;
+    if (slot.role == "param" || slot.role == "main_param")
+      fillParameter(slot, buffers[i]);
+    else if (slot.init == "randn" || slot.init == "randn_each_step")
+      fillNormal(slot, buffers[i], 42);
+  }
+  for (const Slot &r : results)
+    if (!r.tensor)
+      die("result '" + r.role + " " + r.name +
+          "' is a scalar; only tensor results are supported yet");
+  std::vector<size_t> resultArg(results.size(), SIZE_MAX);
+  for (size_t k = 0; k < results.size(); ++k) {
+    auto it = argOf.find(results[k].role + "/" + results[k].name);
+    if (it != argOf.end())
+      resultArg[k] = it->second;
+  }
+
+  std::vector<double> times;
+  for (unsigned step = 1; step <= steps; ++step) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].role == "grad")
+        fillGradient(args[i], buffers[i], step - 1);
+      else if (args[i].init == "randn_each_step")
+        fillNormal(args[i], buffers[i], 42 + step);
+    }
+    // Descriptors and scalars, then one pointer to each for the entry point.
+    std::vector<std::vector<int64_t>> descriptors(args.size());
+    std::vector<void *> descriptorPtrs(args.size());
+    std::vector<float> floats(args.size());
+    std::vector<int64_t> ints(args.size());
+    std::vector<void *> packedArgs(1 + args.size());
+    size_t resultBytes = 0;
+    for (const Slot &r : results)
+      resultBytes += 8 * (3 + 2 * r.shape.size());
+    std::vector<int64_t> resultStorage(std::max<size_t>(resultBytes / 8, 1));
+    void *resultPtr = resultStorage.data();
+    packedArgs[0] = &resultPtr;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const Slot &slot = args[i];
+      if (slot.tensor) {
+        descriptors[i] = descriptor(slot, buffers[i]);
+        descriptorPtrs[i] = descriptors[i].data();
+        packedArgs[1 + i] = &descriptorPtrs[i];
+      } else if (slot.role == "lr") {
+        floats[i] = static_cast<float>(lr);
+        packedArgs[1 + i] = &floats[i];
+      } else if (slot.role == "step") {
+        ints[i] = step;
+        packedArgs[1 + i] = &ints[i];
+      } else {
+        die("argument #" + std::to_string(i) + " (" + slot.role +
+            ") is not a tensor, lr or step");
+      }
+    }
+    auto begin = std::chrono::steady_clock::now();
+    packed(packedArgs.data());
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+            .count());
+
+    // Results become the next step's arguments. A result in a constant
+    // global is copied (the next step may update it in place); buffers no
+    // argument refers to any more are freed.
+    std::vector<Buffer> previous = buffers;
+    size_t word = 0;
+    for (size_t k = 0; k < results.size(); ++k) {
+      const int64_t *d = resultStorage.data() + word;
+      word += 3 + 2 * results[k].shape.size();
+      Buffer result{reinterpret_cast<void *>(d[0]),
+                    reinterpret_cast<char *>(d[1]) +
+                        d[2] * results[k].elementBytes(),
+                    true};
+      if (reinterpret_cast<uintptr_t>(result.allocated) == kGlobalMarker) {
+        Buffer copy = allocate(results[k].bytes());
+        std::memcpy(copy.aligned, result.aligned, results[k].bytes());
+        result = copy;
+      }
+      if (resultArg[k] != SIZE_MAX) {
+        buffers[resultArg[k]] = result;
+        continue;
+      }
+      // A result no argument takes: free it unless an argument shares it.
+      bool shared =
+          std::any_of(buffers.begin(), buffers.end(), [&](const Buffer &b) {
+            return b.allocated == result.allocated;
+          });
+      if (!shared)
+        std::free(result.allocated);
+    }
+    for (const Buffer &old : previous) {
+      if (!old.owned || !old.allocated)
+        continue;
+      bool live =
+          std::any_of(buffers.begin(), buffers.end(), [&](const Buffer &b) {
+            return b.allocated == old.allocated;
+          });
+      if (!live)
+        std::free(old.allocated);
+    }
+    if (printEvery && step % printEvery == 0 && myRank == 0)
+      llvm::outs() << "step " << step << "/" << steps << ": "
+                   << llvm::format("%.3f", times.back() * 1e3) << " ms\n";
+  }
+
+  // Replicas must agree on every parameter that is not sharded.
+  int64_t compared = 0, differing = 0;
+  for (size_t k = 0; k < results.size(); ++k) {
+    const Slot &r = results[k];
+    if (r.role != "param" || !r.layout.empty() || resultArg[k] == SIZE_MAX)
+      continue;
+    int64_t hash = static_cast<int64_t>(
+        hashBytes(buffers[resultArg[k]].aligned, r.bytes()));
+    int64_t lowest = hash, highest = hash;
+    check(distopt_rt_all_reduce(comm, &hash, &lowest, 1, DISTOPT_RT_I64,
+                                DISTOPT_RT_MIN, 1, DISTOPT_RT_I64),
+          "comparing replicas");
+    check(distopt_rt_all_reduce(comm, &hash, &highest, 1, DISTOPT_RT_I64,
+                                DISTOPT_RT_MAX, 1, DISTOPT_RT_I64),
+          "comparing replicas");
+    ++compared;
+    if (lowest != highest) {
+      ++differing;
+      if (myRank == 0)
+        llvm::errs() << "distopt-run: parameter '" << r.name
+                     << "' differs between ranks\n";
+    }
+    if (printParams && myRank == 0)
+      llvm::outs() << "param " << r.name << " "
+                   << llvm::format_hex(static_cast<uint64_t>(hash), 18) << "\n";
+  }
+  std::vector<double> sorted(times.begin() + (times.size() > 1), times.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (myRank == 0) {
+    llvm::outs() << "distopt-run: " << steps << " steps on " << worldSize
+                 << " ranks, "
+                 << llvm::format("%.3f", sorted[sorted.size() / 2] * 1e3)
+                 << " ms per step (median";
+    if (times.size() > 1)
+      llvm::outs() << ", after the first";
+    llvm::outs() << ")\n";
+    if (differing == 0)
+      llvm::outs() << "distopt-run: replicas agree on " << compared
+                   << " parameter tensors\n";
+  }
+  llvm::outs().flush();
+  for (Buffer &b : buffers)
+    if (b.owned && b.allocated) {
+      void *p = b.allocated;
+      for (Buffer &other : buffers)
+        if (other.allocated == p)
+          other.allocated = nullptr;
+      std::free(p);
+    }
+  return differing ? 1 : 0;
+}
