@@ -3,6 +3,7 @@
 // RUN: distopt-opt %examples/mlp_adamw_step.mlir | distopt-opt > /dev/null
 // RUN: distopt-opt %examples/zero2_flat_step.mlir | distopt-opt > /dev/null
 // RUN: distopt-opt %examples/mixed_precision_step.mlir | distopt-opt > /dev/null
+// RUN: distopt-opt %examples/mlp_train_step.mlir --distopt-verify-collectives | distopt-opt > /dev/null
 // RUN: sed 's/size 2/size 1/' %examples/mlp_adamw_step.mlir \
 // RUN:   | distopt-opt -canonicalize | FileCheck %s --check-prefix=SINGLE
 // RUN: not distopt-opt %examples/errors/premul_underflow.mlir 2>&1 \

@@ -8,8 +8,9 @@
 // sharded), gradients that differ per rank and per step, state at zero (or
 // a seeded normal draw, the same on all ranks, where the step asks for it).
 // Runs the steps, feeding each result back to the argument of the same role
-// and name, prints the time per step, and checks that every rank holds the
-// same replicated parameters; exits non-zero if not.
+// and name, prints the time per step (and the loss, for a step that returns
+// one with role "loss"), and checks that every rank holds the same
+// replicated parameters; exits non-zero if not.
 //
 //===----------------------------------------------------------------------===//
 
@@ -325,7 +326,7 @@ int main(int argc, char **argv) {
       resultArg[k] = it->second;
   }
 
-  std::vector<double> times;
+  std::vector<double> times, losses;
   for (unsigned step = 1; step <= steps; ++step) {
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i].role == "grad")
@@ -389,6 +390,12 @@ int main(int argc, char **argv) {
         buffers[resultArg[k]] = result;
         continue;
       }
+      // The step's loss (its first element) is reported, not fed back.
+      if (results[k].role == "loss" && results[k].dtype == "f32") {
+        float loss;
+        std::memcpy(&loss, result.aligned, 4);
+        losses.push_back(loss);
+      }
       // A result no argument takes: free it unless an argument shares it.
       bool shared =
           std::any_of(buffers.begin(), buffers.end(), [&](const Buffer &b) {
@@ -407,9 +414,13 @@ int main(int argc, char **argv) {
       if (!live)
         std::free(old.allocated);
     }
-    if (printEvery && step % printEvery == 0 && myRank == 0)
-      llvm::outs() << "step " << step << "/" << steps << ": "
-                   << llvm::format("%.3f", times.back() * 1e3) << " ms\n";
+    if (printEvery && step % printEvery == 0 && myRank == 0) {
+      llvm::outs() << "step " << step << "/" << steps;
+      if (!losses.empty())
+        llvm::outs() << ": loss " << llvm::format("%.6f", losses.back());
+      llvm::outs() << " (" << llvm::format("%.3f", times.back() * 1e3)
+                   << " ms)\n";
+    }
   }
 
   // Replicas must agree on every parameter that is not sharded.
@@ -448,9 +459,17 @@ int main(int argc, char **argv) {
     if (times.size() > 1)
       llvm::outs() << ", after the first";
     llvm::outs() << ")\n";
-    if (differing == 0)
+    if (!losses.empty())
+      llvm::outs() << "distopt-run: loss "
+                   << llvm::format("%.6f", losses.front()) << " at step 1, "
+                   << llvm::format("%.6f", losses.back()) << " at step "
+                   << steps << "\n";
+    if (differing == 0 && compared > 0)
       llvm::outs() << "distopt-run: replicas agree on " << compared
                    << " parameter tensors\n";
+    else if (compared == 0)
+      llvm::outs() << "distopt-run: every parameter is sharded (ZeRO-3): no "
+                      "replicas to compare\n";
   }
   llvm::outs().flush();
   for (Buffer &b : buffers)
