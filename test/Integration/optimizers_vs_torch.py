@@ -13,12 +13,13 @@ bit-exact, the others within 2 ulp after 4 steps.
 
 usage: optimizers_vs_torch.py DISTOPT_OPT MLIR_RUNNER LIB_DIR
 """
-import re
-import subprocess
+import os
 import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 STEPS = 4
 SHAPE = (3, 5)
@@ -48,21 +49,16 @@ CONFIGS = [
 ]
 
 
-def dense(a):
-    return "dense<" + np.array2string(
-        a.astype(np.float32), separator=", ", floatmode="unique",
-        threshold=10**9).replace("\n", "") + ">"
-
+from mlir_exec import PRINT_DECL, dense, print_bits, run, ulp
 
 def program(op, attrs, nstate, p0, grads):
     t = f"tensor<{SHAPE[0]}x{SHAPE[1]}xf32>"
-    lines = ["func.func private @printMemrefI32(memref<*xi32>)",
-             "func.func @main() {",
-             f"  %p0 = arith.constant {dense(p0)} : {t}",
+    lines = [PRINT_DECL, "func.func @main() {",
+             f"  %p0 = arith.constant {dense(p0)}",
              f"  %zero = arith.constant dense<0.0> : {t}",
              f"  %lr = arith.constant {LR:.10e} : f32"]
     for k, g in enumerate(grads):
-        lines.append(f"  %g{k} = arith.constant {dense(g)} : {t}")
+        lines.append(f"  %g{k} = arith.constant {dense(g)}")
     state = ["%zero"] * nstate
     p = "%p0"
     for k in range(len(grads)):
@@ -73,41 +69,9 @@ def program(op, attrs, nstate, p0, grads):
                      f"lr(%lr) step(%t{k}) {attrs} : {t}, f32")
         p, state = names[0], names[1:]
     for i, v in enumerate([p] + state):
-        lines += [f"  %bits{i} = arith.bitcast {v} : {t} to tensor<{SHAPE[0]}x{SHAPE[1]}xi32>",
-                  f"  %buf{i} = bufferization.to_buffer %bits{i} : tensor<{SHAPE[0]}x{SHAPE[1]}xi32> to memref<{SHAPE[0]}x{SHAPE[1]}xi32>",
-                  f"  %u{i} = memref.cast %buf{i} : memref<{SHAPE[0]}x{SHAPE[1]}xi32> to memref<*xi32>",
-                  f"  call @printMemrefI32(%u{i}) : (memref<*xi32>) -> ()"]
+        lines += print_bits(f"out{i}", v, SHAPE)
     lines += ["  return", "}"]
     return "\n".join(lines) + "\n"
-
-
-PIPELINE = ("builtin.module(distopt-lower-optimizers,"
-            "func.func(convert-elementwise-to-linalg),"
-            "one-shot-bufferize{bufferize-function-boundaries},"
-            "convert-linalg-to-loops,convert-scf-to-cf,expand-strided-metadata,"
-            "lower-affine,finalize-memref-to-llvm,convert-math-to-llvm,"
-            "convert-arith-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
-            "reconcile-unrealized-casts)")
-
-
-def run(opt, runner, libdir, text):
-    lowered = subprocess.run([opt, f"--pass-pipeline={PIPELINE}"], input=text,
-                             check=True, capture_output=True, text=True).stdout
-    out = subprocess.run(
-        [runner, "-e", "main", "-entry-point-result=void",
-         f"-shared-libs={libdir}/libmlir_runner_utils.so,{libdir}/libmlir_c_runner_utils.so"],
-        input=lowered, check=True, capture_output=True, text=True).stdout
-    tensors = []
-    for block in out.split("Unranked Memref")[1:]:
-        data = block[block.index("data =") + 6:]
-        ints = [int(x) for x in re.findall(r"-?\d+", data)][:SHAPE[0] * SHAPE[1]]
-        tensors.append(np.array(ints, dtype=np.int32).view(np.float32).reshape(SHAPE))
-    return tensors
-
-
-def ulp(x):
-    x = np.abs(x.astype(np.float32))
-    return np.spacing(np.maximum(x, np.float32(1e-30)))
 
 
 def main():
@@ -124,7 +88,8 @@ def main():
             param.grad = torch.tensor(g)
             optim.step()
         want = [param.detach().numpy()] + [optim.state[param][k].numpy() for k in keys]
-        got = run(opt, runner, libdir, program(op, attrs, len(keys), p0, grads))
+        got = run(opt, runner, libdir, program(op, attrs, len(keys), p0, grads),
+                  [SHAPE] * (1 + len(keys)))
         worst = 0.0
         ok = len(got) == len(want)
         for name, a, b in zip(["param"] + keys, got, want):

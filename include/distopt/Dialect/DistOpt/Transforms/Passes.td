@@ -220,12 +220,20 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     still uses it until the wait) and starts the runtime collective; the
     `wait` completes the request and yields that buffer.
 
-    Ops the CPU lowering does not handle yet (PowerSGD, top-K,
-    mixed-precision bookkeeping, clipping) are errors at the op, as are
-    optimizer updates left for `--distopt-lower-optimizers`.
+    Mixed precision and clipping follow torch: `unscale` multiplies by the
+    reciprocal taken once; `all_finite` is an AND over the elements (and a
+    min over the ranks with a group); `loss_scale_update` is GradScaler's
+    update; `clip_grad_norm` takes each tensor's p-norm (accumulated in f64,
+    rounded to f32 as torch stacks them), the p-norm of those (combined over
+    the ranks with a group) and scales by min(1, max_norm / (norm + 1e-6)).
+
+    Ops the CPU lowering does not handle yet (PowerSGD, top-K) are errors at
+    the op, as are optimizer updates left for `--distopt-lower-optimizers`.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::scf::SCFDialect",

@@ -1,0 +1,74 @@
+"""Shared by the integration tests: build MLIR constants, lower a module with
+distopt-lower-to-cpu, run its @main with mlir-runner, and read back the
+tensors it printed with printMemrefI32 (bit patterns: exact)."""
+import re
+import subprocess
+
+import numpy as np
+
+
+def mlir_float(v):
+    """A float literal MLIR parses (it needs a '.' before any exponent)."""
+    return f"{float(v):.17e}"
+
+
+def dense(values, dtype="f32"):
+    """A dense attribute for a float array (printed exactly)."""
+    array = np.asarray(values, dtype=np.float64)
+
+    def literal(v):
+        if np.isfinite(v):
+            return repr(float(v))
+        # MLIR spells infinities and NaNs as bit patterns.
+        if dtype == "f32":
+            return hex(int(np.array(v, dtype=np.float32).view(np.uint32)))
+        return hex(int(np.array(v, dtype=np.float16).view(np.uint16)))
+
+    def nest(a):
+        if a.ndim == 1:
+            return "[" + ", ".join(literal(v) for v in a) + "]"
+        return "[" + ", ".join(nest(sub) for sub in a) + "]"
+
+    shape = "x".join(map(str, array.shape))
+    return f"dense<{nest(array)}> : tensor<{shape}x{dtype}>"
+
+
+def print_bits(name, value, shape, dtype="f32"):
+    """MLIR lines printing `value` (a tensor of `shape`) as i32 bit patterns,
+    widening bf16/f16 to f32 (exactly) first."""
+    t = "x".join(map(str, shape))
+    lines = []
+    if dtype != "f32":
+        lines.append(f"  %{name}_w = arith.extf {value} : tensor<{t}x{dtype}> to tensor<{t}xf32>")
+        value = f"%{name}_w"
+    lines += [f"  %{name}_b = arith.bitcast {value} : tensor<{t}xf32> to tensor<{t}xi32>",
+              f"  %{name}_m = bufferization.to_buffer %{name}_b : tensor<{t}xi32> to memref<{t}xi32>",
+              f"  %{name}_u = memref.cast %{name}_m : memref<{t}xi32> to memref<*xi32>",
+              f"  call @printMemrefI32(%{name}_u) : (memref<*xi32>) -> ()"]
+    return lines
+
+
+PRINT_DECL = "func.func private @printMemrefI32(memref<*xi32>)"
+
+
+def run(opt, runner, libdir, text, shapes, pipeline="--distopt-lower-to-cpu"):
+    """Lowers and runs `text`; returns the printed tensors as float32 arrays
+    of the given `shapes`, in print order."""
+    lowered = subprocess.run([opt, pipeline], input=text, check=True,
+                             capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [runner, "-e", "main", "-entry-point-result=void",
+         f"-shared-libs={libdir}/libmlir_runner_utils.so,{libdir}/libmlir_c_runner_utils.so"],
+        input=lowered, check=True, capture_output=True, text=True).stdout
+    tensors = []
+    for block, shape in zip(out.split("Unranked Memref")[1:], shapes):
+        data = block[block.index("data =") + 6:]
+        n = int(np.prod(shape))
+        ints = [int(x) for x in re.findall(r"-?\d+", data)][:n]
+        tensors.append(np.array(ints, dtype=np.int32).view(np.float32).reshape(shape))
+    return tensors
+
+
+def ulp(x):
+    x = np.abs(np.asarray(x, dtype=np.float32))
+    return np.spacing(np.maximum(x, np.float32(1e-30)))
