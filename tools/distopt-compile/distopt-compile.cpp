@@ -7,8 +7,9 @@
 // it for this machine's CPU (O3) and emits an object file, or links a shared
 // library with lld, all in this process. The output exports
 //   void distopt_step_packed(void **args)  - calls the step: args[0] points to
-//       the storage of the results, args[1 + i] to argument i (a memref
-//       descriptor, or a scalar);
+//       the storage of the results it returns, args[1 + i] to argument i (a
+//       memref descriptor, or a scalar). Results updated in their argument's
+//       buffer are not returned (in_place_arg in the interface);
 //   const char distopt_step_abi[]          - the step's interface as JSON:
 //       each argument's and result's role, name, dtype, shape and sharded
 //       layout (docs/step-abi.md), and the world size.
@@ -22,6 +23,7 @@
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 #include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/InitAllDialects.h"
@@ -146,9 +148,31 @@ static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step) {
   return text;
 }
 
+/// Records, for each result, the argument whose buffer holds it after the
+/// call (`in_place_arg`), or that it is returned in the results' storage.
+static FailureOr<std::string> addInPlace(StringRef text,
+                                         ArrayRef<int64_t> inPlace) {
+  llvm::Expected<llvm::json::Value> abiJson = llvm::json::parse(text);
+  if (!abiJson) {
+    llvm::consumeError(abiJson.takeError());
+    return failure();
+  }
+  llvm::json::Array *results = abiJson->getAsObject()->getArray("results");
+  if (!results || results->size() != inPlace.size())
+    return failure();
+  for (auto [result, arg] : llvm::zip_equal(*results, inPlace))
+    if (arg >= 0)
+      (*result.getAsObject())["in_place_arg"] = arg;
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << *abiJson;
+  return out;
+}
+
 /// Adds `distopt_step_packed(void **args)`, which loads each parameter of
 /// the C interface wrapper from args[i] and calls it.
-static LogicalResult addPackedEntry(llvm::Module &module) {
+static LogicalResult addPackedEntry(llvm::Module &module,
+                                    unsigned numStepArgs) {
   llvm::Function *ciface = module.getFunction("_mlir_ciface_step");
   if (!ciface)
     return failure();
@@ -159,12 +183,22 @@ static LogicalResult addPackedEntry(llvm::Module &module) {
   auto *packed = llvm::Function::Create(
       type, llvm::GlobalValue::ExternalLinkage, "distopt_step_packed", module);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", packed));
-  llvm::SmallVector<llvm::Value *> args;
-  for (auto [i, param] : llvm::enumerate(ciface->args())) {
+  auto load = [&](llvm::Type *type, unsigned i) {
     llvm::Value *slot =
         b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, packed->getArg(0), i));
-    args.push_back(b.CreateLoad(param.getType(), slot));
-  }
+    return b.CreateLoad(type, slot);
+  };
+  // The C interface takes a pointer to the results' storage first unless
+  // the step returns nothing (every result updated in place). Results are
+  // tensors (memref descriptors), never returned by value.
+  if (!ciface->getReturnType()->isVoidTy() ||
+      (ciface->arg_size() != numStepArgs &&
+       ciface->arg_size() != numStepArgs + 1))
+    return failure();
+  unsigned first = ciface->arg_size() == numStepArgs ? 1 : 0;
+  llvm::SmallVector<llvm::Value *> args;
+  for (auto [i, param] : llvm::enumerate(ciface->args()))
+    args.push_back(load(param.getType(), first + i));
   b.CreateCall(ciface, args);
   b.CreateRetVoid();
   return success();
@@ -227,16 +261,33 @@ int main(int argc, char **argv) {
   auto step = module->lookupSymbol<func::FuncOp>("step");
   if (!step || step.isExternal())
     return fail("the module has no @step function to compile");
-  FailureOr<std::string> abiText = describeStep(*module, step);
-  // The interface is in the JSON now; LLVM has no use for these attributes.
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    step.setArgAttrs(i, ArrayRef<NamedAttribute>{});
-  for (unsigned i = 0; i < step.getNumResults(); ++i)
-    step.setResultAttrs(i, ArrayRef<NamedAttribute>{});
+  FailureOr<std::string> abiJson = describeStep(*module, step);
+  if (failed(abiJson))
+    return fail("the step's interface cannot be described");
+  unsigned numStepArgs = step.getNumArguments();
   step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
   distopt::buildDistOptLowerToCPUPipeline(pm);
   if (failed(pm.run(*module)))
     return 1;
+  // Which results the step updated in its arguments' buffers (and no longer
+  // returns): the driver needs to know.
+  auto lowered = module->lookupSymbol<LLVM::LLVMFuncOp>("step");
+  auto inPlace = lowered ? lowered->getAttrOfType<DenseI64ArrayAttr>(
+                               "distopt.in_place_results")
+                         : DenseI64ArrayAttr();
+  if (!inPlace)
+    return fail("the lowered step does not say which results are in place");
+  FailureOr<std::string> abiText = addInPlace(*abiJson, inPlace.asArrayRef());
+  if (failed(abiText))
+    return fail("the step's results do not match its interface");
+  // The interface is in the JSON now; LLVM has no use for these attributes.
+  module->walk([](LLVM::LLVMFuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (DictionaryAttr attrs = func.getArgAttrDict(i))
+        for (NamedAttribute attr : attrs)
+          if (attr.getName().strref().starts_with("distopt."))
+            func.removeArgAttr(i, attr.getName());
+  });
 
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
@@ -245,7 +296,7 @@ int main(int argc, char **argv) {
       translateModuleToLLVMIR(*module, llvmContext);
   if (!llvmModule)
     return fail("translation to LLVM IR failed");
-  if (failed(addPackedEntry(*llvmModule)))
+  if (failed(addPackedEntry(*llvmModule, numStepArgs)))
     return fail("no C interface for @step was generated");
   addAbiString(*llvmModule, *abiText);
   // Only the entry point and the interface are exported: an exported `step`

@@ -80,6 +80,7 @@ struct Slot {
   std::vector<int64_t> shape; // empty for scalars; {} rank-0 tensors too
   bool tensor = false;
   int64_t shardOf = 0;
+  int64_t inPlaceArg = -1; // the result is left in this argument's buffer
   std::vector<Entry> layout;
 
   int64_t numel() const {
@@ -113,6 +114,7 @@ Slot parseSlot(const json::Value &value) {
       slot.shape.push_back(*d.getAsInteger());
   }
   slot.shardOf = object->getInteger("shard_of").value_or(0);
+  slot.inPlaceArg = object->getInteger("in_place_arg").value_or(-1);
   if (const json::Array *layout = object->getArray("layout"))
     for (const json::Value &e : *layout) {
       const json::Object *o = e.getAsObject();
@@ -342,7 +344,8 @@ int main(int argc, char **argv) {
     std::vector<void *> packedArgs(1 + args.size());
     size_t resultBytes = 0;
     for (const Slot &r : results)
-      resultBytes += 8 * (3 + 2 * r.shape.size());
+      if (r.inPlaceArg < 0)
+        resultBytes += 8 * (3 + 2 * r.shape.size());
     std::vector<int64_t> resultStorage(std::max<size_t>(resultBytes / 8, 1));
     void *resultPtr = resultStorage.data();
     packedArgs[0] = &resultPtr;
@@ -375,6 +378,13 @@ int main(int argc, char **argv) {
     std::vector<Buffer> previous = buffers;
     size_t word = 0;
     for (size_t k = 0; k < results.size(); ++k) {
+      if (results[k].inPlaceArg >= 0) {
+        // Updated in the argument's buffer, which the next step reads.
+        const Buffer &updated = previous[results[k].inPlaceArg];
+        if (resultArg[k] != SIZE_MAX)
+          buffers[resultArg[k]] = updated;
+        continue;
+      }
       const int64_t *d = resultStorage.data() + word;
       word += 3 + 2 * results[k].shape.size();
       Buffer result{reinterpret_cast<void *>(d[0]),

@@ -10,6 +10,7 @@
 
 #include "RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -22,6 +23,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_LOWERLOCALOPSPASS
+#define GEN_PASS_DEF_MARKINPLACERESULTSPASS
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
 } // namespace mlir::distopt
 
@@ -402,6 +404,19 @@ struct LowerLocalOpsPass
     });
     if (!ok)
       return signalPassFailure();
+    // The step ABI hands parameter, state and gradient buffers to the step
+    // to update in place (docs/step-abi.md): without this, bufferization
+    // treats them as read-only and copies them every step.
+    getOperation().walk([](func::FuncOp func) {
+      for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+        StringRef role = abi::getArgRole(func, i);
+        if (isa<TensorType>(func.getArgumentTypes()[i]) &&
+            (role == abi::kParam || role == abi::kMainParam ||
+             role == abi::kState || role == abi::kGrad))
+          func.setArgAttr(i, "bufferization.writable",
+                          BoolAttr::get(func.getContext(), true));
+      }
+    });
     // Groups become private so that symbol-dce drops them once the
     // collectives referring to them have become runtime calls.
     getOperation().walk([](ProcessGroupOp group) {
@@ -445,4 +460,42 @@ struct LowerLocalOpsPass
   }
 };
 
+} // namespace
+
+namespace {
+struct MarkInPlaceResultsPass
+    : public distopt::impl::MarkInPlaceResultsPassBase<MarkInPlaceResultsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    module.walk([&](func::FuncOp func) {
+      // A function that is called keeps its results: its callers use them.
+      if (func.isExternal() || !SymbolTable::symbolKnownUseEmpty(func, module))
+        return;
+      if (!func.getBody().hasOneBlock())
+        return;
+      auto ret =
+          dyn_cast<func::ReturnOp>(func.getBody().front().getTerminator());
+      if (!ret)
+        return;
+      SmallVector<int64_t> inPlace;
+      llvm::BitVector dropped(ret.getNumOperands());
+      for (OpOperand &operand : ret->getOpOperands()) {
+        Value value = operand.get();
+        while (auto cast = value.getDefiningOp<memref::CastOp>())
+          value = cast.getSource();
+        auto arg = dyn_cast<BlockArgument>(value);
+        bool isArg = arg && isa<BaseMemRefType>(arg.getType());
+        inPlace.push_back(isArg ? static_cast<int64_t>(arg.getArgNumber())
+                                : int64_t{-1});
+        if (isArg)
+          dropped.set(operand.getOperandNumber());
+      }
+      func->setAttr("distopt.in_place_results",
+                    DenseI64ArrayAttr::get(func.getContext(), inPlace));
+      ret->eraseOperands(dropped);
+      if (failed(func.eraseResults(dropped)))
+        signalPassFailure();
+    });
+  }
+};
 } // namespace

@@ -61,6 +61,10 @@ void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm) {
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   pm.addPass(createSymbolDCEPass()); // the process groups, now unused
+  // Results that are updated arguments are dropped (the driver reads them in
+  // the argument's buffer): returned, they would be copied by the
+  // deallocation pipeline, which must own what a function returns.
+  pm.addPass(createMarkInPlaceResultsPass());
   // Free what the step allocates and does not return (each step would leak
   // its temporaries otherwise); returned buffers belong to the caller.
   bufferization::buildBufferDeallocationPipeline(

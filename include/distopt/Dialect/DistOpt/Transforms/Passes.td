@@ -240,6 +240,22 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def MarkInPlaceResultsPass
+    : Pass<"distopt-mark-in-place-results", "::mlir::ModuleOp"> {
+  let summary = "Drop the results of a bufferized step that are its arguments";
+  let description = [{
+    After bufferization, a step updates its parameter and state buffers in
+    place and returns them. For each function that nothing calls, records in
+    `distopt.in_place_results` (one entry per original result) the index of
+    the argument a result returns, or -1 for a new buffer, and drops the
+    results that are arguments. Returned, they would be copied every step by
+    the deallocation pipeline, which must own what a function returns;
+    distopt-compile tells the driver which results live in their argument's
+    buffer (`in_place_arg`, docs/step-abi.md). Functions with callers keep
+    their results.
+  }];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";

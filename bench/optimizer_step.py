@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""B1: the fused optimizer update against torch.optim and memory bandwidth.
+
+One flat f32 parameter of --numel elements (64M by default), world size 1:
+the step is compiled with distopt-compile and run with distopt-run (median
+ms per step after the first); torch 1.13's optimizer (foreach, the fastest
+CPU implementation it has) runs on the same sizes in this process, and two
+bandwidths of the machine are measured in the same run with torch: triad
+(a = b + s*c, STREAM's byte count of 12 B per f32 element) and the in-place
+stream an update really is (a += s*c, also 12 B). Everything runs on one
+thread: the compiled step is single-threaded.
+
+The speed limit of an update is bandwidth / bytes per parameter (AdamW reads
+p, g, m, v and writes p, m, v: 28 B; SGD with momentum 20 B). Ratios above
+1 against the triad bound are expected: triad writes a separate array, which
+costs a hidden read (write-allocate) that STREAM does not count, while an
+update writes in place; the in-place bound is the tight one.
+
+Prints markdown; --update writes it into docs/benchmarks.md between the B1
+markers. Needs Debian's python3-torch (run with /usr/bin/python3).
+
+    bench/optimizer_step.py [--build build] [--numel 67108864] [--steps 12] [--update]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPTIMIZERS = [
+    # name, spec optimizer, torch constructor, bytes per parameter
+    ("AdamW", {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
+     lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.01, foreach=True), 28),
+    ("SGD momentum", {"type": "sgd", "lr": 0.1, "momentum": 0.9},
+     lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True), 20),
+]
+
+
+def bandwidths_gbps(numel, repeat):
+    """Best of `repeat`: triad (a = b + s*c) and in place (a += s*c)."""
+    a = torch.zeros(numel)
+    b = torch.rand(numel)
+    c = torch.rand(numel)
+
+    def best(kernel):
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            kernel()
+            times.append(time.perf_counter() - start)
+        return 12 * numel / min(times) / 1e9
+
+    return (best(lambda: torch.add(b, c, alpha=3.0, out=a)),
+            best(lambda: a.add_(c, alpha=1e-3)))
+
+
+def torch_ms(make, numel, steps):
+    p = torch.zeros(numel, requires_grad=True)
+    p.grad = torch.rand(numel)
+    opt = make([p])
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]) * 1e3
+
+
+def distopt_ms(build, tmp, name, optimizer, numel, steps):
+    spec = os.path.join(tmp, "spec.json")
+    with open(spec, "w") as f:
+        json.dump({"model": "flat", "world_size": 1, "optimizer": optimizer,
+                   "parameters": [{"name": "w", "shape": [numel], "dtype": "f32"}]}, f)
+    ir = os.path.join(tmp, "step.mlir")
+    lib = os.path.join(tmp, "step.so")
+    subprocess.run([os.path.join(build, "bin", "distopt-translate"),
+                    "--import-param-spec", spec, "-o", ir], check=True)
+    subprocess.run([os.path.join(build, "bin", "distopt-compile"), ir, "-o", lib], check=True)
+    out = subprocess.run([os.path.join(build, "bin", "distopt-run"), lib,
+                          "--steps", str(steps)],
+                         check=True, capture_output=True, text=True).stdout
+    match = re.search(r"([\d.]+) ms per step", out)
+    if not match:
+        sys.exit(f"{name}: no time in distopt-run's output:\n{out}")
+    return float(match.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--numel", type=int, default=64 << 20)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--update", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    triad, in_place = bandwidths_gbps(args.numel, 10)
+    lines = [f"{args.numel} f32 parameters, 1 thread; triad {triad:.1f} GB/s, "
+             f"in place {in_place:.1f} GB/s.", "",
+             "| optimizer | distopt ms | torch foreach ms | torch / distopt | "
+             "triad bound ms | bound / distopt | in-place bound ms | bound / distopt | "
+             "distopt Mparam/s | target (issue 4) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, spec, make, bytes_per_param in OPTIMIZERS:
+            ours = distopt_ms(args.build, tmp, name, spec, args.numel, args.steps)
+            theirs = torch_ms(make, args.numel, args.steps)
+            bound = bytes_per_param * args.numel / (triad * 1e9) * 1e3
+            tight = bytes_per_param * args.numel / (in_place * 1e9) * 1e3
+            target = ""
+            if name == "AdamW":
+                met = theirs / ours >= 3 and bound / ours >= 0.8
+                target = f"≥3× torch, ≥0.8 of triad bound: {'met' if met else 'MISSED'}"
+            lines.append(f"| {name} | {ours:.1f} | {theirs:.1f} | {theirs / ours:.2f} | "
+                         f"{bound:.1f} | {bound / ours:.2f} | {tight:.1f} | {tight / ours:.2f} | "
+                         f"{args.numel / ours / 1e3:.0f} | {target} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.update:
+        path = os.path.join(ROOT, "docs", "benchmarks.md")
+        doc = open(path).read()
+        begin, end = "<!-- B1:begin -->", "<!-- B1:end -->"
+        doc = doc[:doc.index(begin) + len(begin)] + "\n" + text + doc[doc.index(end):]
+        open(path, "w").write(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

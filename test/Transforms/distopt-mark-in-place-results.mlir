@@ -1,0 +1,32 @@
+// RUN: distopt-opt %s -split-input-file --distopt-mark-in-place-results | FileCheck %s
+
+// A step that updates its buffers in place returns nothing: the driver reads
+// results 0 and 2 in arguments 0 and 1; result 1 is a new buffer and stays.
+// CHECK-LABEL: func.func @step
+// CHECK-SAME: (%[[P:.*]]: memref<4xf32>, %[[S:.*]]: memref<4xf32>) -> memref<4xf32>
+// CHECK-SAME: distopt.in_place_results = array<i64: 0, -1, 1>
+// CHECK: %[[NEW:.*]] = memref.alloc
+// CHECK: return %[[NEW]] : memref<4xf32>
+func.func @step(%p: memref<4xf32>, %s: memref<4xf32>)
+    -> (memref<4xf32>, memref<4xf32>, memref<?xf32>) {
+  %new = memref.alloc() : memref<4xf32>
+  %cast = memref.cast %s : memref<4xf32> to memref<?xf32>
+  return %p, %new, %cast : memref<4xf32>, memref<4xf32>, memref<?xf32>
+}
+
+// -----
+
+// A function that is called keeps its results: its caller uses them.
+// CHECK-LABEL: func.func private @helper
+// CHECK-SAME: -> memref<4xf32>
+// CHECK-NOT: in_place_results
+// CHECK: return %{{.*}} : memref<4xf32>
+// CHECK-LABEL: func.func @caller
+// CHECK-SAME: in_place_results = array<i64: -1>
+func.func private @helper(%p: memref<4xf32>) -> memref<4xf32> {
+  return %p : memref<4xf32>
+}
+func.func @caller(%p: memref<4xf32>) -> memref<4xf32> {
+  %r = func.call @helper(%p) : (memref<4xf32>) -> memref<4xf32>
+  return %r : memref<4xf32>
+}
