@@ -51,14 +51,19 @@ def print_bits(name, value, shape, dtype="f32"):
 PRINT_DECL = "func.func private @printMemrefI32(memref<*xi32>)"
 
 
-def run(opt, runner, libdir, text, shapes, pipeline="--distopt-lower-to-cpu"):
-    """Lowers and runs `text`; returns the printed tensors as float32 arrays
-    of the given `shapes`, in print order."""
-    lowered = subprocess.run([opt, pipeline], input=text, check=True,
-                             capture_output=True, text=True).stdout
+def run(opt, runner, libdir, text, shapes, pipeline="--distopt-lower-to-cpu",
+        extra_libs=()):
+    """Lowers and runs `text` (`extra_libs`: e.g. the runtime, for steps with
+    collectives); returns the printed tensors as float32 arrays of the given
+    `shapes`, in print order."""
+    lowering = subprocess.run([opt, pipeline], input=text, capture_output=True, text=True)
+    if lowering.returncode != 0:
+        raise RuntimeError(f"{opt} {pipeline} failed:\n{lowering.stderr}\non:\n{text}")
+    lowered = lowering.stdout
+    libs = [f"{libdir}/libmlir_runner_utils.so", f"{libdir}/libmlir_c_runner_utils.so",
+            *extra_libs]
     out = subprocess.run(
-        [runner, "-e", "main", "-entry-point-result=void",
-         f"-shared-libs={libdir}/libmlir_runner_utils.so,{libdir}/libmlir_c_runner_utils.so"],
+        [runner, "-e", "main", "-entry-point-result=void", "-shared-libs=" + ",".join(libs)],
         input=lowered, check=True, capture_output=True, text=True).stdout
     tensors = []
     for block, shape in zip(out.split("Unranked Memref")[1:], shapes):

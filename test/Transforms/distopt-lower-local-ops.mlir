@@ -77,11 +77,31 @@ func.func @async(%g: tensor<8xf32>, %x: tensor<8xf32>) -> (tensor<8xf32>, tensor
 
 // -----
 
+// PowerSGD: M = G + E; Q orthogonalized (2 columns: 2 norms); P = M Q
+// summed; P orthogonalized; Q' = M^T P averaged; R = P Q'^T; E' = M - R.
+// CHECK-LABEL: func.func @powersgd
+// CHECK: math.sqrt
+// CHECK: math.sqrt
+// CHECK: distopt.all_reduce sum %{{.*}} on @dp : tensor<8x2xf32>
+// CHECK: math.sqrt
+// CHECK: math.sqrt
+// CHECK: distopt.all_reduce avg %{{.*}} on @dp : tensor<4x2xf32>
+// CHECK-NOT: distopt.powersgd_all_reduce
+// CHECK: return
 distopt.process_group @dp size 2
-func.func @not_yet(%g: tensor<8x4xf32>, %p: tensor<8x1xf32>, %q: tensor<4x1xf32>) -> tensor<8x4xf32> {
-  // expected-error @+1 {{'distopt.powersgd_all_reduce' is not lowered to CPU code yet}}
-  %r:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank 1 : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
-  return %r#0 : tensor<8x4xf32>
+func.func @powersgd(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32>, %e: tensor<8x4xf32>)
+    -> (tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x4xf32>) {
+  %r:4 = distopt.powersgd_all_reduce %g, %p, %q, %e on @dp rank 2 : tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>
+  return %r#0, %r#1, %r#2, %r#3 : tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x4xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @not_yet(%g: tensor<8xf32>, %e: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'distopt.topk_all_reduce' is not lowered to CPU code yet}}
+  %r, %e1 = distopt.topk_all_reduce avg %g, %e on @dp density 5.000000e-01 : tensor<8xf32>
+  return %r : tensor<8xf32>
 }
 
 // -----

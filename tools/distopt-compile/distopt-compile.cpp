@@ -287,6 +287,11 @@ int main(int argc, char **argv) {
         for (NamedAttribute attr : attrs)
           if (attr.getName().strref().starts_with("distopt."))
             func.removeArgAttr(i, attr.getName());
+    for (unsigned i = 0; i < func.getNumResults(); ++i)
+      if (DictionaryAttr attrs = func.getResultAttrDict(i))
+        for (NamedAttribute attr : attrs)
+          if (attr.getName().strref().starts_with("distopt."))
+            func.removeResultAttr(i, attr.getName());
   });
 
   llvm::InitializeNativeTarget();

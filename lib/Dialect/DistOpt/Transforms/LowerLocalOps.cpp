@@ -379,13 +379,214 @@ void lowerClipGradNorm(ClipGradNormOp op) {
   op.erase();
 }
 
+/// Elementwise `combine(lhs, rhs)` of two tensors of one type.
+Value elementwise(
+    OpBuilder &b, Location loc, Value lhs, Value rhs,
+    function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
+  auto type = cast<RankedTensorType>(lhs.getType());
+  Value init =
+      tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
+  SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                             utils::IteratorType::parallel);
+  return linalg::GenericOp::create(
+             b, loc, TypeRange{type}, ValueRange{lhs, rhs}, ValueRange{init},
+             SmallVector<AffineMap>(3, identity), iterators,
+             [&](OpBuilder &nb, Location nloc, ValueRange args) {
+               linalg::YieldOp::create(nb, nloc,
+                                       combine(nb, nloc, args[0], args[1]));
+             })
+      .getResult(0);
+}
+
+/// A matrix product out(d0, d1) = sum over d2 of lhs * rhs, the operands
+/// indexed by `lhsMap` and `rhsMap` over (d0, d1, d2): transposes are maps.
+Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
+               AffineMap lhsMap, AffineMap rhsMap, ArrayRef<int64_t> shape) {
+  Type element = cast<RankedTensorType>(lhs.getType()).getElementType();
+  Value init = tensor::EmptyOp::create(b, loc, shape, element);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(element));
+  init = linalg::FillOp::create(b, loc, zero, init).getResult(0);
+  MLIRContext *ctx = b.getContext();
+  AffineMap outMap = AffineMap::get(
+      3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx);
+  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
+                                                utils::IteratorType::parallel,
+                                                utils::IteratorType::reduction};
+  return linalg::GenericOp::create(
+             b, loc, TypeRange{init.getType()}, ValueRange{lhs, rhs},
+             ValueRange{init}, SmallVector<AffineMap>{lhsMap, rhsMap, outMap},
+             iterators,
+             [&](OpBuilder &nb, Location nloc, ValueRange args) {
+               Value product =
+                   arith::MulFOp::create(nb, nloc, args[0], args[1]);
+               linalg::YieldOp::create(
+                   nb, nloc,
+                   arith::AddFOp::create(nb, nloc, args[2], product)
+                       .getResult());
+             })
+      .getResult(0);
+}
+
+AffineMap dims(OpBuilder &b, unsigned row, unsigned col) {
+  MLIRContext *ctx = b.getContext();
+  return AffineMap::get(
+      3, 0, {getAffineDimExpr(row, ctx), getAffineDimExpr(col, ctx)}, ctx);
+}
+
+/// Modified Gram-Schmidt, left to right, as the PowerSGD hook's
+/// _orthogonalize_gram_schmidt: column i /= (its 2-norm [+ epsilon]); every
+/// later column c -= (column c . column i) * column i. The rank is small and
+/// static, so the columns are unrolled; each step rewrites the whole matrix
+/// (no strided column slices). Norms accumulate in f64 (torch's CPU norm of
+/// f32), dot products in the element type.
+Value orthogonalize(OpBuilder &b, Location loc, Value matrix, double epsilon) {
+  auto type = cast<RankedTensorType>(matrix.getType());
+  auto element = cast<FloatType>(type.getElementType());
+  Type f64 = b.getF64Type();
+  int64_t rank = type.getDimSize(1);
+  MLIRContext *ctx = b.getContext();
+  auto parallel = utils::IteratorType::parallel;
+  auto reduction = utils::IteratorType::reduction;
+  AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
+  auto filled = [&](ArrayRef<int64_t> shape, Type t) -> Value {
+    Value empty = tensor::EmptyOp::create(b, loc, shape, t);
+    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
+    return linalg::FillOp::create(b, loc, zero, empty).getResult(0);
+  };
+  for (int64_t i = 0; i < rank; ++i) {
+    AffineExpr col = getAffineConstantExpr(i, ctx);
+    // The norm of column i: rows -> scalar.
+    Value sumSq =
+        linalg::GenericOp::create(
+            b, loc, TypeRange{RankedTensorType::get({}, f64)},
+            ValueRange{matrix}, ValueRange{filled({}, f64)},
+            SmallVector<AffineMap>{AffineMap::get(1, 0, {d0, col}, ctx),
+                                   AffineMap::get(1, 0, {}, ctx)},
+            SmallVector<utils::IteratorType>{reduction},
+            [&](OpBuilder &nb, Location l, ValueRange args) {
+              Value w = widen(nb, l, args[0], f64);
+              Value sq = arith::MulFOp::create(nb, l, w, w);
+              linalg::YieldOp::create(
+                  nb, l, arith::AddFOp::create(nb, l, args[1], sq).getResult());
+            })
+            .getResult(0);
+    Value norm = math::SqrtOp::create(
+        b, loc, tensor::ExtractOp::create(b, loc, sumSq, ValueRange{}));
+    if (element.getWidth() < 64)
+      norm = arith::TruncFOp::create(b, loc, element, norm);
+    if (epsilon > 0)
+      norm = arith::AddFOp::create(
+          b, loc, norm,
+          arith::ConstantOp::create(b, loc, FloatAttr::get(element, epsilon)));
+    // dots(c) = sum over rows r of (m(r, i) / norm) * m(r, c): (c, r).
+    Value dots =
+        linalg::GenericOp::create(
+            b, loc, TypeRange{RankedTensorType::get({rank}, element)},
+            ValueRange{matrix, matrix}, ValueRange{filled({rank}, element)},
+            SmallVector<AffineMap>{AffineMap::get(2, 0, {d1, col}, ctx),
+                                   AffineMap::get(2, 0, {d1, d0}, ctx),
+                                   AffineMap::get(2, 0, {d0}, ctx)},
+            SmallVector<utils::IteratorType>{parallel, reduction},
+            [&](OpBuilder &nb, Location l, ValueRange args) {
+              Value unit = arith::DivFOp::create(nb, l, args[0], norm);
+              Value product = arith::MulFOp::create(nb, l, unit, args[1]);
+              linalg::YieldOp::create(
+                  nb, l,
+                  arith::AddFOp::create(nb, l, args[2], product).getResult());
+            })
+            .getResult(0);
+    // Column i normalised, later columns projected out, earlier ones kept.
+    AffineMap identity = b.getMultiDimIdentityMap(2);
+    matrix =
+        linalg::GenericOp::create(
+            b, loc, TypeRange{type}, ValueRange{matrix, matrix, dots},
+            ValueRange{
+                tensor::EmptyOp::create(b, loc, type.getShape(), element)},
+            SmallVector<AffineMap>{identity,
+                                   AffineMap::get(2, 0, {d0, col}, ctx),
+                                   AffineMap::get(2, 0, {d1}, ctx), identity},
+            SmallVector<utils::IteratorType>{parallel, parallel},
+            [&](OpBuilder &nb, Location l, ValueRange args) {
+              Value c = linalg::IndexOp::create(nb, l, 1);
+              Value ci = arith::ConstantIndexOp::create(nb, l, i);
+              Value unit = arith::DivFOp::create(nb, l, args[1], norm);
+              Value projected = arith::SubFOp::create(
+                  nb, l, args[0], arith::MulFOp::create(nb, l, args[2], unit));
+              Value isCol =
+                  arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, c, ci);
+              Value isLater = arith::CmpIOp::create(
+                  nb, l, arith::CmpIPredicate::sgt, c, ci);
+              Value later =
+                  arith::SelectOp::create(nb, l, isLater, projected, args[0]);
+              linalg::YieldOp::create(
+                  nb, l,
+                  arith::SelectOp::create(nb, l, isCol, unit, later)
+                      .getResult());
+            })
+            .getResult(0);
+  }
+  return matrix;
+}
+
+void lowerOrthogonalize(OrthogonalizeOp op) {
+  OpBuilder b(op);
+  op.replaceAllUsesWith(orthogonalize(b, op.getLoc(), op.getInput(),
+                                      op.getEpsilon().convertToDouble()));
+  op.erase();
+}
+
+/// powersgd_all_reduce as its description (and the hook) computes it: two
+/// matrix products, each followed by an all_reduce of the small factor.
+void lowerPowerSGD(PowerSGDAllReduceOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  double epsilon = op.getOrthogonalizationEpsilon().convertToDouble();
+  FlatSymbolRefAttr group = op.getGroupAttr();
+  auto gradType = cast<RankedTensorType>(op.getGrad().getType());
+  auto pType = cast<RankedTensorType>(op.getP().getType());
+  auto qType = cast<RankedTensorType>(op.getQ().getType());
+  Value m = op.getGrad();
+  if (Value error = op.getError())
+    m = elementwise(b, loc, m, error,
+                    [](OpBuilder &nb, Location l, Value x, Value y) {
+                      return arith::AddFOp::create(nb, l, x, y).getResult();
+                    });
+  auto allReduce = [&](Value value, ReductionKind kind) -> Value {
+    return AllReduceOp::create(b, loc, value.getType(), value, group,
+                               /*wire_type=*/nullptr,
+                               ReductionKindAttr::get(b.getContext(), kind),
+                               /*scale=*/nullptr);
+  };
+  Value q = orthogonalize(b, loc, op.getQ(), epsilon);
+  // P = M Q, summed (its scale is removed by the orthogonalization).
+  Value p =
+      contract(b, loc, m, q, dims(b, 0, 2), dims(b, 2, 1), pType.getShape());
+  p = orthogonalize(b, loc, allReduce(p, ReductionKind::Sum), epsilon);
+  // Q' = M^T P, averaged.
+  Value newQ =
+      contract(b, loc, m, p, dims(b, 2, 0), dims(b, 2, 1), qType.getShape());
+  newQ = allReduce(newQ, ReductionKind::Avg);
+  // R = P Q'^T.
+  Value result = contract(b, loc, p, newQ, dims(b, 0, 2), dims(b, 1, 2),
+                          gradType.getShape());
+  SmallVector<Value> results = {result, p, newQ};
+  if (op.getError())
+    results.push_back(elementwise(
+        b, loc, m, result, [](OpBuilder &nb, Location l, Value x, Value y) {
+          return arith::SubFOp::create(nb, l, x, y).getResult();
+        }));
+  op.replaceAllUsesWith(results);
+  op.erase();
+}
+
 struct LowerLocalOpsPass
     : public distopt::impl::LowerLocalOpsPassBase<LowerLocalOpsPass> {
   void runOnOperation() override {
     bool ok = true;
     SmallVector<Operation *> ops;
     getOperation().walk<WalkOrder::PreOrder>([&](Operation *op) {
-      if (isa<PowerSGDAllReduceOp, OrthogonalizeOp, TopKAllReduceOp>(op)) {
+      if (isa<TopKAllReduceOp>(op)) {
         op->emitError() << "'" << op->getName()
                         << "' is not lowered to CPU code yet";
         ok = false;
@@ -399,7 +600,7 @@ struct LowerLocalOpsPass
       }
       if (isa<RankOp, GroupSizeOp, ShardSliceOp, OwnedByOp, BucketPackOp,
               BucketUnpackOp, UnscaleOp, AllFiniteOp, LossScaleUpdateOp,
-              ClipGradNormOp>(op))
+              ClipGradNormOp, PowerSGDAllReduceOp, OrthogonalizeOp>(op))
         ops.push_back(op);
     });
     if (!ok)
@@ -441,6 +642,10 @@ struct LowerLocalOpsPass
         lowerLossScaleUpdate(update);
       else if (auto clip = dyn_cast<ClipGradNormOp>(op))
         lowerClipGradNorm(clip);
+      else if (auto powerSGD = dyn_cast<PowerSGDAllReduceOp>(op))
+        lowerPowerSGD(powerSGD);
+      else if (auto orthogonal = dyn_cast<OrthogonalizeOp>(op))
+        lowerOrthogonalize(orthogonal);
       else if (auto size = dyn_cast<GroupSizeOp>(op)) {
         OpBuilder b(size);
         size.replaceAllUsesWith(

@@ -227,8 +227,13 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     rounded to f32 as torch stacks them), the p-norm of those (combined over
     the ranks with a group) and scales by min(1, max_norm / (norm + 1e-6)).
 
-    Ops the CPU lowering does not handle yet (PowerSGD, top-K) are errors at
-    the op, as are optimizer updates left for `--distopt-lower-optimizers`.
+    `powersgd_all_reduce` becomes its matrix products (`linalg.generic`),
+    modified Gram-Schmidt unrolled over the rank (norms in f64, as torch's
+    CPU norm) and two `all_reduce`s: P summed, Q' averaged;
+    `orthogonalize` the same Gram-Schmidt.
+
+    Ops the CPU lowering does not handle yet (top-K) are errors at the op,
+    as are optimizer updates left for `--distopt-lower-optimizers`.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
