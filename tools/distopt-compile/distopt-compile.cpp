@@ -59,29 +59,34 @@ namespace abi = mlir::distopt::abi;
 
 namespace cl = llvm::cl;
 
+static cl::OptionCategory compileCategory("distopt-compile options");
+
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<step.mlir>"),
-                                      cl::init("-"));
+                                      cl::init("-"), cl::cat(compileCategory));
 static cl::opt<std::string> outputFile("o",
                                        cl::desc("Output file: .o (object) "
                                                 "or .so (shared library)"),
-                                       cl::value_desc("file"), cl::Required);
-static cl::opt<std::string>
-    target("target", cl::desc("Target: cpu (cuda: not yet)"), cl::init("cpu"));
+                                       cl::value_desc("file"), cl::Required,
+                                       cl::cat(compileCategory));
+static cl::opt<std::string> target("target",
+                                   cl::desc("Target: cpu (cuda: not yet)"),
+                                   cl::init("cpu"), cl::cat(compileCategory));
 static cl::opt<std::string>
     pipeline("pipeline",
              cl::desc("Options of distopt-pipeline to run first, e.g. "
                       "'zero-stage=2 powersgd-rank=4' (default: none)"),
-             cl::init(""));
+             cl::init(""), cl::cat(compileCategory));
 static cl::opt<bool> runPipeline("distopt-pipeline",
                                  cl::desc("Run distopt-pipeline first"),
-                                 cl::init(false));
+                                 cl::init(false), cl::cat(compileCategory));
 static cl::opt<unsigned> optLevel("O", cl::desc("LLVM optimisation level"),
-                                  cl::init(3), cl::Prefix);
+                                  cl::init(3), cl::Prefix,
+                                  cl::cat(compileCategory));
 static cl::opt<std::string>
     cpu("cpu",
         cl::desc("CPU to compile for: native (this machine, with all its "
                  "features) or an LLVM CPU name such as x86-64"),
-        cl::init("native"));
+        cl::init("native"), cl::cat(compileCategory));
 
 static llvm::json::Value typeJson(Type type) {
   llvm::json::Object object;
@@ -219,6 +224,8 @@ static int fail(const Twine &message) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // Only this tool's options in --help, not every LLVM backend's.
+  cl::HideUnrelatedOptions(compileCategory);
   cl::ParseCommandLineOptions(
       argc, argv, "distopt-compile: a step to an object or shared library\n");
   if (target != "cpu")

@@ -37,19 +37,23 @@
 namespace cl = llvm::cl;
 namespace json = llvm::json;
 
+static cl::OptionCategory runCategory("distopt-run options");
+
 static cl::opt<std::string> library(cl::Positional, cl::Required,
-                                    cl::desc("<step.so>"));
-static cl::opt<unsigned> steps("steps", cl::desc("Steps to run"), cl::init(10));
+                                    cl::desc("<step.so>"),
+                                    cl::cat(runCategory));
+static cl::opt<unsigned> steps("steps", cl::desc("Steps to run"), cl::init(10),
+                               cl::cat(runCategory));
 static cl::opt<double> lrOption("lr",
                                 cl::desc("Learning rate (default: the spec's)"),
-                                cl::init(-1));
+                                cl::init(-1), cl::cat(runCategory));
 static cl::opt<unsigned> printEvery("print-every",
                                     cl::desc("Print progress every N steps "
                                              "(0: only at the end)"),
-                                    cl::init(0));
+                                    cl::init(0), cl::cat(runCategory));
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
-                                 cl::init(false));
+                                 cl::init(false), cl::cat(runCategory));
 
 namespace {
 
@@ -263,6 +267,8 @@ constexpr uintptr_t kGlobalMarker = 0xdeadbeef;
 } // namespace
 
 int main(int argc, char **argv) {
+  // Only this tool's options in --help, not every LLVM backend's.
+  cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(argc, argv,
                               "distopt-run: run a compiled step on N ranks\n");
   // A bare file name would make dlopen search the library path.
