@@ -3,6 +3,7 @@ distopt-lower-to-cpu, run its @main with mlir-runner, and read back the
 tensors it printed with printMemrefI32 (bit patterns: exact)."""
 import re
 import subprocess
+import tempfile
 
 import numpy as np
 
@@ -52,19 +53,24 @@ PRINT_DECL = "func.func private @printMemrefI32(memref<*xi32>)"
 
 
 def run(opt, runner, libdir, text, shapes, pipeline="--distopt-lower-to-cpu",
-        extra_libs=()):
+        extra_libs=(), launcher=()):
     """Lowers and runs `text` (`extra_libs`: e.g. the runtime, for steps with
-    collectives); returns the printed tensors as float32 arrays of the given
-    `shapes`, in print order."""
+    collectives; `launcher`: e.g. mpirun -np N, with the ranks' output in
+    print order of one rank); returns the printed tensors as float32 arrays
+    of the given `shapes`, in print order."""
     lowering = subprocess.run([opt, pipeline], input=text, capture_output=True, text=True)
     if lowering.returncode != 0:
         raise RuntimeError(f"{opt} {pipeline} failed:\n{lowering.stderr}\non:\n{text}")
-    lowered = lowering.stdout
     libs = [f"{libdir}/libmlir_runner_utils.so", f"{libdir}/libmlir_c_runner_utils.so",
             *extra_libs]
-    out = subprocess.run(
-        [runner, "-e", "main", "-entry-point-result=void", "-shared-libs=" + ",".join(libs)],
-        input=lowered, check=True, capture_output=True, text=True).stdout
+    # A file, not stdin: under mpirun only rank 0 would read stdin.
+    with tempfile.NamedTemporaryFile("w", suffix=".mlir") as lowered:
+        lowered.write(lowering.stdout)
+        lowered.flush()
+        out = subprocess.run(
+            [*launcher, runner, lowered.name, "-e", "main", "-entry-point-result=void",
+             "-shared-libs=" + ",".join(libs)],
+            check=True, capture_output=True, text=True).stdout
     tensors = []
     for block, shape in zip(out.split("Unranked Memref")[1:], shapes):
         data = block[block.index("data =") + 6:]

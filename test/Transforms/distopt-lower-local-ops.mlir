@@ -97,11 +97,21 @@ func.func @powersgd(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32
 
 // -----
 
+// Top-K: the threshold searched bit by bit (31 counts for f32), one pass
+// selecting k = 4 pairs, both halves all-gathered (2 ranks x 4), added into
+// zeros in order, then averaged.
+// CHECK-LABEL: func.func @topk
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c31
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c8
+// CHECK: distopt.all_gather %{{.*}} on @dp : tensor<4xf32> -> tensor<8xf32>
+// CHECK: distopt.all_gather %{{.*}} on @dp : tensor<4xi64> -> tensor<8xi64>
+// CHECK: scf.for
+// CHECK: arith.divf
+// CHECK-NOT: distopt.topk_all_reduce
 distopt.process_group @dp size 2
-func.func @not_yet(%g: tensor<8xf32>, %e: tensor<8xf32>) -> tensor<8xf32> {
-  // expected-error @+1 {{'distopt.topk_all_reduce' is not lowered to CPU code yet}}
+func.func @topk(%g: tensor<8xf32>, %e: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
   %r, %e1 = distopt.topk_all_reduce avg %g, %e on @dp density 5.000000e-01 : tensor<8xf32>
-  return %r : tensor<8xf32>
+  return %r, %e1 : tensor<8xf32>, tensor<8xf32>
 }
 
 // -----

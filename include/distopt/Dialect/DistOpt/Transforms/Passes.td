@@ -230,10 +230,13 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     `powersgd_all_reduce` becomes its matrix products (`linalg.generic`),
     modified Gram-Schmidt unrolled over the rank (norms in f64, as torch's
     CPU norm) and two `all_reduce`s: P summed, Q' averaged;
-    `orthogonalize` the same Gram-Schmidt.
+    `orthogonalize` the same Gram-Schmidt. `topk_all_reduce` finds the
+    k-th largest magnitude bit by bit (a count per bit, no sort), selects in
+    index order (ties: lower index), all-gathers the (value, index) pairs
+    and adds them into zeros in rank order: the same bits on every rank.
 
-    Ops the CPU lowering does not handle yet (top-K) are errors at the op,
-    as are optimizer updates left for `--distopt-lower-optimizers`.
+    Optimizer updates left for `--distopt-lower-optimizers` are errors at
+    the op.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
