@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import update_section  # noqa: E402
 
 
 def main():
@@ -28,11 +30,7 @@ def main():
         text += f"{ranks} ranks:\n\n{out}\n"
     print(text)
     if args.update:
-        path = os.path.join(ROOT, "docs", "benchmarks.md")
-        doc = open(path).read()
-        begin, end = "<!-- B2:begin -->", "<!-- B2:end -->"
-        doc = doc[:doc.index(begin) + len(begin)] + "\n" + text + doc[doc.index(end):]
-        open(path, "w").write(doc)
+        update_section("B2", text)
     return 0
 
 

@@ -20,6 +20,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import update_section  # noqa: E402
 PIPELINES = [
     ("data parallel", "distopt-pipeline"),
     ("ZeRO-2 + PowerSGD", "distopt-pipeline{zero-stage=2 powersgd-rank=4}"),
@@ -77,11 +79,7 @@ def main():
             "(`-mlir-timing`, wall time):\n\n```\n" + breakdown + "\n```\n")
     print(text)
     if args.update:
-        path = os.path.join(ROOT, "docs", "benchmarks.md")
-        doc = open(path).read()
-        begin, end = "<!-- B8:begin -->", "<!-- B8:end -->"
-        doc = doc[:doc.index(begin) + len(begin)] + "\n" + text + doc[doc.index(end):]
-        open(path, "w").write(doc)
+        update_section("B8", text)
     return 0
 
 

@@ -34,6 +34,8 @@ import time
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import update_section  # noqa: E402
 OPTIMIZERS = [
     # name, spec optimizer, torch constructor, bytes per parameter
     ("AdamW", {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
@@ -125,11 +127,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:
-        path = os.path.join(ROOT, "docs", "benchmarks.md")
-        doc = open(path).read()
-        begin, end = "<!-- B1:begin -->", "<!-- B1:end -->"
-        doc = doc[:doc.index(begin) + len(begin)] + "\n" + text + doc[doc.index(end):]
-        open(path, "w").write(doc)
+        update_section("B1", text)
     return 0
 
 
