@@ -385,10 +385,16 @@ int main(int argc, char **argv) {
     size_t word = 0;
     for (size_t k = 0; k < results.size(); ++k) {
       if (results[k].inPlaceArg >= 0) {
-        // Updated in the argument's buffer, which the next step reads.
-        const Buffer &updated = previous[results[k].inPlaceArg];
-        if (resultArg[k] != SIZE_MAX)
-          buffers[resultArg[k]] = updated;
+        // Updated in the argument's buffer, which the next step reads. A
+        // result left in another argument's buffer (say, a gradient) is
+        // copied: that argument is refilled before the next step.
+        size_t from = static_cast<size_t>(results[k].inPlaceArg);
+        const Buffer &updated = previous[from];
+        if (resultArg[k] == from || resultArg[k] == SIZE_MAX)
+          continue;
+        Buffer copy = allocate(results[k].bytes());
+        std::memcpy(copy.aligned, updated.aligned, results[k].bytes());
+        buffers[resultArg[k]] = copy;
         continue;
       }
       const int64_t *d = resultStorage.data() + word;
