@@ -36,9 +36,10 @@ config.substitutions.append(
 mpirun = shutil.which("mpirun")
 if mpirun:
     config.available_features.add("mpi")
-    # Root may run it (CI does); more ranks than cores is fine for tests.
+    # Root may run it (CI does); more ranks than cores is fine for tests;
+    # each launch gets its own session directory (test/mpirun.sh says why).
     config.substitutions.append(
-        ("%mpirun", mpirun + " --allow-run-as-root --oversubscribe --bind-to none"))
+        ("%mpirun", os.path.join(config.test_source_root, "mpirun.sh")))
 
 # Integration tests against PyTorch need Debian's python3-torch (CPU). The
 # interpreter on PATH may be another one, so Debian's is used by path.
