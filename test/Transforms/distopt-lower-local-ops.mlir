@@ -116,6 +116,19 @@ func.func @topk(%g: tensor<8xf32>, %e: tensor<8xf32>) -> (tensor<8xf32>, tensor<
 
 // -----
 
+// Sub-groups do not run yet: an error at the collective, not a world-size
+// mismatch at run time.
+module attributes {distopt.world_size = 4 : i64} {
+  distopt.process_group @dp size 2
+  func.func @sub_group(%g: tensor<8xf32>) -> tensor<8xf32> {
+    // expected-error @+1 {{process group @dp has 2 ranks but the world has 4: the CPU lowering runs every collective on the world (sub-groups are not supported yet)}}
+    %r = distopt.all_reduce sum %g on @dp : tensor<8xf32>
+    return %r : tensor<8xf32>
+  }
+}
+
+// -----
+
 func.func @updates_first(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64) -> tensor<4xf32> {
   // expected-error @+1 {{'distopt.sgd_update' must be lowered by --distopt-lower-optimizers first}}
   %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32

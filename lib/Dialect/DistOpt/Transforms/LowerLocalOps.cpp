@@ -771,7 +771,27 @@ struct LowerLocalOpsPass
   void runOnOperation() override {
     bool ok = true;
     SmallVector<Operation *> ops;
+    // The runtime's communicator is the world: a group of another size
+    // would fail at run time with a misleading world-size mismatch.
+    int64_t world = 0;
+    if (auto attr = getOperation()->getAttrOfType<IntegerAttr>(abi::kWorldSize))
+      world = attr.getInt();
+    else
+      getOperation().walk([&](ProcessGroupOp group) {
+        world = std::max<int64_t>(world, group.getSize());
+      });
     getOperation().walk<WalkOrder::PreOrder>([&](Operation *op) {
+      if (auto groupRef = op->getAttrOfType<FlatSymbolRefAttr>("group")) {
+        ProcessGroupOp group = lookupProcessGroup(op, groupRef);
+        if (group && group.getSize() != world) {
+          op->emitError() << "process group " << groupRef << " has "
+                          << group.getSize() << " ranks but the world has "
+                          << world
+                          << ": the CPU lowering runs every collective on "
+                             "the world (sub-groups are not supported yet)";
+          ok = false;
+        }
+      }
       if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
               AdagradUpdateOp>(op)) {
         op->emitError() << "'" << op->getName()

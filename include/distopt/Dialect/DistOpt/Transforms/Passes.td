@@ -236,7 +236,9 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     and adds them into zeros in rank order: the same bits on every rank.
 
     Optimizer updates left for `--distopt-lower-optimizers` are errors at
-    the op.
+    the op, as is any op on a process group whose size is not the world's
+    (`distopt.world_size`, else the largest group): the runtime runs every
+    collective on the world, so sub-groups do not run yet.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
