@@ -403,9 +403,12 @@ Value elementwise(
 /// indexed by `lhsMap` and `rhsMap` over (d0, d1, d2): transposes are maps.
 Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
                AffineMap lhsMap, AffineMap rhsMap, ArrayRef<int64_t> shape) {
-  Type element = cast<RankedTensorType>(lhs.getType()).getElementType();
-  Value init = tensor::EmptyOp::create(b, loc, shape, element);
-  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(element));
+  auto element =
+      cast<FloatType>(cast<RankedTensorType>(lhs.getType()).getElementType());
+  // Half types accumulate in f32, as torch's CPU matmul does.
+  Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
+  Value init = tensor::EmptyOp::create(b, loc, shape, acc);
+  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(acc));
   init = linalg::FillOp::create(b, loc, zero, init).getResult(0);
   MLIRContext *ctx = b.getContext();
   AffineMap outMap = AffineMap::get(
@@ -413,19 +416,24 @@ Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
   SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
                                                 utils::IteratorType::parallel,
                                                 utils::IteratorType::reduction};
-  return linalg::GenericOp::create(
-             b, loc, TypeRange{init.getType()}, ValueRange{lhs, rhs},
-             ValueRange{init}, SmallVector<AffineMap>{lhsMap, rhsMap, outMap},
-             iterators,
-             [&](OpBuilder &nb, Location nloc, ValueRange args) {
-               Value product =
-                   arith::MulFOp::create(nb, nloc, args[0], args[1]);
-               linalg::YieldOp::create(
-                   nb, nloc,
-                   arith::AddFOp::create(nb, nloc, args[2], product)
-                       .getResult());
-             })
-      .getResult(0);
+  Value product =
+      linalg::GenericOp::create(
+          b, loc, TypeRange{init.getType()}, ValueRange{lhs, rhs},
+          ValueRange{init}, SmallVector<AffineMap>{lhsMap, rhsMap, outMap},
+          iterators,
+          [&](OpBuilder &nb, Location nloc, ValueRange args) {
+            Value x = widen(nb, nloc, args[0], acc);
+            Value y = widen(nb, nloc, args[1], acc);
+            Value xy = arith::MulFOp::create(nb, nloc, x, y);
+            linalg::YieldOp::create(
+                nb, nloc,
+                arith::AddFOp::create(nb, nloc, args[2], xy).getResult());
+          })
+          .getResult(0);
+  if (acc == element)
+    return product;
+  return arith::TruncFOp::create(b, loc, RankedTensorType::get(shape, element),
+                                 product);
 }
 
 AffineMap dims(OpBuilder &b, unsigned row, unsigned col) {
@@ -439,7 +447,7 @@ AffineMap dims(OpBuilder &b, unsigned row, unsigned col) {
 /// later column c -= (column c . column i) * column i. The rank is small and
 /// static, so the columns are unrolled; each step rewrites the whole matrix
 /// (no strided column slices). Norms accumulate in f64 (torch's CPU norm of
-/// f32), dot products in the element type.
+/// f32), dot products in f32 or the element type if wider.
 Value orthogonalize(OpBuilder &b, Location loc, Value matrix, double epsilon) {
   auto type = cast<RankedTensorType>(matrix.getType());
   auto element = cast<FloatType>(type.getElementType());
@@ -479,11 +487,13 @@ Value orthogonalize(OpBuilder &b, Location loc, Value matrix, double epsilon) {
       norm = arith::AddFOp::create(
           b, loc, norm,
           arith::ConstantOp::create(b, loc, FloatAttr::get(element, epsilon)));
-    // dots(c) = sum over rows r of (m(r, i) / norm) * m(r, c): (c, r).
+    // dots(c) = sum over rows r of (m(r, i) / norm) * m(r, c): (c, r);
+    // the products rounded to the element type, summed in f32 or wider.
+    Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
     Value dots =
         linalg::GenericOp::create(
-            b, loc, TypeRange{RankedTensorType::get({rank}, element)},
-            ValueRange{matrix, matrix}, ValueRange{filled({rank}, element)},
+            b, loc, TypeRange{RankedTensorType::get({rank}, acc)},
+            ValueRange{matrix, matrix}, ValueRange{filled({rank}, acc)},
             SmallVector<AffineMap>{AffineMap::get(2, 0, {d1, col}, ctx),
                                    AffineMap::get(2, 0, {d1, d0}, ctx),
                                    AffineMap::get(2, 0, {d0}, ctx)},
@@ -493,9 +503,14 @@ Value orthogonalize(OpBuilder &b, Location loc, Value matrix, double epsilon) {
               Value product = arith::MulFOp::create(nb, l, unit, args[1]);
               linalg::YieldOp::create(
                   nb, l,
-                  arith::AddFOp::create(nb, l, args[2], product).getResult());
+                  arith::AddFOp::create(nb, l, args[2],
+                                        widen(nb, l, product, acc))
+                      .getResult());
             })
             .getResult(0);
+    if (acc != element)
+      dots = arith::TruncFOp::create(
+          b, loc, RankedTensorType::get({rank}, element), dots);
     // Column i normalised, later columns projected out, earlier ones kept.
     AffineMap identity = b.getMultiDimIdentityMap(2);
     matrix =
