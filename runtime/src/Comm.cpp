@@ -268,13 +268,19 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
   auto mod = [&](int64_t x) { return ((x % n) + n) % n; };
   int64_t left = mod(r - 1), right = mod(r + 1);
 
+  // premul_sum in f32/f64 without a wire type: step 0 sends the input as
+  // it is and the receiver scales it in its combine, the same product with
+  // the same rounding, and no pass to scale into a buffer first. Narrower
+  // types must round the scaled value to their own type before it travels.
+  bool receiverScales = c.op == DISTOPT_RT_PREMUL_SUM && !convertWire &&
+                        (c.type == DISTOPT_RT_F32 || c.type == DISTOPT_RT_F64);
   for (int64_t s = 0; s < n - 1; ++s) {
     int64_t sent = mod(r - s - 1), received = mod(r - s - 2);
     // Step 0 sends this rank's own contribution to chunk r - 1: straight
     // from the input unless it must be scaled or converted first.
     const void *payload = acc;
     if (s == 0) {
-      if (c.op == DISTOPT_RT_PREMUL_SUM)
+      if (c.op == DISTOPT_RT_PREMUL_SUM && !receiverScales)
         combineChunk(nullptr, c.type, chunkPtr(c.send, sent), acc,
                      chunkLen(sent), c.type, step);
       else
@@ -295,6 +301,8 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
     Combine combine = step;
     if (last && c.op == DISTOPT_RT_AVG)
       combine.resultDivisor = static_cast<double>(n);
+    if (s == 0 && receiverScales)
+      combine.wireScale = c.scale;
     void *dest = last ? finalOut : acc;
     combineChunk(recvWire, c.wire, chunkPtr(c.send, received), dest,
                  chunkLen(received), c.type, combine);

@@ -107,14 +107,19 @@ template <typename C> C apply(distopt_rt_reduction op, C a, C b) {
 template <typename T, typename W, bool HasWire, bool Premul, bool Divide>
 void combineLoop(const W *wire, const T *local, T *out, int64_t n,
                  distopt_rt_reduction op, typename Compute<T>::type scale,
-                 typename Compute<T>::type divisor) {
+                 typename Compute<T>::type divisor,
+                 typename Compute<T>::type wireScale) {
   using C = typename Compute<T>::type;
   for (int64_t i = 0; i < n; ++i) {
     C x = Compute<T>::load(local[i]);
     if constexpr (Premul)
       x = x * scale;
-    if constexpr (HasWire)
-      x = apply<C>(op, static_cast<C>(Compute<W>::load(wire[i])), x);
+    if constexpr (HasWire) {
+      C received = static_cast<C>(Compute<W>::load(wire[i]));
+      if constexpr (Premul) // x * 1 == x: exact when the peer scaled
+        received = received * wireScale;
+      x = apply<C>(op, received, x);
+    }
     if constexpr (Divide)
       x = x / divisor;
     out[i] = Compute<T>::store(x);
@@ -127,21 +132,22 @@ void combineTyped(const W *wire, const T *local, T *out, int64_t n,
   using C = typename Compute<T>::type;
   C scale = static_cast<C>(c.localScale);
   C divisor = static_cast<C>(c.resultDivisor);
+  C wireScale = static_cast<C>(c.wireScale);
   bool premul = c.op == DISTOPT_RT_PREMUL_SUM, divide = c.resultDivisor != 1.0;
   // Sum-like reductions get a loop without the switch on the operation.
   auto run = [&](distopt_rt_reduction op) {
     if (premul && divide)
       combineLoop<T, W, HasWire, true, true>(wire, local, out, n, op, scale,
-                                             divisor);
+                                             divisor, wireScale);
     else if (premul)
       combineLoop<T, W, HasWire, true, false>(wire, local, out, n, op, scale,
-                                              divisor);
+                                              divisor, wireScale);
     else if (divide)
       combineLoop<T, W, HasWire, false, true>(wire, local, out, n, op, scale,
-                                              divisor);
+                                              divisor, wireScale);
     else
       combineLoop<T, W, HasWire, false, false>(wire, local, out, n, op, scale,
-                                               divisor);
+                                               divisor, wireScale);
   };
   switch (c.op) {
   case DISTOPT_RT_MIN:

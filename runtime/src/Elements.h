@@ -30,6 +30,8 @@ struct Combine {
   distopt_rt_reduction op;
   double localScale = 1.0;    // premul_sum: scale * local
   double resultDivisor = 1.0; // avg, on the last step: result / size
+  double wireScale = 1.0;     // premul_sum: scale * received, when a peer
+                              // sent its input unscaled (f32/f64 only)
 };
 
 /// out[i] = combine(wire[i], local[i]) for n elements: `wire` holds what a
