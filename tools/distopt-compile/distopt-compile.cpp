@@ -283,7 +283,8 @@ int main(int argc, char **argv) {
                                "distopt.in_place_results")
                          : DenseI64ArrayAttr();
   if (!inPlace)
-    return fail("the lowered step does not say which results are in place");
+    return fail("@step is called inside the module: distopt-compile needs it "
+                "to be the entry point that the driver calls");
   FailureOr<std::string> abiText = addInPlace(*abiJson, inPlace.asArrayRef());
   if (failed(abiText))
     return fail("the step's results do not match its interface");
