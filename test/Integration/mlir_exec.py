@@ -45,7 +45,8 @@ def print_bits(name, value, shape, dtype="f32"):
     lines += [f"  %{name}_b = arith.bitcast {value} : tensor<{t}xf32> to tensor<{t}xi32>",
               f"  %{name}_m = bufferization.to_buffer %{name}_b : tensor<{t}xi32> to memref<{t}xi32>",
               f"  %{name}_u = memref.cast %{name}_m : memref<{t}xi32> to memref<*xi32>",
-              f"  call @printMemrefI32(%{name}_u) : (memref<*xi32>) -> ()"]
+              # func.call, not call: also valid inside scf regions.
+              f"  func.call @printMemrefI32(%{name}_u) : (memref<*xi32>) -> ()"]
     return lines
 
 

@@ -28,6 +28,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mlir_exec import PRINT_DECL, print_bits  # noqa: E402
+
 
 def split_top(text, sep=","):
     """Splits at `sep` outside (), [], {} and <>."""
@@ -123,7 +126,7 @@ def dense(values, shape, element):
 
 def harness(module, steps):
     args, results = parse_step(module)
-    lines = ["func.func private @printMemrefI32(memref<*xi32>)",
+    lines = [PRINT_DECL,
              "func.func @main() {",
              "  %rank = distopt.rank @world : index",
              "  %rank_i = arith.index_cast %rank : index to i64",
@@ -223,18 +226,7 @@ def harness(module, steps):
             current[(r.role, r.name)] = f"{out}#{j}"
 
     def show(name, value, element, n):
-        v = value
-        if element != "f32":
-            w = fresh("w")
-            lines.append(f"  {w} = arith.extf {v} : tensor<{n}x{element}> to tensor<{n}xf32>")
-            v = w
-        bits = fresh("bits")
-        lines.append(f"  {bits} = arith.bitcast {v} : tensor<{n}xf32> to tensor<{n}xi32>")
-        buf = fresh("buf")
-        lines.append(f"  {buf} = bufferization.to_buffer {bits} : tensor<{n}xi32> to memref<{n}xi32>")
-        u = fresh("u")
-        lines.append(f"  {u} = memref.cast {buf} : memref<{n}xi32> to memref<*xi32>")
-        lines.append(f"  call @printMemrefI32({u}) : (memref<*xi32>) -> ()")
+        lines.extend(print_bits(fresh("show")[1:], value, (n,), element))
         names.append(name)
 
     names = []

@@ -66,7 +66,7 @@ def ours(args, g, e, density, kind):
              "  %c0 = arith.constant 0 : index",
              "  %first = arith.cmpi eq, %r, %c0 : index",
              "  scf.if %first {"]
-    lines += ["  " + line.replace(" call ", " func.call ")
+    lines += ["  " + line
               for line in print_bits("sum", "%sum", (n,)) + print_bits("err", "%err", (n,))]
     lines += ["  }", "  return", "}"]
     return run(opt, runner, libdir, "\n".join(lines) + "\n", [(n,), (n,)],

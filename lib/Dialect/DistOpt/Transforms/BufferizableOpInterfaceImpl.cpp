@@ -75,6 +75,24 @@ template <typename OpTy> constexpr StringLiteral runtimeName() {
     return "distopt_rt_reduce";
 }
 
+/// A collective's input buffer and the size of its group.
+struct Input {
+  Value buffer;
+  int64_t groupSize;
+};
+template <typename OpTy>
+FailureOr<Input> getInput(OpTy c, RewriterBase &rewriter,
+                          const BufferizationOptions &options,
+                          BufferizationState &state) {
+  FailureOr<Value> buffer = getBuffer(rewriter, c.getInput(), options, state);
+  if (failed(buffer))
+    return failure();
+  ProcessGroupOp group = lookupProcessGroup(c, c.getGroupAttr());
+  if (!group)
+    return c->emitError("cannot bufferize: the group is not declared");
+  return Input{*buffer, group.getSize()};
+}
+
 template <typename OpTy, bool InPlace>
 struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
                              CollectiveModel<OpTy, InPlace>, OpTy> {
@@ -99,23 +117,21 @@ struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
                           BufferizationState &state) const {
     auto c = cast<OpTy>(op);
     Location loc = op->getLoc();
-    FailureOr<Value> buffer = getBuffer(rewriter, c.getInput(), options, state);
-    if (failed(buffer))
+    FailureOr<Input> in = getInput(c, rewriter, options, state);
+    if (failed(in))
       return failure();
-    ProcessGroupOp group = lookupProcessGroup(op, c.getGroupAttr());
-    if (!group)
-      return op->emitError("cannot bufferize: the group is not declared");
+    Value buffer = in->buffer;
     rewriter.setInsertionPoint(op);
     auto contiguousType = [](ShapedType type) {
       return MemRefType::get(type.getShape(), type.getElementType());
     };
     // The runtime needs one pointer per buffer: copy strided views.
-    Value input = *buffer;
+    Value input = buffer;
     auto inputType = cast<MemRefType>(input.getType());
     bool copied = !RuntimeCalls::isContiguous(inputType);
     if (copied) {
       input = memref::AllocOp::create(rewriter, loc, contiguousType(inputType));
-      memref::CopyOp::create(rewriter, loc, *buffer, input);
+      memref::CopyOp::create(rewriter, loc, buffer, input);
     }
     auto resultType = cast<RankedTensorType>(c.getType());
     Value output = InPlace ? input
@@ -124,7 +140,7 @@ struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
                                  .getResult();
 
     RuntimeCalls rt(rewriter, loc, op);
-    Value comm = rt.world(group.getSize());
+    Value comm = rt.world(in->groupSize);
     Value send = rt.pointer(input);
     Value recv = InPlace ? send : rt.pointer(output);
     int64_t count = InPlace || std::is_same_v<OpTy, ReduceScatterOp>
@@ -136,8 +152,8 @@ struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
     rt.call(runtimeName<OpTy>(), args);
 
     if (InPlace && copied) { // the result lives in the original buffer
-      memref::CopyOp::create(rewriter, loc, input, *buffer);
-      output = *buffer;
+      memref::CopyOp::create(rewriter, loc, input, buffer);
+      output = buffer;
     }
     replaceOpWithBufferizedValues(rewriter, op, output);
     return success();
@@ -170,21 +186,19 @@ struct StartModel
                           BufferizationState &state) const {
     auto c = cast<OpTy>(op);
     Location loc = op->getLoc();
-    FailureOr<Value> buffer = getBuffer(rewriter, c.getInput(), options, state);
-    if (failed(buffer))
+    FailureOr<Input> in = getInput(c, rewriter, options, state);
+    if (failed(in))
       return failure();
-    ProcessGroupOp group = lookupProcessGroup(op, c.getGroupAttr());
-    if (!group)
-      return op->emitError("cannot bufferize: the group is not declared");
+    Value buffer = in->buffer;
     rewriter.setInsertionPoint(op);
-    auto inputType = cast<MemRefType>(buffer->getType());
+    auto inputType = cast<MemRefType>(buffer.getType());
     RankedTensorType resultType = c.getToken().getType().getValueType();
     bool sameShape = inputType.getShape() == resultType.getShape();
     // The request's own copy of the input (in place for same-shape ones).
     Value input = memref::AllocOp::create(
         rewriter, loc,
         MemRefType::get(inputType.getShape(), inputType.getElementType()));
-    memref::CopyOp::create(rewriter, loc, *buffer, input);
+    memref::CopyOp::create(rewriter, loc, buffer, input);
     Value output = sameShape ? input
                              : memref::AllocOp::create(
                                    rewriter, loc,
@@ -192,7 +206,7 @@ struct StartModel
                                                    resultType.getElementType()))
                                    .getResult();
     RuntimeCalls rt(rewriter, loc, op);
-    Value comm = rt.world(group.getSize());
+    Value comm = rt.world(in->groupSize);
     Value send = rt.pointer(input);
     Value recv = sameShape ? send : rt.pointer(output);
     int64_t count = std::is_same_v<OpTy, AllGatherStartOp>
