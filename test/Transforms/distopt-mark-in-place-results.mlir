@@ -30,3 +30,19 @@ func.func @caller(%p: memref<4xf32>) -> memref<4xf32> {
   %r = func.call @helper(%p) : (memref<4xf32>) -> memref<4xf32>
   return %r : memref<4xf32>
 }
+
+// -----
+
+// A result returned in another argument's buffer (the gradient as the new
+// parameter) stays a result: the driver refills that buffer every step.
+// CHECK-LABEL: func.func @step
+// CHECK-SAME: -> (memref<4xf32> {distopt.name = "w", distopt.role = "param"})
+// CHECK-SAME: distopt.in_place_results = array<i64: -1, 2>
+// CHECK: return %arg1 : memref<4xf32>
+func.func @step(%p: memref<4xf32> {distopt.name = "w", distopt.role = "param"},
+                %g: memref<4xf32> {distopt.name = "w", distopt.role = "grad"},
+                %m: memref<4xf32> {distopt.name = "w.momentum_buffer", distopt.role = "state"})
+    -> (memref<4xf32> {distopt.name = "w", distopt.role = "param"},
+        memref<4xf32> {distopt.name = "w.momentum_buffer", distopt.role = "state"}) {
+  return %g, %m : memref<4xf32>, memref<4xf32>
+}

@@ -385,16 +385,14 @@ int main(int argc, char **argv) {
     size_t word = 0;
     for (size_t k = 0; k < results.size(); ++k) {
       if (results[k].inPlaceArg >= 0) {
-        // Updated in the argument's buffer, which the next step reads. A
-        // result left in another argument's buffer (say, a gradient) is
-        // copied: that argument is refilled before the next step.
-        size_t from = static_cast<size_t>(results[k].inPlaceArg);
-        const Buffer &updated = previous[from];
-        if (resultArg[k] == from || resultArg[k] == SIZE_MAX)
-          continue;
-        Buffer copy = allocate(results[k].bytes());
-        std::memcpy(copy.aligned, updated.aligned, results[k].bytes());
-        buffers[resultArg[k]] = copy;
+        // Updated in the buffer of the argument it feeds back to, which the
+        // next step reads (distopt-mark-in-place-results keeps any other
+        // result a returned copy).
+        if (static_cast<size_t>(results[k].inPlaceArg) != resultArg[k])
+          die("result '" + results[k].role + " " + results[k].name +
+              "' is left in argument #" +
+              std::to_string(results[k].inPlaceArg) +
+              ", not in the argument it replaces");
         continue;
       }
       const int64_t *d = resultStorage.data() + word;

@@ -908,11 +908,20 @@ struct MarkInPlaceResultsPass
         while (auto cast = value.getDefiningOp<memref::CastOp>())
           value = cast.getSource();
         auto arg = dyn_cast<BlockArgument>(value);
-        bool isArg = arg && isa<BaseMemRefType>(arg.getType());
+        unsigned result = operand.getOperandNumber();
+        // Only a result that updates the argument it returns in (the same
+        // role and name, docs/step-abi.md) stays there: another argument's
+        // buffer (a gradient returned as the parameter, say) is refilled
+        // before the next step, so such a result is returned as a copy.
+        bool isArg = arg && isa<BaseMemRefType>(arg.getType()) &&
+                     abi::getResultRole(func, result) ==
+                         abi::getArgRole(func, arg.getArgNumber()) &&
+                     func.getResultAttr(result, abi::kName) ==
+                         func.getArgAttr(arg.getArgNumber(), abi::kName);
         inPlace.push_back(isArg ? static_cast<int64_t>(arg.getArgNumber())
                                 : int64_t{-1});
         if (isArg)
-          dropped.set(operand.getOperandNumber());
+          dropped.set(result);
       }
       func->setAttr("distopt.in_place_results",
                     DenseI64ArrayAttr::get(func.getContext(), inPlace));

@@ -258,7 +258,10 @@ def MarkInPlaceResultsPass
     place and returns them. For each function that nothing calls, records in
     `distopt.in_place_results` (one entry per original result) the index of
     the argument a result returns, or -1 for a new buffer, and drops the
-    results that are arguments. Returned, they would be copied every step by
+    results returned in the argument they replace (the same `distopt.role`
+    and `distopt.name`, or neither has them); a result returned in another
+    argument's buffer stays a result, which the deallocation pipeline
+    copies. Returned, they would be copied every step by
     the deallocation pipeline, which must own what a function returns;
     distopt-compile tells the driver which results live in their argument's
     buffer (`in_place_arg`, docs/step-abi.md). Functions with callers keep
