@@ -125,6 +125,13 @@ struct Body {
   Value axpy(Value x, Value a, Value y) {
     return math::FmaOp::create(b, loc, a, y, x);
   }
+  /// The gradient as torch's SGD, RMSprop and Adagrad first adjust it:
+  /// negated with maximize, plus weight_decay * p (null: no decay).
+  Value adjustedGrad(Value g, Value p, bool maximize, Value weightDecay) {
+    if (maximize)
+      g = neg(g);
+    return weightDecay ? axpy(g, weightDecay, p) : g;
+  }
   /// torch's x.addcmul(y, z, value=a): x + a * y * z.
   Value addcmul(Value x, Value a, Value y, Value z) {
     return add(x, mul(mul(a, y), z));
@@ -151,10 +158,7 @@ void lowerSGD(OpBuilder &builder, SGDUpdateOp op) {
   bool maximize = op.getMaximize(), nesterov = op.getNesterov();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, op.getLoc()};
-    if (maximize)
-      g = m.neg(g);
-    if (wd != 0)
-      g = m.axpy(g, wdC, p);
+    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
     SmallVector<Value> results;
     Value buf;
     if (momentum != 0) {
@@ -228,10 +232,7 @@ void lowerRMSprop(OpBuilder &builder, RMSpropUpdateOp op) {
   bool hasMomentum = momentum > 0;
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, loc};
-    if (maximize)
-      g = m.neg(g);
-    if (wd != 0)
-      g = m.axpy(g, wdC, p);
+    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
     Value sq = m.addcmul(m.mul(state[0], a), oneMinusA, g, g);
     SmallVector<Value> results = {Value(), sq};
     Value avg;
@@ -272,10 +273,7 @@ void lowerAdagrad(OpBuilder &builder, AdagradUpdateOp op) {
   bool maximize = op.getMaximize();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, loc};
-    if (maximize)
-      g = m.neg(g);
-    if (wd != 0)
-      g = m.axpy(g, wdC, p);
+    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
     Value sum = m.addcmul(state[0], one, g, g);
     Value std = m.add(m.sqrt(sum), eps);
     return SmallVector<Value>{m.addcdiv(p, negClr, g, std), sum};
