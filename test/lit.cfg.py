@@ -17,6 +17,7 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", 
                    "amp_clip_vs_torch.py", "mlir_exec.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%distopt_obj_root", config.distopt_obj_root))
 config.substitutions.append(("%examples", os.path.join(config.distopt_src_root, "examples")))
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"
 
@@ -25,7 +26,8 @@ llvm_config.use_default_substitutions()
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.distopt_tools_dir, config.llvm_tools_dir]
-tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-run", "not", "count", "llvm-nm"]
+tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-run", "not", "count", "llvm-nm",
+         "distopt-capi-test"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 # The runtime's tests run its test driver under mpirun when MPI is present.
