@@ -23,7 +23,8 @@ MLIR_DECLARE_CAPI_DIALECT_REGISTRATION(DistOpt, distopt);
 
 /// Inserts into `registry` the distopt dialect, every dialect its pipelines
 /// produce (func, arith, math, tensor, linalg, memref, scf, cf,
-/// bufferization, llvm) and the interface models lowering needs.
+/// bufferization, llvm), upstream's shard dialect (the input of
+/// --convert-shard-to-distopt) and the interface models lowering needs.
 MLIR_CAPI_EXPORTED void distoptRegisterDialects(MlirDialectRegistry registry);
 
 /// Registers the distopt passes and the `distopt-pipeline` and

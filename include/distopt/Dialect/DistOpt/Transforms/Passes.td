@@ -341,4 +341,56 @@ def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
   ];
 }
 
+def ConvertShardToDistOptPass
+    : Pass<"convert-shard-to-distopt", "::mlir::ModuleOp"> {
+  let summary = "Turn the upstream shard dialect's collectives into distopt's";
+  let description = [{
+    Takes a program partitioned by upstream MLIR (`--sharding-propagation`,
+    `--shard-partition`) and expresses its communication in distopt, so
+    that distopt's fusion, bucketing and MPI/NCCL lowering apply to it,
+    including the average reduction, `all_gather` and `reduce_scatter` that
+    upstream's `--convert-shard-to-mpi` cannot lower.
+
+    Each `shard.grid @g(shape = AxB...)` becomes `distopt.process_group @g
+    size A*B...` (ranks are the grid's row-major linear indices). Then:
+
+    | shard | distopt |
+    |---|---|
+    | `all_reduce` sum / average / min / max / product | `all_reduce` sum / avg / min / max / prod (the input converted first where the result's element type differs) |
+    | `all_gather` along axis k | `all_gather` (dim 0), then a transpose to axis k |
+    | `reduce_scatter` along axis k | a transpose of axis k to dim 0, then `reduce_scatter` |
+    | `broadcast` root `[i, j]` | `broadcast` root (the root's linear rank) |
+    | `all_slice` along axis k | `tensor.extract_slice` at this rank's chunk |
+    | `process_linear_index`, `process_multi_index`, `grid_shape` | `distopt.rank` and index arithmetic, constants |
+
+    A collective whose `grid_axes` span only processes of size-1 axes is the
+    identity and is removed. A collective over a proper sub-grid (e.g.
+    `grid_axes = [1]` of a 2x4 grid) is an error: distopt's groups span every
+    process. So are grids with dynamic sizes, tensors with dynamic shapes,
+    collectives on memrefs, `bitwise_*` and `generic` reductions, dynamic
+    broadcast roots, gathers and scatters whose `grid_axes` are not in the
+    grid's order (the rank order would differ), and shard ops without a
+    distopt counterpart (`all_to_all`, `gather`, `scatter`, `send`, `recv`,
+    `shift`, `neighbors_linear_indices`, and `sharding`/`shard`, which
+    `--shard-partition` removes). Every error is reported before anything is
+    rewritten: on failure the module is unchanged.
+
+    ```mlir
+    shard.grid @grid(shape = 4)
+    %r = shard.all_reduce %x on @grid grid_axes = [0] reduction = average
+      : tensor<8x8xf32> -> tensor<8x8xf32>
+    // becomes
+    distopt.process_group @grid size 4
+    %r = distopt.all_reduce avg %x on @grid : tensor<8x8xf32>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numConverted", "num-converted", "shard ops converted">
+  ];
+  let dependentDialects = [
+    "::mlir::distopt::DistOptDialect", "::mlir::arith::ArithDialect",
+    "::mlir::linalg::LinalgDialect", "::mlir::tensor::TensorDialect"
+  ];
+}
+
 #endif // DISTOPT_DIALECT_DISTOPT_TRANSFORMS_PASSES_TD

@@ -1,0 +1,169 @@
+"""Upstream shard programs, converted with --convert-shard-to-distopt, lowered
+for CPUs and run on 4 ranks under mpirun: every rank's result must equal what
+the shard dialect defines, computed here with NumPy from the global data.
+
+Each case is a function in the shard dialect (the matmul one as upstream's
+--shard-partition leaves it). A generated @main takes this rank's slice of
+stacked per-rank inputs, calls it, and all-gathers the ranks' results to rank
+0, which prints them. Inputs are small integers, so every sum is exact and
+results are compared bit for bit.
+
+usage: shard_to_distopt.py OPT RUNNER MLIR_LIB_DIR RUNTIME_LIB MPIRUN
+"""
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+import mlir_exec
+
+RANKS = 4
+
+
+def tensor_type(shape, dtype="f32"):
+    return f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
+
+
+def main_func(grid, axes, inputs, result_shape, result_dtype="f32"):
+    """@main: this rank's slice of each stacked input, @f, then the results
+    gathered to rank 0 and printed. `inputs`: (per-rank arrays, dtype)."""
+    axes_text = ", ".join(map(str, axes))
+    lines = ["func.func @main() {",
+             f"  %rank = shard.process_linear_index on @{grid} : index",
+             "  %zero = arith.constant 0 : index"]
+    args, arg_types = [], []
+    for i, (per_rank, dtype) in enumerate(inputs):
+        stacked = np.stack(per_rank)
+        shape = stacked.shape[1:]
+        zeros = ", ".join(["0"] * len(shape))
+        ones = ", ".join(["1"] * (len(shape) + 1))
+        sizes = ", ".join(map(str, shape))
+        lines += [
+            f"  %all{i} = arith.constant {mlir_exec.dense(stacked, dtype)}",
+            f"  %s{i} = tensor.extract_slice %all{i}[%rank, {zeros}] [1, {sizes}] [{ones}]"
+            f" : {tensor_type(stacked.shape, dtype)} to {tensor_type(shape, dtype)}"]
+        args.append(f"%s{i}")
+        arg_types.append(tensor_type(shape, dtype))
+    rtype = tensor_type(result_shape, result_dtype)
+    one = [1, *result_shape]
+    gathered = [RANKS, *result_shape]
+    groups = "[[0, 1]" + "".join(f", [{d + 2}]" for d in range(len(result_shape) - 1)) + "]"
+    lines += [
+        f"  %r = func.call @f({', '.join(args)}) : ({', '.join(arg_types)}) -> {rtype}",
+        f"  %r1 = tensor.expand_shape %r {groups} output_shape {one}"
+        f" : {rtype} into {tensor_type(one, result_dtype)}",
+        f"  %all = shard.all_gather %r1 on @{grid} grid_axes = [{axes_text}] gather_axis = 0"
+        f" : {tensor_type(one, result_dtype)} -> {tensor_type(gathered, result_dtype)}",
+        "  %is0 = arith.cmpi eq, %rank, %zero : index",
+        "  scf.if %is0 {",
+        *["  " + line for line in mlir_exec.print_bits("out", "%all", gathered, result_dtype)],
+        "  }",
+        "  return",
+        "}",
+        mlir_exec.PRINT_DECL]
+    return "\n".join(lines)
+
+
+def ints(rng, shape, rank):
+    return (rng.integers(-8, 9, size=shape) + 16 * rank).astype(np.float32)
+
+
+def cases(opt, matmul_input):
+    rng = np.random.default_rng(7)
+
+    # Upstream's partitioning of a matmul split along its contraction dim.
+    a = rng.integers(-4, 5, size=(8, 16)).astype(np.float32)
+    b = rng.integers(-4, 5, size=(16, 8)).astype(np.float32)
+    partitioned = subprocess.run(
+        [opt, matmul_input,
+         "--pass-pipeline=builtin.module(func.func(sharding-propagation,shard-partition))"],
+        check=True, capture_output=True, text=True).stdout
+    body = partitioned.strip()
+    assert body.startswith("module {") and body.endswith("}")
+    body = body[len("module {"):-1].replace("@matmul", "@f")
+    text = body + main_func("grid", [0], [([a[:, 4 * r:4 * r + 4] for r in range(RANKS)], "f32"),
+                                          ([b[4 * r:4 * r + 4] for r in range(RANKS)], "f32")], [8, 8])
+    yield "matmul split along k (upstream partition): all_reduce sum", text, [a @ b] * RANKS, [8, 8]
+
+    x = [ints(rng, (4, 8), r) for r in range(RANKS)]
+    grid2 = "shard.grid @grid(shape = 2x2)\n"
+    f = ("func.func @f(%x: tensor<4x8xf32>) -> tensor<4x32xf32> {\n"
+         "  %y = shard.all_gather %x on @grid grid_axes = [0, 1] gather_axis = 1"
+         " : tensor<4x8xf32> -> tensor<4x32xf32>\n"
+         "  return %y : tensor<4x32xf32>\n}\n")
+    yield ("2x2 grid: all_gather along axis 1", grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 32]),
+           [np.concatenate(x, axis=1)] * RANKS, [4, 32])
+
+    y = [ints(rng, (2, 8), r) * 4 for r in range(RANKS)]
+    f = ("func.func @f(%x: tensor<2x8xf32>) -> tensor<2x2xf32> {\n"
+         "  %y = shard.reduce_scatter %x on @grid grid_axes = [0] reduction = average scatter_axis = 1"
+         " : tensor<2x8xf32> -> tensor<2x2xf32>\n"
+         "  return %y : tensor<2x2xf32>\n}\n")
+    mean = sum(y) / np.float32(RANKS)
+    yield ("1-D grid: reduce_scatter average along axis 1",
+           "shard.grid @grid(shape = 4)\n" + f + main_func("grid", [0], [(y, "f32")], [2, 2]),
+           [mean[:, 2 * r:2 * r + 2] for r in range(RANKS)], [2, 2])
+
+    f = ("func.func @f(%x: tensor<4x8xf32>) -> tensor<4x2xf32> {\n"
+         "  %y = shard.all_slice %x on @grid grid_axes = [0, 1] slice_axis = 1"
+         " : tensor<4x8xf32> -> tensor<4x2xf32>\n"
+         "  return %y : tensor<4x2xf32>\n}\n")
+    yield ("2x2 grid: all_slice along axis 1", grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 2]),
+           [x[r][:, 2 * r:2 * r + 2] for r in range(RANKS)], [4, 2])
+
+    f = ("func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {\n"
+         "  %y = shard.broadcast %x on @grid grid_axes = [1, 0] root = [1, 0]"
+         " : (tensor<4x8xf32>) -> tensor<4x8xf32>\n"
+         "  return %y : tensor<4x8xf32>\n}\n")
+    yield ("2x2 grid: broadcast from root [1, 0] over axes [1, 0] (rank 1)",
+           grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 8]), [x[1]] * RANKS, [4, 8])
+
+    h = [rng.integers(-8, 9, size=(6,)).astype(np.float16) for r in range(RANKS)]
+    f = ("func.func @f(%x: tensor<6xf16>) -> tensor<6xf32> {\n"
+         "  %y = shard.all_reduce %x on @grid grid_axes = [1, 0] reduction = max"
+         " : tensor<6xf16> -> tensor<6xf32>\n"
+         "  return %y : tensor<6xf32>\n}\n")
+    yield ("2x2 grid: all_reduce max, f16 accumulated in f32",
+           grid2 + f + main_func("grid", [0, 1], [(h, "f16")], [6]),
+           [np.max(np.stack(h), axis=0).astype(np.float32)] * RANKS, [6])
+
+    f = ("func.func @f(%x: tensor<1xf32>) -> tensor<3xf32> {\n"
+         "  %i:2 = shard.process_multi_index on @grid : index, index\n"
+         "  %l = shard.process_linear_index on @grid : index\n"
+         "  %t = tensor.from_elements %i#0, %i#1, %l : tensor<3xindex>\n"
+         "  %y = arith.index_cast %t : tensor<3xindex> to tensor<3xi32>\n"
+         "  %z = arith.sitofp %y : tensor<3xi32> to tensor<3xf32>\n"
+         "  return %z : tensor<3xf32>\n}\n")
+    dummy = [np.zeros((1,), np.float32)] * RANKS
+    yield ("2x2 grid: process_multi_index and process_linear_index",
+           grid2 + f + main_func("grid", [0, 1], [(dummy, "f32")], [3]),
+           [np.array([r // 2, r % 2, r], np.float32) for r in range(RANKS)], [3])
+
+
+def main():
+    opt, runner, libdir, rtlib, mpirun, matmul_input = sys.argv[1:]
+    launcher = [*shlex.split(mpirun), "-np", str(RANKS)]
+    passed = failed = 0
+    for name, text, expected, shape in cases(opt, matmul_input):
+        converted = subprocess.run(
+            [opt, "--pass-pipeline=builtin.module(convert-shard-to-distopt,canonicalize)"],
+            input=text, capture_output=True, text=True)
+        if converted.returncode != 0:
+            raise RuntimeError(f"conversion failed:\n{converted.stderr}\non:\n{text}")
+        if "shard." in converted.stdout:
+            raise RuntimeError(f"shard ops left after conversion:\n{converted.stdout}")
+        (got,) = mlir_exec.run(opt, runner, libdir, converted.stdout, [[RANKS, *shape]],
+                               extra_libs=[rtlib], launcher=launcher)
+        want = np.stack(expected).astype(np.float32)
+        ok = got.tobytes() == want.tobytes()
+        detail = "" if ok else f"\n  got  {got.ravel()[:8]}\n  want {want.ravel()[:8]}"
+        print(f"{'PASS' if ok else 'FAIL'}: {name}: every rank bit-identical to the definition{detail}")
+        passed += ok
+        failed += not ok
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
