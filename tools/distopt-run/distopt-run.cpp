@@ -49,8 +49,13 @@ static cl::opt<double> lrOption("lr",
                                 cl::init(-1), cl::cat(runCategory));
 static cl::opt<unsigned> printEvery("print-every",
                                     cl::desc("Print progress every N steps "
-                                             "(0: only at the end)"),
+                                             "(0: every --progress-seconds)"),
                                     cl::init(0), cl::cat(runCategory));
+static cl::opt<double> progressSeconds(
+    "progress-seconds",
+    cl::desc("Without --print-every, print progress when this many seconds "
+             "have passed since the last report (0: only at the end)"),
+    cl::init(10), cl::cat(runCategory));
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
                                  cl::init(false), cl::cat(runCategory));
@@ -332,9 +337,21 @@ int main(int argc, char **argv) {
     auto it = argOf.find(results[k].role + "/" + results[k].name);
     if (it != argOf.end())
       resultArg[k] = it->second;
+    else if (results[k].role != "loss")
+      // Not fed back, the next step would read a stale argument.
+      die("result #" + std::to_string(k) +
+          (results[k].role.empty()
+               ? std::string(" has no distopt.role")
+               : " (" + results[k].role + " '" + results[k].name +
+                     "') replaces no argument") +
+          ": give it the distopt.role and distopt.name of the argument it "
+          "updates (docs/step-abi.md)");
   }
 
   std::vector<double> times, losses;
+  // Progress: steps per second of wall time since the previous report.
+  auto lastReport = std::chrono::steady_clock::now();
+  unsigned lastReportStep = 0;
   for (unsigned step = 1; step <= steps; ++step) {
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i].role == "grad")
@@ -434,12 +451,27 @@ int main(int argc, char **argv) {
       if (!live)
         std::free(old.allocated);
     }
-    if (printEvery && step % printEvery == 0 && myRank == 0) {
+    auto now = std::chrono::steady_clock::now();
+    double sinceReport =
+        std::chrono::duration<double>(now - lastReport).count();
+    bool report = printEvery
+                      ? step % printEvery == 0
+                      : progressSeconds > 0 && sinceReport >= progressSeconds;
+    if (report && myRank == 0) {
       llvm::outs() << "step " << step << "/" << steps;
       if (!losses.empty())
-        llvm::outs() << ": loss " << llvm::format("%.6f", losses.back());
-      llvm::outs() << " (" << llvm::format("%.3f", times.back() * 1e3)
-                   << " ms)\n";
+        llvm::outs() << ": loss " << llvm::format("%.6f", losses.back()) << ",";
+      llvm::outs() << " " << llvm::format("%.3f", times.back() * 1e3)
+                   << " ms/step, "
+                   << llvm::format("%.1f", (step - lastReportStep) /
+                                               std::max(sinceReport, 1e-9))
+                   << " steps/s\n";
+      // mpirun forwards what is flushed: a person is watching.
+      llvm::outs().flush();
+    }
+    if (report) {
+      lastReport = now;
+      lastReportStep = step;
     }
   }
 
