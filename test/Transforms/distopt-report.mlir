@@ -4,6 +4,12 @@
 // RUN: FileCheck %s < %t.txt
 // RUN: not distopt-opt %s --distopt-report=output=/nonexistent/dir/r.txt 2>&1 | FileCheck %s --check-prefix=BADFILE
 
+// A hand-written step (no importer attributes): the world is the largest
+// process group, the model its parameter arguments, also once sharded.
+// RUN: sed 's/size 1/size 2/' %S/../Tools/Inputs/adamw-step.mlir | distopt-opt --distopt-pipeline=zero-stage=3 --distopt-report -o /dev/null | FileCheck %s --check-prefix=HAND
+// HAND: distopt report for @step: world of 2 ranks, 1024 parameters
+// HAND: total 8192 8.0000
+
 // IR: distopt.all_reduce avg
 // BADFILE: --distopt-report: {{.*}}/nonexistent/dir/r.txt
 

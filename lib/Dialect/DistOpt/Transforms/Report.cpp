@@ -16,6 +16,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <numeric>
+
 namespace mlir::distopt {
 #define GEN_PASS_DEF_REPORTPASS
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
@@ -64,6 +66,27 @@ double ringBytes(StringRef kind, int64_t payload, int64_t n) {
   return share * payload;
 }
 
+/// The elements of the parameters `func` takes, before any sharding.
+int64_t countParameters(func::FuncOp func) {
+  int64_t count = 0;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    if (abi::getArgRole(func, i) != abi::kParam)
+      continue;
+    auto layout = func.getArgAttrOfType<ArrayAttr>(i, "distopt.layout");
+    if (!layout) {
+      if (auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType()))
+        count += type.getNumElements();
+      continue;
+    }
+    for (auto entry : layout.getAsRange<DictionaryAttr>())
+      if (auto shape = entry.getAs<DenseI64ArrayAttr>("shape"))
+        count += std::accumulate(shape.asArrayRef().begin(),
+                                 shape.asArrayRef().end(), int64_t(1),
+                                 std::multiplies<int64_t>());
+  }
+  return count;
+}
+
 struct ReportPass : public distopt::impl::ReportPassBase<ReportPass> {
   using ReportPassBase::ReportPassBase;
 
@@ -95,6 +118,14 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     report.worldSize = world.getInt();
   if (auto count = module->getAttrOfType<IntegerAttr>(abi::kNumParameters))
     report.parameters = count.getInt();
+  // A hand-written step has no importer attributes: the largest group is the
+  // world, and the parameter arguments (whole, or as listed in a shard's
+  // layout) are the model.
+  if (report.worldSize == 0)
+    for (auto group : module.getOps<ProcessGroupOp>())
+      report.worldSize = std::max(report.worldSize, group.getSize());
+  if (report.parameters == 0)
+    report.parameters = countParameters(func);
 
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
     StringRef role = abi::getArgRole(func, i);
