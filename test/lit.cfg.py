@@ -14,10 +14,11 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py",
                    "step_harness.py", "passes_preserve_step.py",
-                   "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py"]
+                   "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py", "snippets.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%distopt_obj_root", config.distopt_obj_root))
+config.substitutions.append(("%lit", os.path.join(config.llvm_tools_dir, "lit")))
 config.substitutions.append(("%examples", os.path.join(config.distopt_src_root, "examples")))
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"
 

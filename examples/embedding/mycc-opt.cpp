@@ -1,10 +1,13 @@
 //===- mycc-opt.cpp - an ML compiler's opt tool embedding distopt ---------===//
 //
 // The driver of a (pretend) ML compiler "mycc": the upstream dialects it uses,
-// distopt's dialect and passes, and mycc's own data-parallel pipeline built
-// with distopt's C++ API. Built against an installed distopt.
+// distopt's dialect and passes, mycc's own pass over distopt ops
+// (CompressWire.cpp) and its data-parallel pipeline built with distopt's C++
+// API. Built against an installed distopt.
 //
 //===----------------------------------------------------------------------===//
+
+#include "CompressWire.h"
 
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
@@ -45,6 +48,7 @@ void buildMyccDataParallelPipeline(mlir::OpPassManager &pm,
 
 int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
+  mycc::registerCompressWirePass();
   mlir::distopt::registerDistOptPasses();
   mlir::distopt::registerDistOptPipeline();
   mlir::PassPipelineRegistration<MyccDataParallelOptions>(
