@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
@@ -42,6 +43,7 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -129,6 +131,39 @@ static llvm::json::Value valueJson(Type type, DictionaryAttr attrs) {
   return object;
 }
 
+/// What every rank must agree on before it runs: the step's collectives in
+/// program order (kind, attributes, operand and result types, group size),
+/// hashed with FNV-1a, which is stable across processes and builds (unlike
+/// llvm::hash_value).
+static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  int64_t count = 0;
+  auto mix = [&](StringRef text) {
+    for (unsigned char c : text) {
+      hash ^= c;
+      hash *= 0x100000001b3ULL;
+    }
+  };
+  step.walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (!distopt::communicates(op) || isa<distopt::WaitOp>(op))
+      return;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << op->getName() << " " << op->getAttrDictionary() << " (";
+    llvm::interleaveComma(op->getOperandTypes(), os);
+    os << ") -> (";
+    llvm::interleaveComma(op->getResultTypes(), os);
+    os << ")";
+    if (auto name = op->getAttrOfType<FlatSymbolRefAttr>("group"))
+      if (distopt::ProcessGroupOp group = distopt::lookupProcessGroup(op, name))
+        os << " size " << group.getSize();
+    os << ";";
+    mix(text);
+    ++count;
+  });
+  return {hash, count};
+}
+
 static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step) {
   llvm::json::Object abiJson;
   abiJson["version"] = 1;
@@ -147,6 +182,10 @@ static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step) {
         valueJson(step.getResultTypes()[i], step.getResultAttrDict(i)));
   abiJson["args"] = std::move(args);
   abiJson["results"] = std::move(results);
+  auto [fingerprint, count] = collectiveFingerprint(step);
+  abiJson["collectives"] = llvm::json::Object{
+      {"count", count},
+      {"fingerprint", llvm::formatv("{0:x16}", fingerprint).str()}};
   std::string text;
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(abiJson));

@@ -18,6 +18,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
@@ -74,6 +75,35 @@ int64_t myRank = 0, worldSize = 1;
 void check(distopt_rt_status status, const char *what) {
   if (status != DISTOPT_RT_OK)
     die(std::string(what) + ": " + distopt_rt_last_error());
+}
+
+/// Ranks running different compiled steps would issue different collectives
+/// and hang or compute garbage: every rank compares the fingerprint of its
+/// step's collective sequence (distopt-compile) with the others' first.
+void checkSameCollectives(distopt_rt_comm *comm, const json::Object &abi) {
+  const json::Object *collectives = abi.getObject("collectives");
+  if (!collectives)
+    die("the step's interface has no collective fingerprint: recompile it "
+        "with this distopt-compile");
+  uint64_t fingerprint = 0;
+  if (collectives->getString("fingerprint")
+          .value_or("")
+          .getAsInteger(0, fingerprint))
+    die("malformed collective fingerprint in the step's interface");
+  int64_t count = collectives->getInteger("count").value_or(-1);
+  int64_t mine[2] = {static_cast<int64_t>(fingerprint), count};
+  int64_t lowest[2], highest[2];
+  check(distopt_rt_all_reduce(comm, mine, lowest, 2, DISTOPT_RT_I64,
+                              DISTOPT_RT_MIN, 1, DISTOPT_RT_I64),
+        "comparing the ranks' steps");
+  check(distopt_rt_all_reduce(comm, mine, highest, 2, DISTOPT_RT_I64,
+                              DISTOPT_RT_MAX, 1, DISTOPT_RT_I64),
+        "comparing the ranks' steps");
+  if (lowest[0] != highest[0] || lowest[1] != highest[1])
+    die("the ranks run different steps: this rank's has " +
+        std::to_string(count) + " collectives with fingerprint " +
+        llvm::utohexstr(fingerprint, /*LowerCase=*/true) +
+        ", another rank's differ; run the same compiled step on every rank");
 }
 
 struct Entry {
@@ -307,6 +337,7 @@ int main(int argc, char **argv) {
   check(distopt_rt_comm_rank(comm, &myRank), "rank");
   check(distopt_rt_comm_size(comm, &worldSize), "size");
   double lr = lrOption >= 0 ? lrOption : root.getNumber("lr").value_or(1e-3);
+  checkSameCollectives(comm, root);
 
   std::vector<Slot> args, results;
   for (const json::Value &v : *root.getArray("args"))
