@@ -12,6 +12,9 @@
 //   timeout   rank 1 never joins; rank 0 must fail with DISTOPT_RT_TIMEOUT
 //             naming itself, the operation and rank 1 within 2x the timeout.
 //   mismatch  a communicator for one rank more than the run has.
+//   kill      the last rank is SIGKILLed --kill-after-ms into a loop of
+//             all-reduces; every survivor must fail naming itself and the
+//             operation within 2x the timeout of its last collective.
 // Prints "N passed, N failed" and exits non-zero on any failure.
 //
 //===----------------------------------------------------------------------===//
@@ -20,6 +23,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -368,15 +372,54 @@ void invalidMode(distopt_rt_comm *comm) {
 
 } // namespace
 
+/// The last rank dies by SIGKILL `killAfterMs` into a loop of 4 MiB
+/// all-reduces, so at a different point of a collective in every trial;
+/// every survivor must fail with an error naming itself and the operation,
+/// within twice the timeout of its last completed collective.
+void killMode(distopt_rt_comm *comm, double timeout, int killAfterMs) {
+  std::vector<float> data(1 << 20, 0.0f);
+  if (myRank == worldSize - 1)
+    std::thread([killAfterMs] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(killAfterMs));
+      std::raise(SIGKILL);
+    }).detach();
+  auto last = std::chrono::steady_clock::now();
+  distopt_rt_status status = DISTOPT_RT_OK;
+  int completed = 0;
+  while ((status = distopt_rt_all_reduce(
+              comm, data.data(), data.data(), data.size(), DISTOPT_RT_F32,
+              DISTOPT_RT_SUM, 1, DISTOPT_RT_F32)) == DISTOPT_RT_OK) {
+    last = std::chrono::steady_clock::now();
+    ++completed;
+  }
+  double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - last)
+          .count();
+  std::string message = distopt_rt_last_error();
+  std::printf("rank %lld error after %d all-reduces, %.2f s after the last: "
+              "%s\n",
+              (long long)myRank, completed, waited, message.c_str());
+  std::string me = "rank " + std::to_string(myRank) + " of " +
+                   std::to_string(worldSize) + ": all_reduce of 1048576 f32";
+  expect(status == DISTOPT_RT_TIMEOUT || status == DISTOPT_RT_FAILED,
+         "a timeout or failure status");
+  expect(message.find(me) != std::string::npos,
+         "the error names the rank and the operation");
+  expect(waited < 2 * timeout, "failed within twice the timeout");
+}
+
 int main(int argc, char **argv) {
   std::string mode = "check", backend = "mpi";
   double timeout = 60;
+  int killAfterMs = 300;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--backend=", 0) == 0)
       backend = arg.substr(10);
     else if (arg.rfind("--timeout=", 0) == 0)
       timeout = std::atof(arg.c_str() + 10);
+    else if (arg.rfind("--kill-after-ms=", 0) == 0)
+      killAfterMs = std::atoi(arg.c_str() + 16);
     else
       mode = arg;
   }
@@ -435,6 +478,16 @@ int main(int argc, char **argv) {
       // Never joins; outlives rank 0's timeout.
       std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 1.5));
     }
+  } else if (mode == "kill") {
+    killMode(comm, timeout, killAfterMs);
+    // With a peer gone, tearing the communicator down (MPI_Finalize) would
+    // fail: report and leave, as a program that handles the error would.
+    // (Run under mpirun --mca orte_abort_on_non_zero_status 0, or mpirun
+    // ends the job when the victim dies, before the survivors report.)
+    std::printf("rank %lld: %d passed, %d failed\n", (long long)myRank, passed,
+                failed);
+    std::fflush(stdout);
+    std::_Exit(failed ? 1 : 0);
   } else if (mode != "mismatch") {
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
     return 2;

@@ -23,6 +23,8 @@ def dense(values, dtype="f32"):
         # MLIR spells infinities and NaNs as bit patterns.
         if dtype == "f32":
             return hex(int(np.array(v, dtype=np.float32).view(np.uint32)))
+        if dtype == "bf16":
+            return hex(int(np.array(v, dtype=np.float32).view(np.uint32)) >> 16)
         return hex(int(np.array(v, dtype=np.float16).view(np.uint16)))
 
     def nest(a):
