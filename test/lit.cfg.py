@@ -14,7 +14,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py",
                    "step_harness.py", "passes_preserve_step.py",
-                   "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py", "snippets.py", "overflow_skip.py"]
+                   "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py", "snippets.py", "overflow_skip.py", "checkpoint_corruption.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%distopt_obj_root", config.distopt_obj_root))
@@ -27,7 +27,7 @@ llvm_config.use_default_substitutions()
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.distopt_tools_dir, config.llvm_tools_dir]
-tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-run", "not", "count", "llvm-nm",
+tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-run", "distopt-checkpoint", "not", "count", "llvm-nm",
          "distopt-capi-test"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 

@@ -482,11 +482,14 @@ int main(int argc, char **argv) {
     killMode(comm, timeout, killAfterMs);
     // With a peer gone, tearing the communicator down (MPI_Finalize) would
     // fail: report and leave, as a program that handles the error would.
-    // (Run under mpirun --mca orte_abort_on_non_zero_status 0, or mpirun
-    // ends the job when the victim dies, before the survivors report.)
+    // mpirun ends the job when the victim dies (unless run with --mca
+    // orte_abort_on_non_zero_status 0) and when the first survivor leaves
+    // without MPI_Finalize: give every other survivor (each fails within 2x
+    // the timeout of its last collective) the time to report first.
     std::printf("rank %lld: %d passed, %d failed\n", (long long)myRank, passed,
                 failed);
     std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * timeout));
     std::_Exit(failed ? 1 : 0);
   } else if (mode != "mismatch") {
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());

@@ -30,8 +30,8 @@ distopt.process_group @dp size 4
 // CHECK-SAME: %[[W:[^:]*]]: tensor<64x32xf32> {distopt.name = "w"
 // CHECK-SAME: %[[P:[^:]*]]: tensor<64x1xf32> {distopt.init = "zeros", distopt.name = "w.powersgd_p", distopt.role = "state"}
 // CHECK-SAME: %[[Q:[^:]*]]: tensor<32x1xf32> {distopt.init = "randn", distopt.name = "w.powersgd_q", distopt.role = "state"}
-// CHECK-SAME: %[[E:[^:]*]]: tensor<64x32xf32> {distopt.init = "zeros", distopt.name = "w.powersgd_error", distopt.role = "state"}
-// CHECK-SAME: tensor<16x36xf32> {distopt.init = "zeros", distopt.name = "conv.powersgd_error", distopt.role = "state"}
+// CHECK-SAME: %[[E:[^:]*]]: tensor<64x32xf32> {distopt.init = "zeros", distopt.name = "w.powersgd_error", distopt.per_rank, distopt.role = "state"}
+// CHECK-SAME: tensor<16x36xf32> {distopt.init = "zeros", distopt.name = "conv.powersgd_error", distopt.per_rank, distopt.role = "state"}
 // CHECK-SAME: -> (tensor<64x32xf32>, tensor<16x3x3x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<64x1xf32> {{{.*}}"w.powersgd_p"{{.*}}}, tensor<32x1xf32> {{{.*}}"w.powersgd_q"{{.*}}}, tensor<64x32xf32> {{{.*}}"w.powersgd_error"{{.*}}}
 // CHECK: %[[R:.*]], %{{.*}}, %{{.*}}, %{{.*}} = distopt.powersgd_all_reduce %[[W]], %[[P]], %[[Q]], %[[E]] on @dp rank 1 : tensor<64x32xf32>, tensor<64x1xf32>, tensor<32x1xf32>
 // CHECK: %[[C:.*]] = tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2, 3]] : tensor<16x3x3x4xf32> into tensor<16x36xf32>

@@ -111,6 +111,8 @@ static llvm::json::Value valueJson(Type type, DictionaryAttr attrs) {
                         StringRef("distopt.init")})
     if (auto value = attrs.getAs<StringAttr>(key))
       object[key.drop_front(strlen("distopt."))] = value.getValue();
+  if (attrs.get(abi::kPerRank))
+    object["per_rank"] = true;
   if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
     object["shard_of"] = shardOf.getInt();
   if (auto layout = attrs.getAs<ArrayAttr>("distopt.layout")) {

@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "distopt/Checkpoint/Checkpoint.h"
 #include "distopt_rt.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -32,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,9 +59,26 @@ static cl::opt<double> progressSeconds(
     cl::desc("Without --print-every, print progress when this many seconds "
              "have passed since the last report (0: only at the end)"),
     cl::init(10), cl::cat(runCategory));
+static cl::opt<std::string>
+    savePath("save",
+             cl::desc("After the last step, save parameters and optimizer "
+                      "state to this checkpoint (docs/checkpoint.md)"),
+             cl::value_desc("path"), cl::cat(runCategory));
+static cl::opt<std::string>
+    resumePath("resume",
+               cl::desc("Start from this checkpoint, saved at any world "
+                        "size; --steps more steps follow"),
+               cl::value_desc("path"), cl::cat(runCategory));
+static cl::opt<int64_t> saveKillAfterBytes(
+    "save-kill-after-bytes", cl::Hidden, cl::init(-1),
+    cl::desc("Testing: SIGKILL this process after writing this many bytes "
+             "of the checkpoint"),
+    cl::cat(runCategory));
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
                                  cl::init(false), cl::cat(runCategory));
+
+namespace checkpoint = distopt::checkpoint;
 
 namespace {
 
@@ -120,6 +139,7 @@ struct Slot {
   bool tensor = false;
   int64_t shardOf = 0;
   int64_t inPlaceArg = -1; // the result is left in this argument's buffer
+  bool perRank = false;    // state that differs per rank (PowerSGD's error)
   std::vector<Entry> layout;
 
   int64_t numel() const {
@@ -147,6 +167,7 @@ Slot parseSlot(const json::Value &value) {
   slot.name = object->getString("name").value_or("").str();
   slot.dtype = object->getString("dtype").value_or("").str();
   slot.init = object->getString("init").value_or("zeros").str();
+  slot.perRank = object->getBoolean("per_rank").value_or(false);
   if (const json::Array *shape = object->getArray("shape")) {
     slot.tensor = true;
     for (const json::Value &d : *shape)
@@ -227,6 +248,33 @@ Buffer allocate(size_t bytes) {
   return {p, p, true};
 }
 
+int64_t numelOf(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// The parts of a sharded slot's tensors this rank holds: `fn(entry, first,
+/// at, count)` for elements [first, first + count) of the entry's tensor at
+/// [at, at + count) of this rank's buffer. A flat shard holds elements
+/// [rank * S, (rank + 1) * S) of the laid-out buffer; greedy, this rank's
+/// own tensors at their offsets.
+void forEachLocalRange(
+    const Slot &slot,
+    llvm::function_ref<void(const Entry &, int64_t, int64_t, int64_t)> fn) {
+  int64_t size = slot.numel();
+  int64_t begin = slot.shardOf ? myRank * size : 0;
+  for (const Entry &e : slot.layout) {
+    if (!slot.shardOf && e.owner != myRank)
+      continue;
+    int64_t lo = std::max(e.offset, begin);
+    int64_t hi = std::min(e.offset + numelOf(e.shape), begin + size);
+    if (lo < hi)
+      fn(e, lo - e.offset, lo - begin, hi - lo);
+  }
+}
+
 /// Fills a parameter, main parameter or its shard with the pattern.
 void fillParameter(const Slot &slot, Buffer &buffer) {
   if (slot.layout.empty()) {
@@ -234,28 +282,19 @@ void fillParameter(const Slot &slot, Buffer &buffer) {
       storeElement(slot, buffer.aligned, i, pattern(slot.name, i));
     return;
   }
-  // Flat shard: elements [rank * S, (rank + 1) * S) of the laid-out buffer;
-  // greedy: this rank's own tensors at their offsets.
-  int64_t size = slot.numel();
-  int64_t begin = slot.shardOf ? myRank * size : 0;
-  for (const Entry &e : slot.layout) {
-    if (!slot.shardOf && e.owner != myRank)
-      continue;
-    int64_t n = 1;
-    for (int64_t d : e.shape)
-      n *= d;
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t at = e.offset + i - begin;
-      if (at >= 0 && at < size)
-        storeElement(slot, buffer.aligned, at, pattern(e.name, i));
-    }
-  }
+  forEachLocalRange(slot, [&](const Entry &e, int64_t first, int64_t at,
+                              int64_t count) {
+    for (int64_t i = 0; i < count; ++i)
+      storeElement(slot, buffer.aligned, at + i, pattern(e.name, first + i));
+  });
 }
 
-/// Gradients: a pattern per tensor and step, times (1 + rank / 4), so that
-/// ranks differ and every sum over ranks is exact.
-void fillGradient(const Slot &slot, Buffer &buffer, unsigned step) {
-  double factor = 1.0 + myRank / 4.0;
+/// Gradients: a pattern per tensor and step, times 1 + (rank - (N-1)/2) / 4,
+/// so that ranks differ, every sum over ranks is exact, and their average is
+/// the pattern at any world size N (a run resumed at another size continues
+/// the same trajectory).
+void fillGradient(const Slot &slot, Buffer &buffer, int64_t step) {
+  double factor = 1.0 + (myRank - (worldSize - 1) / 2.0) / 4.0;
   std::string key = slot.name + "g" + std::to_string(step);
   for (int64_t i = 0; i < slot.numel(); ++i)
     storeElement(slot, buffer.aligned, i,
@@ -294,6 +333,163 @@ uint64_t hashBytes(const void *data, size_t bytes) {
     h *= 1099511628211ULL;
   }
   return h;
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints: logical tensors (a parameter, or one of its state tensors), so
+// that shards of any layout and world size map to and from them.
+//===----------------------------------------------------------------------===//
+
+bool isCheckpointed(const Slot &slot) {
+  return slot.tensor && (slot.role == "param" || slot.role == "main_param" ||
+                         slot.role == "state");
+}
+
+/// The logical name of a layout entry of `slot`: the parameter's name, and
+/// for state the state key after it ("flat0.exp_avg" holds "w.exp_avg").
+std::string logicalName(const Slot &slot, const Entry &entry) {
+  if (slot.role != "state")
+    return entry.name;
+  size_t dot = slot.name.find('.');
+  return entry.name + (dot == std::string::npos ? "" : slot.name.substr(dot));
+}
+
+distopt_rt_dtype rtDtype(const Slot &slot) {
+  if (slot.dtype == "f32")
+    return DISTOPT_RT_F32;
+  if (slot.dtype == "f64")
+    return DISTOPT_RT_F64;
+  if (slot.dtype == "bf16")
+    return DISTOPT_RT_BF16;
+  if (slot.dtype == "f16")
+    return DISTOPT_RT_F16;
+  if (slot.dtype == "i32")
+    return DISTOPT_RT_I32;
+  if (slot.dtype == "i64")
+    return DISTOPT_RT_I64;
+  die("unsupported element type " + slot.dtype);
+}
+
+/// Every rank takes part (shards are gathered); rank 0's result is written.
+checkpoint::Checkpoint collectCheckpoint(distopt_rt_comm *comm,
+                                         const std::vector<Slot> &args,
+                                         const std::vector<Buffer> &buffers,
+                                         int64_t stepsDone,
+                                         const std::string &model) {
+  checkpoint::Checkpoint ckpt;
+  ckpt.worldSize = worldSize;
+  ckpt.step = stepsDone;
+  ckpt.model = model;
+  auto add = [&](const Slot &slot, std::string role, std::string name,
+                 std::vector<int64_t> shape, const char *data, int64_t rank) {
+    checkpoint::Tensor t{std::move(role),
+                         std::move(name),
+                         slot.dtype,
+                         std::move(shape),
+                         rank,
+                         {}};
+    t.data.assign(data, data + numelOf(t.shape) * slot.elementBytes());
+    ckpt.tensors.push_back(std::move(t));
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Slot &slot = args[i];
+    if (!isCheckpointed(slot))
+      continue;
+    const char *local = static_cast<const char *>(buffers[i].aligned);
+    size_t element = slot.elementBytes();
+    if (slot.layout.empty() && !slot.perRank) {
+      add(slot, slot.role, slot.name, slot.shape, local, -1);
+      continue;
+    }
+    std::vector<char> full;
+    if (slot.perRank || slot.shardOf) {
+      // Every rank's buffer, in rank order.
+      full.resize(slot.bytes() * worldSize);
+      check(distopt_rt_all_gather(comm, local, full.data(), slot.numel(),
+                                  rtDtype(slot), rtDtype(slot)),
+            "gathering the checkpoint");
+    }
+    if (slot.perRank) {
+      for (int64_t r = 0; r < worldSize; ++r)
+        add(slot, slot.role, slot.name, slot.shape,
+            full.data() + r * slot.bytes(), r);
+      continue;
+    }
+    for (const Entry &e : slot.layout) {
+      std::vector<char> owned;
+      const char *data = full.data() + e.offset * element;
+      if (!slot.shardOf) {
+        // Greedy: the entry is whole in its owner's buffer.
+        owned.resize(numelOf(e.shape) * element);
+        check(distopt_rt_broadcast(comm, local + e.offset * element,
+                                   owned.data(), numelOf(e.shape),
+                                   rtDtype(slot), e.owner, rtDtype(slot)),
+              "gathering the checkpoint");
+        data = owned.data();
+      }
+      add(slot, slot.role, logicalName(slot, e), e.shape, data, -1);
+    }
+  }
+  return ckpt;
+}
+
+/// Fills every parameter, main parameter and state buffer of this rank from
+/// `ckpt`, whatever world size and layout it was saved with.
+void restoreCheckpoint(const checkpoint::Checkpoint &ckpt,
+                       const std::vector<Slot> &args,
+                       std::vector<Buffer> &buffers) {
+  std::set<const checkpoint::Tensor *> used;
+  auto find = [&](const Slot &slot, const std::string &name,
+                  const std::vector<int64_t> &shape,
+                  int64_t rank) -> const checkpoint::Tensor & {
+    const checkpoint::Tensor *t = ckpt.find(slot.role, name, rank);
+    std::string what = "'" + slot.role + " " + name + "'";
+    if (!t)
+      die(resumePath + ": has no " + what + " for this step");
+    if (t->dtype != slot.dtype || t->shape != shape)
+      die(resumePath + ": " + what + " is " + t->dtype + " of " +
+          std::to_string(t->shape.size()) + " dims / " +
+          std::to_string(numelOf(t->shape)) + " elements, the step wants " +
+          slot.dtype + " of " + std::to_string(numelOf(shape)) + " elements");
+    used.insert(t);
+    return *t;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Slot &slot = args[i];
+    if (!isCheckpointed(slot))
+      continue;
+    char *local = static_cast<char *>(buffers[i].aligned);
+    size_t element = slot.elementBytes();
+    if (slot.perRank && ckpt.worldSize != worldSize)
+      die(resumePath + ": '" + slot.name +
+          "' is per-rank state (PowerSGD's "
+          "error feedback) saved on " +
+          std::to_string(ckpt.worldSize) + " ranks; it cannot resume on " +
+          std::to_string(worldSize));
+    if (slot.layout.empty()) {
+      const checkpoint::Tensor &t =
+          find(slot, slot.name, slot.shape, slot.perRank ? myRank : -1);
+      std::memcpy(local, t.data.data(), t.data.size());
+      continue;
+    }
+    forEachLocalRange(
+        slot, [&](const Entry &e, int64_t first, int64_t at, int64_t count) {
+          const checkpoint::Tensor &t =
+              find(slot, logicalName(slot, e), e.shape, -1);
+          std::memcpy(local + at * element, t.data.data() + first * element,
+                      count * element);
+        });
+    // Entries held elsewhere are still this step's: mark them used.
+    for (const Entry &e : slot.layout)
+      if (const checkpoint::Tensor *t =
+              ckpt.find(slot.role, logicalName(slot, e)))
+        used.insert(t);
+  }
+  for (const checkpoint::Tensor &t : ckpt.tensors)
+    if (!used.count(&t) && (t.rank < 0 || t.rank == myRank))
+      die(resumePath + ": holds '" + t.role + " " + t.name +
+          "', which this step does not have (a checkpoint of another model "
+          "or optimizer?)");
 }
 
 /// MLIR marks buffers of constant globals with this allocated pointer.
@@ -379,11 +575,27 @@ int main(int argc, char **argv) {
           "updates (docs/step-abi.md)");
   }
 
+  // A resumed run continues the saved one: its state, its step count.
+  int64_t firstStep = 1;
+  std::string model = root.getString("model").value_or("").str();
+  if (!resumePath.empty()) {
+    llvm::Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(resumePath);
+    if (!ckpt)
+      die(llvm::toString(ckpt.takeError()));
+    restoreCheckpoint(*ckpt, args, buffers);
+    firstStep = ckpt->step + 1;
+    if (myRank == 0)
+      llvm::outs() << "distopt-run: resumed " << resumePath << " after step "
+                   << ckpt->step << " (saved on " << ckpt->worldSize
+                   << " ranks)\n";
+  }
+  int64_t lastStep = firstStep - 1 + steps;
+
   std::vector<double> times, losses;
   // Progress: steps per second of wall time since the previous report.
   auto lastReport = std::chrono::steady_clock::now();
-  unsigned lastReportStep = 0;
-  for (unsigned step = 1; step <= steps; ++step) {
+  int64_t lastReportStep = firstStep - 1;
+  for (int64_t step = firstStep; step <= lastStep; ++step) {
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i].role == "grad")
         fillGradient(args[i], buffers[i], step - 1);
@@ -489,7 +701,7 @@ int main(int argc, char **argv) {
                       ? step % printEvery == 0
                       : progressSeconds > 0 && sinceReport >= progressSeconds;
     if (report && myRank == 0) {
-      llvm::outs() << "step " << step << "/" << steps;
+      llvm::outs() << "step " << step << "/" << lastStep;
       if (!losses.empty())
         llvm::outs() << ": loss " << llvm::format("%.6f", losses.back()) << ",";
       llvm::outs() << " " << llvm::format("%.3f", times.back() * 1e3)
@@ -536,17 +748,21 @@ int main(int argc, char **argv) {
   std::sort(sorted.begin(), sorted.end());
   if (myRank == 0) {
     llvm::outs() << "distopt-run: " << steps << " steps on " << worldSize
-                 << " ranks, "
-                 << llvm::format("%.3f", sorted[sorted.size() / 2] * 1e3)
-                 << " ms per step (median";
-    if (times.size() > 1)
-      llvm::outs() << ", after the first";
-    llvm::outs() << ")\n";
+                 << " ranks";
+    if (!sorted.empty()) {
+      llvm::outs() << ", "
+                   << llvm::format("%.3f", sorted[sorted.size() / 2] * 1e3)
+                   << " ms per step (median";
+      if (times.size() > 1)
+        llvm::outs() << ", after the first";
+      llvm::outs() << ")";
+    }
+    llvm::outs() << "\n";
     if (!losses.empty())
       llvm::outs() << "distopt-run: loss "
-                   << llvm::format("%.6f", losses.front()) << " at step 1, "
-                   << llvm::format("%.6f", losses.back()) << " at step "
-                   << steps << "\n";
+                   << llvm::format("%.6f", losses.front()) << " at step "
+                   << firstStep << ", " << llvm::format("%.6f", losses.back())
+                   << " at step " << lastStep << "\n";
     if (differing == 0 && compared > 0)
       llvm::outs() << "distopt-run: replicas agree on " << compared
                    << " parameter tensors\n";
@@ -555,6 +771,31 @@ int main(int argc, char **argv) {
                       "replicas to compare\n";
   }
   llvm::outs().flush();
+
+  if (!savePath.empty()) {
+    checkpoint::Checkpoint ckpt =
+        collectCheckpoint(comm, args, buffers, lastStep, model);
+    // Rank 0 writes; every rank learns whether it worked.
+    int64_t failed = 0;
+    if (myRank == 0) {
+      if (llvm::Error error =
+              checkpoint::write(savePath, ckpt, saveKillAfterBytes)) {
+        llvm::errs() << "distopt-run: rank 0: "
+                     << llvm::toString(std::move(error)) << "\n";
+        failed = 1;
+      } else {
+        llvm::outs() << "distopt-run: saved " << ckpt.tensors.size()
+                     << " tensors after step " << lastStep << " to " << savePath
+                     << "\n";
+      }
+    }
+    check(distopt_rt_broadcast(comm, &failed, &failed, 1, DISTOPT_RT_I64, 0,
+                               DISTOPT_RT_I64),
+          "agreeing on the checkpoint");
+    if (failed)
+      die("rank 0 could not save the checkpoint");
+    llvm::outs().flush();
+  }
   for (Buffer &b : buffers)
     if (b.owned && b.allocated) {
       void *p = b.allocated;

@@ -97,12 +97,15 @@ void PowerSGDPass::planState(Plan &plan, SmallVectorImpl<Type> &types,
   Type element = type.getElementType();
   int64_t n = type.getDimSize(0), m = type.getNumElements() / n;
   Builder b(func.getContext());
-  auto add = [&](ArrayRef<int64_t> shape, StringRef suffix, StringRef init) {
+  auto add = [&](ArrayRef<int64_t> shape, StringRef suffix, StringRef init,
+                 bool perRank = false) {
     types.push_back(RankedTensorType::get(shape, element));
     NamedAttrList list;
     list.set(abi::kRole, b.getStringAttr(abi::kState));
     list.set(abi::kName, b.getStringAttr(plan.name + suffix.str()));
     list.set("distopt.init", b.getStringAttr(init));
+    if (perRank)
+      list.set(abi::kPerRank, b.getUnitAttr());
     attrs.push_back(list.getDictionary(b.getContext()));
   };
   // P is storage, Q starts as a seeded normal draw (the same on all ranks;
@@ -110,7 +113,7 @@ void PowerSGDPass::planState(Plan &plan, SmallVectorImpl<Type> &types,
   add({n, plan.rank}, ".powersgd_p", "zeros");
   add({m, plan.rank}, ".powersgd_q", warmStart ? "randn" : "randn_each_step");
   if (errorFeedback)
-    add({n, m}, ".powersgd_error", "zeros");
+    add({n, m}, ".powersgd_error", "zeros", /*perRank=*/true);
 }
 
 std::string PowerSGDPass::nameOf(Value grad) {

@@ -455,7 +455,6 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
                                               unsigned index) {
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
-  Location loc = first.op->getLoc();
   FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
   int64_t size = lookupProcessGroup(func, groupRef).getSize();
 

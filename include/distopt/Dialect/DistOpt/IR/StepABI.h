@@ -20,6 +20,9 @@ namespace mlir::distopt::abi {
 /// Argument and result attributes.
 constexpr llvm::StringLiteral kRole = "distopt.role";
 constexpr llvm::StringLiteral kName = "distopt.name";
+/// A unit attribute on state that differs per rank (PowerSGD's error
+/// feedback): checkpoints keep every rank's copy.
+constexpr llvm::StringLiteral kPerRank = "distopt.per_rank";
 /// Module attributes written by the importer.
 constexpr llvm::StringLiteral kWorldSize = "distopt.world_size";
 constexpr llvm::StringLiteral kModelName = "distopt.model";

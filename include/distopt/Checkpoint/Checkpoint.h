@@ -1,0 +1,57 @@
+//===- Checkpoint.h - parameters and optimizer state on disk ----*- C++ -*-===//
+//
+// The checkpoint format (docs/checkpoint.md): a fixed preamble, a JSON header
+// naming every tensor with its role, dtype, shape, place and CRC-32, then the
+// raw data. Tensors are logical (a parameter, or a parameter's state), never
+// shards, so a checkpoint resumes at any world size. Reading validates
+// everything before any data is used; writing is atomic.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_CHECKPOINT_CHECKPOINT_H
+#define DISTOPT_CHECKPOINT_CHECKPOINT_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace distopt::checkpoint {
+
+struct Tensor {
+  std::string role, name, dtype;
+  std::vector<int64_t> shape;
+  /// The rank whose copy this is, for state that differs per rank (PowerSGD's
+  /// error feedback); -1 for everything else.
+  int64_t rank = -1;
+  std::vector<char> data;
+};
+
+struct Checkpoint {
+  int64_t worldSize = 0; // of the run that saved it
+  int64_t step = 0;      // steps completed
+  std::string model;
+  std::vector<Tensor> tensors;
+
+  const Tensor *find(llvm::StringRef role, llvm::StringRef name,
+                     int64_t rank = -1) const;
+};
+
+/// Bytes per element of `dtype`, or 0 when it is not one a checkpoint holds.
+size_t elementBytes(llvm::StringRef dtype);
+
+/// Writes `checkpoint` to `path` atomically: a temporary file beside it,
+/// fsync, rename, fsync of the directory. A crash leaves the previous file.
+/// `failAfterBytes` (for tests) stops the process with SIGKILL once that many
+/// bytes of the temporary file are written; negative: never.
+llvm::Error write(llvm::StringRef path, const Checkpoint &checkpoint,
+                  int64_t failAfterBytes = -1);
+
+/// Reads and validates `path`; every error names the file and what is wrong.
+llvm::Expected<Checkpoint> read(llvm::StringRef path);
+
+} // namespace distopt::checkpoint
+
+#endif // DISTOPT_CHECKPOINT_CHECKPOINT_H
