@@ -390,9 +390,11 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
     auto unpack =
         BucketUnpackOp::create(at, loc, types, all, bucketAlignment(element));
     for (auto [full, update, now] :
-         llvm::zip_equal(fulls, updates, unpack.getResults()))
+         llvm::zip_equal(fulls, updates, unpack.getResults())) {
+      Operation *updateOp = update; // lambdas capture no structured bindings
       Value(full).replaceUsesWithIf(
-          now, [&](OpOperand &use) { return use.getOwner() != update; });
+          now, [&](OpOperand &use) { return use.getOwner() != updateOp; });
+    }
   };
   if (stage == 3 && !first.paramIsMain) {
     SmallVector<Value> params;
@@ -495,7 +497,8 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
   for (BlockArgument arg : bufferArgs)
     buffers.push_back(arg);
 
-  for (auto [i, u] : llvm::enumerate(group)) {
+  for (size_t i = 0; i < group.size(); ++i) {
+    auto *u = group[i];
     // Stage 2: the gradient is reduced to its owner only.
     Value grad = u->reduction.getResult();
     if (stage == 2) {
