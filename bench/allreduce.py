@@ -1,36 +1,154 @@
 #!/usr/bin/env python3
-"""B2 (first part): distopt_rt_all_reduce against raw MPI_Allreduce, measured
-in the same run on the same buffers, at 2 and 4 ranks, f32, 8 B to 128 MiB.
---update writes the tables into docs/benchmarks.md between the B2 markers.
+"""B2 and B4: the runtime's all-reduce against raw MPI and gloo, and the
+average fused into the reduction against a sum followed by a scaling pass.
 
-    bench/allreduce.py [--build build] [--update]
+In one run, at 2 and 4 ranks, f32, 8 B to 128 MiB (x4): the runtime's bench
+(runtime/bench/allreduce_bench.cpp) times MPI_Allreduce and
+distopt_rt_all_reduce (sum, avg, premul_sum) alternating on the same
+buffers, the unfused average (sum, then x *= 1/N) and that scaling pass
+alone; then torch.distributed's gloo all_reduce (sum) runs on the same sizes
+and ranks. Every figure is the median over iterations of the slowest rank.
+--update writes the tables into docs/benchmarks.md (B2, B4) and plots
+docs/img/b2-allreduce-{2,4}ranks.png.
+
+    /usr/bin/python3 bench/allreduce.py [--build build] [--max-bytes N] [--update]
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
 
 
+def iterations(nbytes):
+    # As the C++ bench: enough samples for a median, bounded time.
+    return 200 if nbytes <= 1 << 20 else 20 if nbytes <= 1 << 24 else 5
+
+
+def gloo_worker(rank, ranks, init_file, sizes, queue):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=ranks)
+    results = {}
+    for nbytes in sizes:
+        x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+        samples = []
+        for i in range(iterations(nbytes) + 2):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            local = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(local, op=dist.ReduceOp.MAX)
+            if i >= 2:
+                samples.append(local.item() * 1e6)
+        samples.sort()
+        results[nbytes] = samples[len(samples) // 2]
+    if rank == 0:
+        queue.put(results)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def gloo_times(ranks, sizes):
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=gloo_worker,
+                             args=(r, ranks, os.path.join(tmp, "init"), sizes, queue))
+                 for r in range(ranks)]
+        for p in procs:
+            p.start()
+        results = queue.get(timeout=3600)
+        for p in procs:
+            p.join()
+    return results
+
+
+def runtime_times(bench, ranks, max_bytes):
+    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                          "-np", str(ranks), bench, str(max_bytes)],
+                         check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def b2_table(rows, gloo):
+    lines = ["| bytes | MPI us | distopt sum us | sum / MPI | avg / MPI | premul / MPI "
+             "| gloo us | gloo / distopt | busbw GB/s (distopt) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        g = gloo[r["bytes"]]
+        lines.append(
+            f"| {r['bytes']} | {r['mpi_us']:.1f} | {r['sum_us']:.1f} | {r['sum_us'] / r['mpi_us']:.2f} "
+            f"| {r['avg_us'] / r['mpi_us']:.2f} | {r['premul_us'] / r['mpi_us']:.2f} | {g:.1f} "
+            f"| {g / r['sum_us']:.2f} | {r['busbw_factor'] * r['bytes'] / r['sum_us'] / 1e3:.2f} |")
+    return "\n".join(lines)
+
+
+def b4_table(rows):
+    lines = ["| bytes | fused avg us | sum, then scale us | unfused / fused | time saved us "
+             "| scaling pass alone us | saved / one pass |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        saved = r["sum_then_scale_us"] - r["avg_us"]
+        lines.append(
+            f"| {r['bytes']} | {r['avg_us']:.1f} | {r['sum_then_scale_us']:.1f} "
+            f"| {r['sum_then_scale_us'] / r['avg_us']:.2f} | {saved:.1f} | {r['scale_pass_us']:.1f} "
+            f"| {saved / r['scale_pass_us']:.2f} |")
+    return "\n".join(lines)
+
+
+def plot(rows, gloo, ranks, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sizes = [r["bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    ax.loglog(sizes, [r["mpi_us"] for r in rows], "o-", label="MPI_Allreduce (OpenMPI 4.1)")
+    ax.loglog(sizes, [r["sum_us"] for r in rows], "s-", label="distopt sum")
+    ax.loglog(sizes, [r["avg_us"] for r in rows], "^--", label="distopt avg")
+    ax.loglog(sizes, [gloo[s] for s in sizes], "x-", label="gloo (torch 1.13)")
+    ax.set_xlabel("bytes (f32)")
+    ax.set_ylabel("median time of the slowest rank (us)")
+    ax.set_title(f"all-reduce, {ranks} ranks, one 2-core host")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--max-bytes", type=int, default=1 << 27)
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     bench = os.path.join(args.build, "runtime", "bin", "distopt-rt-allreduce-bench")
-    text = ""
+    b2, b4 = "", ""
     for ranks in (2, 4):
-        out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe",
-                              "-np", str(ranks), bench, str(1 << 27)],
-                             check=True, capture_output=True, text=True).stdout
-        text += f"{ranks} ranks:\n\n{out}\n"
-    print(text)
+        rows = runtime_times(bench, ranks, args.max_bytes)
+        gloo = gloo_times(ranks, [r["bytes"] for r in rows])
+        b2 += f"{ranks} ranks:\n\n{b2_table(rows, gloo)}\n\n"
+        b4 += f"{ranks} ranks:\n\n{b4_table(rows)}\n\n"
+        if args.update:
+            image = os.path.join(ROOT, "docs", "img", f"b2-allreduce-{ranks}ranks.png")
+            os.makedirs(os.path.dirname(image), exist_ok=True)
+            plot(rows, gloo, ranks, image)
+            b2 += f"![all-reduce, {ranks} ranks](img/b2-allreduce-{ranks}ranks.png)\n\n"
+    print(b2)
+    print(b4)
     if args.update:
-        update_section("B2", text)
+        update_section("B2", b2.rstrip() + "\n")
+        update_section("B4", b4.rstrip() + "\n")
     return 0
 
 

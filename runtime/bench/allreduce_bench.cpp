@@ -1,9 +1,10 @@
 //===- allreduce_bench.cpp - distopt_rt vs raw MPI, same run ----*- C++ -*-===//
 //
 // For each size, times MPI_Allreduce (sum) and distopt_rt_all_reduce (sum,
-// avg, premul_sum) on the same f32 buffers, alternating, and prints a
-// markdown row: median microseconds, bus bandwidth (2(n-1)/n * bytes / t)
-// and the ratio to MPI. Run under mpirun; rank 0 prints.
+// avg, premul_sum) on the same f32 buffers, alternating, and the unfused
+// average (sum, then a scaling pass) and that pass alone; prints one JSON
+// object per size with the medians of the slowest rank, in microseconds.
+// Run under mpirun; rank 0 prints.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,17 +34,12 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "%s\n", distopt_rt_last_error());
     return 1;
   }
-  if (rank == 0) {
-    std::printf("| bytes | MPI_Allreduce us | distopt sum us | sum / MPI | "
-                "distopt avg us | avg / MPI | premul / MPI | busbw GB/s "
-                "(distopt sum) |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  }
   double busFactor = size > 1 ? 2.0 * (size - 1) / size : 1.0;
   for (int64_t bytes = 8; bytes <= maxBytes; bytes *= 4) {
     int64_t count = bytes / 4;
     std::vector<float> send(count, 1.0f), recv(count);
     int iters = bytes <= (1 << 20) ? 200 : bytes <= (1 << 24) ? 20 : 5;
-    std::vector<double> tMpi, tSum, tAvg, tPremul;
+    std::vector<double> tMpi, tSum, tAvg, tPremul, tScale, tSumScale;
     auto timeIt = [&](auto &&body) {
       MPI_Barrier(MPI_COMM_WORLD);
       double start = MPI_Wtime();
@@ -72,19 +68,37 @@ int main(int argc, char **argv) {
                               DISTOPT_RT_F32, DISTOPT_RT_PREMUL_SUM, 0.5,
                               DISTOPT_RT_F32);
       });
+      // B4: the average as a sum followed by its own pass over the result
+      // (what an unfused step does), and that pass alone.
+      float inverse = 1.0f / static_cast<float>(size);
+      double e = timeIt([&] {
+        for (int64_t k = 0; k < count; ++k)
+          recv[k] *= inverse;
+      });
+      double f = timeIt([&] {
+        distopt_rt_all_reduce(comm, send.data(), recv.data(), count,
+                              DISTOPT_RT_F32, DISTOPT_RT_SUM, 1.0,
+                              DISTOPT_RT_F32);
+        for (int64_t k = 0; k < count; ++k)
+          recv[k] *= inverse;
+      });
       if (i >= 2) {
         tMpi.push_back(a);
         tSum.push_back(b);
         tAvg.push_back(c);
         tPremul.push_back(d);
+        tScale.push_back(e);
+        tSumScale.push_back(f);
       }
     }
-    double mpi = median(tMpi), sum = median(tSum), avg = median(tAvg),
-           premul = median(tPremul);
+    // One JSON object per size: bench/allreduce.py makes the tables.
     if (rank == 0)
-      std::printf("| %lld | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f |\n",
-                  (long long)bytes, mpi, sum, sum / mpi, avg, avg / mpi,
-                  premul / mpi, busFactor * bytes / sum / 1e3);
+      std::printf("{\"bytes\": %lld, \"mpi_us\": %.3f, \"sum_us\": %.3f, "
+                  "\"avg_us\": %.3f, \"premul_us\": %.3f, \"scale_pass_us\": "
+                  "%.3f, \"sum_then_scale_us\": %.3f, \"busbw_factor\": %.4f}\n",
+                  (long long)bytes, median(tMpi), median(tSum), median(tAvg),
+                  median(tPremul), median(tScale), median(tSumScale),
+                  busFactor);
   }
   distopt_rt_comm_destroy(comm);
   MPI_Finalize();
