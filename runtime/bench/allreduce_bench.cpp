@@ -93,12 +93,12 @@ int main(int argc, char **argv) {
     }
     // One JSON object per size: bench/allreduce.py makes the tables.
     if (rank == 0)
-      std::printf("{\"bytes\": %lld, \"mpi_us\": %.3f, \"sum_us\": %.3f, "
-                  "\"avg_us\": %.3f, \"premul_us\": %.3f, \"scale_pass_us\": "
-                  "%.3f, \"sum_then_scale_us\": %.3f, \"busbw_factor\": %.4f}\n",
-                  (long long)bytes, median(tMpi), median(tSum), median(tAvg),
-                  median(tPremul), median(tScale), median(tSumScale),
-                  busFactor);
+      std::printf(
+          "{\"bytes\": %lld, \"mpi_us\": %.3f, \"sum_us\": %.3f, "
+          "\"avg_us\": %.3f, \"premul_us\": %.3f, \"scale_pass_us\": "
+          "%.3f, \"sum_then_scale_us\": %.3f, \"busbw_factor\": %.4f}\n",
+          (long long)bytes, median(tMpi), median(tSum), median(tAvg),
+          median(tPremul), median(tScale), median(tSumScale), busFactor);
   }
   distopt_rt_comm_destroy(comm);
   MPI_Finalize();

@@ -58,6 +58,17 @@ typedef struct distopt_rt_request distopt_rt_request;
 /* The message of the last failure on this thread ("" when none). */
 DISTOPT_RT_API const char *distopt_rt_last_error(void);
 
+/* Memory of compiled steps: distopt-compile lowers their allocations to
+ * MLIR's generic allocation functions, defined by this library. Blocks of
+ * 1 MiB or more are cached when freed and reused (no page faults for the
+ * buffers a step allocates every time it runs). A host frees the buffers a
+ * step returns with _mlir_memref_to_llvm_free, and may allocate the ones it
+ * passes in with _mlir_memref_to_llvm_aligned_alloc. */
+DISTOPT_RT_API void *_mlir_memref_to_llvm_alloc(uint64_t size);
+DISTOPT_RT_API void *_mlir_memref_to_llvm_aligned_alloc(uint64_t alignment,
+                                                        uint64_t size);
+DISTOPT_RT_API void _mlir_memref_to_llvm_free(void *ptr);
+
 /* Creates a communicator over all processes of the run.
  *   backend: "mpi" (initialises MPI if needed) or "single" (one process).
  *   expected_size: the world size the step was compiled for; another size

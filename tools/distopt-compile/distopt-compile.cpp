@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
     return fail("the step's interface cannot be described");
   unsigned numStepArgs = step.getNumArguments();
   step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
-  distopt::buildDistOptLowerToCPUPipeline(pm);
+  distopt::buildDistOptLowerToCPUPipeline(pm, /*runtimeAllocator=*/true);
   if (failed(pm.run(*module)))
     return 1;
   // Which results the step updated in its arguments' buffers (and no longer

@@ -241,7 +241,7 @@ struct Buffer {
 
 Buffer allocate(size_t bytes) {
   size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  void *p = std::aligned_alloc(64, rounded);
+  void *p = _mlir_memref_to_llvm_aligned_alloc(64, rounded);
   if (!p)
     die("out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, rounded);
@@ -682,7 +682,7 @@ int main(int argc, char **argv) {
             return b.allocated == result.allocated;
           });
       if (!shared)
-        std::free(result.allocated);
+        _mlir_memref_to_llvm_free(result.allocated);
     }
     for (const Buffer &old : previous) {
       if (!old.owned || !old.allocated)
@@ -692,7 +692,7 @@ int main(int argc, char **argv) {
             return b.allocated == old.allocated;
           });
       if (!live)
-        std::free(old.allocated);
+        _mlir_memref_to_llvm_free(old.allocated);
     }
     auto now = std::chrono::steady_clock::now();
     double sinceReport =
@@ -802,7 +802,7 @@ int main(int argc, char **argv) {
       for (Buffer &other : buffers)
         if (other.allocated == p)
           other.allocated = nullptr;
-      std::free(p);
+      _mlir_memref_to_llvm_free(p);
     }
   return differing ? 1 : 0;
 }

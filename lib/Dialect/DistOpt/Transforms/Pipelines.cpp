@@ -50,7 +50,8 @@ void mlir::distopt::buildDistOptPipeline(
     pm.addPass(createVerifyCollectivesPass());
 }
 
-void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm) {
+void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
+                                                   bool runtimeAllocator) {
   pm.addPass(createCanonicalizerPass());
   pm.addNestedPass<func::FuncOp>(createLowerOptimizersPass());
   pm.addPass(createLowerLocalOpsPass());
@@ -76,7 +77,10 @@ void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm) {
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
+  // The runtime's allocator caches large blocks across steps.
+  memrefToLLVM.useGenericFunctions = runtimeAllocator;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
@@ -88,7 +92,7 @@ void mlir::distopt::registerDistOptPipeline() {
   PassPipelineRegistration<>(
       "distopt-lower-to-cpu",
       "Lower a step to LLVM-dialect code for CPUs calling the distopt runtime",
-      buildDistOptLowerToCPUPipeline);
+      [](OpPassManager &pm) { buildDistOptLowerToCPUPipeline(pm); });
   PassPipelineRegistration<DistOptPipelineOptions>(
       "distopt-pipeline",
       "The distopt transformations: division fusion, ZeRO sharding, "

@@ -66,8 +66,12 @@ void buildDistOptPipeline(OpPassManager &pm,
 /// Adds the lowering of a (transformed) step to LLVM-dialect code for CPUs
 /// that calls the runtime for communication: optimizer updates to fused
 /// loops, local ops to tensors, one-shot bufferization (collectives become
-/// runtime calls, in place where legal), loops, LLVM.
-void buildDistOptLowerToCPUPipeline(OpPassManager &pm);
+/// runtime calls, in place where legal), loops, LLVM. With
+/// `runtimeAllocator`, allocations call the runtime's caching allocator
+/// (_mlir_memref_to_llvm_alloc and _free, which the process must provide, as
+/// distopt-run does) instead of malloc and free (what mlir-runner provides).
+void buildDistOptLowerToCPUPipeline(OpPassManager &pm,
+                                    bool runtimeAllocator = false);
 
 /// Registers `distopt-pipeline` and `distopt-lower-to-cpu`.
 void registerDistOptPipeline();

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""B3: gradient bucketing on GPT-2 small's gradients, per-tensor against
+bucketed all-reduces, and a sweep of the bucket cap.
+
+A step that only averages gradients (one `distopt.all_reduce avg` per
+tensor of examples/specs/gpt2-small.json, f32) is compiled with
+distopt-compile under several pipelines and run with distopt-run on 2 ranks;
+median ms per step after the first. Two cases: all 148 tensors (124M
+elements, bandwidth-bound) and the 98 vectors alone (biases and layer norms,
+0.2M elements: latency-bound). Per-tensor is `bucketize=false`; bucketed is
+DDP's default (first bucket 1 MB, then 25 MB) and caps from 0.25 to 100 MB.
+--update writes the table into docs/benchmarks.md (B3).
+
+    /usr/bin/python3 bench/bucketing.py [--build build] [--steps 12] [--update]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import update_section  # noqa: E402
+
+RANKS = 2
+VARIANTS = [
+    ("per-tensor", "bucketize=false overlap=false"),
+    ("bucketed, DDP caps (1 MB first, 25 MB)", "overlap=false"),
+    ("bucketed, cap 0.25 MB", "overlap=false bucket-cap-mb=0.25 first-bucket-cap-mb=0.25"),
+    ("bucketed, cap 5 MB", "overlap=false bucket-cap-mb=5 first-bucket-cap-mb=5"),
+    ("bucketed, cap 100 MB", "overlap=false bucket-cap-mb=100 first-bucket-cap-mb=100"),
+]
+
+
+def reduce_only_step(params):
+    """An MLIR step averaging each gradient across the ranks (f32)."""
+    def t(shape):
+        return "tensor<" + "x".join(map(str, shape)) + "xf32>"
+    args, results, body, rets = [], [], [], []
+    for i, p in enumerate(params):
+        attrs = f'{{distopt.name = "{p["name"]}", distopt.role = "grad"}}'
+        args.append(f"%g{i}: {t(p['shape'])} {attrs}")
+        results.append(f"{t(p['shape'])} {attrs}")
+        body.append(f"  %r{i} = distopt.all_reduce avg %g{i} on @world : {t(p['shape'])}")
+        rets.append(f"%r{i}")
+    return (f"module attributes {{distopt.world_size = {RANKS} : i64}} {{\n"
+            f"distopt.process_group @world size {RANKS}\n"
+            f"func.func @step({', '.join(args)}) -> ({', '.join(results)}) {{\n"
+            + "\n".join(body) + "\n"
+            f"  return {', '.join(rets)} : {', '.join(t(p['shape']) for p in params)}\n}}\n}}\n")
+
+
+def time_step(build, step, options, steps, tmp):
+    library = os.path.join(tmp, "step.so")
+    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
+                    f"--pipeline={options}", "-o", library], check=True)
+    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                          "-np", str(RANKS), os.path.join(build, "bin", "distopt-run"), library,
+                          "--steps", str(steps), "--progress-seconds", "0"],
+                         check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"([\d.]+) ms per step", out).group(1))
+
+
+def buckets(build, step, options):
+    report = subprocess.run([os.path.join(build, "bin", "distopt-opt"), step,
+                             f"--distopt-pipeline={options}", "--distopt-report",
+                             "-o", "/dev/null"], check=True, capture_output=True, text=True).stdout
+    return int(re.search(r"buckets: (\d+)", report).group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--update", action="store_true")
+    args = ap.parse_args()
+    spec = json.load(open(os.path.join(ROOT, "examples", "specs", "gpt2-small.json")))
+    cases = [("all 148 tensors (124M elements)", spec["parameters"]),
+             ("the 98 vectors (0.2M elements)", [p for p in spec["parameters"] if len(p["shape"]) == 1])]
+    lines = [f"{RANKS} ranks, f32 gradients of GPT-2 small, `all_reduce avg` only.", "",
+             "| gradients | pipeline | collectives | ms per step | per-tensor / this |",
+             "|---|---|---:|---:|---:|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, params in cases:
+            step = os.path.join(tmp, "reduce.mlir")
+            with open(step, "w") as f:
+                f.write(reduce_only_step(params))
+            baseline = None
+            for name, options in VARIANTS:
+                ms = time_step(args.build, step, options, args.steps, tmp)
+                baseline = baseline or ms
+                count = len(params) if "bucketize=false" in options else buckets(args.build, step, options)
+                lines.append(f"| {case} | {name} | {count} | {ms:.3f} | {baseline / ms:.2f} |")
+                print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.update:
+        update_section("B3", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
