@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""B7: the end of a data-parallel step on GPT-2 small's gradients (124M f32
+parameters, 2 ranks): averaging the gradients across ranks and the AdamW
+update, distopt against torch DDP (gloo) + torch.optim.AdamW, in one run.
+
+distopt: examples/specs/gpt2-small.json made f32 (no main parameters),
+imported, compiled with distopt-compile (the default pipeline, and without
+bucketing) and run with distopt-run; median ms per step after the first.
+
+torch 1.13: DistributedDataParallel over gloo (25 MB buckets,
+gradient_as_bucket_view, DDP's fastest setting) around a module holding
+parameters of the same shapes, and AdamW(foreach=True), the same
+hyperparameters. The backward pass is what triggers DDP's all-reduces, so
+torch's reduce + update time is taken as (forward + backward + step under
+DDP) - (forward + backward of the same module without DDP), medians over
+the iterations after the first; the forward is a sum of the parameters and
+the backward writes their gradients, two memory passes distopt's step does
+not need because it is handed the gradients.
+--update writes the table into docs/benchmarks.md (B7).
+
+    /usr/bin/python3 bench/end_to_end.py [--build build] [--steps 6] [--update]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import update_section  # noqa: E402
+
+RANKS = 2
+
+
+def torch_worker(rank, init_file, spec, steps, queue):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=RANKS)
+
+    class Params(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ps = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.full(p["shape"], 0.01)) for p in spec["parameters"]])
+
+        def forward(self):
+            return sum(p.sum() for p in self.ps)
+
+    opt_spec = spec["optimizer"]
+
+    def timed(module, step):
+        optimizer = torch.optim.AdamW(module.parameters(), lr=opt_spec["lr"],
+                                      betas=tuple(opt_spec["betas"]),
+                                      weight_decay=opt_spec["weight_decay"], foreach=True)
+        times = []
+        for _ in range(steps):
+            dist.barrier()
+            start = time.perf_counter()
+            module().backward()
+            if step:
+                optimizer.step()
+            times.append(time.perf_counter() - start)
+            local = torch.tensor([times[-1]], dtype=torch.float64)
+            dist.all_reduce(local, op=dist.ReduceOp.MAX)
+            times[-1] = local.item()
+        return statistics.median(times[1:]) * 1e3
+
+    local = Params()
+    compute = timed(local, step=False)
+    ddp = torch.nn.parallel.DistributedDataParallel(Params(), bucket_cap_mb=25,
+                                                    gradient_as_bucket_view=True)
+    total = timed(ddp, step=True)
+    if rank == 0:
+        queue.put((total, compute))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def torch_times(spec, steps):
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=torch_worker,
+                             args=(r, os.path.join(tmp, "init"), spec, steps, queue))
+                 for r in range(RANKS)]
+        for p in procs:
+            p.start()
+        result = queue.get(timeout=3600)
+        for p in procs:
+            p.join()
+    return result
+
+
+def distopt_time(build, spec_path, options, steps, tmp):
+    step = os.path.join(tmp, "step.mlir")
+    library = os.path.join(tmp, "step.so")
+    subprocess.run([os.path.join(build, "bin", "distopt-translate"), "--import-param-spec",
+                    spec_path, "-o", step], check=True)
+    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
+                    f"--pipeline={options}", "-o", library], check=True)
+    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                          "-np", str(RANKS), os.path.join(build, "bin", "distopt-run"), library,
+                          "--steps", str(steps), "--progress-seconds", "0"],
+                         check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"([\d.]+) ms per step", out).group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--update", action="store_true")
+    args = ap.parse_args()
+    spec = json.load(open(os.path.join(ROOT, "examples", "specs", "gpt2-small.json")))
+    spec["world_size"] = RANKS
+    spec["main_params"] = False
+    for p in spec["parameters"]:
+        p["dtype"] = "f32"
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path = os.path.join(tmp, "gpt2-f32.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        ours = {name: distopt_time(args.build, spec_path, options, args.steps, tmp)
+                for name, options in [("default pipeline (buckets)", "overlap=false"),
+                                      ("no bucketing", "bucketize=false overlap=false")]}
+    total, compute = torch_times(spec, args.steps)
+    torch_ms = total - compute
+    lines = [f"GPT-2 small, 124M f32 parameters, AdamW, {RANKS} ranks, 1 thread per rank.", "",
+             f"torch DDP (gloo) + AdamW: forward + backward + step {total:.0f} ms, of which "
+             f"forward + backward alone {compute:.0f} ms: reduce + update {torch_ms:.0f} ms.", "",
+             "| distopt pipeline | ms per step | torch / distopt | target (issue 6) |",
+             "|---|---:|---:|---|"]
+    for name, ms in ours.items():
+        ratio = torch_ms / ms
+        lines.append(f"| {name} | {ms:.0f} | {ratio:.2f} | ≥ 3x: {'met' if ratio >= 3 else 'missed'} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.update:
+        update_section("B7", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
