@@ -18,12 +18,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
+from common import slowest_median_ms, spawn_gloo  # noqa: E402
 
 
 def iterations(nbytes):
@@ -31,7 +31,7 @@ def iterations(nbytes):
     return 200 if nbytes <= 1 << 20 else 20 if nbytes <= 1 << 24 else 5
 
 
-def gloo_worker(rank, ranks, init_file, sizes, queue):
+def gloo_worker(rank, init_file, ranks, sizes, queue):
     import torch
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -39,17 +39,14 @@ def gloo_worker(rank, ranks, init_file, sizes, queue):
     results = {}
     for nbytes in sizes:
         x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
-        samples = []
+        times = []
         for i in range(iterations(nbytes) + 2):
             dist.barrier()
             start = time.perf_counter()
             dist.all_reduce(x)
-            local = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(local, op=dist.ReduceOp.MAX)
-            if i >= 2:
-                samples.append(local.item() * 1e6)
-        samples.sort()
-        results[nbytes] = samples[len(samples) // 2]
+            times.append(time.perf_counter() - start)
+        # Two warm-up rounds; slowest_median_ms drops one more.
+        results[nbytes] = slowest_median_ms(dist, torch, times[1:]) * 1e3
     if rank == 0:
         queue.put(results)
     dist.barrier()
@@ -57,19 +54,7 @@ def gloo_worker(rank, ranks, init_file, sizes, queue):
 
 
 def gloo_times(ranks, sizes):
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=gloo_worker,
-                             args=(r, ranks, os.path.join(tmp, "init"), sizes, queue))
-                 for r in range(ranks)]
-        for p in procs:
-            p.start()
-        results = queue.get(timeout=3600)
-        for p in procs:
-            p.join()
-    return results
+    return spawn_gloo(gloo_worker, ranks, ranks, sizes)
 
 
 def runtime_times(bench, ranks, max_bytes):

@@ -17,13 +17,13 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
+from common import compile_and_run, reduce_only_step, report  # noqa: E402
 
 RANKS = 2
 VARIANTS = [
@@ -33,42 +33,6 @@ VARIANTS = [
     ("bucketed, cap 5 MB", "overlap=false bucket-cap-mb=5 first-bucket-cap-mb=5"),
     ("bucketed, cap 100 MB", "overlap=false bucket-cap-mb=100 first-bucket-cap-mb=100"),
 ]
-
-
-def reduce_only_step(params):
-    """An MLIR step averaging each gradient across the ranks (f32)."""
-    def t(shape):
-        return "tensor<" + "x".join(map(str, shape)) + "xf32>"
-    args, results, body, rets = [], [], [], []
-    for i, p in enumerate(params):
-        attrs = f'{{distopt.name = "{p["name"]}", distopt.role = "grad"}}'
-        args.append(f"%g{i}: {t(p['shape'])} {attrs}")
-        results.append(f"{t(p['shape'])} {attrs}")
-        body.append(f"  %r{i} = distopt.all_reduce avg %g{i} on @world : {t(p['shape'])}")
-        rets.append(f"%r{i}")
-    return (f"module attributes {{distopt.world_size = {RANKS} : i64}} {{\n"
-            f"distopt.process_group @world size {RANKS}\n"
-            f"func.func @step({', '.join(args)}) -> ({', '.join(results)}) {{\n"
-            + "\n".join(body) + "\n"
-            f"  return {', '.join(rets)} : {', '.join(t(p['shape']) for p in params)}\n}}\n}}\n")
-
-
-def time_step(build, step, options, steps, tmp):
-    library = os.path.join(tmp, "step.so")
-    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
-                    f"--pipeline={options}", "-o", library], check=True)
-    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                          "-np", str(RANKS), os.path.join(build, "bin", "distopt-run"), library,
-                          "--steps", str(steps), "--progress-seconds", "0"],
-                         check=True, capture_output=True, text=True).stdout
-    return float(re.search(r"([\d.]+) ms per step", out).group(1))
-
-
-def buckets(build, step, options):
-    report = subprocess.run([os.path.join(build, "bin", "distopt-opt"), step,
-                             f"--distopt-pipeline={options}", "--distopt-report",
-                             "-o", "/dev/null"], check=True, capture_output=True, text=True).stdout
-    return int(re.search(r"buckets: (\d+)", report).group(1))
 
 
 def main():
@@ -88,12 +52,13 @@ def main():
         for case, params in cases:
             step = os.path.join(tmp, "reduce.mlir")
             with open(step, "w") as f:
-                f.write(reduce_only_step(params))
+                f.write(reduce_only_step(params, RANKS))
             baseline = None
             for name, options in VARIANTS:
-                ms = time_step(args.build, step, options, args.steps, tmp)
+                ms = compile_and_run(args.build, step, options, RANKS, args.steps, tmp)
                 baseline = baseline or ms
-                count = len(params) if "bucketize=false" in options else buckets(args.build, step, options)
+                count = (len(params) if "bucketize=false" in options else
+                         int(re.search(r"buckets: (\d+)", report(args.build, step, options)).group(1)))
                 lines.append(f"| {case} | {name} | {count} | {ms:.3f} | {baseline / ms:.2f} |")
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"

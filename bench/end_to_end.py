@@ -23,8 +23,6 @@ not need because it is handed the gradients.
 import argparse
 import json
 import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
+from common import compile_and_run, shaped_module, slowest_median_ms, spawn_gloo  # noqa: E402
 
 RANKS = 2
 
@@ -43,16 +42,6 @@ def torch_worker(rank, init_file, spec, steps, queue):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=RANKS)
-
-    class Params(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ps = torch.nn.ParameterList(
-                [torch.nn.Parameter(torch.full(p["shape"], 0.01)) for p in spec["parameters"]])
-
-        def forward(self):
-            return sum(p.sum() for p in self.ps)
-
     opt_spec = spec["optimizer"]
 
     def timed(module, step):
@@ -67,14 +56,10 @@ def torch_worker(rank, init_file, spec, steps, queue):
             if step:
                 optimizer.step()
             times.append(time.perf_counter() - start)
-            local = torch.tensor([times[-1]], dtype=torch.float64)
-            dist.all_reduce(local, op=dist.ReduceOp.MAX)
-            times[-1] = local.item()
-        return statistics.median(times[1:]) * 1e3
+        return slowest_median_ms(dist, torch, times)
 
-    local = Params()
-    compute = timed(local, step=False)
-    ddp = torch.nn.parallel.DistributedDataParallel(Params(), bucket_cap_mb=25,
+    compute = timed(shaped_module(torch, spec), step=False)
+    ddp = torch.nn.parallel.DistributedDataParallel(shaped_module(torch, spec), bucket_cap_mb=25,
                                                     gradient_as_bucket_view=True)
     total = timed(ddp, step=True)
     if rank == 0:
@@ -83,34 +68,11 @@ def torch_worker(rank, init_file, spec, steps, queue):
     dist.destroy_process_group()
 
 
-def torch_times(spec, steps):
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=torch_worker,
-                             args=(r, os.path.join(tmp, "init"), spec, steps, queue))
-                 for r in range(RANKS)]
-        for p in procs:
-            p.start()
-        result = queue.get(timeout=3600)
-        for p in procs:
-            p.join()
-    return result
-
-
 def distopt_time(build, spec_path, options, steps, tmp):
     step = os.path.join(tmp, "step.mlir")
-    library = os.path.join(tmp, "step.so")
     subprocess.run([os.path.join(build, "bin", "distopt-translate"), "--import-param-spec",
                     spec_path, "-o", step], check=True)
-    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
-                    f"--pipeline={options}", "-o", library], check=True)
-    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                          "-np", str(RANKS), os.path.join(build, "bin", "distopt-run"), library,
-                          "--steps", str(steps), "--progress-seconds", "0"],
-                         check=True, capture_output=True, text=True).stdout
-    return float(re.search(r"([\d.]+) ms per step", out).group(1))
+    return compile_and_run(build, step, options, RANKS, steps, tmp)
 
 
 def main():
@@ -132,7 +94,7 @@ def main():
         ours = {name: distopt_time(args.build, spec_path, options, args.steps, tmp)
                 for name, options in [("default pipeline (buckets)", "overlap=false"),
                                       ("no bucketing", "bucketize=false overlap=false")]}
-    total, compute = torch_times(spec, args.steps)
+    total, compute = spawn_gloo(torch_worker, RANKS, spec, args.steps)
     torch_ms = total - compute
     lines = [f"GPT-2 small, 124M f32 parameters, AdamW, {RANKS} ranks, 1 thread per rank.", "",
              f"torch DDP (gloo) + AdamW: forward + backward + step {total:.0f} ms, of which "

@@ -1,0 +1,87 @@
+"""Shared by the benchmarks: running compiled steps and torch processes."""
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+
+
+def reduce_only_step(params, ranks):
+    """An MLIR step that only averages each f32 gradient across the ranks:
+    what bucketing and compression act on, without an optimizer update."""
+    def t(shape):
+        return "tensor<" + "x".join(map(str, shape)) + "xf32>"
+    args, results, body, rets = [], [], [], []
+    for i, p in enumerate(params):
+        attrs = f'{{distopt.name = "{p["name"]}", distopt.role = "grad"}}'
+        args.append(f"%g{i}: {t(p['shape'])} {attrs}")
+        results.append(f"{t(p['shape'])} {attrs}")
+        body.append(f"  %r{i} = distopt.all_reduce avg %g{i} on @world : {t(p['shape'])}")
+        rets.append(f"%r{i}")
+    return (f"module attributes {{distopt.world_size = {ranks} : i64}} {{\n"
+            f"distopt.process_group @world size {ranks}\n"
+            f"func.func @step({', '.join(args)}) -> ({', '.join(results)}) {{\n"
+            + "\n".join(body) + "\n"
+            f"  return {', '.join(rets)} : {', '.join(t(p['shape']) for p in params)}\n}}\n}}\n")
+
+
+def compile_and_run(build, step, options, ranks, steps, tmp):
+    """distopt-compile `step` with --pipeline=`options`, run it with
+    distopt-run on `ranks` ranks; the median ms per step after the first."""
+    library = os.path.join(tmp, "step.so")
+    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
+                    f"--pipeline={options}", "-o", library], check=True)
+    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                          "-np", str(ranks), os.path.join(build, "bin", "distopt-run"), library,
+                          "--steps", str(steps), "--progress-seconds", "0"],
+                         check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"([\d.]+) ms per step", out).group(1))
+
+
+def report(build, step, options):
+    """The text of --distopt-report after --distopt-pipeline=`options`."""
+    return subprocess.run([os.path.join(build, "bin", "distopt-opt"), step,
+                           f"--distopt-pipeline={options}", "--distopt-report",
+                           "-o", "/dev/null"], check=True, capture_output=True, text=True).stdout
+
+
+def slowest_median_ms(dist, torch, times):
+    """The median, after the first, of each iteration's slowest rank (ms);
+    `times` are this rank's seconds; a collective, so every rank calls it."""
+    slowest = []
+    for t in times:
+        local = torch.tensor([t], dtype=torch.float64)
+        dist.all_reduce(local, op=dist.ReduceOp.MAX)
+        slowest.append(local.item())
+    return statistics.median(slowest[1:]) * 1e3
+
+
+def spawn_gloo(worker, ranks, *args):
+    """Runs worker(rank, init_file, *args, queue) on `ranks` processes joined
+    by a gloo file rendezvous; returns what rank 0 puts on the queue."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [ctx.Process(target=worker, args=(r, os.path.join(tmp, "init"), *args, queue))
+                 for r in range(ranks)]
+        for p in procs:
+            p.start()
+        result = queue.get(timeout=3600)
+        for p in procs:
+            p.join()
+    return result
+
+
+def shaped_module(torch, spec):
+    """A module holding parameters of the spec's shapes (f32); its forward
+    is their sum, so backward writes every gradient and nothing else."""
+    class Params(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ps = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.full(p["shape"], 0.01)) for p in spec["parameters"]])
+
+        def forward(self):
+            return sum(p.sum() for p in self.ps)
+    return Params()

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""B6: PowerSGD on ResNet-18 (CIFAR) and ResNet-50 gradient shapes, 2 ranks:
+the compression ratio, and the time to average the gradients compressed at
+approximation ranks 1, 2 and 4 against the uncompressed average, with torch
+DDP's uncompressed average (gloo) in the same run.
+
+distopt: a step that only averages the f32 gradients, compiled with
+`powersgd-rank=R` (PyTorch's eligibility rule, error feedback, warm start;
+the rest bucketed) or without compression, run with distopt-run; median ms
+per step after the first. Ratio: --distopt-report's compression.
+
+torch 1.13: DDP over gloo around a module of the same parameter shapes; its
+time is (forward + backward under DDP) - (forward + backward of the same
+module alone), as in B7. torch's powerSGD_hook is not timed yet: in this
+harness (several DDP instances, ResNet shapes) its gloo messages disagree in
+size between the ranks ("op.preamble.length <= op.nbytes") and the run
+aborts; see docs/benchmarks.md.
+--update writes the table into docs/benchmarks.md (B6).
+
+    /usr/bin/python3 bench/powersgd.py [--build build] [--steps 8] [--update]
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchdoc import update_section  # noqa: E402
+from common import (compile_and_run, reduce_only_step, report, shaped_module,  # noqa: E402
+                    slowest_median_ms, spawn_gloo)
+
+WORLD = 2
+RANKS = (1, 2, 4)
+
+
+def torch_worker(rank, init_file, spec, steps, queue):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=WORLD)
+
+    def timed(module):
+        times = []
+        for _ in range(steps + 1):
+            dist.barrier()
+            start = time.perf_counter()
+            module().backward()
+            times.append(time.perf_counter() - start)
+        return slowest_median_ms(dist, torch, times[1:])
+
+    compute = timed(shaped_module(torch, spec))
+    ddp = timed(torch.nn.parallel.DistributedDataParallel(
+        shaped_module(torch, spec), bucket_cap_mb=25, gradient_as_bucket_view=True))
+    if rank == 0:
+        queue.put(ddp - compute)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--update", action="store_true")
+    args = ap.parse_args()
+    lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update).", "",
+             "| model | PowerSGD rank | compression | distopt ms | uncompressed / compressed "
+             "| torch DDP uncompressed ms | DDP uncompressed / distopt compressed |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for model in ("resnet18-cifar", "resnet50"):
+        spec = json.load(open(os.path.join(ROOT, "examples", "specs", f"{model}.json")))
+        with tempfile.TemporaryDirectory() as tmp:
+            step = os.path.join(tmp, "reduce.mlir")
+            with open(step, "w") as f:
+                f.write(reduce_only_step(spec["parameters"], WORLD))
+            plain = compile_and_run(args.build, step, "overlap=false", WORLD, args.steps, tmp)
+            ours = {}
+            for r in RANKS:
+                options = f"overlap=false powersgd-rank={r}"
+                ratio = float(re.search(r"compression: ([\d.]+)x",
+                                        report(args.build, step, options)).group(1))
+                ours[r] = (ratio, compile_and_run(args.build, step, options, WORLD, args.steps, tmp))
+        ddp = spawn_gloo(torch_worker, WORLD, spec, args.steps)
+        lines.append(f"| {model} | none | 1.0x | {plain:.2f} | 1.00 | {ddp:.2f} | {ddp / plain:.2f} |")
+        for r in RANKS:
+            ratio, ms = ours[r]
+            lines.append(f"| {model} | {r} | {ratio:.1f}x | {ms:.2f} | {plain / ms:.2f} | {ddp:.2f} "
+                         f"| {ddp / ms:.2f} |")
+        print("\n".join(lines[-1 - len(RANKS):]), flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.update:
+        update_section("B6", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
