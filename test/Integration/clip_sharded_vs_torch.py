@@ -65,7 +65,7 @@ def program(ranks, grads, max_norm, norm_type):
 def main():
     opt, runner, libdir, rtlib, mpirun = sys.argv[1:6]
     rng = np.random.default_rng(11)
-    passed = failed = 0
+    tally = mlir_exec.Tally()
     for ranks in (2, 4):
         launcher = [*shlex.split(mpirun), "-np", str(ranks)]
         for norm_type in (2.0, float("inf"), 1.5):
@@ -87,12 +87,9 @@ def main():
                 ok = all(np.all(np.abs(a - b) <= TOLERANCE_ULP * mlir_exec.ulp(b))
                          for a, b in zip(got, want))
                 clipped = "clipping" if max_norm < 1e3 else "no clipping"
-                print(f"{'PASS' if ok else 'FAIL'}: {ranks} ranks, norm_type={norm_type}, {clipped}: "
+                tally.check(ok, f"{ranks} ranks, norm_type={norm_type}, {clipped}: "
                       f"norm on every rank and clipped shards within {worst:.0f} ulp of torch on the whole gradients")
-                passed += ok
-                failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tally.finish()
 
 
 if __name__ == "__main__":

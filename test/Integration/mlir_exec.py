@@ -86,3 +86,20 @@ def run(opt, runner, libdir, text, shapes, pipeline="--distopt-lower-to-cpu",
 def ulp(x):
     x = np.abs(np.asarray(x, dtype=np.float32))
     return np.spacing(np.maximum(x, np.float32(1e-30)))
+
+
+class Tally:
+    """Counts checks, printing `PASS: text` or `FAIL: text` for each, and
+    `N passed, M failed` at the end (what the .test files FileCheck)."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def check(self, ok, text):
+        print(f"{'PASS' if ok else 'FAIL'}: {text}")
+        self.passed += bool(ok)
+        self.failed += not ok
+
+    def finish(self):
+        print(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0

@@ -115,7 +115,7 @@ def main():
     rng = np.random.default_rng(3)
     main_params = rng.standard_normal(N).astype(np.float32)
     momentum = rng.standard_normal(N).astype(np.float32) * np.float32(0.1)
-    passed = failed = 0
+    tally = mlir_exec.Tally()
     for ranks in (2, 4):
         launcher = [*shlex.split(mpirun), "-np", str(ranks)]
         for form in ("replicated", "sharded"):
@@ -144,11 +144,8 @@ def main():
                           and scale[0] == SCALE / 2 and tracker[0] == 0)
                     what = ("skipped on every rank: main, momentum and model bitwise unchanged, "
                             "scale 1024 -> 512, tracker 7 -> 0")
-                print(f"{'PASS' if ok else 'FAIL'}: {ranks} ranks, {form}, {name}: {what}")
-                passed += ok
-                failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+                tally.check(ok, f"{ranks} ranks, {form}, {name}: {what}")
+    return tally.finish()
 
 
 if __name__ == "__main__":

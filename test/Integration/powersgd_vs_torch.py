@@ -40,7 +40,7 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mlir_exec import PRINT_DECL, dense, print_bits, run  # noqa: E402
+from mlir_exec import PRINT_DECL, Tally, dense, print_bits, run  # noqa: E402
 
 N, M, BATCH = 16, 8, 8
 TOLERANCE = 1e-5
@@ -180,7 +180,7 @@ def main():
     opt, runner, libdir, rtlib, mpirun = sys.argv[1:6]
     init = tempfile.NamedTemporaryFile(delete=False)
     dist.init_process_group("gloo", init_method=f"file://{init.name}", rank=0, world_size=1)
-    failed = passed = 0
+    tally = Tally()
     for rank in (1, 2, 4):
         for error_feedback in (True, False):
             grad, q, e, want = hook_reference(rank, error_feedback)
@@ -189,10 +189,8 @@ def main():
             worst = compare(got, want, rank)
             ok = worst <= TOLERANCE and len(got) == len(want)
             label = f"rank {rank}, error feedback {'on' if error_feedback else 'off'}"
-            print(f"{'PASS' if ok else 'FAIL'}: {label}: {', '.join(names[:len(want)])} "
+            tally.check(ok, f"{label}: {', '.join(names[:len(want)])} "
                   f"within {worst:.1e} of their largest magnitude")
-            passed += ok
-            failed += not ok
     dist.destroy_process_group()
 
     for world in (2, 4):
@@ -206,12 +204,9 @@ def main():
             got = ours_ranks(opt, runner, libdir, rtlib, mpirun, grads, qs[0], errors, rank)
             worst = max(compare([t[r] for t in got], processes[r][3], rank) for r in range(world))
             ok = worst <= TOLERANCE
-            print(f"{'PASS' if ok else 'FAIL'}: {world} ranks, rank {rank}, error feedback on: "
+            tally.check(ok, f"{world} ranks, rank {rank}, error feedback on: "
                   f"every rank's result, P, Q, error within {worst:.1e} of their largest magnitude")
-            passed += ok
-            failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tally.finish()
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def cases(opt, matmul_input):
 def main():
     opt, runner, libdir, rtlib, mpirun, matmul_input = sys.argv[1:]
     launcher = [*shlex.split(mpirun), "-np", str(RANKS)]
-    passed = failed = 0
+    tally = mlir_exec.Tally()
     for name, text, expected, shape in cases(opt, matmul_input):
         converted = subprocess.run(
             [opt, "--pass-pipeline=builtin.module(convert-shard-to-distopt,canonicalize)"],
@@ -158,11 +158,8 @@ def main():
         want = np.stack(expected).astype(np.float32)
         ok = got.tobytes() == want.tobytes()
         detail = "" if ok else f"\n  got  {got.ravel()[:8]}\n  want {want.ravel()[:8]}"
-        print(f"{'PASS' if ok else 'FAIL'}: {name}: every rank bit-identical to the definition{detail}")
-        passed += ok
-        failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+        tally.check(ok, f"{name}: every rank bit-identical to the definition{detail}")
+    return tally.finish()
 
 
 if __name__ == "__main__":

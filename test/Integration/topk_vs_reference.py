@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mlir_exec import PRINT_DECL, dense, print_bits, run  # noqa: E402
+from mlir_exec import PRINT_DECL, Tally, dense, print_bits, run  # noqa: E402
 
 N_ELEMENTS = 37
 
@@ -75,7 +75,7 @@ def ours(args, g, e, density, kind):
 
 def main():
     args = sys.argv[1:6]
-    passed = failed = 0
+    tally = Tally()
     for ranks in (1, 2, 3):
         for density, kind in ((0.2, "sum"), (0.05, "avg"), (0.5, "avg"), (1.0, "sum")):
             g, e = data(ranks, seed=ranks * 10 + int(density * 100))
@@ -84,14 +84,11 @@ def main():
             ok = all(np.array_equal(a.view(np.int32), b.view(np.int32))
                      for a, b in zip(got, want))
             k = max(1, math.ceil(density * N_ELEMENTS))
-            print(f"{'PASS' if ok else 'FAIL'}: {ranks} ranks, {kind}, k = {k} of {N_ELEMENTS}: "
+            tally.check(ok, f"{ranks} ranks, {kind}, k = {k} of {N_ELEMENTS}: "
                   f"result and error {'bit-identical' if ok else 'DIFFER'}")
             if not ok:
                 print("  got", got, "\n  want", want)
-            passed += ok
-            failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return tally.finish()
 
 
 if __name__ == "__main__":
