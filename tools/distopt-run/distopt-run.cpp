@@ -33,8 +33,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace cl = llvm::cl;
@@ -439,10 +441,21 @@ void restoreCheckpoint(const checkpoint::Checkpoint &ckpt,
                        const std::vector<Slot> &args,
                        std::vector<Buffer> &buffers) {
   std::set<const checkpoint::Tensor *> used;
+  // Looked up once per layout entry: indexed, not searched (10k tensors).
+  std::map<std::tuple<std::string, std::string, int64_t>,
+           const checkpoint::Tensor *>
+      index;
+  for (const checkpoint::Tensor &t : ckpt.tensors)
+    index[{t.role, t.name, t.rank}] = &t;
+  auto lookup = [&](const std::string &role, const std::string &name,
+                    int64_t rank) -> const checkpoint::Tensor * {
+    auto it = index.find({role, name, rank});
+    return it == index.end() ? nullptr : it->second;
+  };
   auto find = [&](const Slot &slot, const std::string &name,
                   const std::vector<int64_t> &shape,
                   int64_t rank) -> const checkpoint::Tensor & {
-    const checkpoint::Tensor *t = ckpt.find(slot.role, name, rank);
+    const checkpoint::Tensor *t = lookup(slot.role, name, rank);
     std::string what = "'" + slot.role + " " + name + "'";
     if (!t)
       die(resumePath + ": has no " + what + " for this step");
@@ -482,7 +495,7 @@ void restoreCheckpoint(const checkpoint::Checkpoint &ckpt,
     // Entries held elsewhere are still this step's: mark them used.
     for (const Entry &e : slot.layout)
       if (const checkpoint::Tensor *t =
-              ckpt.find(slot.role, logicalName(slot, e)))
+              lookup(slot.role, logicalName(slot, e), -1))
         used.insert(t);
   }
   for (const checkpoint::Tensor &t : ckpt.tensors)
