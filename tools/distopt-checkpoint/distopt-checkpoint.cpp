@@ -4,6 +4,10 @@
 //   distopt-checkpoint info CKPT      validate; print the header and tensors
 //   distopt-checkpoint diff A B       compare tensor by tensor (bitwise),
 //                                     whatever world size each was saved at
+//   distopt-checkpoint diff --max-ulp N A B
+//                                     floating-point tensors may differ by N
+//                                     units in the last place (e.g. runs on
+//                                     different hardware)
 //
 // Exit status: 0 valid / equal, 1 otherwise (with the reason on stderr).
 //
@@ -16,6 +20,7 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstring>
 
 using namespace llvm;
@@ -50,7 +55,35 @@ static int info(StringRef path) {
   return 0;
 }
 
-static int diff(StringRef a, StringRef b) {
+/// Maps a float's bits to integers ordered like the values, so that the
+/// distance of two is their distance in units in the last place.
+static int64_t orderedBits(const char *p, unsigned bytes) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, p, bytes); // little-endian: the low bytes
+  uint64_t sign = uint64_t(1) << (8 * bytes - 1);
+  int64_t magnitude = static_cast<int64_t>(bits & (sign - 1));
+  return bits & sign ? -magnitude : magnitude;
+}
+
+/// The largest distance in ulp between two tensors of one floating-point
+/// type (-1 for another type or a NaN on one side only).
+static int64_t maxUlp(const checkpoint::Tensor &x,
+                      const checkpoint::Tensor &y) {
+  unsigned bytes = x.dtype == "f64"                        ? 8
+                   : x.dtype == "f32"                      ? 4
+                   : x.dtype == "bf16" || x.dtype == "f16" ? 2
+                                                           : 0;
+  if (!bytes)
+    return -1;
+  int64_t worst = 0;
+  for (size_t i = 0; i + bytes <= x.data.size(); i += bytes) {
+    int64_t d = orderedBits(&x.data[i], bytes) - orderedBits(&y.data[i], bytes);
+    worst = std::max(worst, d < 0 ? -d : d);
+  }
+  return worst;
+}
+
+static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
   Expected<checkpoint::Checkpoint> left = checkpoint::read(a);
   if (!left) {
     errs() << "distopt-checkpoint: " << toString(left.takeError()) << "\n";
@@ -74,16 +107,23 @@ static int diff(StringRef a, StringRef b) {
       report(describe(t) + " is only in " + a);
     else if (other->dtype != t.dtype || other->shape != t.shape)
       report(describe(t) + " has another dtype or shape in " + b);
-    else if (other->data != t.data)
-      report(describe(t) + " differs");
+    else if (other->data != t.data) {
+      int64_t ulp = allowedUlp > 0 ? maxUlp(t, *other) : -1;
+      if (ulp < 0 || ulp > allowedUlp)
+        report(describe(t) + " differs" +
+               (ulp > 0 ? " by up to " + Twine(ulp) + " ulp" : Twine()));
+    }
   }
   for (const checkpoint::Tensor &t : right->tensors)
     if (!left->find(t.role, t.name, t.rank))
       report(describe(t) + " is only in " + b);
   if (differences == 0)
     outs() << "distopt-checkpoint: " << left->tensors.size()
-           << " tensors bitwise equal (saved on " << left->worldSize << " and "
-           << right->worldSize << " ranks)\n";
+           << (allowedUlp > 0 ? " tensors equal within " +
+                                    std::to_string(allowedUlp) + " ulp"
+                              : std::string(" tensors bitwise equal"))
+           << " (saved on " << left->worldSize << " and " << right->worldSize
+           << " ranks)\n";
   return differences ? 1 : 0;
 }
 
@@ -92,8 +132,13 @@ int main(int argc, char **argv) {
   if (argc == 3 && std::strcmp(argv[1], "info") == 0)
     return info(argv[2]);
   if (argc == 4 && std::strcmp(argv[1], "diff") == 0)
-    return diff(argv[2], argv[3]);
+    return diff(argv[2], argv[3], 0);
+  int64_t ulp = 0;
+  if (argc == 6 && std::strcmp(argv[1], "diff") == 0 &&
+      std::strcmp(argv[2], "--max-ulp") == 0 &&
+      !StringRef(argv[3]).getAsInteger(10, ulp) && ulp >= 0)
+    return diff(argv[4], argv[5], ulp);
   errs() << "usage: distopt-checkpoint info CKPT\n"
-            "       distopt-checkpoint diff A B\n";
+            "       distopt-checkpoint diff [--max-ulp N] A B\n";
   return 2;
 }
