@@ -26,6 +26,9 @@ static const char *const kPipelines[] = {
     "builtin.module(convert-shard-to-distopt,distopt-report{output=/dev/null})",
     "builtin.module(func.func(distopt-lower-optimizers))",
     "builtin.module(distopt-lower-local-ops)",
+    "builtin.module(func.func(distopt-offload-to-gpu))",
+    // The GPU split (emulated): kernel code generation is too slow here.
+    "builtin.module(distopt-test-lower-to-gpu-on-host)",
 };
 
 namespace {

@@ -57,3 +57,25 @@ config.substitutions.append(("%mlir_runner", os.path.join(config.llvm_tools_dir,
 config.substitutions.append(("%mlir_lib_dir", os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")))
 config.substitutions.append(
     ("%rt_lib", os.path.join(config.distopt_obj_root, "runtime", "lib", "libdistopt_rt.so")))
+
+# GPU: `cuda-toolkit` where ptxas can assemble kernels into cubins (fatbin);
+# `cuda-gpu` where the CUDA driver loads and sees a device (execution tests).
+cuda_root = os.environ.get("CUDA_ROOT") or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+if os.access(os.path.join(cuda_root, "bin", "ptxas"), os.X_OK):
+    config.available_features.add("cuda-toolkit")
+
+
+def cuda_device_count():
+    import ctypes
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+if cuda_device_count() > 0:
+    config.available_features.add("cuda-gpu")

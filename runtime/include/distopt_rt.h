@@ -69,8 +69,31 @@ DISTOPT_RT_API void *_mlir_memref_to_llvm_aligned_alloc(uint64_t alignment,
                                                         uint64_t size);
 DISTOPT_RT_API void _mlir_memref_to_llvm_free(void *ptr);
 
+/* CUDA (steps compiled with --target=cuda). The driver (libcuda.so.1) is
+ * loaded on first use, so the runtime builds and its CPU half runs without
+ * it. Kernels, copies and allocations of compiled steps run on one stream;
+ * device memory comes from the driver's stream-ordered pool (kept across
+ * steps). The first GPU failure is kept: later GPU work is skipped,
+ * collectives fail with it, and distopt_rt_cuda_check() reports it.
+ *   distopt_rt_cuda_init: picks the device (-1: $DISTOPT_RT_CUDA_DEVICE,
+ *     else the launcher's local rank modulo the device count); without a
+ *     driver or device it returns DISTOPT_RT_UNAVAILABLE.
+ *   distopt_rt_cuda_copy: any direction (unified addressing), synchronous.
+ */
+DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_init(int64_t device);
+DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_check(void);
+DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_alloc(uint64_t bytes,
+                                                       void **ptr);
+DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_free(void *ptr);
+DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_copy(void *dst,
+                                                      const void *src,
+                                                      uint64_t bytes);
+DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_synchronize(void);
+
 /* Creates a communicator over all processes of the run.
- *   backend: "mpi" (initialises MPI if needed) or "single" (one process).
+ *   backend: "mpi" (initialises MPI if needed), "single" (one process) or
+ *     "nccl" (buffers in device memory; NCCL, libnccl.so.2, loaded at run
+ *     time and bootstrapped over MPI under mpirun, else one process).
  *   expected_size: the world size the step was compiled for; another size
  *     is DISTOPT_RT_WORLD_SIZE_MISMATCH. 0 accepts any size.
  *   timeout_seconds: how long any collective may wait for its peers before
@@ -144,7 +167,8 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_start(
 /* For compiled steps: the communicator of the whole run, created on first
  * use and destroyed at exit. The backend is DISTOPT_RT_BACKEND ("mpi" or
  * "single"; by default "mpi" when launched by mpirun, else "single"), the
- * timeout DISTOPT_RT_TIMEOUT seconds (default 300). `expected_size` as in
+ * timeout DISTOPT_RT_TIMEOUT seconds (default 300). After
+ * distopt_rt_cuda_init, the default backend is "nccl". `expected_size` as in
  * distopt_rt_comm_create; later calls must expect the same size. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_world(int64_t expected_size,
                                                   distopt_rt_comm **comm);

@@ -47,8 +47,9 @@ const char *name(Collective::Kind kind) {
   return "collective";
 }
 
-Communicator::Communicator(std::unique_ptr<Transport> transport)
-    : transport(std::move(transport)) {}
+Communicator::Communicator(std::unique_ptr<Transport> transport,
+                           std::unique_ptr<DeviceCollectives> device)
+    : transport(std::move(transport)), device(std::move(device)) {}
 
 Communicator::~Communicator() {
   {
@@ -146,29 +147,32 @@ distopt_rt_status Communicator::execute(const Collective &c) {
   if (c.wire != c.type)
     what << " on a " << name(c.wire) << " wire";
   distopt_rt_status status = DISTOPT_RT_OK;
-  switch (c.kind) {
-  case Collective::AllReduce:
-    status = allReduce(c, what.str());
-    break;
-  case Collective::ReduceScatter:
-    status = ringReduceScatter(c, c.count * size(), c.recv, what.str());
-    break;
-  case Collective::AllGather: {
-    size_t bytes = c.count * elementSize(c.type);
-    void *slot = static_cast<char *>(c.recv) + rank() * bytes;
-    if (slot != c.send)
-      std::memmove(slot, c.send, bytes);
-    status =
-        ringAllGather(c.recv, c.count * size(), c.type, c.wire, what.str());
-    break;
-  }
-  case Collective::Broadcast:
-    status = broadcast(c, what.str());
-    break;
-  case Collective::Reduce:
-    status = reduce(c, what.str());
-    break;
-  }
+  if (device)
+    status = device->execute(c, what.str());
+  else
+    switch (c.kind) {
+    case Collective::AllReduce:
+      status = allReduce(c, what.str());
+      break;
+    case Collective::ReduceScatter:
+      status = ringReduceScatter(c, c.count * size(), c.recv, what.str());
+      break;
+    case Collective::AllGather: {
+      size_t bytes = c.count * elementSize(c.type);
+      void *slot = static_cast<char *>(c.recv) + rank() * bytes;
+      if (slot != c.send)
+        std::memmove(slot, c.send, bytes);
+      status =
+          ringAllGather(c.recv, c.count * size(), c.type, c.wire, what.str());
+      break;
+    }
+    case Collective::Broadcast:
+      status = broadcast(c, what.str());
+      break;
+    case Collective::Reduce:
+      status = reduce(c, what.str());
+      break;
+    }
   if (status != DISTOPT_RT_OK && status != DISTOPT_RT_INVALID_ARGUMENT) {
     failed = true;
     failure = lastError();

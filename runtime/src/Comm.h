@@ -65,6 +65,21 @@ struct Collective {
 
 const char *name(Collective::Kind kind);
 
+/// Collectives on device buffers, run by a library such as NCCL.
+class DeviceCollectives {
+public:
+  virtual ~DeviceCollectives() = default;
+  /// Runs `c` to completion or fails naming `what` (rank, operation, sizes),
+  /// with DISTOPT_RT_TIMEOUT after the communicator's timeout.
+  virtual distopt_rt_status execute(const Collective &c,
+                                    const std::string &what) = 0;
+};
+
+/// NCCL over the ranks of `bootstrap`, which carries its unique id. Null
+/// (with the last error set in `status`) when CUDA or NCCL is unavailable.
+std::unique_ptr<DeviceCollectives>
+createNcclCollectives(Transport &bootstrap, distopt_rt_status *status);
+
 struct Request {
   std::mutex mutex;
   std::condition_variable done;
@@ -75,7 +90,10 @@ struct Request {
 
 class Communicator {
 public:
-  Communicator(std::unique_ptr<Transport> transport);
+  /// With `device`, collectives take device buffers and run there; the
+  /// transport only bootstrapped it.
+  Communicator(std::unique_ptr<Transport> transport,
+               std::unique_ptr<DeviceCollectives> device = nullptr);
   ~Communicator();
 
   int64_t rank() const { return transport->rank(); }
@@ -113,6 +131,7 @@ private:
   char *scratch(int index, size_t bytes);
 
   std::unique_ptr<Transport> transport;
+  std::unique_ptr<DeviceCollectives> device;
   std::vector<char> scratchBuffers[3];
   bool failed = false;
   std::string failure;

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Comm.h"
+#include "Cuda.h"
 
 #include <climits>
 #include <cmath>
@@ -31,6 +32,10 @@ template <typename F> distopt_rt_status guarded(const char *call, F body) {
   } catch (const std::exception &e) {
     return fail(DISTOPT_RT_BACKEND_ERROR, std::string(call) + ": " + e.what());
   }
+}
+
+bool launchedByMpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
 }
 
 distopt_rt_status invalid(const char *call, const std::string &why) {
@@ -122,13 +127,16 @@ distopt_rt_status distopt_rt_comm_create(const char *backend,
       return invalid(call, "negative expected world size");
     std::unique_ptr<Transport> transport;
     distopt_rt_status status = DISTOPT_RT_OK;
+    bool nccl = std::strcmp(backend, "nccl") == 0;
     if (std::strcmp(backend, "single") == 0)
       transport = createSingleTransport();
-    else if (std::strcmp(backend, "mpi") == 0)
+    else if (std::strcmp(backend, "mpi") == 0 || (nccl && launchedByMpi()))
       transport = createMpiTransport(&status);
+    else if (nccl)
+      transport = createSingleTransport();
     else
       return invalid(call, std::string("unknown backend '") + backend +
-                               "' (expected mpi or single)");
+                               "' (expected mpi, single or nccl)");
     if (!transport)
       return status;
     transport->timeout = timeoutSeconds;
@@ -138,8 +146,14 @@ distopt_rt_status distopt_rt_comm_create(const char *backend,
               << expectedSize << " ranks but runs on " << transport->size();
       return fail(DISTOPT_RT_WORLD_SIZE_MISMATCH, message.str());
     }
-    *comm = new distopt_rt_comm{
-        std::make_unique<Communicator>(std::move(transport))};
+    std::unique_ptr<DeviceCollectives> device;
+    if (nccl) {
+      device = createNcclCollectives(*transport, &status);
+      if (!device)
+        return status;
+    }
+    *comm = new distopt_rt_comm{std::make_unique<Communicator>(
+        std::move(transport), std::move(device))};
     return DISTOPT_RT_OK;
   });
 }
@@ -296,9 +310,9 @@ distopt_rt_status distopt_rt_world(int64_t expectedSize,
   if (!world) {
     const char *backend = std::getenv("DISTOPT_RT_BACKEND");
     if (!backend)
-      backend = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")
-                    ? "mpi"
-                    : "single";
+      backend = cuda::device() >= 0 ? "nccl"
+                : launchedByMpi()   ? "mpi"
+                                    : "single";
     const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
     double timeout = timeoutText ? std::atof(timeoutText) : 300.0;
     distopt_rt_status status =

@@ -1,6 +1,7 @@
 """Shared by the integration tests: build MLIR constants, lower a module with
 distopt-lower-to-cpu, run its @main with mlir-runner, and read back the
 tensors it printed with printMemrefI32 (bit patterns: exact)."""
+import os
 import re
 import subprocess
 import tempfile
@@ -55,12 +56,18 @@ def print_bits(name, value, shape, dtype="f32"):
 PRINT_DECL = "func.func private @printMemrefI32(memref<*xi32>)"
 
 
-def run(opt, runner, libdir, text, shapes, pipeline="--distopt-lower-to-cpu",
+# The lowering the integration tests run; test/Integration/gpu-split-on-host.test
+# runs them again through the GPU lowering's split, emulated on the CPU.
+LOWERING = os.environ.get("DISTOPT_TEST_LOWERING", "--distopt-lower-to-cpu")
+
+
+def run(opt, runner, libdir, text, shapes, pipeline=None,
         extra_libs=(), launcher=()):
     """Lowers and runs `text` (`extra_libs`: e.g. the runtime, for steps with
     collectives; `launcher`: e.g. mpirun -np N, with the ranks' output in
     print order of one rank); returns the printed tensors as float32 arrays
     of the given `shapes`, in print order."""
+    pipeline = pipeline or LOWERING
     lowering = subprocess.run([opt, pipeline], input=text, capture_output=True, text=True)
     if lowering.returncode != 0:
         raise RuntimeError(f"{opt} {pipeline} failed:\n{lowering.stderr}\non:\n{text}")

@@ -32,6 +32,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
@@ -70,9 +71,25 @@ static cl::opt<std::string> outputFile("o",
                                                 "or .so (shared library)"),
                                        cl::value_desc("file"), cl::Required,
                                        cl::cat(compileCategory));
-static cl::opt<std::string> target("target",
-                                   cl::desc("Target: cpu (cuda: not yet)"),
-                                   cl::init("cpu"), cl::cat(compileCategory));
+static cl::opt<std::string>
+    target("target",
+           cl::desc("Target: cpu, or cuda (NVIDIA GPU kernels embedded in "
+                    "host code; buffers in device memory)"),
+           cl::init("cpu"), cl::cat(compileCategory));
+static cl::opt<std::string>
+    gpuChip("gpu-chip", cl::desc("GPU architecture for --target=cuda"),
+            cl::init("sm_90"), cl::cat(compileCategory));
+static cl::opt<std::string> gpuFormat(
+    "gpu-format",
+    cl::desc("What --target=cuda embeds: fatbin (cubin and PTX; needs the "
+             "CUDA toolkit's ptxas), isa (PTX, compiled by the driver when "
+             "loaded) or auto (fatbin when the toolkit is found)"),
+    cl::init("auto"), cl::cat(compileCategory));
+static cl::opt<std::string> cudaToolkit(
+    "cuda-toolkit",
+    cl::desc("CUDA toolkit for fatbin (default: $CUDA_ROOT, $CUDA_HOME, "
+             "/usr/local/cuda)"),
+    cl::init(""), cl::cat(compileCategory));
 static cl::opt<std::string>
     pipeline("pipeline",
              cl::desc("Options of distopt-pipeline to run first, e.g. "
@@ -166,9 +183,12 @@ static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
   return {hash, count};
 }
 
-static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step) {
+static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step,
+                                           StringRef device) {
   llvm::json::Object abiJson;
   abiJson["version"] = 1;
+  // Where the step's buffers live: host memory (cpu) or device memory (cuda).
+  abiJson["device"] = device;
   if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
     abiJson["world_size"] = world.getInt();
   if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
@@ -234,18 +254,21 @@ static LogicalResult addPackedEntry(llvm::Module &module,
         b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, packed->getArg(0), i));
     return b.CreateLoad(type, slot);
   };
-  // The C interface takes a pointer to the results' storage first unless
-  // the step returns nothing (every result updated in place). Results are
-  // tensors (memref descriptors), never returned by value.
-  if (!ciface->getReturnType()->isVoidTy() ||
-      (ciface->arg_size() != numStepArgs &&
-       ciface->arg_size() != numStepArgs + 1))
+  // The C interface takes a pointer to the results' storage first when the
+  // step returns several values, returns a single scalar by value, and
+  // takes only the arguments when every result was updated in place. The
+  // packed entry always leaves what is returned in args[0]'s storage.
+  bool byValue = !ciface->getReturnType()->isVoidTy();
+  if (ciface->arg_size() != numStepArgs &&
+      (byValue || ciface->arg_size() != numStepArgs + 1))
     return failure();
   unsigned first = ciface->arg_size() == numStepArgs ? 1 : 0;
   llvm::SmallVector<llvm::Value *> args;
   for (auto [i, param] : llvm::enumerate(ciface->args()))
     args.push_back(load(param.getType(), first + i));
-  b.CreateCall(ciface, args);
+  llvm::Value *returned = b.CreateCall(ciface, args);
+  if (byValue)
+    b.CreateStore(returned, b.CreateLoad(ptr, packed->getArg(0)));
   b.CreateRetVoid();
   return success();
 }
@@ -263,15 +286,57 @@ static int fail(const Twine &message) {
   return 1;
 }
 
+/// The CUDA toolkit to assemble kernels with: the option if given, else
+/// the first of $CUDA_ROOT, $CUDA_HOME and /usr/local/cuda that has ptxas;
+/// "" if none does.
+static std::string findCudaToolkit() {
+  SmallVector<std::string> candidates;
+  if (!cudaToolkit.empty()) {
+    candidates.push_back(cudaToolkit);
+  } else {
+    for (const char *var : {"CUDA_ROOT", "CUDA_HOME"})
+      if (const char *value = std::getenv(var))
+        candidates.push_back(value);
+    candidates.push_back("/usr/local/cuda");
+  }
+  for (const std::string &dir : candidates) {
+    llvm::SmallString<128> ptxas(dir);
+    llvm::sys::path::append(ptxas, "bin", "ptxas");
+    if (llvm::sys::fs::can_execute(ptxas))
+      return dir;
+  }
+  return "";
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   // Only this tool's options in --help, not every LLVM backend's.
   cl::HideUnrelatedOptions(compileCategory);
   cl::ParseCommandLineOptions(
       argc, argv, "distopt-compile: a step to an object or shared library\n");
-  if (target != "cpu")
-    return fail("target '" + target +
-                "' is not supported yet (only cpu); see issue 5");
+  if (target != "cpu" && target != "cuda")
+    return fail("unknown --target '" + target + "' (cpu or cuda)");
+  bool cuda = target == "cuda";
+  distopt::DistOptLowerToGPUOptions gpuOptions;
+  if (cuda) {
+    gpuOptions.chip = gpuChip;
+    std::string toolkit = findCudaToolkit();
+    if (gpuFormat == "auto")
+      gpuOptions.format = toolkit.empty() ? "isa" : "fatbin";
+    else if (gpuFormat == "fatbin" || gpuFormat == "isa")
+      gpuOptions.format = gpuFormat;
+    else
+      return fail("unknown --gpu-format '" + gpuFormat +
+                  "' (fatbin, isa or auto)");
+    if (gpuOptions.format == "fatbin" && toolkit.empty())
+      return fail(
+          "--gpu-format=fatbin needs the CUDA toolkit's ptxas: not "
+          "in " +
+          (cudaToolkit.empty()
+               ? std::string("$CUDA_ROOT, $CUDA_HOME or /usr/local/cuda")
+               : "--cuda-toolkit=" + cudaToolkit));
+    gpuOptions.toolkit = toolkit;
+  }
   StringRef extension = llvm::sys::path::extension(outputFile);
   if (extension != ".o" && extension != ".so")
     return fail("the output must end in .o or .so, got '" + outputFile + "'");
@@ -283,6 +348,7 @@ int main(int argc, char **argv) {
   distopt::registerBufferizableOpInterfaceExternalModels(registry);
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
+  registerAllGPUToLLVMIRTranslations(registry);
   MLIRContext context(registry);
 
   llvm::SourceMgr sourceMgr;
@@ -309,12 +375,15 @@ int main(int argc, char **argv) {
   auto step = module->lookupSymbol<func::FuncOp>("step");
   if (!step || step.isExternal())
     return fail("the module has no @step function to compile");
-  FailureOr<std::string> abiJson = describeStep(*module, step);
+  FailureOr<std::string> abiJson = describeStep(*module, step, target);
   if (failed(abiJson))
     return fail("the step's interface cannot be described");
   unsigned numStepArgs = step.getNumArguments();
   step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
-  distopt::buildDistOptLowerToCPUPipeline(pm, /*runtimeAllocator=*/true);
+  if (cuda)
+    distopt::buildDistOptLowerToGPUPipeline(pm, gpuOptions);
+  else
+    distopt::buildDistOptLowerToCPUPipeline(pm, /*runtimeAllocator=*/true);
   if (failed(pm.run(*module)))
     return 1;
   // Which results the step updated in its arguments' buffers (and no longer

@@ -76,6 +76,11 @@ static cl::opt<int64_t> saveKillAfterBytes(
     cl::desc("Testing: SIGKILL this process after writing this many bytes "
              "of the checkpoint"),
     cl::cat(runCategory));
+static cl::opt<std::string> deviceOption(
+    "device",
+    cl::desc("Where the step runs: cpu, cuda, or auto (what it was compiled "
+             "for, distopt-compile --target)"),
+    cl::init("auto"), cl::cat(runCategory));
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
                                  cl::init(false), cl::cat(runCategory));
@@ -508,6 +513,31 @@ void restoreCheckpoint(const checkpoint::Checkpoint &ckpt,
 /// MLIR marks buffers of constant globals with this allocated pointer.
 constexpr uintptr_t kGlobalMarker = 0xdeadbeef;
 
+/// For a step compiled for CUDA: a device buffer for each tensor argument.
+/// The host buffers stay the driver's copies (filled, checkpointed, hashed);
+/// they are uploaded when the host writes them and downloaded at the end.
+struct DeviceMirror {
+  bool enabled = false;
+  std::vector<void *> buffers;
+
+  void upload(size_t i, const Slot &slot, const Buffer &host) {
+    if (!buffers[i])
+      check(distopt_rt_cuda_alloc(slot.bytes(), &buffers[i]),
+            "allocating device memory");
+    check(distopt_rt_cuda_copy(buffers[i], host.aligned, slot.bytes()),
+          "copying to the device");
+  }
+  void download(size_t i, const Slot &slot, Buffer &host) {
+    check(distopt_rt_cuda_copy(host.aligned, buffers[i], slot.bytes()),
+          "copying from the device");
+  }
+  /// Frees `ptr` unless an argument still uses it.
+  void release(void *ptr) {
+    if (ptr && std::find(buffers.begin(), buffers.end(), ptr) == buffers.end())
+      check(distopt_rt_cuda_free(ptr), "freeing device memory");
+  }
+};
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -541,8 +571,38 @@ int main(int argc, char **argv) {
   }
   const json::Object &root = *abi->getAsObject();
   int64_t compiledSize = root.getInteger("world_size").value_or(0);
+  std::string compiledFor = root.getString("device").value_or("cpu").str();
+  if (deviceOption != "auto" && deviceOption != compiledFor) {
+    llvm::errs() << "distopt-run: " << library << " was compiled for "
+                 << compiledFor << " (distopt-compile --target=" << compiledFor
+                 << "), not --device=" << deviceOption << "\n";
+    return 1;
+  }
+  DeviceMirror device;
+  device.enabled = compiledFor == "cuda";
   distopt_rt_comm *comm = nullptr;
-  check(distopt_rt_world(compiledSize, &comm), "starting the communicator");
+  if (device.enabled) {
+    // Loading the library loaded its kernels (or recorded why not).
+    if (distopt_rt_cuda_init(-1) != DISTOPT_RT_OK) {
+      llvm::errs() << "distopt-run: " << distopt_rt_last_error() << "\n";
+      return 1;
+    }
+    // The step's collectives take device buffers (NCCL, the run's world);
+    // this driver's own (checks, checkpoints) take host buffers.
+    distopt_rt_comm *stepComm = nullptr;
+    check(distopt_rt_world(compiledSize, &stepComm),
+          "starting the step's communicator");
+    const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
+    check(distopt_rt_comm_create(
+              std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")
+                  ? "mpi"
+                  : "single",
+              compiledSize, timeoutText ? std::atof(timeoutText) : 300.0,
+              &comm),
+          "starting the host communicator");
+  } else {
+    check(distopt_rt_world(compiledSize, &comm), "starting the communicator");
+  }
   check(distopt_rt_comm_rank(comm, &myRank), "rank");
   check(distopt_rt_comm_size(comm, &worldSize), "size");
   double lr = lrOption >= 0 ? lrOption : root.getNumber("lr").value_or(1e-3);
@@ -556,6 +616,7 @@ int main(int argc, char **argv) {
 
   // Argument buffers, by position; results map back by (role, name).
   std::vector<Buffer> buffers(args.size());
+  device.buffers.assign(args.size(), nullptr);
   llvm::StringMap<size_t> argOf;
   for (size_t i = 0; i < args.size(); ++i) {
     const Slot &slot = args[i];
@@ -603,6 +664,10 @@ int main(int argc, char **argv) {
                    << " ranks)\n";
   }
   int64_t lastStep = firstStep - 1 + steps;
+  if (device.enabled)
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].tensor)
+        device.upload(i, args[i], buffers[i]);
 
   std::vector<double> times, losses;
   // Progress: steps per second of wall time since the previous report.
@@ -610,10 +675,15 @@ int main(int argc, char **argv) {
   int64_t lastReportStep = firstStep - 1;
   for (int64_t step = firstStep; step <= lastStep; ++step) {
     for (size_t i = 0; i < args.size(); ++i) {
+      bool written = true;
       if (args[i].role == "grad")
         fillGradient(args[i], buffers[i], step - 1);
       else if (args[i].init == "randn_each_step")
         fillNormal(args[i], buffers[i], 42 + step);
+      else
+        written = false;
+      if (written && device.enabled)
+        device.upload(i, args[i], buffers[i]);
     }
     // Descriptors and scalars, then one pointer to each for the entry point.
     std::vector<std::vector<int64_t>> descriptors(args.size());
@@ -631,7 +701,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < args.size(); ++i) {
       const Slot &slot = args[i];
       if (slot.tensor) {
-        descriptors[i] = descriptor(slot, buffers[i]);
+        descriptors[i] =
+            descriptor(slot, device.enabled ? Buffer{device.buffers[i],
+                                                     device.buffers[i], false}
+                                            : buffers[i]);
         descriptorPtrs[i] = descriptors[i].data();
         packedArgs[1 + i] = &descriptorPtrs[i];
       } else if (slot.role == "lr") {
@@ -647,6 +720,8 @@ int main(int argc, char **argv) {
     }
     auto begin = std::chrono::steady_clock::now();
     packed(packedArgs.data());
+    if (device.enabled)
+      check(distopt_rt_cuda_synchronize(), "running the step on the GPU");
     times.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
             .count());
@@ -670,6 +745,25 @@ int main(int argc, char **argv) {
       }
       const int64_t *d = resultStorage.data() + word;
       word += 3 + 2 * results[k].shape.size();
+      if (device.enabled) {
+        // A device buffer the step allocated: it becomes the argument's, or
+        // its loss is read and it is freed.
+        void *returned =
+            reinterpret_cast<char *>(d[1]) + d[2] * results[k].elementBytes();
+        if (resultArg[k] != SIZE_MAX) {
+          void *old = device.buffers[resultArg[k]];
+          device.buffers[resultArg[k]] = returned;
+          device.release(old);
+          continue;
+        }
+        if (results[k].role == "loss" && results[k].dtype == "f32") {
+          float loss;
+          check(distopt_rt_cuda_copy(&loss, returned, 4), "reading the loss");
+          losses.push_back(loss);
+        }
+        device.release(reinterpret_cast<void *>(d[0]));
+        continue;
+      }
       Buffer result{reinterpret_cast<void *>(d[0]),
                     reinterpret_cast<char *>(d[1]) +
                         d[2] * results[k].elementBytes(),
@@ -730,6 +824,11 @@ int main(int argc, char **argv) {
       lastReportStep = step;
     }
   }
+
+  if (device.enabled)
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].tensor)
+        device.download(i, args[i], buffers[i]);
 
   // Replicas must agree on every parameter that is not sharded.
   int64_t compared = 0, differing = 0;
@@ -817,5 +916,13 @@ int main(int argc, char **argv) {
           other.allocated = nullptr;
       _mlir_memref_to_llvm_free(p);
     }
+  if (device.enabled) {
+    std::vector<void *> owned;
+    owned.swap(device.buffers);
+    std::sort(owned.begin(), owned.end());
+    owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
+    for (void *p : owned)
+      device.release(p);
+  }
   return differing ? 1 : 0;
 }

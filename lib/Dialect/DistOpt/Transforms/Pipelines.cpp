@@ -9,12 +9,17 @@
 #include "mlir/Conversion/BufferizationToMemRef/BufferizationToMemRef.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/GPUCommon/GPUCommonPass.h"
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/SCFToGPU/SCFToGPUPass.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -50,8 +55,9 @@ void mlir::distopt::buildDistOptPipeline(
     pm.addPass(createVerifyCollectivesPass());
 }
 
-void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
-                                                   bool runtimeAllocator) {
+/// The lowering's common half: a step on buffers, runtime calls for the
+/// collectives, deallocations for its temporaries.
+static void buildBufferizedStepPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addNestedPass<func::FuncOp>(createLowerOptimizersPass());
   pm.addPass(createLowerLocalOpsPass());
@@ -72,6 +78,10 @@ void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
       pm, bufferization::BufferDeallocationPipelineOptions());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createConvertBufferizationToMemRefPass());
+}
+
+/// The CPU lowering's second half: loops on buffers to the LLVM dialect.
+static void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator) {
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
@@ -88,7 +98,80 @@ void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
+void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
+                                                   bool runtimeAllocator) {
+  buildBufferizedStepPipeline(pm);
+  buildLoopsToLLVMPipeline(pm, runtimeAllocator);
+}
+
+/// The GPU lowering's first half: buffers in device memory, kernels as
+/// gpu.launch.
+static void buildOffloadPipeline(OpPassManager &pm, int64_t blockSize) {
+  buildBufferizedStepPipeline(pm);
+  pm.addNestedPass<func::FuncOp>(
+      createOffloadToGPUPass(OffloadToGPUPassOptions{blockSize}));
+  pm.addNestedPass<func::FuncOp>(createConvertParallelLoopToGpuPass());
+}
+
+void mlir::distopt::buildDistOptLowerToGPUPipeline(
+    OpPassManager &pm, const DistOptLowerToGPUOptions &options) {
+  buildOffloadPipeline(pm, options.blockSize);
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  // Host and device ops on one stream, waited for before the host reads.
+  pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
+
+  GpuNVVMAttachTargetOptions target;
+  target.chip = options.chip;
+  target.features = options.features;
+  target.optLevel = options.optLevel;
+  pm.addPass(createGpuNVVMAttachTarget(target));
+  OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
+  device.addPass(createSCFToControlFlowPass());
+  device.addPass(memref::createExpandStridedMetadataPass());
+  device.addPass(createLowerAffinePass());
+  device.addPass(createConvertGpuOpsToNVVMOps());
+  device.addPass(createCanonicalizerPass());
+  device.addPass(createCSEPass());
+  device.addPass(createReconcileUnrealizedCastsPass());
+
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createGpuToLLVMConversionPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = options.format;
+  binary.toolkitPath = options.toolkit;
+  pm.addPass(createGpuModuleToBinaryPass(binary));
+}
+
 void mlir::distopt::registerDistOptPipeline() {
+  PassPipelineRegistration<>(
+      "distopt-test-lower-to-gpu-on-host",
+      "Testing: the GPU lowering's split of a step, run on the CPU (see "
+      "--distopt-emulate-gpu-on-host)",
+      [](OpPassManager &pm) {
+        // Small blocks, so that partial tiles are the rule.
+        buildOffloadPipeline(pm, /*blockSize=*/4);
+        // Index maps of launches use their ids, which loops do not make
+        // valid affine dimensions.
+        pm.addPass(createLowerAffinePass());
+        pm.addNestedPass<func::FuncOp>(createEmulateGPUOnHostPass());
+        buildLoopsToLLVMPipeline(pm, /*runtimeAllocator=*/false);
+      });
+  PassPipelineRegistration<DistOptLowerToGPUOptions>(
+      "distopt-lower-to-gpu",
+      "Lower a step to LLVM-dialect host code with embedded NVIDIA GPU "
+      "kernels, calling the distopt runtime",
+      buildDistOptLowerToGPUPipeline);
   PassPipelineRegistration<>(
       "distopt-lower-to-cpu",
       "Lower a step to LLVM-dialect code for CPUs calling the distopt runtime",

@@ -269,6 +269,55 @@ def MarkInPlaceResultsPass
   }];
 }
 
+def OffloadToGPUPass
+    : Pass<"distopt-offload-to-gpu", "::mlir::func::FuncOp"> {
+  let summary = "Put a bufferized step's memory work on the GPU";
+  let description = [{
+    Runs on a step after bufferization, before the GPU lowering: every
+    buffer lives in device memory and only kernels touch it; the host keeps
+    the control flow, the runtime calls (collectives on device buffers) and
+    the scalars it needs.
+
+    - `memref.copy` and linalg ops become parallel loops; each outermost
+      `scf.parallel` is collapsed to one dimension and tiled by
+      `block-size`, the tiles mapped to blocks and the elements to threads
+      (`convert-parallel-loops-to-gpu` then makes them launches);
+    - the remaining host ops that read or write buffers (reductions over a
+      whole tensor, scalar loads and stores) are grouped, consecutive ones
+      together, into one-thread `gpu.launch`es; a scalar such a group
+      computes for the host goes through a device buffer and a
+      device-to-host copy;
+    - `memref.alloc`/`dealloc` become `gpu.alloc`/`dealloc`; constants
+      (`memref.get_global`) and host `memref.alloca`s get device copies.
+  }];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", "256",
+           "Threads per block of the element-wise kernels">,
+  ];
+  let dependentDialects = ["::mlir::affine::AffineDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
+def EmulateGPUOnHostPass
+    : Pass<"distopt-emulate-gpu-on-host", "::mlir::func::FuncOp"> {
+  let summary = "Testing: run GPU-structured IR on the CPU";
+  let description = [{
+    A testing aid for the GPU lowering on machines without a GPU. After
+    `--distopt-offload-to-gpu` and `convert-parallel-loops-to-gpu`, each
+    `gpu.launch` becomes an `scf.parallel` over its blocks and threads, and
+    `gpu.alloc`/`dealloc`/`memcpy` become their memref twins, so that the CPU
+    lowering runs the step exactly as the GPU lowering split it
+    (`distopt-test-lower-to-gpu-on-host`). Code generation for the GPU is not
+    exercised.
+  }];
+  let dependentDialects = ["::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";

@@ -73,7 +73,43 @@ void buildDistOptPipeline(OpPassManager &pm,
 void buildDistOptLowerToCPUPipeline(OpPassManager &pm,
                                     bool runtimeAllocator = false);
 
-/// Registers `distopt-pipeline` and `distopt-lower-to-cpu`.
+/// Options of the GPU lowering.
+struct DistOptLowerToGPUOptions
+    : public PassPipelineOptions<DistOptLowerToGPUOptions> {
+  Option<std::string> chip{*this, "chip",
+                           llvm::cl::desc("GPU architecture of the kernels"),
+                           llvm::cl::init("sm_90")};
+  Option<std::string> features{
+      *this, "features", llvm::cl::desc("PTX version and target features"),
+      llvm::cl::init("+ptx80")};
+  Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("What the step embeds: `fatbin` (cubin for `chip` and "
+                     "its PTX, needs the CUDA toolkit's ptxas and fatbinary) "
+                     "or `isa` (PTX only, compiled by the driver at load)"),
+      llvm::cl::init("isa")};
+  Option<std::string> toolkit{
+      *this, "toolkit",
+      llvm::cl::desc("CUDA toolkit for `fatbin` (default: $CUDA_ROOT, then "
+                     "MLIR's configured path)"),
+      llvm::cl::init("")};
+  Option<int64_t> blockSize{
+      *this, "block-size",
+      llvm::cl::desc("Threads per block of the element-wise kernels"),
+      llvm::cl::init(256)};
+  Option<int> optLevel{*this, "opt-level",
+                       llvm::cl::desc("Optimization level of device code"),
+                       llvm::cl::init(3)};
+};
+/// Adds the lowering of a (transformed) step to LLVM-dialect host code with
+/// embedded GPU kernels: the CPU lowering's bufferization, then
+/// --distopt-offload-to-gpu (buffers in device memory, element work in
+/// kernels), kernel outlining, NVVM, and the host's calls of MLIR's GPU
+/// runtime functions (mgpu*, provided by the distopt runtime).
+void buildDistOptLowerToGPUPipeline(OpPassManager &pm,
+                                    const DistOptLowerToGPUOptions &options);
+/// Registers `distopt-pipeline`, `distopt-lower-to-cpu` and
+/// `distopt-lower-to-gpu`.
 void registerDistOptPipeline();
 
 } // namespace mlir::distopt

@@ -1,0 +1,362 @@
+//===- OffloadToGPU.cpp - a bufferized step's memory work on the GPU ------===//
+//
+// --distopt-offload-to-gpu (Passes.td). Buffers are device memory, so the host
+// may compute addresses, run control flow and call the runtime, but every
+// read or write of an element happens in a kernel: element-wise loops become
+// many-thread launches, the rest (whole-tensor reductions, scalar loads and
+// stores) one-thread launches.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+
+#include "mlir/Dialect/GPU/Transforms/ParallelLoopMapper.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_OFFLOADTOGPUPASS
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// Whether `op` or an op nested in it reads or writes a buffer's elements.
+bool touchesElements(Operation *op) {
+  return op
+      ->walk([](Operation *nested) {
+        auto effects = dyn_cast<MemoryEffectOpInterface>(nested);
+        if (!effects)
+          return WalkResult::advance();
+        SmallVector<MemoryEffects::EffectInstance> list;
+        effects.getEffects(list);
+        for (MemoryEffects::EffectInstance &effect : list)
+          if (isa<MemoryEffects::Read, MemoryEffects::Write>(
+                  effect.getEffect()) &&
+              effect.getValue() &&
+              isa<BaseMemRefType>(effect.getValue().getType()))
+            return WalkResult::interrupt();
+        return WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
+/// Whether `op` or an op nested in it must run on the host: runtime calls,
+/// the LLVM-dialect slots they write, allocation, and parallel loops (which
+/// become launches of their own).
+bool needsHost(Operation *op) {
+  return op
+      ->walk([](Operation *nested) {
+        if (isa<func::CallOp, scf::ParallelOp, gpu::LaunchOp, memref::AllocOp,
+                memref::DeallocOp, gpu::AllocOp, gpu::DeallocOp, gpu::MemcpyOp>(
+                nested) ||
+            isa<LLVM::LLVMDialect>(nested->getDialect()))
+          return WalkResult::interrupt();
+        return WalkResult::advance();
+      })
+      .wasInterrupted();
+}
+
+bool isScalar(Type type) { return type.isIntOrIndexOrFloat(); }
+
+enum class Placement {
+  Kernel, // a one-thread kernel: it reads or writes elements
+  Either, // scalar arithmetic, joins a kernel it sits inside
+  Host,   // control flow, calls, addresses and constants
+};
+
+Placement place(Operation *op) {
+  if (op->hasTrait<OpTrait::IsTerminator>() || needsHost(op))
+    return Placement::Host;
+  if (touchesElements(op))
+    return Placement::Kernel;
+  if (isMemoryEffectFree(op) && !op->hasTrait<OpTrait::ConstantLike>() &&
+      llvm::all_of(op->getResultTypes(), isScalar) &&
+      llvm::all_of(op->getOperandTypes(), isScalar))
+    return Placement::Either;
+  return Placement::Host;
+}
+
+struct OffloadToGPUPass
+    : public distopt::impl::OffloadToGPUPassBase<OffloadToGPUPass> {
+  using OffloadToGPUPassBase::OffloadToGPUPassBase;
+
+  void runOnOperation() override;
+
+private:
+  LogicalResult toParallelLoops(func::FuncOp func);
+  LogicalResult toDeviceMemory(func::FuncOp func);
+  LogicalResult placeBlock(Block &block);
+  LogicalResult mapParallelLoop(scf::ParallelOp loop);
+  LogicalResult launchOneThread(ArrayRef<Operation *> group);
+
+  /// Where the host-side copies of the scalars kernels compute live.
+  Block *entry = nullptr;
+};
+
+/// Copies and linalg ops become scf.parallel nests (reductions inside as
+/// scf.for), the form both the mapping and the one-thread kernels take.
+LogicalResult OffloadToGPUPass::toParallelLoops(func::FuncOp func) {
+  IRRewriter rewriter(func.getContext());
+  SmallVector<memref::CopyOp> copies;
+  func.walk([&](memref::CopyOp op) { copies.push_back(op); });
+  for (memref::CopyOp copy : copies) {
+    rewriter.setInsertionPoint(copy);
+    rewriter.replaceOpWithNewOp<linalg::CopyOp>(copy, copy.getSource(),
+                                                copy.getTarget());
+  }
+  SmallVector<linalg::LinalgOp> linalgOps;
+  func.walk([&](linalg::LinalgOp op) { linalgOps.push_back(op); });
+  for (linalg::LinalgOp op : linalgOps) {
+    if (!op.hasPureBufferSemantics())
+      return op->emitOpError("is not bufferized; run the GPU lowering on a "
+                             "bufferized step");
+    rewriter.setInsertionPoint(op);
+    if (failed(linalg::linalgOpToParallelLoops(rewriter, op)))
+      return op->emitOpError("could not be turned into loops for the GPU");
+    rewriter.eraseOp(op);
+  }
+  return success();
+}
+
+/// Buffers move to device memory: allocations, stack buffers and constants.
+LogicalResult OffloadToGPUPass::toDeviceMemory(func::FuncOp func) {
+  IRRewriter rewriter(func.getContext());
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (isa<memref::AllocOp, memref::AllocaOp, memref::DeallocOp,
+            memref::GetGlobalOp>(op))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    if (op->getParentOfType<scf::ParallelOp>())
+      return op->emitOpError("inside a parallel loop cannot run on the GPU: "
+                             "device code does not allocate");
+    rewriter.setInsertionPoint(op);
+    Location loc = op->getLoc();
+    if (auto dealloc = dyn_cast<memref::DeallocOp>(op)) {
+      rewriter.replaceOpWithNewOp<gpu::DeallocOp>(op, TypeRange{}, ValueRange{},
+                                                  dealloc.getMemref());
+      continue;
+    }
+    auto type = cast<MemRefType>(op->getResult(0).getType());
+    if (type.getMemorySpace())
+      return op->emitOpError("has a memory space; the GPU lowering expects "
+                             "buffers in the default one");
+    if (!type.getLayout().isIdentity())
+      return op->emitOpError("has a layout; the GPU lowering allocates "
+                             "buffers with the identity layout only");
+    SmallVector<Value> sizes;
+    if (auto alloc = dyn_cast<memref::AllocOp>(op))
+      sizes.assign(alloc.getDynamicSizes().begin(),
+                   alloc.getDynamicSizes().end());
+    else if (auto alloca = dyn_cast<memref::AllocaOp>(op))
+      sizes.assign(alloca.getDynamicSizes().begin(),
+                   alloca.getDynamicSizes().end());
+    auto device = gpu::AllocOp::create(
+        rewriter, loc, type, /*asyncToken=*/Type(), ValueRange{}, sizes,
+        ValueRange{}, /*hostShared=*/false);
+    Value buffer = device.getMemref();
+    if (isa<memref::AllocOp>(op)) {
+      // Freed where bufferization freed it, or by the caller if returned.
+      rewriter.replaceOp(op, buffer);
+      continue;
+    }
+    // Stack buffers and constants live until the end of their block.
+    if (isa<memref::GetGlobalOp>(op)) {
+      op->getResult(0).replaceAllUsesWith(buffer);
+      rewriter.moveOpBefore(op, device);
+      rewriter.setInsertionPointAfter(device);
+      gpu::MemcpyOp::create(rewriter, loc, TypeRange{}, ValueRange{}, buffer,
+                            op->getResult(0));
+    } else {
+      rewriter.replaceOp(op, buffer);
+    }
+    rewriter.setInsertionPoint(device->getBlock()->getTerminator());
+    gpu::DeallocOp::create(rewriter, loc, TypeRange{}, ValueRange{}, buffer);
+  }
+  return success();
+}
+
+/// Element-wise loops become launches: the nest collapsed to one dimension,
+/// tiled by the block size, tiles on blocks and elements on threads.
+LogicalResult OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
+  MLIRContext *ctx = loop.getContext();
+  if (loop.getNumLoops() > 1) {
+    IRRewriter rewriter(ctx);
+    Operation *next = loop->getNextNode();
+    std::vector<unsigned> all(loop.getNumLoops());
+    std::iota(all.begin(), all.end(), 0);
+    rewriter.setInsertionPoint(loop);
+    collapseParallelLoops(rewriter, loop, {all});
+    loop = dyn_cast_or_null<scf::ParallelOp>(next->getPrevNode());
+    if (!loop)
+      return next->emitError("internal error: collapsing a parallel loop "
+                             "did not leave it before this op");
+  }
+  auto [blocks, threads] = scf::tileParallelLoop(loop, {blockSize},
+                                                 /*noMinMaxBounds=*/true);
+  auto identity = AffineMap::getMultiDimIdentityMap(1, ctx);
+  auto mapping = [&](gpu::Processor processor) {
+    return gpu::ParallelLoopDimMappingAttr::get(ctx, processor, identity,
+                                                identity);
+  };
+  if (failed(gpu::setMappingAttr(blocks, mapping(gpu::Processor::BlockX))) ||
+      failed(gpu::setMappingAttr(threads, mapping(gpu::Processor::ThreadX))))
+    return blocks->emitError("internal error: could not map to the GPU");
+  // Loops nested deeper run sequentially in each thread.
+  LogicalResult nested = success();
+  threads.getBody()->walk([&](scf::ParallelOp inner) {
+    SmallVector<gpu::ParallelLoopDimMappingAttr> seq(
+        inner.getNumLoops(), mapping(gpu::Processor::Sequential));
+    if (failed(gpu::setMappingAttr(inner, seq)))
+      nested = inner->emitError("internal error: could not map to the GPU");
+  });
+  return nested;
+}
+
+/// Runs `group` (consecutive ops of one block) in a one-thread kernel. The
+/// scalars it computes for ops after it reach the host through a device
+/// buffer each.
+LogicalResult OffloadToGPUPass::launchOneThread(ArrayRef<Operation *> group) {
+  Operation *first = group.front();
+  Location loc = first->getLoc();
+  OpBuilder b(first);
+  llvm::SmallPtrSet<Operation *, 16> members(group.begin(), group.end());
+  SmallVector<Value> escaping;
+  for (Operation *op : group)
+    for (Value result : op->getResults())
+      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+            return !members.contains(
+                first->getBlock()->findAncestorOpInBlock(*user));
+          })) {
+        if (!isScalar(result.getType()))
+          return op->emitOpError("computes a ")
+                 << result.getType()
+                 << " that host code uses, which the GPU lowering cannot "
+                    "bring back from a kernel";
+        escaping.push_back(result);
+      }
+
+  SmallVector<Value> deviceCopies;
+  for (Value value : escaping) {
+    auto type = MemRefType::get({1}, value.getType());
+    deviceCopies.push_back(gpu::AllocOp::create(b, loc, type, Type(),
+                                                ValueRange{}, ValueRange{},
+                                                ValueRange{}, false)
+                               .getMemref());
+  }
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  auto launch = gpu::LaunchOp::create(b, loc, one, one, one, one, one, one);
+  Block &body = launch.getBody().front();
+  b.setInsertionPointToStart(&body);
+  gpu::TerminatorOp::create(b, loc);
+  for (Operation *op : group)
+    op->moveBefore(body.getTerminator());
+  b.setInsertionPoint(body.getTerminator());
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  for (auto [value, copy] : llvm::zip(escaping, deviceCopies))
+    memref::StoreOp::create(b, loc, value, copy, zero);
+
+  b.setInsertionPointAfter(launch);
+  Value hostZero = arith::ConstantIndexOp::create(b, loc, 0);
+  for (auto [value, copy] : llvm::zip(escaping, deviceCopies)) {
+    auto type = cast<MemRefType>(copy.getType());
+    Value staging;
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(entry);
+      staging = memref::AllocaOp::create(b, loc, type);
+    }
+    gpu::MemcpyOp::create(b, loc, TypeRange{}, ValueRange{}, staging, copy);
+    Value onHost = memref::LoadOp::create(b, loc, staging, hostZero);
+    gpu::DeallocOp::create(b, loc, TypeRange{}, ValueRange{}, copy);
+    value.replaceUsesWithIf(onHost, [&](OpOperand &use) {
+      return !launch->isProperAncestor(use.getOwner());
+    });
+  }
+  return success();
+}
+
+/// Places the ops of a host block: parallel loops become element-wise
+/// launches, runs of element-touching ops one-thread launches, and blocks
+/// nested in host ops are placed the same way.
+LogicalResult OffloadToGPUPass::placeBlock(Block &block) {
+  SmallVector<Operation *> ops =
+      llvm::map_to_vector(block, [](Operation &op) { return &op; });
+  SmallVector<Operation *> group;
+  bool groupTouchesElements = false;
+  auto flush = [&]() -> LogicalResult {
+    while (!group.empty() && place(group.back()) == Placement::Either)
+      group.pop_back();
+    LogicalResult result = success();
+    if (groupTouchesElements && !group.empty())
+      result = launchOneThread(group);
+    group.clear();
+    groupTouchesElements = false;
+    return result;
+  };
+  for (Operation *op : ops) {
+    if (auto loop = dyn_cast<scf::ParallelOp>(op);
+        loop && loop.getInitVals().empty()) {
+      if (failed(flush()) || failed(mapParallelLoop(loop)))
+        return failure();
+      continue;
+    }
+    Placement placement = isa<scf::ParallelOp>(op)
+                              ? Placement::Kernel // a loop with reductions
+                              : place(op);
+    if (placement == Placement::Kernel) {
+      group.push_back(op);
+      groupTouchesElements = true;
+      continue;
+    }
+    if (placement == Placement::Either && !group.empty()) {
+      group.push_back(op);
+      continue;
+    }
+    if (failed(flush()))
+      return failure();
+    for (Region &region : op->getRegions())
+      for (Block &nested : region)
+        if (failed(placeBlock(nested)))
+          return failure();
+  }
+  return flush();
+}
+
+void OffloadToGPUPass::runOnOperation() {
+  func::FuncOp func = getOperation();
+  if (func.isExternal())
+    return;
+  if (blockSize <= 0 || blockSize > 1024) {
+    func.emitError("block-size must be in 1..1024, got ") << blockSize;
+    return signalPassFailure();
+  }
+  entry = &func.getBody().front();
+  // Device memory is a property of buffers: tensors are not placed yet.
+  auto isTensor = [](Type type) { return isa<TensorType>(type); };
+  WalkResult tensors = func.walk([&](Operation *op) {
+    if (llvm::none_of(op->getResultTypes(), isTensor) &&
+        llvm::none_of(op->getOperandTypes(), isTensor))
+      return WalkResult::advance();
+    op->emitOpError("works on tensors: --distopt-offload-to-gpu runs on a "
+                    "bufferized step (distopt-lower-to-gpu bufferizes first)");
+    return WalkResult::interrupt();
+  });
+  if (tensors.wasInterrupted())
+    return signalPassFailure();
+  if (failed(toParallelLoops(func)) || failed(toDeviceMemory(func)))
+    return signalPassFailure();
+  for (Block &block : func.getBody())
+    if (failed(placeBlock(block)))
+      return signalPassFailure();
+}
+
+} // namespace
