@@ -178,7 +178,11 @@ LogicalResult OffloadToGPUPass::toDeviceMemory(func::FuncOp func) {
     } else {
       rewriter.replaceOp(op, buffer);
     }
-    rewriter.setInsertionPoint(device->getBlock()->getTerminator());
+    // A returned constant's copy belongs to the caller, like any result.
+    Operation *terminator = device->getBlock()->getTerminator();
+    if (llvm::is_contained(terminator->getOperands(), buffer))
+      continue;
+    rewriter.setInsertionPoint(terminator);
     gpu::DeallocOp::create(rewriter, loc, TypeRange{}, ValueRange{}, buffer);
   }
   return success();

@@ -1,0 +1,71 @@
+// RUN: distopt-opt %s --distopt-offload-to-gpu --split-input-file -verify-diagnostics | FileCheck %s
+
+// A constant gets a device copy, freed at the end unless it is returned.
+memref.global "private" constant @c : memref<4xf32> = dense<1.0>
+// CHECK-LABEL: func.func @constant
+// CHECK: %[[HOST:.*]] = memref.get_global @c
+// CHECK: %[[DEV:.*]] = gpu.alloc () : memref<4xf32>
+// CHECK: gpu.memcpy %[[DEV]], %[[HOST]]
+// CHECK-NOT: gpu.dealloc
+// CHECK: return %[[DEV]]
+func.func @constant() -> memref<4xf32> {
+  %0 = memref.get_global @c : memref<4xf32>
+  return %0 : memref<4xf32>
+}
+
+// -----
+
+// A scalar read on the host: a one-thread kernel stores it to a device
+// buffer, which is copied to a host slot and read there.
+// CHECK-LABEL: func.func @scalar
+// CHECK: %[[SLOT:.*]] = memref.alloca() : memref<1xf32>
+// CHECK: %[[DEV:.*]] = gpu.alloc () : memref<1xf32>
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}} = %[[ONE:.*]], {{.*}} = %[[ONE]], {{.*}} = %[[ONE]]) threads({{.*}}) in ({{.*}} = %[[ONE]], {{.*}} = %[[ONE]], {{.*}} = %[[ONE]])
+// CHECK:   %[[V:.*]] = memref.load %arg0[]
+// CHECK:   memref.store %[[V]], %[[DEV]]
+// CHECK: gpu.memcpy %[[SLOT]], %[[DEV]]
+// CHECK: %[[R:.*]] = memref.load %[[SLOT]]
+// CHECK: gpu.dealloc %[[DEV]]
+// CHECK: return %[[R]]
+func.func @scalar(%m: memref<f32>) -> f32 {
+  %v = memref.load %m[] : memref<f32>
+  return %v : f32
+}
+
+// -----
+
+// An element-wise loop over 3x5 elements: collapsed to 15, tiled by 256,
+// tiles on blocks and elements on threads, with a bound check.
+// CHECK-LABEL: func.func @elementwise
+// CHECK: scf.parallel
+// CHECK:   scf.parallel
+// CHECK:     arith.cmpi ult
+// CHECK:     scf.if
+// CHECK:   } {mapping = [#gpu.loop_dim_map<processor = thread_x
+// CHECK: } {mapping = [#gpu.loop_dim_map<processor = block_x
+func.func @elementwise(%a: memref<3x5xf32>, %b: memref<3x5xf32>) {
+  memref.copy %a, %b : memref<3x5xf32> to memref<3x5xf32>
+  return
+}
+
+// -----
+
+func.func @tensors(%t: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{works on tensors: --distopt-offload-to-gpu runs on a bufferized step}}
+  %0 = arith.addf %t, %t : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @alloc_in_loop(%n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  scf.parallel (%i) = (%c0) to (%n) step (%c1) {
+    // expected-error @below {{inside a parallel loop cannot run on the GPU: device code does not allocate}}
+    %m = memref.alloc() : memref<4xf32>
+    memref.dealloc %m : memref<4xf32>
+    scf.reduce
+  }
+  return
+}
