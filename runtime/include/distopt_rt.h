@@ -68,6 +68,20 @@ DISTOPT_RT_API void *_mlir_memref_to_llvm_alloc(uint64_t size);
 DISTOPT_RT_API void *_mlir_memref_to_llvm_aligned_alloc(uint64_t alignment,
                                                         uint64_t size);
 DISTOPT_RT_API void _mlir_memref_to_llvm_free(void *ptr);
+/* Bytes allocated through the three functions above and not yet freed, and
+ * the most at any time (cached blocks do not count): the memory a step and
+ * its host hold. */
+DISTOPT_RT_API void distopt_rt_memory_stats(uint64_t *in_use,
+                                            uint64_t *peak_bytes);
+/* MLIR's generic copy, which memref.copy calls for non-contiguous or
+ * dynamically shaped buffers (also defined by MLIR's C runner utilities). */
+typedef struct distopt_rt_unranked_memref {
+  int64_t rank;
+  void *descriptor;
+} distopt_rt_unranked_memref;
+DISTOPT_RT_API void memrefCopy(int64_t element_size,
+                               distopt_rt_unranked_memref *source,
+                               distopt_rt_unranked_memref *target);
 
 /* CUDA (steps compiled with --target=cuda). The driver (libcuda.so.1) is
  * loaded on first use, so the runtime builds and its CPU half runs without

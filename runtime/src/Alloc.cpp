@@ -9,20 +9,37 @@
 // when freed and handed out again, as PyTorch's caching allocator does;
 // the cache holds at most half of the machine's memory.
 //
+// It also counts the bytes handed out and not yet freed, and their peak:
+// what a step and its driver hold, as measured memory per rank (B5).
+//
 //===----------------------------------------------------------------------===//
 
 #include "distopt_rt.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <malloc.h>
 #include <map>
 #include <mutex>
 #include <unistd.h>
 #include <unordered_map>
+#include <vector>
 
 namespace {
 
 constexpr uint64_t kLargeBlock = 1 << 20;
 constexpr uint64_t kBlockAlignment = 4096;
+
+/// Bytes in use (handed out, not freed) and their high-water mark.
+std::atomic<uint64_t> inUse{0}, peak{0};
+
+void count(uint64_t bytes) {
+  uint64_t now = inUse.fetch_add(bytes) + bytes;
+  uint64_t seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+}
 
 struct Cache {
   std::mutex mutex;
@@ -38,9 +55,14 @@ struct Cache {
   }
 
   void *allocate(uint64_t size, uint64_t alignment) {
-    if (size < kLargeBlock || alignment > kBlockAlignment)
-      return std::aligned_alloc(alignment < 64 ? 64 : alignment,
-                                (size + 63) / 64 * 64 + (size == 0 ? 64 : 0));
+    if (size < kLargeBlock || alignment > kBlockAlignment) {
+      void *small =
+          std::aligned_alloc(alignment < 64 ? 64 : alignment,
+                             (size + 63) / 64 * 64 + (size == 0 ? 64 : 0));
+      if (small)
+        count(malloc_usable_size(small));
+      return small;
+    }
     uint64_t rounded = (size + kBlockAlignment - 1) & ~(kBlockAlignment - 1);
     std::lock_guard<std::mutex> lock(mutex);
     // The smallest idle block that fits and wastes at most a quarter.
@@ -48,12 +70,15 @@ struct Cache {
     if (it != idle.end() && it->first <= rounded + rounded / 4) {
       void *block = it->second;
       idleBytes -= it->first;
+      count(it->first);
       idle.erase(it);
       return block;
     }
     void *block = std::aligned_alloc(kBlockAlignment, rounded);
-    if (block)
+    if (block) {
       capacity[block] = rounded;
+      count(rounded);
+    }
     return block;
   }
 
@@ -64,10 +89,12 @@ struct Cache {
     auto it = capacity.find(block);
     if (it == capacity.end()) {
       lock.unlock();
+      inUse -= malloc_usable_size(block);
       std::free(block);
       return;
     }
     uint64_t bytes = it->second;
+    inUse -= bytes;
     if (idleBytes + bytes > limit) {
       capacity.erase(it);
       lock.unlock();
@@ -97,4 +124,70 @@ _mlir_memref_to_llvm_aligned_alloc(uint64_t alignment, uint64_t size) {
 
 extern "C" DISTOPT_RT_API void _mlir_memref_to_llvm_free(void *ptr) {
   cache().release(ptr);
+}
+
+extern "C" DISTOPT_RT_API void distopt_rt_memory_stats(uint64_t *in_use,
+                                                       uint64_t *peak_bytes) {
+  if (in_use)
+    *in_use = inUse.load();
+  if (peak_bytes)
+    *peak_bytes = peak.load();
+}
+
+namespace {
+using UnrankedMemRef = distopt_rt_unranked_memref;
+
+struct StridedView {
+  char *data;
+  const int64_t *sizes, *strides;
+  StridedView(const UnrankedMemRef &m, int64_t elementSize) {
+    auto *words = static_cast<const int64_t *>(m.descriptor);
+    data = reinterpret_cast<char *>(words[1]) + words[2] * elementSize;
+    sizes = words + 3;
+    strides = words + 3 + m.rank;
+  }
+};
+} // namespace
+
+/// What `memref.copy` calls when either side is not contiguous with a static
+/// shape (MLIR's C runner utilities define it too; compiled steps find it
+/// here): rows along the innermost dimension, one memcpy each when it is
+/// contiguous on both sides.
+extern "C" DISTOPT_RT_API void memrefCopy(int64_t elementSize,
+                                          UnrankedMemRef *source,
+                                          UnrankedMemRef *target) {
+  int64_t rank = source->rank;
+  StridedView from(*source, elementSize), to(*target, elementSize);
+  if (rank == 0) {
+    std::memcpy(to.data, from.data, elementSize);
+    return;
+  }
+  for (int64_t d = 0; d < rank; ++d)
+    if (from.sizes[d] == 0)
+      return;
+  int64_t inner = from.sizes[rank - 1];
+  bool contiguous = from.strides[rank - 1] == 1 && to.strides[rank - 1] == 1;
+  std::vector<int64_t> index(rank - 1, 0);
+  while (true) {
+    int64_t fromOffset = 0, toOffset = 0;
+    for (int64_t d = 0; d + 1 < rank; ++d) {
+      fromOffset += index[d] * from.strides[d];
+      toOffset += index[d] * to.strides[d];
+    }
+    if (contiguous) {
+      std::memcpy(to.data + toOffset * elementSize,
+                  from.data + fromOffset * elementSize, inner * elementSize);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        std::memcpy(
+            to.data + (toOffset + i * to.strides[rank - 1]) * elementSize,
+            from.data + (fromOffset + i * from.strides[rank - 1]) * elementSize,
+            elementSize);
+    }
+    int64_t d = rank - 2;
+    while (d >= 0 && ++index[d] == from.sizes[d])
+      index[d--] = 0;
+    if (d < 0)
+      return;
+  }
 }

@@ -81,6 +81,11 @@ static cl::opt<std::string> deviceOption(
     cl::desc("Where the step runs: cpu, cuda, or auto (what it was compiled "
              "for, distopt-compile --target)"),
     cl::init("auto"), cl::cat(runCategory));
+static cl::opt<bool> printMemory(
+    "print-memory",
+    cl::desc("Print the memory per rank: the step's buffers by role and the "
+             "most in use at once (the most on any rank)"),
+    cl::init(false), cl::cat(runCategory));
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
                                  cl::init(false), cl::cat(runCategory));
@@ -855,6 +860,34 @@ int main(int argc, char **argv) {
     if (printParams && myRank == 0)
       llvm::outs() << "param " << r.name << " "
                    << llvm::format_hex(static_cast<uint64_t>(hash), 18) << "\n";
+  }
+  if (printMemory) {
+    // Host memory: the argument buffers (what the step keeps between steps
+    // and is handed each step) by role, and the peak of everything
+    // allocated for or by the step at once (its temporaries included).
+    const char *roles[] = {"param", "main_param", "state", "grad"};
+    int64_t mine[6] = {0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i < args.size(); ++i)
+      for (int r = 0; r < 4; ++r)
+        if (args[i].tensor && args[i].role == roles[r])
+          mine[r] += args[i].bytes();
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].tensor)
+        mine[4] += args[i].bytes();
+    uint64_t inUse = 0, peakBytes = 0;
+    distopt_rt_memory_stats(&inUse, &peakBytes);
+    mine[5] = static_cast<int64_t>(peakBytes);
+    int64_t most[6];
+    check(distopt_rt_all_reduce(comm, mine, most, 6, DISTOPT_RT_I64,
+                                DISTOPT_RT_MAX, 1, DISTOPT_RT_I64),
+          "comparing memory");
+    if (myRank == 0) {
+      llvm::outs() << "distopt-run: memory per rank (bytes, most on any rank):";
+      for (int r = 0; r < 4; ++r)
+        llvm::outs() << " " << roles[r] << " " << most[r];
+      llvm::outs() << ", arguments " << most[4] << ", peak in use " << most[5]
+                   << "\n";
+    }
   }
   std::vector<double> sorted(times.begin() + (times.size() > 1), times.end());
   std::sort(sorted.begin(), sorted.end());
