@@ -73,42 +73,57 @@ Value slice1d(OpBuilder &b, Location loc, Value source, OpFoldResult offset,
                                         strides);
 }
 
-void lowerPack(BucketPackOp op) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  auto bucketType = op.getBucket().getType();
-  Type element = bucketType.getElementType();
-  int64_t packed;
-  SmallVector<int64_t> offsets = op.getOffsets(&packed);
-  Value bucket =
-      tensor::EmptyOp::create(b, loc, bucketType.getShape(), element);
-  // Zeros only where no tensor goes (alignment gaps and the tail).
-  auto zeros = [&](int64_t begin, int64_t end) {
-    if (end <= begin)
-      return;
-    auto gapType = RankedTensorType::get({end - begin}, element);
-    Value zero =
-        arith::ConstantOp::create(b, loc,
-                                  cast<TypedAttr>(DenseElementsAttr::get(
-                                      gapType, b.getZeroAttr(element))));
-    bucket = tensor::InsertSliceOp::create(
-        b, loc, zero, bucket, ArrayRef<OpFoldResult>{b.getIndexAttr(begin)},
-        ArrayRef<OpFoldResult>{b.getIndexAttr(end - begin)},
-        ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
-  };
-  int64_t end = 0;
-  for (auto [input, offset] : llvm::zip_equal(op.getInputs(), offsets)) {
-    zeros(end, offset);
-    int64_t size = cast<RankedTensorType>(input.getType()).getNumElements();
-    bucket = tensor::InsertSliceOp::create(
-        b, loc, flatten(b, loc, input), bucket,
-        ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
+/// Elements [begin, end) of the bucket that packs `inputs` at `offsets`
+/// into `total` elements, written into `range` (end - begin elements): the
+/// parts of the tensors in that range, zeros where no tensor goes
+/// (alignment gaps and the tail).
+Value packRange(OpBuilder &b, Location loc, ValueRange inputs,
+                ArrayRef<int64_t> offsets, int64_t total, int64_t begin,
+                int64_t end, Value range) {
+  Type element = cast<RankedTensorType>(range.getType()).getElementType();
+  auto insert = [&](Value piece, int64_t at, int64_t size) {
+    range = tensor::InsertSliceOp::create(
+        b, loc, piece, range,
+        ArrayRef<OpFoldResult>{b.getIndexAttr(at - begin)},
         ArrayRef<OpFoldResult>{b.getIndexAttr(size)},
         ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
-    end = offset + size;
+  };
+  auto zeros = [&](int64_t from, int64_t to) {
+    from = std::max(from, begin);
+    to = std::min(to, end);
+    if (to <= from)
+      return;
+    auto gapType = RankedTensorType::get({to - from}, element);
+    insert(arith::ConstantOp::create(b, loc,
+                                     cast<TypedAttr>(DenseElementsAttr::get(
+                                         gapType, b.getZeroAttr(element)))),
+           from, to - from);
+  };
+  int64_t previousEnd = 0;
+  for (auto [input, offset] : llvm::zip_equal(inputs, offsets)) {
+    zeros(previousEnd, offset);
+    int64_t size = cast<RankedTensorType>(input.getType()).getNumElements();
+    int64_t lo = std::max(offset, begin), hi = std::min(offset + size, end);
+    if (lo < hi) {
+      Value flat = flatten(b, loc, input);
+      if (hi - lo < size)
+        flat = slice1d(b, loc, flat, b.getIndexAttr(lo - offset), hi - lo);
+      insert(flat, lo, hi - lo);
+    }
+    previousEnd = offset + size;
   }
-  zeros(end, bucketType.getNumElements());
-  op.replaceAllUsesWith(bucket);
+  zeros(previousEnd, total);
+  return range;
+}
+
+void lowerPack(BucketPackOp op) {
+  OpBuilder b(op);
+  auto bucketType = op.getBucket().getType();
+  int64_t total = bucketType.getNumElements();
+  Value bucket = tensor::EmptyOp::create(b, op.getLoc(), bucketType.getShape(),
+                                         bucketType.getElementType());
+  op.replaceAllUsesWith(packRange(b, op.getLoc(), op.getInputs(),
+                                  op.getOffsets(), total, 0, total, bucket));
   op.erase();
 }
 
@@ -142,6 +157,41 @@ void lowerShardSlice(ShardSliceOp op) {
       b, loc, rank, arith::ConstantIndexOp::create(b, loc, chunk));
   op.replaceAllUsesWith(slice1d(b, loc, op.getInput(), offset, chunk));
   op.erase();
+}
+
+/// shard_slice(bucket_pack(xs)) (a ZeRO step's own parameter shard): only
+/// this rank's chunk is packed, one case per rank with static slices,
+/// instead of packing everything (N times the copying) and slicing.
+void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  int64_t chunk = op.getType().getDimSize(0);
+  int64_t ranks = lookupProcessGroup(op, op.getGroupAttr()).getSize();
+  int64_t total = pack.getBucket().getType().getNumElements();
+  Type element = op.getType().getElementType();
+  SmallVector<int64_t> offsets = pack.getOffsets();
+  Value rank = rankOf(b, loc, op, op.getGroupAttr());
+  // Every case fills one buffer, so that the result has no layout of its
+  // own (which would cost a copy before the next collective).
+  Value shard = tensor::EmptyOp::create(b, loc, {chunk}, element);
+  auto cases = llvm::to_vector(llvm::seq<int64_t>(0, ranks));
+  auto perRank = scf::IndexSwitchOp::create(b, loc, TypeRange{op.getType()},
+                                            rank, cases, ranks);
+  for (int64_t r = 0; r < ranks; ++r) {
+    OpBuilder inCase =
+        OpBuilder::atBlockEnd(&perRank.getCaseRegions()[r].emplaceBlock());
+    scf::YieldOp::create(inCase, loc,
+                         packRange(inCase, loc, pack.getInputs(), offsets,
+                                   total, r * chunk, (r + 1) * chunk, shard));
+  }
+  // Not reached: the rank is below the group's size.
+  OpBuilder inDefault =
+      OpBuilder::atBlockEnd(&perRank.getDefaultRegion().emplaceBlock());
+  scf::YieldOp::create(inDefault, loc, shard);
+  op.replaceAllUsesWith(perRank.getResult(0));
+  op.erase();
+  if (pack->use_empty())
+    pack.erase();
 }
 
 void lowerOwnedBy(OwnedByOp op) {
@@ -840,9 +890,25 @@ struct LowerLocalOpsPass
     getOperation().walk([](ProcessGroupOp group) {
       SymbolTable::setSymbolVisibility(group, SymbolTable::Visibility::Private);
     });
+    // A shard of a pack is built directly (before the pack is lowered).
+    llvm::SmallPtrSet<Operation *, 16> lowered;
+    for (Operation *op : ops) {
+      auto slice = dyn_cast<ShardSliceOp>(op);
+      auto pack = slice ? slice.getInput().getDefiningOp<BucketPackOp>()
+                        : BucketPackOp();
+      if (!pack || lowered.contains(pack))
+        continue;
+      lowered.insert(slice);
+      bool onlyUse = pack->hasOneUse();
+      lowerShardOfPack(slice, pack);
+      if (onlyUse)
+        lowered.insert(pack);
+    }
     // Pre-order: an owned_by is lowered (its body moved) before its body's
     // ops, which are then lowered where they moved to.
     for (Operation *op : ops) {
+      if (lowered.contains(op))
+        continue;
       if (auto pack = dyn_cast<BucketPackOp>(op))
         lowerPack(pack);
       else if (auto unpack = dyn_cast<BucketUnpackOp>(op))
