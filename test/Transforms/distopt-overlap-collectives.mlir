@@ -1,5 +1,7 @@
-// RUN: distopt-opt %s --distopt-overlap-collectives | FileCheck %s
-// RUN: distopt-opt %s --distopt-overlap-collectives --distopt-verify-collectives > /dev/null
+// Placement, with every collective overlapped (min-work-ratio=0):
+// RUN: distopt-opt %s --distopt-overlap-collectives="min-work-ratio=0" | FileCheck %s
+// RUN: distopt-opt %s --distopt-overlap-collectives="min-work-ratio=0" --distopt-verify-collectives > /dev/null
+// The default's cost rule: distopt-overlap-collectives-cost.mlir.
 
 distopt.process_group @dp size 4
 

@@ -3,14 +3,17 @@
 // --distopt-overlap-collectives: each synchronous collective becomes a
 // `*_start` placed as early as its input allows and a `distopt.wait` placed
 // just before the first use of its result, so that the work in between
-// overlaps with the communication.
+// overlaps with the communication, when there is enough of it to pay for
+// the copy of the input that a start makes.
 //
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_OVERLAPCOLLECTIVESPASS
@@ -49,8 +52,28 @@ static Operation *createStart(OpBuilder &builder, Operation *op) {
                                c.getRootAttr());
 }
 
+/// Bytes of the tensors `op` and the ops nested in it produce: roughly what
+/// they write. Constants and views write nothing.
+int64_t bytesWritten(Operation *op) {
+  int64_t bytes = 0;
+  op->walk([&](Operation *nested) {
+    if (nested->hasTrait<OpTrait::ConstantLike>() ||
+        isa<ViewLikeOpInterface, tensor::ExtractSliceOp,
+            tensor::CollapseShapeOp, tensor::ExpandShapeOp>(nested))
+      return;
+    for (Type type : nested->getResultTypes())
+      if (auto tensor = dyn_cast<RankedTensorType>(type);
+          tensor && tensor.hasStaticShape())
+        bytes += tensor.getNumElements() *
+                 ((tensor.getElementTypeBitWidth() + 7) / 8);
+  });
+  return bytes;
+}
+
 struct OverlapCollectivesPass
     : public distopt::impl::OverlapCollectivesPassBase<OverlapCollectivesPass> {
+  using OverlapCollectivesPassBase::OverlapCollectivesPassBase;
+
   void runOnOperation() override {
     SmallVector<Block *> blocks;
     getOperation().walk([&](Block *block) { blocks.push_back(block); });
@@ -80,6 +103,28 @@ struct OverlapCollectivesPass
         if (Operation *inBlock = block.findAncestorOpInBlock(*def))
           if (!anchor || anchor->isBeforeInBlock(inBlock))
             anchor = inBlock;
+      // The wait goes before the first user in this block, or at its end.
+      Operation *firstUse = block.getTerminator();
+      for (Operation *user : op->getUsers())
+        if (Operation *inBlock = block.findAncestorOpInBlock(*user))
+          if (inBlock->isBeforeInBlock(firstUse))
+            firstUse = inBlock;
+      // The work that would run while the data is on the wire.
+      int64_t work = 0;
+      for (Operation *it = anchor ? anchor->getNextNode() : &block.front();
+           it != firstUse; it = it->getNextNode())
+        if (it != op)
+          work += bytesWritten(it);
+      auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+      int64_t inputBytes =
+          input.getNumElements() * ((input.getElementTypeBitWidth() + 7) / 8);
+      if (static_cast<double>(work) <
+          minWorkRatio * static_cast<double>(inputBytes)) {
+        barrier = op;
+        ++numKept;
+        continue;
+      }
+
       OpBuilder builder(op->getContext());
       if (anchor)
         builder.setInsertionPointAfter(anchor);
@@ -87,13 +132,6 @@ struct OverlapCollectivesPass
         builder.setInsertionPointToStart(&block);
       Operation *start = createStart(builder, op);
       barrier = start;
-
-      // The wait goes before the first user in this block, or at its end.
-      Operation *firstUse = block.getTerminator();
-      for (Operation *user : op->getUsers())
-        if (Operation *inBlock = block.findAncestorOpInBlock(*user))
-          if (inBlock->isBeforeInBlock(firstUse))
-            firstUse = inBlock;
       builder.setInsertionPoint(firstUse);
       auto wait = WaitOp::create(builder, op->getLoc(), start->getResult(0));
       op->getResult(0).replaceAllUsesWith(wait.getResult());

@@ -354,6 +354,11 @@ def OverlapCollectivesPass
     the block when it has none). The work in between runs while the data is
     on the wire.
 
+    A start copies its input (the request owns the copy, so nothing can
+    overwrite it in flight): a collective stays synchronous when the work
+    that would overlap it writes fewer bytes than `min-work-ratio` times its
+    input (0: always overlap).
+
     ```mlir
     %r = distopt.all_reduce avg %g on @dp : tensor<1024xf32>
     // becomes
@@ -362,8 +367,15 @@ def OverlapCollectivesPass
     %r = distopt.wait %t : !distopt.token<tensor<1024xf32>>
     ```
   }];
+  let options = [
+    Option<"minWorkRatio", "min-work-ratio", "double", "1.0",
+           "Overlap only when the work in between writes at least this "
+           "many times the collective's input bytes (0: always)">,
+  ];
   let statistics = [
-    Statistic<"numOverlapped", "num-overlapped", "Collectives made asynchronous">
+    Statistic<"numOverlapped", "num-overlapped", "Collectives made asynchronous">,
+    Statistic<"numKept", "num-kept-synchronous",
+              "Collectives with too little work to overlap">
   ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect"];
 }
