@@ -449,10 +449,16 @@ Value elementwise(
       .getResult(0);
 }
 
-/// A matrix product out(d0, d1) = sum over d2 of lhs * rhs, the operands
-/// indexed by `lhsMap` and `rhsMap` over (d0, d1, d2): transposes are maps.
+/// A matrix product: out = the sum over loop dimension `reduction` of
+/// lhs * rhs, operands and result indexed by their maps over three loop
+/// dimensions (transposes are maps). Loops nest in dimension order, d0
+/// outermost: the order decides the memory walk, and the innermost loop
+/// should run along contiguous rows. When it is the sum itself (a dot
+/// product), `reassociate` lets LLVM vectorize it, rounding differently.
 Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
-               AffineMap lhsMap, AffineMap rhsMap, ArrayRef<int64_t> shape) {
+               AffineMap lhsMap, AffineMap rhsMap, AffineMap outMap,
+               unsigned reduction, ArrayRef<int64_t> shape,
+               bool reassociate = false) {
   auto element =
       cast<FloatType>(cast<RankedTensorType>(lhs.getType()).getElementType());
   // Half types accumulate in f32, as torch's CPU matmul does.
@@ -460,26 +466,24 @@ Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
   Value init = tensor::EmptyOp::create(b, loc, shape, acc);
   Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(acc));
   init = linalg::FillOp::create(b, loc, zero, init).getResult(0);
-  MLIRContext *ctx = b.getContext();
-  AffineMap outMap = AffineMap::get(
-      3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx);
-  SmallVector<utils::IteratorType> iterators = {utils::IteratorType::parallel,
-                                                utils::IteratorType::parallel,
-                                                utils::IteratorType::reduction};
-  Value product =
-      linalg::GenericOp::create(
-          b, loc, TypeRange{init.getType()}, ValueRange{lhs, rhs},
-          ValueRange{init}, SmallVector<AffineMap>{lhsMap, rhsMap, outMap},
-          iterators,
-          [&](OpBuilder &nb, Location nloc, ValueRange args) {
-            Value x = widen(nb, nloc, args[0], acc);
-            Value y = widen(nb, nloc, args[1], acc);
-            Value xy = arith::MulFOp::create(nb, nloc, x, y);
-            linalg::YieldOp::create(
-                nb, nloc,
-                arith::AddFOp::create(nb, nloc, args[2], xy).getResult());
-          })
-          .getResult(0);
+  SmallVector<utils::IteratorType> iterators(3, utils::IteratorType::parallel);
+  iterators[reduction] = utils::IteratorType::reduction;
+  arith::FastMathFlags flags =
+      reassociate ? arith::FastMathFlags::reassoc : arith::FastMathFlags::none;
+  Value product = linalg::GenericOp::create(
+                      b, loc, TypeRange{init.getType()}, ValueRange{lhs, rhs},
+                      ValueRange{init},
+                      SmallVector<AffineMap>{lhsMap, rhsMap, outMap}, iterators,
+                      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+                        Value x = widen(nb, nloc, args[0], acc);
+                        Value y = widen(nb, nloc, args[1], acc);
+                        Value xy = arith::MulFOp::create(nb, nloc, x, y);
+                        linalg::YieldOp::create(
+                            nb, nloc,
+                            arith::AddFOp::create(nb, nloc, args[2], xy, flags)
+                                .getResult());
+                      })
+                      .getResult(0);
   if (acc == element)
     return product;
   return arith::TruncFOp::create(b, loc, RankedTensorType::get(shape, element),
@@ -624,17 +628,21 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
                                /*scale=*/nullptr);
   };
   Value q = orthogonalize(b, loc, op.getQ(), epsilon);
-  // P = M Q, summed (its scale is removed by the orthogonalization).
-  Value p =
-      contract(b, loc, m, q, dims(b, 0, 2), dims(b, 2, 1), pType.getShape());
+  // Loops (i, j, k) for M (n x m, row i), P (n x r), Q (m x r): every
+  // product walks M's rows. P = M Q, summed (its scale is removed by the
+  // orthogonalization): dot products of rows, vectorized.
+  Value p = contract(b, loc, m, q, dims(b, 0, 2), dims(b, 2, 1), dims(b, 0, 1),
+                     /*reduction=*/2, pType.getShape(), /*reassociate=*/true);
   p = orthogonalize(b, loc, allReduce(p, ReductionKind::Sum), epsilon);
-  // Q' = M^T P, averaged.
+  // Q' = M^T P, averaged: row i of M scaled into Q', rows in order.
   Value newQ =
-      contract(b, loc, m, p, dims(b, 2, 0), dims(b, 2, 1), qType.getShape());
+      contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1), dims(b, 2, 1),
+               /*reduction=*/0, qType.getShape());
   newQ = allReduce(newQ, ReductionKind::Avg);
-  // R = P Q'^T.
-  Value result = contract(b, loc, p, newQ, dims(b, 0, 2), dims(b, 1, 2),
-                          gradType.getShape());
+  // R = P Q'^T: each row of R accumulated over the r columns in order.
+  Value result =
+      contract(b, loc, p, newQ, dims(b, 0, 1), dims(b, 2, 1), dims(b, 0, 2),
+               /*reduction=*/1, gradType.getShape());
   SmallVector<Value> results = {result, p, newQ};
   if (op.getError())
     results.push_back(elementwise(
