@@ -1,7 +1,8 @@
 // The GPU lowering of a bucketed AdamW step with gradient clipping: every
 // buffer in device memory (gpu.alloc), element-wise work in launches of
-// 256-thread blocks over tiles, the clipping norms in one-thread launches
-// whose result reaches the host by a device-to-host copy, the all-reduce a
+// 256-thread blocks over tiles, the clipping norms as a many-thread
+// reduction combined by one thread, whose result reaches the host by a
+// device-to-host copy, the all-reduce a
 // runtime call after the compute stream is waited for, and the kernels
 // embedded as PTX for sm_90.
 // RUN: not distopt-opt %examples/mlp_adamw_step.mlir --pass-pipeline="builtin.module(func.func(distopt-offload-to-gpu))" 2>&1 | FileCheck %s --check-prefix=BAD
@@ -16,9 +17,13 @@
 // SPLIT: gpu.wait [
 // SPLIT-NOT: gpu.launch_func
 // SPLIT: call @distopt_rt_all_reduce
-// A norm: a one-thread kernel, its value copied to the host and waited for.
-// SPLIT: gpu.launch_func async {{.*}} blocks in (%c1, %c1, %c1) threads in (%c1, %c1, %c1)
-// SPLIT: gpu.memcpy async {{.*}} : memref<1xf64>, memref<1xf64>
+// A norm: 128 x 256 threads each combine a strided share of the elements,
+// one thread combines their results in order, and the value is copied to
+// the host and waited for.
+// SPLIT: gpu.launch_func async {{.*}} blocks in (%c128, %c1, %c1) threads in (%c256, %c1, %c1)
+// SPLIT-NEXT: gpu.alloc async
+// SPLIT-NEXT: gpu.launch_func async {{.*}} blocks in (%c1, %c1, %c1) threads in (%c1, %c1, %c1)
+// SPLIT-NEXT: gpu.memcpy async {{.*}} : memref<1xf64>, memref<1xf64>
 // SPLIT-NEXT: gpu.wait [
 // SPLIT-NEXT: memref.load %alloca
 // The device copy of the constant is freed at the end, and all the work

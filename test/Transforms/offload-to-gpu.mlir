@@ -50,6 +50,38 @@ func.func @elementwise(%a: memref<3x5xf32>, %b: memref<3x5xf32>) {
 
 // -----
 
+// A whole-tensor reduction (a sum of squares in f64): every one of 32768
+// threads combines a strided share into a partial result, then one loop
+// combines those in order with the output's initial value.
+// CHECK-LABEL: func.func @sum_of_squares
+// CHECK: %[[PARTIALS:.*]] = gpu.alloc () : memref<32768xf64>
+// CHECK: scf.parallel
+// CHECK:   scf.for {{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f64)
+// CHECK:     arith.mulf
+// CHECK:     arith.addf %[[ACC]]
+// CHECK:   memref.store {{.*}}, %[[PARTIALS]]
+// CHECK: } {mapping = [#gpu.loop_dim_map<processor = block_x
+// CHECK: gpu.launch blocks
+// CHECK:   memref.load %arg1[]
+// CHECK:   scf.for
+// CHECK:     memref.load %[[PARTIALS]]
+// CHECK:   memref.store {{.*}}, %arg1[]
+// CHECK: gpu.dealloc %[[PARTIALS]]
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#scalar = affine_map<(d0, d1) -> ()>
+func.func @sum_of_squares(%x: memref<3x5xf64>, %out: memref<f64>) {
+  linalg.generic {indexing_maps = [#id, #scalar], iterator_types = ["reduction", "reduction"]}
+      ins(%x : memref<3x5xf64>) outs(%out : memref<f64>) {
+  ^bb0(%e: f64, %acc: f64):
+    %sq = arith.mulf %e, %e : f64
+    %sum = arith.addf %acc, %sq : f64
+    linalg.yield %sum : f64
+  }
+  return
+}
+
+// -----
+
 func.func @tensors(%t: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @below {{works on tensors: --distopt-offload-to-gpu runs on a bufferized step}}
   %0 = arith.addf %t, %t : tensor<4xf32>
