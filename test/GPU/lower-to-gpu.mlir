@@ -26,6 +26,12 @@
 // SPLIT-NEXT: gpu.memcpy async {{.*}} : memref<1xf64>, memref<1xf64>
 // SPLIT-NEXT: gpu.wait [
 // SPLIT-NEXT: memref.load %alloca
+// The clipping factor applied to the four gradients is one launch of
+// 8 + 1 + 3 + 1 blocks, and the four AdamW updates, which read its results,
+// another (multi-tensor kernels).
+// SPLIT: gpu.launch_func async {{.*}} blocks in (%c13, %c1, %c1) threads in (%c256, %c1, %c1)
+// SPLIT-NOT: gpu.launch_func
+// SPLIT: gpu.launch_func async {{.*}} blocks in (%c13, %c1, %c1) threads in (%c256, %c1, %c1)
 // The device copy of the constant is freed at the end, and all the work
 // is waited for before the step returns.
 // SPLIT: [[LAST:%[0-9]+]] = gpu.dealloc async {{.*}} : memref<6xf32>

@@ -82,6 +82,33 @@ func.func @sum_of_squares(%x: memref<3x5xf64>, %out: memref<f64>) {
 
 // -----
 
+// Two independent copies (10 and 600 elements: 1 + 3 blocks) become one
+// launch whose blocks dispatch to their copy; a third one reads what the
+// first wrote, so it stays a launch of its own, after them.
+// CHECK-LABEL: func.func @multi_tensor
+// CHECK: scf.parallel (%[[B:.*]]) = (%{{.*}}) to (%c4{{.*}}) step
+// CHECK:   scf.parallel
+// CHECK:     %[[PAST:.*]] = arith.cmpi uge, %[[B]], %c1
+// CHECK:     scf.index_switch
+// CHECK:     case 0 {
+// CHECK:       memref.load %arg0
+// CHECK:     case 1 {
+// CHECK:       memref.load %arg2
+// CHECK: scf.parallel
+// CHECK:   scf.parallel
+// CHECK:     memref.load %arg1
+// CHECK:     memref.store {{.*}}, %arg4
+// CHECK-NOT: scf.index_switch
+func.func @multi_tensor(%a: memref<10xf32>, %b: memref<10xf32>, %c: memref<600xf32>,
+                        %d: memref<600xf32>, %e: memref<10xf32>) {
+  memref.copy %a, %b : memref<10xf32> to memref<10xf32>
+  memref.copy %c, %d : memref<600xf32> to memref<600xf32>
+  memref.copy %b, %e : memref<10xf32> to memref<10xf32>
+  return
+}
+
+// -----
+
 func.func @tensors(%t: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @below {{works on tensors: --distopt-offload-to-gpu runs on a bufferized step}}
   %0 = arith.addf %t, %t : tensor<4xf32>

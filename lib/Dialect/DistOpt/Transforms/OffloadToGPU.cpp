@@ -17,6 +17,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::distopt {
@@ -95,7 +96,8 @@ private:
   LogicalResult toParallelLoops(func::FuncOp func);
   LogicalResult toDeviceMemory(func::FuncOp func);
   LogicalResult placeBlock(Block &block);
-  LogicalResult mapParallelLoop(scf::ParallelOp loop);
+  FailureOr<scf::ParallelOp> mapParallelLoop(scf::ParallelOp loop);
+  void fuseLaunches(ArrayRef<scf::ParallelOp> run);
   LogicalResult launchOneThread(ArrayRef<Operation *> group);
 
   /// Where the host-side copies of the scalars kernels compute live.
@@ -321,7 +323,8 @@ LogicalResult OffloadToGPUPass::toDeviceMemory(func::FuncOp func) {
 
 /// Element-wise loops become launches: the nest collapsed to one dimension,
 /// tiled by the block size, tiles on blocks and elements on threads.
-LogicalResult OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
+FailureOr<scf::ParallelOp>
+OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
   MLIRContext *ctx = loop.getContext();
   if (loop.getNumLoops() > 1) {
     IRRewriter rewriter(ctx);
@@ -331,9 +334,11 @@ LogicalResult OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
     rewriter.setInsertionPoint(loop);
     collapseParallelLoops(rewriter, loop, {all});
     loop = dyn_cast_or_null<scf::ParallelOp>(next->getPrevNode());
-    if (!loop)
-      return next->emitError("internal error: collapsing a parallel loop "
-                             "did not leave it before this op");
+    if (!loop) {
+      next->emitError("internal error: collapsing a parallel loop did not "
+                      "leave it before this op");
+      return failure();
+    }
   }
   auto [blocks, threads] = scf::tileParallelLoop(loop, {blockSize},
                                                  /*noMinMaxBounds=*/true);
@@ -343,8 +348,10 @@ LogicalResult OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
                                                 identity);
   };
   if (failed(gpu::setMappingAttr(blocks, mapping(gpu::Processor::BlockX))) ||
-      failed(gpu::setMappingAttr(threads, mapping(gpu::Processor::ThreadX))))
-    return blocks->emitError("internal error: could not map to the GPU");
+      failed(gpu::setMappingAttr(threads, mapping(gpu::Processor::ThreadX)))) {
+    blocks->emitError("internal error: could not map to the GPU");
+    return failure();
+  }
   // Loops nested deeper run sequentially in each thread.
   LogicalResult nested = success();
   threads.getBody()->walk([&](scf::ParallelOp inner) {
@@ -353,7 +360,165 @@ LogicalResult OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
     if (failed(gpu::setMappingAttr(inner, seq)))
       nested = inner->emitError("internal error: could not map to the GPU");
   });
-  return nested;
+  if (failed(nested))
+    return failure();
+  return blocks;
+}
+
+/// The value of an index computed from constants (tiling leaves products
+/// such as 1 * 256 unfolded).
+std::optional<int64_t> staticIndex(Value value) {
+  if (std::optional<int64_t> constant = getConstantIntValue(value))
+    return constant;
+  Operation *def = value.getDefiningOp();
+  if (!def || !isa<arith::MulIOp, arith::AddIOp>(def))
+    return std::nullopt;
+  std::optional<int64_t> lhs = staticIndex(def->getOperand(0));
+  std::optional<int64_t> rhs = staticIndex(def->getOperand(1));
+  if (!lhs || !rhs)
+    return std::nullopt;
+  return isa<arith::MulIOp>(def) ? *lhs * *rhs : *lhs + *rhs;
+}
+
+/// The buffer `value` is a view of (through subviews, reshapes, casts).
+Value rootBuffer(Value value) {
+  while (Operation *def = value.getDefiningOp()) {
+    auto view = dyn_cast<ViewLikeOpInterface>(def);
+    if (!view)
+      break;
+    value = view.getViewSource();
+  }
+  return value;
+}
+
+/// The buffers `op` reads and writes (their roots).
+void accessedBuffers(Operation *op, llvm::SmallPtrSetImpl<Value> &reads,
+                     llvm::SmallPtrSetImpl<Value> &writes) {
+  op->walk([&](MemoryEffectOpInterface nested) {
+    SmallVector<MemoryEffects::EffectInstance> effects;
+    nested.getEffects(effects);
+    for (MemoryEffects::EffectInstance &effect : effects) {
+      Value value = effect.getValue();
+      if (!value || !isa<BaseMemRefType>(value.getType()))
+        continue;
+      if (isa<MemoryEffects::Read>(effect.getEffect()))
+        reads.insert(rootBuffer(value));
+      else if (isa<MemoryEffects::Write>(effect.getEffect()))
+        writes.insert(rootBuffer(value));
+    }
+  });
+}
+
+/// Element-wise launches that follow each other and touch no buffer another
+/// one writes become one launch (a multi-tensor kernel): its blocks are the
+/// launches' blocks one after the other, and each block runs the body of the
+/// launch it belongs to. Distinct root buffers (arguments, allocations) are
+/// taken not to overlap, as the step ABI requires of arguments.
+void OffloadToGPUPass::fuseLaunches(ArrayRef<scf::ParallelOp> run) {
+  SmallVector<SmallVector<scf::ParallelOp>> groups(1);
+  llvm::SmallPtrSet<Value, 16> groupReads, groupWrites;
+  for (scf::ParallelOp loop : run) {
+    llvm::SmallPtrSet<Value, 16> reads, writes;
+    accessedBuffers(loop, reads, writes);
+    auto intersects = [](const llvm::SmallPtrSetImpl<Value> &a,
+                         const llvm::SmallPtrSetImpl<Value> &b) {
+      return llvm::any_of(a, [&](Value v) { return b.contains(v); });
+    };
+    bool staticBounds = staticIndex(loop.getLowerBound()[0]) &&
+                        staticIndex(loop.getUpperBound()[0]) &&
+                        staticIndex(loop.getStep()[0]);
+    if (!staticBounds || intersects(writes, groupReads) ||
+        intersects(writes, groupWrites) || intersects(reads, groupWrites)) {
+      groups.emplace_back();
+      groupReads.clear();
+      groupWrites.clear();
+    }
+    if (!staticBounds)
+      continue;
+    groups.back().push_back(loop);
+    groupReads.insert(reads.begin(), reads.end());
+    groupWrites.insert(writes.begin(), writes.end());
+  }
+  MLIRContext *ctx = &getContext();
+  auto identity = AffineMap::getMultiDimIdentityMap(1, ctx);
+  auto mapping = [&](gpu::Processor processor) {
+    return gpu::ParallelLoopDimMappingAttr::get(ctx, processor, identity,
+                                                identity);
+  };
+  for (SmallVector<scf::ParallelOp> &group : groups) {
+    if (group.size() < 2)
+      continue;
+    // Blocks [starts[i], starts[i + 1]) run launch i.
+    SmallVector<int64_t> starts = {0}, lower, steps;
+    for (scf::ParallelOp loop : group) {
+      int64_t lb = *staticIndex(loop.getLowerBound()[0]);
+      int64_t ub = *staticIndex(loop.getUpperBound()[0]);
+      int64_t step = *staticIndex(loop.getStep()[0]);
+      lower.push_back(lb);
+      steps.push_back(step);
+      starts.push_back(starts.back() + (ub - lb + step - 1) / step);
+    }
+    Location loc = group.back().getLoc();
+    OpBuilder b(group.back());
+    auto index = [&](OpBuilder &at, int64_t v) -> Value {
+      return arith::ConstantIndexOp::create(at, loc, v);
+    };
+    Value zero = index(b, 0), one = index(b, 1);
+    auto blocks = scf::ParallelOp::create(
+        b, loc, ValueRange{zero}, ValueRange{index(b, starts.back())},
+        ValueRange{one}, [&](OpBuilder &bb, Location, ValueRange blockIvs) {
+          Value block = blockIvs[0];
+          auto threads = scf::ParallelOp::create(
+              bb, loc, ValueRange{zero}, ValueRange{index(bb, blockSize)},
+              ValueRange{one}, [&](OpBuilder &tb, Location, ValueRange ivs) {
+                // Which launch this block belongs to.
+                Value which = zero;
+                for (size_t i = 1; i < group.size(); ++i) {
+                  Value past =
+                      arith::CmpIOp::create(tb, loc, arith::CmpIPredicate::uge,
+                                            block, index(tb, starts[i]));
+                  which = arith::AddIOp::create(
+                      tb, loc, which,
+                      arith::IndexCastUIOp::create(
+                          tb, loc, tb.getIndexType(),
+                          arith::ExtUIOp::create(tb, loc, tb.getI64Type(),
+                                                 past)));
+                }
+                auto cases = llvm::to_vector(
+                    llvm::seq<int64_t>(0, static_cast<int64_t>(group.size())));
+                auto dispatch = scf::IndexSwitchOp::create(
+                    tb, loc, TypeRange{}, which, cases, cases.size());
+                for (auto [i, launch] : llvm::enumerate(group)) {
+                  scf::ParallelOp loop = launch;
+                  OpBuilder cb = OpBuilder::atBlockEnd(
+                      &dispatch.getCaseRegions()[i].emplaceBlock());
+                  // The launch's own tile offset for this block.
+                  Value local = arith::SubIOp::create(cb, loc, block,
+                                                      index(cb, starts[i]));
+                  Value offset = arith::AddIOp::create(
+                      cb, loc, index(cb, lower[i]),
+                      arith::MulIOp::create(cb, loc, local,
+                                            index(cb, steps[i])));
+                  auto inner = cast<scf::ParallelOp>(loop.getBody()->front());
+                  IRMapping map;
+                  map.map(loop.getInductionVars()[0], offset);
+                  map.map(inner.getInductionVars()[0], ivs[0]);
+                  for (Operation &op : inner.getBody()->without_terminator())
+                    cb.clone(op, map);
+                  scf::YieldOp::create(cb, loc);
+                }
+                OpBuilder inDefault = OpBuilder::atBlockEnd(
+                    &dispatch.getDefaultRegion().emplaceBlock());
+                scf::YieldOp::create(inDefault, loc);
+                scf::ReduceOp::create(tb, loc);
+              });
+          (void)gpu::setMappingAttr(threads, mapping(gpu::Processor::ThreadX));
+          scf::ReduceOp::create(bb, loc);
+        });
+    (void)gpu::setMappingAttr(blocks, mapping(gpu::Processor::BlockX));
+    for (scf::ParallelOp loop : group)
+      loop.erase();
+  }
 }
 
 /// Runs `group` (consecutive ops of one block) in a one-thread kernel. The
@@ -437,13 +602,28 @@ LogicalResult OffloadToGPUPass::placeBlock(Block &block) {
     groupTouchesElements = false;
     return result;
   };
+  // Element-wise launches in a row, with only pure scalar or view ops and
+  // allocations between them, are candidates for one multi-tensor launch.
+  SmallVector<scf::ParallelOp> run;
+  auto endRun = [&] {
+    fuseLaunches(run);
+    run.clear();
+  };
   for (Operation *op : ops) {
     if (auto loop = dyn_cast<scf::ParallelOp>(op);
         loop && loop.getInitVals().empty()) {
-      if (failed(flush()) || failed(mapParallelLoop(loop)))
+      if (failed(flush()))
         return failure();
+      FailureOr<scf::ParallelOp> mapped = mapParallelLoop(loop);
+      if (failed(mapped))
+        return failure();
+      run.push_back(*mapped);
       continue;
     }
+    // Allocations may sit between them: the fused launch comes after.
+    if (!run.empty() && ((!isMemoryEffectFree(op) && !isa<gpu::AllocOp>(op)) ||
+                         op->hasTrait<OpTrait::IsTerminator>()))
+      endRun();
     Placement placement = isa<scf::ParallelOp>(op)
                               ? Placement::Kernel // a loop with reductions
                               : place(op);
@@ -463,6 +643,7 @@ LogicalResult OffloadToGPUPass::placeBlock(Block &block) {
         if (failed(placeBlock(nested)))
           return failure();
   }
+  endRun();
   return flush();
 }
 
