@@ -1,4 +1,5 @@
 """Shared by the benchmarks: running compiled steps and torch processes."""
+import json
 import os
 import re
 import statistics
@@ -85,3 +86,15 @@ def shaped_module(torch, spec):
         def forward(self):
             return sum(p.sum() for p in self.ps)
     return Params()
+
+
+def gpt2_f32_spec(ranks):
+    """examples/specs/gpt2-small.json at `ranks` ranks, made f32 (no main
+    parameters): what B5 and B7 measure."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = json.load(open(os.path.join(root, "examples", "specs", "gpt2-small.json")))
+    spec["world_size"] = ranks
+    spec["main_params"] = False
+    for p in spec["parameters"]:
+        p["dtype"] = "f32"
+    return spec

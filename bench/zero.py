@@ -40,7 +40,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import shaped_module, slowest_median_ms, spawn_gloo  # noqa: E402
+from common import gpt2_f32_spec, shaped_module, slowest_median_ms, spawn_gloo  # noqa: E402
 
 RANKS = 2
 MIB = 1 << 20
@@ -115,11 +115,7 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
-    spec = json.load(open(os.path.join(ROOT, "examples", "specs", "gpt2-small.json")))
-    spec["world_size"] = RANKS
-    spec["main_params"] = False
-    for p in spec["parameters"]:
-        p["dtype"] = "f32"
+    spec = gpt2_f32_spec(RANKS)
     params = sum(math.prod(p["shape"]) for p in spec["parameters"])
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = os.path.join(tmp, "gpt2-f32.json")
