@@ -424,16 +424,21 @@ void OffloadToGPUPass::fuseLaunches(ArrayRef<scf::ParallelOp> run) {
                          const llvm::SmallPtrSetImpl<Value> &b) {
       return llvm::any_of(a, [&](Value v) { return b.contains(v); });
     };
-    bool staticBounds = staticIndex(loop.getLowerBound()[0]) &&
-                        staticIndex(loop.getUpperBound()[0]) &&
-                        staticIndex(loop.getStep()[0]);
-    if (!staticBounds || intersects(writes, groupReads) ||
+    // Fusable: static bounds, and the blocks loop holds just the threads
+    // loop (as tiling makes it).
+    Block *body = loop.getBody();
+    bool fusable = staticIndex(loop.getLowerBound()[0]) &&
+                   staticIndex(loop.getUpperBound()[0]) &&
+                   staticIndex(loop.getStep()[0]) &&
+                   body->getOperations().size() == 2 &&
+                   isa<scf::ParallelOp>(body->front());
+    if (!fusable || intersects(writes, groupReads) ||
         intersects(writes, groupWrites) || intersects(reads, groupWrites)) {
       groups.emplace_back();
       groupReads.clear();
       groupWrites.clear();
     }
-    if (!staticBounds)
+    if (!fusable)
       continue;
     groups.back().push_back(loop);
     groupReads.insert(reads.begin(), reads.end());
