@@ -28,13 +28,22 @@ using namespace mlir::distopt;
 
 namespace {
 
+int64_t elementBytes(Type type) {
+  if (type.isIntOrFloat())
+    return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
+  return type.isIndex() ? 8 : 0; // other types are no data the report counts
+}
+
+/// Bytes of a value of `type`; 0 when unknown (dynamic or unranked shapes,
+/// which a step's tensors do not have).
 int64_t bytesOf(Type type, Type elementOverride = {}) {
   auto shaped = dyn_cast<ShapedType>(type);
   if (!shaped) // scalars: lr, step, a norm
-    return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
+    return elementBytes(type);
+  if (!shaped.hasStaticShape())
+    return 0;
   Type element = elementOverride ? elementOverride : shaped.getElementType();
-  return shaped.getNumElements() *
-         llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+  return shaped.getNumElements() * elementBytes(element);
 }
 
 struct CollectiveRow {
@@ -74,7 +83,8 @@ int64_t countParameters(func::FuncOp func) {
       continue;
     auto layout = func.getArgAttrOfType<ArrayAttr>(i, "distopt.layout");
     if (!layout) {
-      if (auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType()))
+      if (auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+          type && type.hasStaticShape())
         count += type.getNumElements();
       continue;
     }
