@@ -34,12 +34,6 @@ CUstream stream = nullptr;
 CUcontext context = nullptr;
 std::string sticky;
 
-// Driver API values used here (from cuda.h).
-constexpr CUresult kSuccess = 0;
-constexpr CUresult kNotReady = 600;
-constexpr unsigned kStreamNonBlocking = 1;
-constexpr int kMemPoolReleaseThreshold = 4;
-
 /// The device for this process: `requested`, else DISTOPT_RT_CUDA_DEVICE,
 /// else the launcher's local rank modulo the device count.
 int chooseDevice(int requested, int count) {
@@ -332,9 +326,8 @@ DISTOPT_RT_EXPORT void mgpuStreamWaitEvent(void *s, void *event) {
 DISTOPT_RT_EXPORT void *mgpuEventCreate() {
   const Driver *d = driver();
   CUevent event = nullptr;
-  constexpr unsigned kDisableTiming = 2;
   if (d)
-    check(d->cuEventCreate(&event, kDisableTiming), "cuEventCreate");
+    check(d->cuEventCreate(&event, kEventDisableTiming), "cuEventCreate");
   return event;
 }
 

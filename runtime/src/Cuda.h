@@ -29,6 +29,13 @@ using CUstream = struct CUstream_st *;
 using CUevent = struct CUevent_st *;
 using CUmemoryPool = struct CUmemPoolHandle_st *;
 
+// Driver API values used by the runtime (from cuda.h).
+constexpr CUresult kSuccess = 0;
+constexpr CUresult kNotReady = 600;         // CUDA_ERROR_NOT_READY
+constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
+constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING
+constexpr int kMemPoolReleaseThreshold = 4; // CU_MEMPOOL_ATTR_RELEASE_...
+
 /// The driver's entry points, null until loaded.
 struct Driver {
   CUresult (*cuInit)(unsigned);

@@ -46,8 +46,8 @@ struct ncclConfig {
   const char *netName = nullptr;
   int splitShare = INT_MIN;
 };
-constexpr ncclResult_t kSuccess = 0;
-constexpr ncclResult_t kInProgress = 7;
+constexpr ncclResult_t kNcclSuccess = 0;
+constexpr ncclResult_t kNcclInProgress = 7;
 constexpr int kScalarHostImmediate = 1;
 
 struct Nccl {
@@ -209,20 +209,19 @@ distopt_rt_status NcclCollectives::await(CUevent done,
                                          const std::string &what) {
   const cuda::Driver *d = cuda::driver();
   for (int spins = 0;; ++spins) {
-    ncclResult_t state = kSuccess;
+    ncclResult_t state = kNcclSuccess;
     ncclResult_t result = nccl.commGetAsyncError(comm, &state);
-    if (result != kSuccess)
+    if (result != kNcclSuccess)
       return ncclFailure(result, what, "ncclCommGetAsyncError");
-    if (state != kSuccess && state != kInProgress)
+    if (state != kNcclSuccess && state != kNcclInProgress)
       return ncclFailure(state, what, "NCCL");
-    if (state == kSuccess) {
+    if (state == kNcclSuccess) {
       if (!done)
         return DISTOPT_RT_OK;
-      constexpr cuda::CUresult kNotReady = 600;
       cuda::CUresult query = d->cuEventQuery(done);
-      if (query == 0)
+      if (query == cuda::kSuccess)
         return DISTOPT_RT_OK;
-      if (query != kNotReady) {
+      if (query != cuda::kNotReady) {
         cuda::check(query, "cuEventQuery");
         return fail(DISTOPT_RT_BACKEND_ERROR,
                     what + ": " + cuda::stickyError());
@@ -252,7 +251,7 @@ distopt_rt_status NcclCollectives::init(Transport &transport) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (rank == 0) {
-    if (ncclResult_t r = nccl.getUniqueId(&id); r != kSuccess)
+    if (ncclResult_t r = nccl.getUniqueId(&id); r != kNcclSuccess)
       return ncclFailure(r, what, "ncclGetUniqueId");
     for (int64_t peer = 1; peer < size; ++peer)
       if (distopt_rt_status s =
@@ -264,15 +263,18 @@ distopt_rt_status NcclCollectives::init(Transport &transport) {
              s != DISTOPT_RT_OK) {
     return s;
   }
-  if (!cuda::check(d->cuStreamCreate(&stream, 1), "cuStreamCreate") ||
-      !cuda::check(d->cuEventCreate(&computeDone, 2), "cuEventCreate") ||
-      !cuda::check(d->cuEventCreate(&commDone, 2), "cuEventCreate"))
+  if (!cuda::check(d->cuStreamCreate(&stream, cuda::kStreamNonBlocking),
+                   "cuStreamCreate") ||
+      !cuda::check(d->cuEventCreate(&computeDone, cuda::kEventDisableTiming),
+                   "cuEventCreate") ||
+      !cuda::check(d->cuEventCreate(&commDone, cuda::kEventDisableTiming),
+                   "cuEventCreate"))
     return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + cuda::stickyError());
   ncclConfig config;
   config.blocking = 0;
   ncclResult_t r = nccl.commInitRankConfig(&comm, static_cast<int>(size), id,
                                            static_cast<int>(rank), &config);
-  if (r != kSuccess && r != kInProgress)
+  if (r != kNcclSuccess && r != kNcclInProgress)
     return ncclFailure(r, what, "ncclCommInitRankConfig");
   Clock::time_point deadline = deadlineFromNow();
   return await(nullptr, deadline, what);
@@ -294,7 +296,7 @@ ncclResult_t NcclCollectives::enqueue(const Collective &c, ncclRedOp_t op) {
   case Collective::Reduce:
     return nccl.reduce(c.send, c.recv, count, type, op, root, comm, stream);
   }
-  return kSuccess;
+  return kNcclSuccess;
 }
 
 distopt_rt_status NcclCollectives::execute(const Collective &c,
@@ -331,11 +333,11 @@ distopt_rt_status NcclCollectives::execute(const Collective &c,
     convert(&c.scale, DISTOPT_RT_F64, scalar, c.type, 1);
     ncclResult_t r = nccl.redOpCreatePreMulSum(&op, scalar, ncclType(c.type),
                                                kScalarHostImmediate, comm);
-    if (r != kSuccess && r != kInProgress)
+    if (r != kNcclSuccess && r != kNcclInProgress)
       return ncclFailure(r, what, "ncclRedOpCreatePreMulSum");
   }
   ncclResult_t r = enqueue(c, op);
-  if (r != kSuccess && r != kInProgress)
+  if (r != kNcclSuccess && r != kNcclInProgress)
     return ncclFailure(r, what, name(c.kind));
   // The dialect's reduce leaves other ranks their own input.
   if (c.kind == Collective::Reduce && c.root != rank && c.recv != c.send)
