@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -78,11 +79,17 @@ const Nccl *loadNccl(std::string &why) {
   static Nccl nccl;
   static std::string error;
   static bool loaded = [] {
-    void *library = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    // PyTorch's pip packages keep NCCL out of the library path: a path may
+    // be given.
+    const char *path = std::getenv("DISTOPT_RT_NCCL_LIBRARY");
+    if (!path)
+      path = "libnccl.so.2";
+    void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!library) {
       const char *text = dlerror();
-      error = std::string("NCCL (libnccl.so.2) cannot be loaded: ") +
-              (text ? text : "not found");
+      error = std::string("NCCL (") + path +
+              ") cannot be loaded: " + (text ? text : "not found") +
+              " (set DISTOPT_RT_NCCL_LIBRARY to its path)";
       return false;
     }
     auto get = [&](const char *name, auto &fn) {

@@ -18,6 +18,8 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::distopt {
@@ -417,9 +419,24 @@ void accessedBuffers(Operation *op, llvm::SmallPtrSetImpl<Value> &reads,
 void OffloadToGPUPass::fuseLaunches(ArrayRef<scf::ParallelOp> run) {
   SmallVector<SmallVector<scf::ParallelOp>> groups(1);
   llvm::SmallPtrSet<Value, 16> groupReads, groupWrites;
+  // Kernel parameters: what the fused body uses from outside (a memref is
+  // a descriptor). PTX before 8.1 allows 4352 bytes; stay below.
+  constexpr int64_t kParameterBudget = 4096;
+  llvm::SetVector<Value> groupParameters;
+  auto parameterBytes = [](const llvm::SetVector<Value> &values) {
+    int64_t bytes = 0;
+    for (Value value : values)
+      if (auto memref = dyn_cast<MemRefType>(value.getType()))
+        bytes += 8 * (3 + 2 * memref.getRank());
+      else
+        bytes += 8;
+    return bytes;
+  };
   for (scf::ParallelOp loop : run) {
     llvm::SmallPtrSet<Value, 16> reads, writes;
     accessedBuffers(loop, reads, writes);
+    llvm::SetVector<Value> parameters = groupParameters;
+    getUsedValuesDefinedAbove(loop.getRegion(), parameters);
     auto intersects = [](const llvm::SmallPtrSetImpl<Value> &a,
                          const llvm::SmallPtrSetImpl<Value> &b) {
       return llvm::any_of(a, [&](Value v) { return b.contains(v); });
@@ -433,13 +450,19 @@ void OffloadToGPUPass::fuseLaunches(ArrayRef<scf::ParallelOp> run) {
                    body->getOperations().size() == 2 &&
                    isa<scf::ParallelOp>(body->front());
     if (!fusable || intersects(writes, groupReads) ||
-        intersects(writes, groupWrites) || intersects(reads, groupWrites)) {
+        intersects(writes, groupWrites) || intersects(reads, groupWrites) ||
+        parameterBytes(parameters) > kParameterBudget) {
       groups.emplace_back();
       groupReads.clear();
       groupWrites.clear();
+      parameters.clear();
+      getUsedValuesDefinedAbove(loop.getRegion(), parameters);
     }
-    if (!fusable)
+    if (!fusable) {
+      groupParameters.clear(); // the new group is still empty
       continue;
+    }
+    groupParameters = std::move(parameters);
     groups.back().push_back(loop);
     groupReads.insert(reads.begin(), reads.end());
     groupWrites.insert(writes.begin(), writes.end());
