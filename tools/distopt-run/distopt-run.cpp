@@ -523,12 +523,16 @@ constexpr uintptr_t kGlobalMarker = 0xdeadbeef;
 /// they are uploaded when the host writes them and downloaded at the end.
 struct DeviceMirror {
   bool enabled = false;
-  std::vector<void *> buffers;
+  /// Per argument: the data the step is handed, and the allocation it lies
+  /// in (a result may be a view into a buffer the step allocated).
+  std::vector<void *> buffers, bases;
 
   void upload(size_t i, const Slot &slot, const Buffer &host) {
-    if (!buffers[i])
+    if (!buffers[i]) {
       check(distopt_rt_cuda_alloc(slot.bytes(), &buffers[i]),
             "allocating device memory");
+      bases[i] = buffers[i];
+    }
     check(distopt_rt_cuda_copy(buffers[i], host.aligned, slot.bytes()),
           "copying to the device");
   }
@@ -536,10 +540,15 @@ struct DeviceMirror {
     check(distopt_rt_cuda_copy(host.aligned, buffers[i], slot.bytes()),
           "copying from the device");
   }
-  /// Frees `ptr` unless an argument still uses it.
-  void release(void *ptr) {
-    if (ptr && std::find(buffers.begin(), buffers.end(), ptr) == buffers.end())
-      check(distopt_rt_cuda_free(ptr), "freeing device memory");
+  /// Frees each allocation in `allocations` (once) unless an argument still
+  /// lies in it.
+  void release(std::vector<void *> allocations) {
+    std::sort(allocations.begin(), allocations.end());
+    allocations.erase(std::unique(allocations.begin(), allocations.end()),
+                      allocations.end());
+    for (void *base : allocations)
+      if (base && std::find(bases.begin(), bases.end(), base) == bases.end())
+        check(distopt_rt_cuda_free(base), "freeing device memory");
   }
 };
 
@@ -622,6 +631,7 @@ int main(int argc, char **argv) {
   // Argument buffers, by position; results map back by (role, name).
   std::vector<Buffer> buffers(args.size());
   device.buffers.assign(args.size(), nullptr);
+  device.bases.assign(args.size(), nullptr);
   llvm::StringMap<size_t> argOf;
   for (size_t i = 0; i < args.size(); ++i) {
     const Slot &slot = args[i];
@@ -735,6 +745,9 @@ int main(int argc, char **argv) {
     // global is copied (the next step may update it in place); buffers no
     // argument refers to any more are freed.
     std::vector<Buffer> previous = buffers;
+    // Device allocations no argument may use any more, freed once every
+    // result is placed.
+    std::vector<void *> deviceGarbage;
     size_t word = 0;
     for (size_t k = 0; k < results.size(); ++k) {
       if (results[k].inPlaceArg >= 0) {
@@ -756,9 +769,9 @@ int main(int argc, char **argv) {
         void *returned =
             reinterpret_cast<char *>(d[1]) + d[2] * results[k].elementBytes();
         if (resultArg[k] != SIZE_MAX) {
-          void *old = device.buffers[resultArg[k]];
+          deviceGarbage.push_back(device.bases[resultArg[k]]);
           device.buffers[resultArg[k]] = returned;
-          device.release(old);
+          device.bases[resultArg[k]] = reinterpret_cast<void *>(d[0]);
           continue;
         }
         if (results[k].role == "loss" && results[k].dtype == "f32") {
@@ -766,7 +779,7 @@ int main(int argc, char **argv) {
           check(distopt_rt_cuda_copy(&loss, returned, 4), "reading the loss");
           losses.push_back(loss);
         }
-        device.release(reinterpret_cast<void *>(d[0]));
+        deviceGarbage.push_back(reinterpret_cast<void *>(d[0]));
         continue;
       }
       Buffer result{reinterpret_cast<void *>(d[0]),
@@ -796,6 +809,7 @@ int main(int argc, char **argv) {
       if (!shared)
         _mlir_memref_to_llvm_free(result.allocated);
     }
+    device.release(std::move(deviceGarbage));
     for (const Buffer &old : previous) {
       if (!old.owned || !old.allocated)
         continue;
@@ -951,11 +965,8 @@ int main(int argc, char **argv) {
     }
   if (device.enabled) {
     std::vector<void *> owned;
-    owned.swap(device.buffers);
-    std::sort(owned.begin(), owned.end());
-    owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
-    for (void *p : owned)
-      device.release(p);
+    owned.swap(device.bases);
+    device.release(owned);
   }
   return differing ? 1 : 0;
 }
