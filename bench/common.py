@@ -5,6 +5,7 @@ import re
 import statistics
 import subprocess
 import tempfile
+import time
 
 
 def reduce_only_step(params, ranks):
@@ -55,6 +56,21 @@ def slowest_median_ms(dist, torch, times):
         dist.all_reduce(local, op=dist.ReduceOp.MAX)
         slowest.append(local.item())
     return statistics.median(slowest[1:]) * 1e3
+
+
+def backward_step_ms(dist, torch, module, steps, optimizer=None):
+    """Forward + backward of `module` (a shaped_module, under DDP or not),
+    then optimizer.step() if given: the median after the first of `steps`
+    iterations, each the slowest rank's (ms); a collective."""
+    times = []
+    for _ in range(steps):
+        dist.barrier()
+        start = time.perf_counter()
+        module().backward()
+        if optimizer is not None:
+            optimizer.step()
+        times.append(time.perf_counter() - start)
+    return slowest_median_ms(dist, torch, times)
 
 
 def spawn_gloo(worker, ranks, *args):

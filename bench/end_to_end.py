@@ -26,13 +26,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import (compile_and_run, gpt2_f32_spec, shaped_module,  # noqa: E402
-                    slowest_median_ms, spawn_gloo)
+from common import (backward_step_ms, compile_and_run, gpt2_f32_spec,  # noqa: E402
+                    shaped_module, spawn_gloo)
 
 RANKS = 2
 
@@ -44,25 +43,13 @@ def torch_worker(rank, init_file, spec, steps, queue):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=RANKS)
     opt_spec = spec["optimizer"]
-
-    def timed(module, step):
-        optimizer = torch.optim.AdamW(module.parameters(), lr=opt_spec["lr"],
-                                      betas=tuple(opt_spec["betas"]),
-                                      weight_decay=opt_spec["weight_decay"], foreach=True)
-        times = []
-        for _ in range(steps):
-            dist.barrier()
-            start = time.perf_counter()
-            module().backward()
-            if step:
-                optimizer.step()
-            times.append(time.perf_counter() - start)
-        return slowest_median_ms(dist, torch, times)
-
-    compute = timed(shaped_module(torch, spec), step=False)
+    compute = backward_step_ms(dist, torch, shaped_module(torch, spec), steps)
     ddp = torch.nn.parallel.DistributedDataParallel(shaped_module(torch, spec), bucket_cap_mb=25,
                                                     gradient_as_bucket_view=True)
-    total = timed(ddp, step=True)
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=opt_spec["lr"],
+                                  betas=tuple(opt_spec["betas"]),
+                                  weight_decay=opt_spec["weight_decay"], foreach=True)
+    total = backward_step_ms(dist, torch, ddp, steps, optimizer)
     if rank == 0:
         queue.put((total, compute))
     dist.barrier()

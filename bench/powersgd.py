@@ -25,13 +25,12 @@ import os
 import re
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import (compile_and_run, reduce_only_step, report, shaped_module,  # noqa: E402
-                    slowest_median_ms, spawn_gloo)
+from common import (backward_step_ms, compile_and_run, reduce_only_step, report,  # noqa: E402
+                    shaped_module, spawn_gloo)
 
 WORLD = 2
 RANKS = (1, 2, 4)
@@ -43,19 +42,9 @@ def torch_worker(rank, init_file, spec, steps, queue):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD)
-
-    def timed(module):
-        times = []
-        for _ in range(steps + 1):
-            dist.barrier()
-            start = time.perf_counter()
-            module().backward()
-            times.append(time.perf_counter() - start)
-        return slowest_median_ms(dist, torch, times[1:])
-
-    compute = timed(shaped_module(torch, spec))
-    ddp = timed(torch.nn.parallel.DistributedDataParallel(
-        shaped_module(torch, spec), bucket_cap_mb=25, gradient_as_bucket_view=True))
+    compute = backward_step_ms(dist, torch, shaped_module(torch, spec), steps + 1)
+    ddp = backward_step_ms(dist, torch, torch.nn.parallel.DistributedDataParallel(
+        shaped_module(torch, spec), bucket_cap_mb=25, gradient_as_bucket_view=True), steps + 1)
     if rank == 0:
         queue.put(ddp - compute)
     dist.barrier()

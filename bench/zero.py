@@ -35,12 +35,11 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import gpt2_f32_spec, shaped_module, slowest_median_ms, spawn_gloo  # noqa: E402
+from common import backward_step_ms, gpt2_f32_spec, shaped_module, spawn_gloo  # noqa: E402
 
 RANKS = 2
 MIB = 1 << 20
@@ -54,27 +53,13 @@ def torch_worker(rank, init_file, spec, steps, queue):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=RANKS)
     opt = spec["optimizer"]
-
-    def timed(module, step):
-        optimizer = None
-        if step:
-            optimizer = ZeroRedundancyOptimizer(
-                module.parameters(), optimizer_class=torch.optim.AdamW, lr=opt["lr"],
-                betas=tuple(opt["betas"]), weight_decay=opt["weight_decay"], foreach=True)
-        times = []
-        for _ in range(steps):
-            dist.barrier()
-            start = time.perf_counter()
-            module().backward()
-            if step:
-                optimizer.step()
-            times.append(time.perf_counter() - start)
-        return slowest_median_ms(dist, torch, times), optimizer
-
-    compute, _ = timed(shaped_module(torch, spec), step=False)
+    compute = backward_step_ms(dist, torch, shaped_module(torch, spec), steps)
     ddp = torch.nn.parallel.DistributedDataParallel(shaped_module(torch, spec), bucket_cap_mb=25,
                                                     gradient_as_bucket_view=True)
-    total, optimizer = timed(ddp, step=True)
+    optimizer = ZeroRedundancyOptimizer(
+        ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=opt["lr"],
+        betas=tuple(opt["betas"]), weight_decay=opt["weight_decay"], foreach=True)
+    total = backward_step_ms(dist, torch, ddp, steps, optimizer)
     params = sum(p.numel() * p.element_size() for p in ddp.parameters())
     state = sum(t.numel() * t.element_size() for s in optimizer.optim.state.values()
                 for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
