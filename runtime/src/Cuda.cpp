@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -25,10 +26,15 @@
 namespace distopt::rt::cuda {
 namespace {
 
-std::mutex mutex; // initialization and the sticky error
+std::mutex mutex;      // initialization
+std::mutex errorMutex; // the sticky error's text
 Driver loaded;
 bool initialized = false;
 bool ready = false;
+// Read without a lock on every GPU call: set once initialized (and whether
+// it worked is then fixed), and at the first failure.
+std::atomic<bool> initializedFlag{false};
+std::atomic<bool> failedFlag{false};
 int deviceIndex = -1;
 CUstream stream = nullptr;
 CUcontext context = nullptr;
@@ -51,7 +57,7 @@ int chooseDevice(int requested, int count) {
 template <typename F> bool resolve(void *library, const char *name, F &fn) {
   fn = reinterpret_cast<F>(dlsym(library, name));
   if (!fn)
-    sticky = std::string("CUDA: the driver has no ") + name;
+    setError(std::string("CUDA: the driver has no ") + name);
   return fn != nullptr;
 }
 
@@ -62,8 +68,8 @@ void initialize(int requested) {
   void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!library) {
     const char *why = dlerror();
-    sticky = std::string("CUDA: no driver (libcuda.so.1): ") +
-             (why ? why : "not found");
+    setError(std::string("CUDA: no driver (libcuda.so.1): ") +
+             (why ? why : "not found"));
     return;
   }
   Driver &d = loaded;
@@ -103,13 +109,13 @@ void initialize(int requested) {
       !check(d.cuDeviceGetCount(&count), "cuDeviceGetCount"))
     return;
   if (count == 0) {
-    sticky = "CUDA: the driver sees no device";
+    setError("CUDA: the driver sees no device");
     return;
   }
   int index = chooseDevice(requested, count);
   if (index < 0 || index >= count) {
-    sticky = "CUDA: device " + std::to_string(index) + " requested, " +
-             std::to_string(count) + " present";
+    setError("CUDA: device " + std::to_string(index) + " requested, " +
+             std::to_string(count) + " present");
     return;
   }
   CUdevice device;
@@ -139,22 +145,34 @@ bool check(CUresult result, const char *call) {
   const char *text = nullptr;
   if (loaded.cuGetErrorString)
     loaded.cuGetErrorString(result, &text);
-  if (sticky.empty())
-    sticky = "CUDA device " + std::to_string(deviceIndex) + ": " + call +
-             " failed: " + (text ? text : "error " + std::to_string(result));
+  setError("CUDA device " + std::to_string(deviceIndex) + ": " + call +
+           " failed: " + (text ? text : "error " + std::to_string(result)));
   return false;
 }
 
 void setError(const std::string &message) {
+  std::lock_guard<std::mutex> lock(errorMutex);
   if (sticky.empty())
     sticky = message;
+  failedFlag.store(true, std::memory_order_release);
+}
+
+/// Initializes once (with `mutex` held by the caller).
+void initializeOnce(int requested) {
+  if (initialized)
+    return;
+  initialize(requested);
+  if (!ready)
+    failedFlag.store(true, std::memory_order_release);
+  initializedFlag.store(true, std::memory_order_release);
 }
 
 const Driver *driver() {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!initialized)
-    initialize(-1);
-  return ready && sticky.empty() ? &loaded : nullptr;
+  if (!initializedFlag.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mutex);
+    initializeOnce(-1);
+  }
+  return failedFlag.load(std::memory_order_acquire) ? nullptr : &loaded;
 }
 
 CUstream computeStream() { return stream; }
@@ -164,8 +182,11 @@ bool bindContext() {
   return d && check(d->cuCtxSetCurrent(context), "cuCtxSetCurrent");
 }
 int device() { return deviceIndex; }
-bool failed() { return !sticky.empty(); }
-const std::string &stickyError() { return sticky; }
+bool failed() { return failedFlag.load(std::memory_order_acquire); }
+std::string stickyError() {
+  std::lock_guard<std::mutex> lock(errorMutex);
+  return sticky;
+}
 
 } // namespace distopt::rt::cuda
 
@@ -197,7 +218,7 @@ distopt_rt_status distopt_rt_cuda_init(int64_t device) {
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (!initialized)
-      initialize(static_cast<int>(device));
+      initializeOnce(static_cast<int>(device));
     else if (device >= 0 && ready && device != deviceIndex)
       return fail(DISTOPT_RT_INVALID_ARGUMENT,
                   "distopt_rt_cuda_init: device " + std::to_string(device) +
@@ -273,11 +294,10 @@ DISTOPT_RT_EXPORT void mgpuModuleUnload(void *module) {
 DISTOPT_RT_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
   const Driver *d = driver();
   CUfunction function = nullptr;
-  if (d && module &&
-      !check(d->cuModuleGetFunction(&function, static_cast<CUmodule>(module),
-                                    name),
-             "cuModuleGetFunction"))
-    setError(stickyError() + " (kernel " + name + ")");
+  if (d && module)
+    check(
+        d->cuModuleGetFunction(&function, static_cast<CUmodule>(module), name),
+        ("cuModuleGetFunction(" + std::string(name) + ")").c_str());
   return function;
 }
 

@@ -81,7 +81,7 @@ bool bindContext();
 int device();
 /// Whether a GPU call failed; its message is kept in stickyError().
 bool failed();
-const std::string &stickyError();
+std::string stickyError();
 /// Checks `result` of `call`; on failure records the sticky error.
 bool check(CUresult result, const char *call);
 /// Records a sticky error that is not a driver result.
