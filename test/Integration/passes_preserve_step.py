@@ -2,8 +2,9 @@
 """Every transformation preserves the step, checked by running it.
 
 For each spec and rank count, imports the step, applies each variant of the
-pipeline (division fusion, bucketing, ZeRO-1/2/3 flat, ZeRO-1/2 greedy, the
-whole pipeline with asynchronous collectives), compiles it with
+pipeline (division fusion, bucketing, ZeRO-1/2/3 flat, ZeRO-1/2 greedy,
+gradients as bucket views, the whole pipeline with asynchronous
+collectives), compiles it with
 --distopt-lower-to-cpu, runs 3 steps under
 mpirun, and compares the parameters every rank ends with:
   - with the untransformed step's, bit for bit. The harness's gradients are
@@ -36,10 +37,15 @@ VARIANTS = {
     "zero2-greedy": [FUSE, "--distopt-shard-optimizer=stage=2 strategy=greedy"],
     "overlapped": [FUSE, "--distopt-bucketize=first-bucket-cap-mb=0.0001",
                    "--distopt-overlap-collectives"],
+    "bucket-views": [FUSE, "--distopt-bucketize=first-bucket-cap-mb=0.0001",
+                     "--distopt-grad-as-bucket-view"],
+    "zero2-flat-views": [FUSE, "--distopt-shard-optimizer=stage=2",
+                         "--distopt-grad-as-bucket-view"],
     "pipeline": ["--distopt-pipeline"],
     "pipeline-zero1": ["--distopt-pipeline=zero-stage=1"],
     "pipeline-zero2": ["--distopt-pipeline=zero-stage=2"],
     "pipeline-zero3": ["--distopt-pipeline=zero-stage=3"],
+    "pipeline-views": ["--distopt-pipeline=grad-as-bucket-view"],
 }
 # Greedy sharding of main parameters needs a per-owner initial layout that
 # the harness does not build.

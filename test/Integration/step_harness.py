@@ -171,7 +171,13 @@ def harness(module, steps):
 
     def gradient(arg, step):
         n = int(np.prod(arg.shape)) if arg.shape else 1
-        base = pattern(arg.name + "g" + str(step), n)
+        if arg.layout:  # a bucket of gradients: each at its offset, zeros between
+            base = np.zeros(n, np.float32)
+            for name, offset, _, shape in arg.layout:
+                m = int(np.prod(shape)) if shape else 1
+                base[offset:offset + m] = pattern(name + "g" + str(step), m)
+        else:
+            base = pattern(arg.name + "g" + str(step), n)
         c = const_tensor(base, arg.shape, arg.element)
         # grad = base * (1 + rank / 4): different on every rank, exact.
         f = fresh("f")

@@ -132,7 +132,7 @@ static llvm::json::Value valueJson(Type type, DictionaryAttr attrs) {
     object["per_rank"] = true;
   if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
     object["shard_of"] = shardOf.getInt();
-  if (auto layout = attrs.getAs<ArrayAttr>("distopt.layout")) {
+  if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
     llvm::json::Array entries;
     for (Attribute entry : layout) {
       auto dict = cast<DictionaryAttr>(entry);

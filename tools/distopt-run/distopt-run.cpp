@@ -267,18 +267,18 @@ int64_t numelOf(const std::vector<int64_t> &shape) {
   return n;
 }
 
-/// The parts of a sharded slot's tensors this rank holds: `fn(entry, first,
+/// The parts of a laid-out slot's tensors this rank holds: `fn(entry, first,
 /// at, count)` for elements [first, first + count) of the entry's tensor at
 /// [at, at + count) of this rank's buffer. A flat shard holds elements
 /// [rank * S, (rank + 1) * S) of the laid-out buffer; greedy, this rank's
-/// own tensors at their offsets.
+/// own tensors at their offsets; a gradient bucket, every tensor.
 void forEachLocalRange(
     const Slot &slot,
     llvm::function_ref<void(const Entry &, int64_t, int64_t, int64_t)> fn) {
   int64_t size = slot.numel();
   int64_t begin = slot.shardOf ? myRank * size : 0;
   for (const Entry &e : slot.layout) {
-    if (!slot.shardOf && e.owner != myRank)
+    if (!slot.shardOf && e.owner >= 0 && e.owner != myRank)
       continue;
     int64_t lo = std::max(e.offset, begin);
     int64_t hi = std::min(e.offset + numelOf(e.shape), begin + size);
@@ -305,13 +305,25 @@ void fillParameter(const Slot &slot, Buffer &buffer) {
 /// so that ranks differ, every sum over ranks is exact, and their average is
 /// the pattern at any world size N (a run resumed at another size continues
 /// the same trajectory).
+/// A gradient bucket (--distopt-grad-as-bucket-view) holds each gradient at
+/// its offset, as its own argument would, and zeros in between.
 void fillGradient(const Slot &slot, Buffer &buffer, int64_t step) {
   double factor = 1.0 + (myRank - (worldSize - 1) / 2.0) / 4.0;
-  std::string key = slot.name + "g" + std::to_string(step);
-  for (int64_t i = 0; i < slot.numel(); ++i)
-    storeElement(slot, buffer.aligned, i,
-                 static_cast<double>(static_cast<float>(pattern(key, i))) *
-                     factor);
+  auto fill = [&](const std::string &name, int64_t first, int64_t at,
+                  int64_t count) {
+    std::string key = name + "g" + std::to_string(step);
+    for (int64_t i = 0; i < count; ++i)
+      storeElement(
+          slot, buffer.aligned, at + i,
+          static_cast<double>(static_cast<float>(pattern(key, first + i))) *
+              factor);
+  };
+  if (slot.layout.empty())
+    return fill(slot.name, 0, 0, slot.numel());
+  std::memset(buffer.aligned, 0, slot.bytes());
+  forEachLocalRange(slot,
+                    [&](const Entry &e, int64_t first, int64_t at,
+                        int64_t count) { fill(e.name, first, at, count); });
 }
 
 void fillNormal(const Slot &slot, Buffer &buffer, uint64_t seed) {

@@ -49,6 +49,8 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createBucketizePass(BucketizePassOptions{
         options.bucketCapMb, options.firstBucketCapMb, /*reverse=*/true,
         /*alignment=*/64}));
+  if (options.gradAsBucketView)
+    func.addPass(createGradAsBucketViewPass());
   if (options.overlap)
     func.addPass(createOverlapCollectivesPass());
   if (options.verify)

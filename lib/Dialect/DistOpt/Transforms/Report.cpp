@@ -75,13 +75,22 @@ double ringBytes(StringRef kind, int64_t payload, int64_t n) {
   return share * payload;
 }
 
+/// The elements of the tensor a `distopt.layout` entry describes.
+int64_t numElements(DictionaryAttr entry) {
+  auto shape = entry.getAs<DenseI64ArrayAttr>("shape");
+  if (!shape)
+    return 0;
+  return std::accumulate(shape.asArrayRef().begin(), shape.asArrayRef().end(),
+                         int64_t(1), std::multiplies<int64_t>());
+}
+
 /// The elements of the parameters `func` takes, before any sharding.
 int64_t countParameters(func::FuncOp func) {
   int64_t count = 0;
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
     if (abi::getArgRole(func, i) != abi::kParam)
       continue;
-    auto layout = func.getArgAttrOfType<ArrayAttr>(i, "distopt.layout");
+    auto layout = func.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
     if (!layout) {
       if (auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
           type && type.hasStaticShape())
@@ -89,10 +98,7 @@ int64_t countParameters(func::FuncOp func) {
       continue;
     }
     for (auto entry : layout.getAsRange<DictionaryAttr>())
-      if (auto shape = entry.getAs<DenseI64ArrayAttr>("shape"))
-        count += std::accumulate(shape.asArrayRef().begin(),
-                                 shape.asArrayRef().end(), int64_t(1),
-                                 std::multiplies<int64_t>());
+      count += numElements(entry);
   }
   return count;
 }
@@ -139,11 +145,21 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
 
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
     StringRef role = abi::getArgRole(func, i);
-    int64_t bytes = bytesOf(func.getArgument(i).getType());
+    Type type = func.getArgument(i).getType();
+    int64_t bytes = bytesOf(type);
     if (role == abi::kParam)
       report.paramBytes += bytes;
     else if (role == abi::kMainParam || role == abi::kState)
       report.stateBytes += bytes;
+    // A bucket the caller fills (--distopt-grad-as-bucket-view).
+    auto layout = func.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
+    if (role == abi::kGrad && layout) {
+      int64_t total = cast<RankedTensorType>(type).getNumElements();
+      int64_t elements = 0;
+      for (auto entry : layout.getAsRange<DictionaryAttr>())
+        elements += numElements(entry);
+      report.buckets.push_back({layout.size(), total, bytes, total - elements});
+    }
   }
 
   func.walk([&](Operation *op) {

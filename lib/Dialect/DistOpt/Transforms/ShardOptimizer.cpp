@@ -230,15 +230,10 @@ static ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
                             ArrayRef<int64_t> offsets,
                             ArrayRef<int64_t> owners = {}) {
   SmallVector<Attribute> entries;
-  for (auto [i, u] : llvm::enumerate(group)) {
-    NamedAttrList entry;
-    entry.set("name", builder.getStringAttr(u->name));
-    entry.set("offset", builder.getI64IntegerAttr(offsets[i]));
-    entry.set("shape", builder.getDenseI64ArrayAttr(u->paramType().getShape()));
-    if (!owners.empty())
-      entry.set("owner", builder.getI64IntegerAttr(owners[i]));
-    entries.push_back(entry.getDictionary(builder.getContext()));
-  }
+  for (auto [i, u] : llvm::enumerate(group))
+    entries.push_back(abi::layoutEntry(
+        builder, u->name, offsets[i], u->paramType().getShape(),
+        owners.empty() ? std::nullopt : std::optional<int64_t>(owners[i])));
   return builder.getArrayAttr(entries);
 }
 
@@ -275,7 +270,7 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
   int64_t padded = llvm::alignTo(packed, size * alignElems);
   int64_t shard = padded / size;
   std::string prefix = ("flat" + Twine(index)).str();
-  NamedAttribute layout(builder.getStringAttr("distopt.layout"),
+  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
                         layoutAttr(builder, group, offsets));
   NamedAttribute shardOf(builder.getStringAttr("distopt.shard_of"),
                          builder.getI64IntegerAttr(padded));
@@ -478,7 +473,7 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
 
   Type paramElement = first.paramType().getElementType();
   std::string prefix = ("owned" + Twine(index)).str();
-  NamedAttribute layout(builder.getStringAttr("distopt.layout"),
+  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
                         layoutAttr(builder, group, offset, owner));
   auto ownedArgument = [&](Type element, StringRef role, StringRef name) {
     return addArgument(func, flatType(capacity, element), role, name, {layout});

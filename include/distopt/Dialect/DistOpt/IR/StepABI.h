@@ -11,9 +11,12 @@
 #ifndef DISTOPT_DIALECT_DISTOPT_IR_STEPABI_H
 #define DISTOPT_DIALECT_DISTOPT_IR_STEPABI_H
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/StringRef.h"
+
+#include <optional>
 
 namespace mlir::distopt::abi {
 
@@ -23,6 +26,9 @@ constexpr llvm::StringLiteral kName = "distopt.name";
 /// A unit attribute on state that differs per rank (PowerSGD's error
 /// feedback): checkpoints keep every rank's copy.
 constexpr llvm::StringLiteral kPerRank = "distopt.per_rank";
+/// On a flat buffer holding several tensors (a ZeRO shard, a gradient
+/// bucket): where each lies. docs/step-abi.md describes the entries.
+constexpr llvm::StringLiteral kLayout = "distopt.layout";
 /// Module attributes written by the importer.
 constexpr llvm::StringLiteral kWorldSize = "distopt.world_size";
 constexpr llvm::StringLiteral kModelName = "distopt.model";
@@ -59,6 +65,20 @@ inline llvm::StringRef getArgName(FunctionOpInterface func, unsigned index) {
   if (auto name = func.getArgAttrOfType<StringAttr>(index, kName))
     return name.getValue();
   return {};
+}
+
+/// One entry of a `distopt.layout`: tensor `name` of `shape` starts at
+/// element `offset`; `owner` is the rank holding it (greedy sharding only).
+inline DictionaryAttr layoutEntry(Builder &builder, llvm::StringRef name,
+                                  int64_t offset, llvm::ArrayRef<int64_t> shape,
+                                  std::optional<int64_t> owner = std::nullopt) {
+  NamedAttrList entry;
+  entry.set("name", builder.getStringAttr(name));
+  entry.set("offset", builder.getI64IntegerAttr(offset));
+  entry.set("shape", builder.getDenseI64ArrayAttr(shape));
+  if (owner)
+    entry.set("owner", builder.getI64IntegerAttr(*owner));
+  return entry.getDictionary(builder.getContext());
 }
 
 } // namespace mlir::distopt::abi

@@ -55,6 +55,53 @@ def BucketizePass : Pass<"distopt-bucketize", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::distopt::DistOptDialect"];
 }
 
+def GradAsBucketViewPass
+    : Pass<"distopt-grad-as-bucket-view", "::mlir::func::FuncOp"> {
+  let summary = "Make gradients views of their bucket (a flat argument)";
+  let description = [{
+    PyTorch DDP's `gradient_as_bucket_view` as a transformation of the
+    step's interface. Each `distopt.bucket_pack` whose inputs are gradient
+    arguments of the function (`distopt.role = "grad"`) becomes one flat
+    gradient argument of the bucket's type, `distopt.name = "bucket<i>"`,
+    with a `distopt.layout` giving each gradient's name, shape and offset
+    (as `--distopt-shard-optimizer` describes its flat buffers). The caller
+    writes the gradients straight into that buffer (zero padding), so the
+    step no longer copies them into the bucket, and the reduced bucket is
+    read in place: `bucket_unpack` lowers to views. Other uses of a
+    gradient read it from the bucket argument.
+
+    ```mlir
+    func.func @step(%ga: tensor<16xf32> {distopt.name = "a", distopt.role = "grad"},
+                    %gb: tensor<8xf32> {distopt.name = "b", distopt.role = "grad"}) ... {
+      %p = distopt.bucket_pack %gb, %ga : tensor<8xf32>, tensor<16xf32> -> tensor<32xf32>
+      %r = distopt.all_reduce avg %p on @dp : tensor<32xf32>
+    // becomes
+    func.func @step(%bucket: tensor<32xf32> {distopt.name = "bucket0",
+                      distopt.role = "grad", distopt.layout = [
+                      {name = "b", offset = 0 : i64, shape = array<i64: 8>},
+                      {name = "a", offset = 16 : i64, shape = array<i64: 16>} ]
+                    }) ... {
+      %r = distopt.all_reduce avg %bucket on @dp : tensor<32xf32>
+    ```
+
+    The bucket argument takes the place of its first gradient. Returned
+    gradients (results with `distopt.role = "grad"` named after the
+    bucket's gradients) become one returned bucket in the same way. A
+    bucket is left as it is when a gradient is packed into more than one
+    bucket, lacks a unique name, or only some of its gradients are
+    returned. Apply it after the passes that form buckets
+    (`--distopt-bucketize`, `--distopt-shard-optimizer` with the flat
+    strategy at stage 2 or 3, `--distopt-powersgd`, which match packs of
+    gradient arguments) and to a function without callers: like them, it
+    changes the function's signature.
+  }];
+  let statistics = [
+    Statistic<"numViews", "num-bucket-views",
+              "Buckets that became gradient arguments">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
 def FuseDivIntoAllReducePass
     : Pass<"distopt-fuse-div-into-allreduce", "::mlir::func::FuncOp"> {
   let summary = "Fold a scaling by a constant into the reduction";

@@ -49,6 +49,11 @@ struct DistOptPipelineOptions
       *this, "first-bucket-cap-mb",
       llvm::cl::desc("Capacity of the first bucket in MB"),
       llvm::cl::init(1.0)};
+  Option<bool> gradAsBucketView{
+      *this, "grad-as-bucket-view",
+      llvm::cl::desc("Gradients as views of flat bucket arguments (changes "
+                     "the step's interface, as DDP's gradient_as_bucket_view)"),
+      llvm::cl::init(false)};
   Option<bool> overlap{*this, "overlap",
                        llvm::cl::desc("Make collectives asynchronous"),
                        llvm::cl::init(true)};
@@ -58,8 +63,8 @@ struct DistOptPipelineOptions
 };
 
 /// Adds canonicalization, division fusion, ZeRO sharding, PowerSGD,
-/// bucketing, overlap and the cross-rank checks to `pm` (a module pass
-/// manager), as `options` asks.
+/// bucketing, gradients as bucket views, overlap and the cross-rank checks to
+/// `pm` (a module pass manager), as `options` asks.
 void buildDistOptPipeline(OpPassManager &pm,
                           const DistOptPipelineOptions &options);
 
