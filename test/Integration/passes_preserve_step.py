@@ -15,7 +15,8 @@ mpirun, and compares the parameters every rank ends with:
   - for the f32 SGD spec, with torch.optim.SGD on the averaged gradients,
     bit for bit (the lowering's SGD matches torch exactly).
 
-usage: passes_preserve_step.py SPEC_DIR RANKS... -- harness arguments
+usage: passes_preserve_step.py SPEC_DIR RANKS... [--only V1,V2...] -- harness arguments
+(--only: just these variants)
 """
 import os
 import subprocess
@@ -96,7 +97,16 @@ def torch_sgd_reference(spec, ranks, steps=3):
 
 def main():
     split = sys.argv.index("--")
-    spec_dir, ranks_list = sys.argv[1], [int(r) for r in sys.argv[2:split]]
+    ours = sys.argv[2:split]
+    only = None
+    if "--only" in ours:
+        at = ours.index("--only")
+        only = set(ours[at + 1].split(","))
+        unknown = only - set(VARIANTS)
+        if unknown:
+            raise SystemExit(f"unknown variants: {sorted(unknown)}")
+        del ours[at:at + 2]
+    spec_dir, ranks_list = sys.argv[1], [int(r) for r in ours]
     harness_args = sys.argv[split + 1:]
     opt = harness_args[harness_args.index("--opt") + 1]
     translate = os.path.join(os.path.dirname(opt), "distopt-translate")
@@ -125,7 +135,7 @@ def main():
                     failures += not ok
                     print(f"{'PASS' if ok else 'FAIL'}: {spec_name} {ranks} ranks: equals torch.optim.SGD bit for bit")
                 for variant, flags in VARIANTS.items():
-                    if variant in SKIP.get(spec_name, ()):
+                    if variant in SKIP.get(spec_name, ()) or (only and variant not in only):
                         continue
                     checks += 1
                     text = subprocess.run([opt] + flags, input=base_text, check=True,

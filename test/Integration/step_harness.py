@@ -11,7 +11,8 @@ possibly transformed: sharded, bucketed...) and appends `@main`, which
     role and name;
   - gathers sharded parameters, and prints every parameter, by name, as the
     bit patterns of its elements (f32; bf16 is widened exactly).
-Then lowers it with --distopt-lower-to-cpu and runs it under mpirun with
+Then lowers it with --distopt-lower-to-cpu (or $DISTOPT_TEST_LOWERING) and
+runs it under mpirun with
 mlir-runner, linking the distopt runtime. Prints one line per rank and
 parameter: "rank R param NAME: b0 b1 ..." (bit patterns as integers).
 
@@ -278,7 +279,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
     module, names = harness(open(args.step).read(), args.steps)
-    lowered = subprocess.run([args.opt, "--distopt-lower-to-cpu"], input=module,
+    # The GPU lowering's split runs here too (test/GPU/split-on-host.test).
+    lowering = os.environ.get("DISTOPT_TEST_LOWERING", "--distopt-lower-to-cpu")
+    lowered = subprocess.run([args.opt, lowering], input=module,
                              capture_output=True, text=True)
     if lowered.returncode:
         sys.stderr.write(lowered.stderr)
