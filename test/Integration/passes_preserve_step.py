@@ -36,8 +36,16 @@ VARIANTS = {
     "zero3-flat": [FUSE, "--distopt-shard-optimizer=stage=3"],
     "zero1-greedy": [FUSE, "--distopt-shard-optimizer=stage=1 strategy=greedy"],
     "zero2-greedy": [FUSE, "--distopt-shard-optimizer=stage=2 strategy=greedy"],
+    # min-work-ratio=0: asynchronous even where these tiny steps have too
+    # little work in between for the cost rule.
     "overlapped": [FUSE, "--distopt-bucketize=first-bucket-cap-mb=0.0001",
-                   "--distopt-overlap-collectives"],
+                   "--distopt-overlap-collectives=min-work-ratio=0"],
+    "overlapped-views": [FUSE, "--distopt-bucketize=first-bucket-cap-mb=0.0001",
+                         "--distopt-grad-as-bucket-view",
+                         "--distopt-overlap-collectives=min-work-ratio=0"],
+    "zero2-flat-views-overlapped": [FUSE, "--distopt-shard-optimizer=stage=2",
+                                    "--distopt-grad-as-bucket-view",
+                                    "--distopt-overlap-collectives=min-work-ratio=0"],
     "bucket-views": [FUSE, "--distopt-bucketize=first-bucket-cap-mb=0.0001",
                      "--distopt-grad-as-bucket-view"],
     "zero2-flat-views": [FUSE, "--distopt-shard-optimizer=stage=2",

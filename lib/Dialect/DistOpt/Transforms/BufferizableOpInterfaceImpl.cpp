@@ -131,7 +131,9 @@ struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
     bool copied = !RuntimeCalls::isContiguous(inputType);
     if (copied) {
       input = memref::AllocOp::create(rewriter, loc, contiguousType(inputType));
-      memref::CopyOp::create(rewriter, loc, buffer, input);
+      // --distopt-async-in-place drops the copy where that is safe.
+      memref::CopyOp::create(rewriter, loc, buffer, input)
+          ->setAttr(kRequestInputAttr, rewriter.getUnitAttr());
     }
     auto resultType = cast<RankedTensorType>(c.getType());
     Value output = InPlace ? input
@@ -198,7 +200,9 @@ struct StartModel
     Value input = memref::AllocOp::create(
         rewriter, loc,
         MemRefType::get(inputType.getShape(), inputType.getElementType()));
-    memref::CopyOp::create(rewriter, loc, buffer, input);
+    // --distopt-async-in-place drops the copy where that is safe.
+    memref::CopyOp::create(rewriter, loc, buffer, input)
+        ->setAttr(kRequestInputAttr, rewriter.getUnitAttr());
     Value output = sameShape ? input
                              : memref::AllocOp::create(
                                    rewriter, loc,

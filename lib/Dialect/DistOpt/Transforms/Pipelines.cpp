@@ -69,6 +69,9 @@ static void buildBufferizedStepPipeline(OpPassManager &pm) {
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  // Asynchronous collectives in their input's buffer where that is safe (a
+  // copy of every bucket less).
+  pm.addPass(createAsyncInPlacePass());
   pm.addPass(createSymbolDCEPass()); // the process groups, now unused
   // Results that are updated arguments are dropped (the driver reads them in
   // the argument's buffer): returned, they would be copied by the

@@ -316,6 +316,23 @@ def MarkInPlaceResultsPass
   }];
 }
 
+def AsyncInPlacePass : Pass<"distopt-async-in-place", "::mlir::ModuleOp"> {
+  let summary = "Let asynchronous collectives work in their input's buffer";
+  let description = [{
+    After bufferization, a `*_start` collective first copies its input into
+    a buffer its request owns (marked `distopt.request_input`): the one-shot
+    analysis cannot see that the request keeps using the buffer until its
+    wait. This pass drops that copy, and the request works in the input's
+    own buffer, where nothing else can notice: the buffer is an allocation
+    in the same block, or an argument of a function nothing calls that the
+    step ABI lets it update (a parameter, main parameter, state or gradient,
+    docs/step-abi.md), and no view of it is used after the copy. The
+    collective's result then lies in that buffer, as a synchronous one's
+    would; a gradient bucket handed in (`--distopt-grad-as-bucket-view`) is
+    reduced where the caller wrote it. Every marker is removed.
+  }];
+}
+
 def OffloadToGPUPass
     : Pass<"distopt-offload-to-gpu", "::mlir::func::FuncOp"> {
   let summary = "Put a bufferized step's memory work on the GPU";

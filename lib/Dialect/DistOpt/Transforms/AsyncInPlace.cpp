@@ -1,0 +1,107 @@
+//===- AsyncInPlace.cpp - async collectives in their input's buffer -*- C++
+//-*-===//
+//
+// --distopt-async-in-place: a bufferized *_start copies its input into a
+// buffer its request owns, because one-shot bufferization cannot see the
+// request using the buffer until the wait. Where nothing else uses the input
+// buffer after that copy, the request can use the buffer itself.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_ASYNCINPLACEPASS
+#include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+/// The buffer `value` is a view of (itself if none).
+static Value rootBuffer(Value value) {
+  while (auto view = value.getDefiningOp<ViewLikeOpInterface>())
+    value = view.getViewSource();
+  return value;
+}
+
+/// Whether the step may overwrite argument `arg` (the buffers the step ABI
+/// hands it to update, as the CPU lowering marks them writable).
+static bool isUpdatableArgument(func::FuncOp func, BlockArgument arg) {
+  StringRef role = abi::getArgRole(func, arg.getArgNumber());
+  return role == abi::kParam || role == abi::kMainParam ||
+         role == abi::kState || role == abi::kGrad;
+}
+
+/// Whether nothing uses `root`, or any view of it, after `copy` (which is in
+/// root's block).
+static bool unusedAfter(Value root, memref::CopyOp copy) {
+  Block *block = copy->getBlock();
+  SmallVector<Value> views = {root};
+  while (!views.empty()) {
+    Value view = views.pop_back_val();
+    for (OpOperand &use : view.getUses()) {
+      Operation *user = use.getOwner();
+      if (user == copy)
+        continue;
+      Operation *inBlock = block->findAncestorOpInBlock(*user);
+      if (!inBlock || !inBlock->isBeforeInBlock(copy))
+        return false;
+      if (auto viewOp = dyn_cast<ViewLikeOpInterface>(user))
+        if (viewOp.getViewSource() == view)
+          llvm::append_range(views, user->getResults());
+    }
+  }
+  return true;
+}
+
+namespace {
+
+struct AsyncInPlacePass
+    : public distopt::impl::AsyncInPlacePassBase<AsyncInPlacePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    module.walk([&](func::FuncOp func) {
+      // A caller's buffers are the caller's: bufferization decided what a
+      // called function may write, and this pass must not add to it.
+      bool called = !SymbolTable::symbolKnownUseEmpty(func, module);
+      SmallVector<memref::CopyOp> copies;
+      func.walk([&](memref::CopyOp copy) {
+        if (copy->removeAttr(kRequestInputAttr))
+          copies.push_back(copy);
+      });
+      for (memref::CopyOp copy : copies) {
+        Value source = copy.getSource(), target = copy.getTarget();
+        auto alloc = target.getDefiningOp<memref::AllocOp>();
+        if (!alloc || source.getType() != target.getType())
+          continue;
+        Value root = rootBuffer(source);
+        if (auto arg = dyn_cast<BlockArgument>(root)) {
+          // In a loop, the next iteration would read what the request wrote.
+          if (called || arg.getOwner() != &func.front() ||
+              copy->getBlock() != &func.front() ||
+              !isUpdatableArgument(func, arg))
+            continue;
+        } else if (!root.getDefiningOp<memref::AllocOp>() ||
+                   root.getDefiningOp()->getBlock() != copy->getBlock()) {
+          continue;
+        }
+        if (!unusedAfter(root, copy))
+          continue;
+        target.replaceAllUsesWith(source);
+        copy.erase();
+        if (alloc->use_empty())
+          alloc.erase();
+      }
+    });
+  }
+};
+
+} // namespace
