@@ -9,12 +9,11 @@ distopt: a step that only averages the f32 gradients, compiled with
 the rest bucketed) or without compression, run with distopt-run; median ms
 per step after the first. Ratio: --distopt-report's compression.
 
-torch 1.13: DDP over gloo around a module of the same parameter shapes; its
-time is (forward + backward under DDP) - (forward + backward of the same
-module alone), as in B7. torch's powerSGD_hook is not timed yet: in this
-harness (several DDP instances, ResNet shapes) its gloo messages disagree in
-size between the ranks ("op.preamble.length <= op.nbytes") and the run
-aborts; see docs/benchmarks.md.
+torch 1.13: DDP over gloo around a module of the same parameter shapes, and
+DDP with PyTorch's powerSGD_hook at the same ranks (same rule, error
+feedback, warm start; timed after its two uncompressed iterations, in one
+bucket: see torch_worker); each time is (forward + backward under DDP) -
+(forward + backward of the same module alone), as in B7.
 --update writes the table into docs/benchmarks.md (B6).
 
     /usr/bin/python3 bench/powersgd.py [--build build] [--steps 8] [--update]
@@ -39,14 +38,31 @@ RANKS = (1, 2, 4)
 def torch_worker(rank, init_file, spec, steps, queue):
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD)
     compute = backward_step_ms(dist, torch, shaped_module(torch, spec), steps + 1)
     ddp = backward_step_ms(dist, torch, torch.nn.parallel.DistributedDataParallel(
         shaped_module(torch, spec), bucket_cap_mb=25, gradient_as_bucket_view=True), steps + 1)
+    # The hook over gloo needs a single bucket: with several, the ranks issue
+    # the buckets' P and Q all-reduces in different orders (they are chained
+    # through futures completed on gloo's threads) and gloo aborts on
+    # messages of different sizes. DDP's first bucket has its own cap.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+    hook = {}
+    for r in RANKS:
+        module = torch.nn.parallel.DistributedDataParallel(
+            shaped_module(torch, spec), bucket_cap_mb=1 << 20, gradient_as_bucket_view=True)
+        module.register_comm_hook(powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=r, start_powerSGD_iter=2,
+            min_compression_rate=2, use_error_feedback=True, warm_start=True),
+            powerSGD_hook.powerSGD_hook)
+        for _ in range(2):  # the hook's uncompressed iterations
+            module().backward()
+        hook[r] = backward_step_ms(dist, torch, module, steps + 1) - compute
     if rank == 0:
-        queue.put(ddp - compute)
+        queue.put((ddp - compute, hook))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -60,8 +76,9 @@ def main():
     args = ap.parse_args()
     lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update).", "",
              "| model | PowerSGD rank | compression | distopt ms | uncompressed / compressed "
-             "| torch DDP uncompressed ms | DDP uncompressed / distopt compressed |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| torch DDP uncompressed ms | DDP uncompressed / distopt compressed "
+             "| torch powerSGD_hook ms | hook / distopt |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model in ("resnet18-cifar", "resnet50"):
         spec = json.load(open(os.path.join(ROOT, "examples", "specs", f"{model}.json")))
         with tempfile.TemporaryDirectory() as tmp:
@@ -75,12 +92,13 @@ def main():
                 ratio = float(re.search(r"compression: ([\d.]+)x",
                                         report(args.build, step, options)).group(1))
                 ours[r] = (ratio, compile_and_run(args.build, step, options, WORLD, args.steps, tmp))
-        ddp = spawn_gloo(torch_worker, WORLD, spec, args.steps)
-        lines.append(f"| {model} | none | 1.0x | {plain:.2f} | 1.00 | {ddp:.2f} | {ddp / plain:.2f} |")
+        ddp, hook = spawn_gloo(torch_worker, WORLD, spec, args.steps)
+        lines.append(f"| {model} | none | 1.0x | {plain:.2f} | 1.00 | {ddp:.2f} | {ddp / plain:.2f} "
+                     "| | |")
         for r in RANKS:
             ratio, ms = ours[r]
             lines.append(f"| {model} | {r} | {ratio:.1f}x | {ms:.2f} | {plain / ms:.2f} | {ddp:.2f} "
-                         f"| {ddp / ms:.2f} |")
+                         f"| {ddp / ms:.2f} | {hook[r]:.2f} | {hook[r] / ms:.2f} |")
         print("\n".join(lines[-1 - len(RANKS):]), flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
