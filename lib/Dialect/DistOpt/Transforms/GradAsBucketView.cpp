@@ -96,7 +96,7 @@ void GradAsBucketViewPass::runOnOperation() {
   SmallVector<View> views;
   for (BucketPackOp pack : packs) {
     View view{pack, pack.getLoc(), pack.getAlignmentAttr(), {}, {}, {}, {}};
-    bool ok = true;
+    bool ok = !pack.getInputs().empty(); // as the verifier ensures
     for (Value input : pack.getInputs()) {
       auto arg = dyn_cast<BlockArgument>(input);
       ok = arg && arg.getOwner() == &entry &&
