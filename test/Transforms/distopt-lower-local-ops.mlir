@@ -78,16 +78,18 @@ func.func @async(%g: tensor<8xf32>, %x: tensor<8xf32>) -> (tensor<8xf32>, tensor
 // -----
 
 // PowerSGD: M = G + E; Q orthogonalized (2 columns: 2 norms); P = M Q
-// summed; P orthogonalized; Q' = M^T P averaged; R = P Q'^T; E' = M - R.
+// summed; P orthogonalized; Q' = M^T P averaged; R = P Q'^T and E' = M - R
+// in one pass (each column of P and Q' an input).
 // CHECK-LABEL: func.func @powersgd
 // CHECK: math.sqrt
 // CHECK: math.sqrt
 // CHECK: distopt.all_reduce sum %{{.*}} on @dp : tensor<8x2xf32>
 // CHECK: math.sqrt
 // CHECK: math.sqrt
-// CHECK: distopt.all_reduce avg %{{.*}} on @dp : tensor<4x2xf32>
+// CHECK: %[[Q:.*]] = distopt.all_reduce avg %{{.*}} on @dp : tensor<4x2xf32>
 // CHECK-NOT: distopt.powersgd_all_reduce
-// CHECK: return
+// CHECK: %[[RE:.*]]:2 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%[[P:.*]], %[[Q]], %[[P]], %[[Q]], %{{.*}} : tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x4xf32>) outs(%{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8x4xf32>)
+// CHECK: return %[[RE]]#0, %[[P]], %[[Q]], %[[RE]]#1
 distopt.process_group @dp size 2
 func.func @powersgd(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32>, %e: tensor<8x4xf32>)
     -> (tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x4xf32>) {

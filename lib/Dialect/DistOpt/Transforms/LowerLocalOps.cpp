@@ -607,6 +607,59 @@ void lowerOrthogonalize(OrthogonalizeOp op) {
 
 /// powersgd_all_reduce as its description (and the hook) computes it: two
 /// matrix products, each followed by an all_reduce of the small factor.
+/// PowerSGD's approximation R = P Q'^T (n x r times (m x r)^T) and, given
+/// M, the new error E = M - R, in one pass over the n x m elements: each
+/// R[i, j] sums p[i, l] * q[j, l] over l in order from zero, as the
+/// contraction would (the rank is small and static: one input per column),
+/// and is rounded to the element type before E is taken.
+SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value q,
+                               Value m, RankedTensorType type) {
+  auto element = cast<FloatType>(type.getElementType());
+  Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
+  int64_t rank = cast<RankedTensorType>(p.getType()).getDimSize(1);
+  MLIRContext *ctx = b.getContext();
+  AffineExpr i = getAffineDimExpr(0, ctx), j = getAffineDimExpr(1, ctx);
+  SmallVector<Value> inputs;
+  SmallVector<AffineMap> maps;
+  for (int64_t l = 0; l < rank; ++l) {
+    AffineExpr column = getAffineConstantExpr(l, ctx);
+    inputs.append({p, q});
+    maps.push_back(AffineMap::get(2, 0, {i, column}, ctx));
+    maps.push_back(AffineMap::get(2, 0, {j, column}, ctx));
+  }
+  AffineMap identity = b.getMultiDimIdentityMap(2);
+  if (m) {
+    inputs.push_back(m);
+    maps.push_back(identity);
+  }
+  SmallVector<Value> outputs(m ? 2 : 1);
+  for (Value &output : outputs) {
+    output = tensor::EmptyOp::create(b, loc, type.getShape(), element);
+    maps.push_back(identity);
+  }
+  auto generic = linalg::GenericOp::create(
+      b, loc, ValueRange(outputs).getTypes(), inputs, outputs, maps,
+      SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+      [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Value sum = arith::ConstantOp::create(nb, nloc, nb.getZeroAttr(acc));
+        for (int64_t l = 0; l < rank; ++l) {
+          Value x = widen(nb, nloc, args[2 * l], acc);
+          Value y = widen(nb, nloc, args[2 * l + 1], acc);
+          sum = arith::AddFOp::create(
+              nb, nloc, sum, arith::MulFOp::create(nb, nloc, x, y));
+        }
+        Value r = sum;
+        if (acc != element)
+          r = arith::TruncFOp::create(nb, nloc, element, sum);
+        SmallVector<Value> yields = {r};
+        if (m)
+          yields.push_back(
+              arith::SubFOp::create(nb, nloc, args[2 * rank], r));
+        linalg::YieldOp::create(nb, nloc, yields);
+      });
+  return SmallVector<Value>(generic.getResults());
+}
+
 void lowerPowerSGD(PowerSGDAllReduceOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -639,16 +692,12 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
       contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1), dims(b, 2, 1),
                /*reduction=*/0, qType.getShape());
   newQ = allReduce(newQ, ReductionKind::Avg);
-  // R = P Q'^T: each row of R accumulated over the r columns in order.
-  Value result =
-      contract(b, loc, p, newQ, dims(b, 0, 1), dims(b, 2, 1), dims(b, 0, 2),
-               /*reduction=*/1, gradType.getShape());
-  SmallVector<Value> results = {result, p, newQ};
+  // R = P Q'^T and the new error M - R, one pass.
+  SmallVector<Value> approximation =
+      approximate(b, loc, p, newQ, op.getError() ? m : Value(), gradType);
+  SmallVector<Value> results = {approximation[0], p, newQ};
   if (op.getError())
-    results.push_back(elementwise(
-        b, loc, m, result, [](OpBuilder &nb, Location l, Value x, Value y) {
-          return arith::SubFOp::create(nb, l, x, y).getResult();
-        }));
+    results.push_back(approximation[1]);
   op.replaceAllUsesWith(results);
   op.erase();
 }
