@@ -77,18 +77,21 @@ func.func @async(%g: tensor<8xf32>, %x: tensor<8xf32>) -> (tensor<8xf32>, tensor
 
 // -----
 
-// PowerSGD: M = G + E; Q orthogonalized (2 columns: 2 norms); P = M Q
-// summed; P orthogonalized; Q' = M^T P averaged; R = P Q'^T and E' = M - R
-// in one pass (each column of P and Q' an input).
+// PowerSGD: M = G + E; Q orthogonalized (2 columns: 2 norms), then used
+// transposed (contiguous like M's rows); P = M Q summed; P orthogonalized;
+// Q'^T = P^T M averaged; R = P Q'^T and E' = M - R in one pass (each column
+// of P and row of Q'^T an input); Q' returned.
 // CHECK-LABEL: func.func @powersgd
 // CHECK: math.sqrt
 // CHECK: math.sqrt
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<4x2xf32>) outs(%{{.*}} : tensor<2x4xf32>)
 // CHECK: distopt.all_reduce sum %{{.*}} on @dp : tensor<8x2xf32>
 // CHECK: math.sqrt
 // CHECK: math.sqrt
-// CHECK: %[[Q:.*]] = distopt.all_reduce avg %{{.*}} on @dp : tensor<4x2xf32>
+// CHECK: %[[QT:.*]] = distopt.all_reduce avg %{{.*}} on @dp : tensor<2x4xf32>
 // CHECK-NOT: distopt.powersgd_all_reduce
-// CHECK: %[[RE:.*]]:2 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%[[P:.*]], %[[Q]], %[[P]], %[[Q]], %{{.*}} : tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x2xf32>, tensor<4x2xf32>, tensor<8x4xf32>) outs(%{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8x4xf32>)
+// CHECK: %[[RE:.*]]:2 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%[[P:.*]], %[[QT]], %[[P]], %[[QT]], %{{.*}} : tensor<8x2xf32>, tensor<2x4xf32>, tensor<8x2xf32>, tensor<2x4xf32>, tensor<8x4xf32>) outs(%{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8x4xf32>)
+// CHECK: %[[Q:.*]] = linalg.transpose ins(%[[QT]] : tensor<2x4xf32>) outs(%{{.*}} : tensor<4x2xf32>)
 // CHECK: return %[[RE]]#0, %[[P]], %[[Q]], %[[RE]]#1
 distopt.process_group @dp size 2
 func.func @powersgd(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32>, %e: tensor<8x4xf32>)

@@ -607,12 +607,22 @@ void lowerOrthogonalize(OrthogonalizeOp op) {
 
 /// powersgd_all_reduce as its description (and the hook) computes it: two
 /// matrix products, each followed by an all_reduce of the small factor.
-/// PowerSGD's approximation R = P Q'^T (n x r times (m x r)^T) and, given
-/// M, the new error E = M - R, in one pass over the n x m elements: each
-/// R[i, j] sums p[i, l] * q[j, l] over l in order from zero, as the
+/// A matrix transposed (PowerSGD's small factors).
+Value transpose(OpBuilder &b, Location loc, Value matrix) {
+  auto type = cast<RankedTensorType>(matrix.getType());
+  Value init = tensor::EmptyOp::create(
+      b, loc, {type.getDimSize(1), type.getDimSize(0)}, type.getElementType());
+  return linalg::TransposeOp::create(b, loc, matrix, init,
+                                     ArrayRef<int64_t>{1, 0})
+      .getResult()[0];
+}
+
+/// PowerSGD's approximation R = P Q'^T (n x r times r x m, Q'^T given) and,
+/// given M, the new error E = M - R, in one pass over the n x m elements:
+/// each R[i, j] sums p[i, l] * qT[l, j] over l in order from zero, as a
 /// contraction would (the rank is small and static: one input per column),
 /// and is rounded to the element type before E is taken.
-SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value q,
+SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
                                Value m, RankedTensorType type) {
   auto element = cast<FloatType>(type.getElementType());
   Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
@@ -623,9 +633,9 @@ SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value q,
   SmallVector<AffineMap> maps;
   for (int64_t l = 0; l < rank; ++l) {
     AffineExpr column = getAffineConstantExpr(l, ctx);
-    inputs.append({p, q});
+    inputs.append({p, qT});
     maps.push_back(AffineMap::get(2, 0, {i, column}, ctx));
-    maps.push_back(AffineMap::get(2, 0, {j, column}, ctx));
+    maps.push_back(AffineMap::get(2, 0, {column, j}, ctx));
   }
   AffineMap identity = b.getMultiDimIdentityMap(2);
   if (m) {
@@ -680,22 +690,28 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
                                ReductionKindAttr::get(b.getContext(), kind),
                                /*scale=*/nullptr);
   };
-  Value q = orthogonalize(b, loc, op.getQ(), epsilon);
-  // Loops (i, j, k) for M (n x m, row i), P (n x r), Q (m x r): every
-  // product walks M's rows. P = M Q, summed (its scale is removed by the
-  // orthogonalization): dot products of rows, vectorized.
-  Value p = contract(b, loc, m, q, dims(b, 0, 2), dims(b, 2, 1), dims(b, 0, 1),
-                     /*reduction=*/2, pType.getShape(), /*reassociate=*/true);
+  // Loops (i, j, k) for M (n x m, row i), P (n x r), Q^T (r x m): every
+  // product walks M's rows, and Q is used transposed (small: m x r) so that
+  // its columns are contiguous like M's rows.
+  Value qT = transpose(
+      b, loc, orthogonalize(b, loc, op.getQ(), epsilon));
+  // P = M Q, summed (its scale is removed by the orthogonalization): dot
+  // products of rows, vectorized.
+  Value p = contract(b, loc, m, qT, dims(b, 0, 2), dims(b, 1, 2),
+                     dims(b, 0, 1), /*reduction=*/2, pType.getShape(),
+                     /*reassociate=*/true);
   p = orthogonalize(b, loc, allReduce(p, ReductionKind::Sum), epsilon);
-  // Q' = M^T P, averaged: row i of M scaled into Q', rows in order.
-  Value newQ =
-      contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1), dims(b, 2, 1),
-               /*reduction=*/0, qType.getShape());
-  newQ = allReduce(newQ, ReductionKind::Avg);
+  // Q'^T = (M^T P)^T, averaged: row i of M scaled into each row of Q'^T,
+  // rows in order.
+  Value newQT = contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1),
+                         dims(b, 1, 2), /*reduction=*/0,
+                         {qType.getDimSize(1), qType.getDimSize(0)});
+  newQT = allReduce(newQT, ReductionKind::Avg);
   // R = P Q'^T and the new error M - R, one pass.
   SmallVector<Value> approximation =
-      approximate(b, loc, p, newQ, op.getError() ? m : Value(), gradType);
-  SmallVector<Value> results = {approximation[0], p, newQ};
+      approximate(b, loc, p, newQT, op.getError() ? m : Value(), gradType);
+  SmallVector<Value> results = {approximation[0], p,
+                                transpose(b, loc, newQT)};
   if (op.getError())
     results.push_back(approximation[1]);
   op.replaceAllUsesWith(results);
