@@ -655,16 +655,15 @@ SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
         for (int64_t l = 0; l < rank; ++l) {
           Value x = widen(nb, nloc, args[2 * l], acc);
           Value y = widen(nb, nloc, args[2 * l + 1], acc);
-          sum = arith::AddFOp::create(
-              nb, nloc, sum, arith::MulFOp::create(nb, nloc, x, y));
+          sum = arith::AddFOp::create(nb, nloc, sum,
+                                      arith::MulFOp::create(nb, nloc, x, y));
         }
         Value r = sum;
         if (acc != element)
           r = arith::TruncFOp::create(nb, nloc, element, sum);
         SmallVector<Value> yields = {r};
         if (m)
-          yields.push_back(
-              arith::SubFOp::create(nb, nloc, args[2 * rank], r));
+          yields.push_back(arith::SubFOp::create(nb, nloc, args[2 * rank], r));
         linalg::YieldOp::create(nb, nloc, yields);
       });
   return SmallVector<Value>(generic.getResults());
@@ -693,25 +692,23 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
   // Loops (i, j, k) for M (n x m, row i), P (n x r), Q^T (r x m): every
   // product walks M's rows, and Q is used transposed (small: m x r) so that
   // its columns are contiguous like M's rows.
-  Value qT = transpose(
-      b, loc, orthogonalize(b, loc, op.getQ(), epsilon));
+  Value qT = transpose(b, loc, orthogonalize(b, loc, op.getQ(), epsilon));
   // P = M Q, summed (its scale is removed by the orthogonalization): dot
   // products of rows, vectorized.
-  Value p = contract(b, loc, m, qT, dims(b, 0, 2), dims(b, 1, 2),
-                     dims(b, 0, 1), /*reduction=*/2, pType.getShape(),
+  Value p = contract(b, loc, m, qT, dims(b, 0, 2), dims(b, 1, 2), dims(b, 0, 1),
+                     /*reduction=*/2, pType.getShape(),
                      /*reassociate=*/true);
   p = orthogonalize(b, loc, allReduce(p, ReductionKind::Sum), epsilon);
   // Q'^T = (M^T P)^T, averaged: row i of M scaled into each row of Q'^T,
   // rows in order.
-  Value newQT = contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1),
-                         dims(b, 1, 2), /*reduction=*/0,
-                         {qType.getDimSize(1), qType.getDimSize(0)});
+  Value newQT =
+      contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1), dims(b, 1, 2),
+               /*reduction=*/0, {qType.getDimSize(1), qType.getDimSize(0)});
   newQT = allReduce(newQT, ReductionKind::Avg);
   // R = P Q'^T and the new error M - R, one pass.
   SmallVector<Value> approximation =
       approximate(b, loc, p, newQT, op.getError() ? m : Value(), gradType);
-  SmallVector<Value> results = {approximation[0], p,
-                                transpose(b, loc, newQT)};
+  SmallVector<Value> results = {approximation[0], p, transpose(b, loc, newQT)};
   if (op.getError())
     results.push_back(approximation[1]);
   op.replaceAllUsesWith(results);
