@@ -46,3 +46,42 @@ func.func @step(%p: memref<4xf32> {distopt.name = "w", distopt.role = "param"},
         memref<4xf32> {distopt.name = "w.momentum_buffer", distopt.role = "state"}) {
   return %g, %m : memref<4xf32>, memref<4xf32>
 }
+
+// -----
+
+// A parameter copied out of a gathered buffer into a new one (ZeRO) is
+// copied into its own argument instead, and stays in place; not when the
+// argument is still read after the copy, or the result has no role.
+// CHECK-LABEL: func.func @gathered
+// CHECK-SAME: (%[[W:[^:]*]]: memref<4xf32> {distopt.name = "w", distopt.role = "param"}, %[[V:[^:]*]]: memref<4xf32> {distopt.name = "v", distopt.role = "param"}, %[[U:[^:]*]]: memref<4xf32>)
+// CHECK-SAME: -> (memref<4xf32> {distopt.name = "v", distopt.role = "param"}, memref<4xf32>)
+// CHECK-SAME: distopt.in_place_results = array<i64: 0, -1, -1>
+// CHECK: %[[ALL:.*]] = memref.alloc() : memref<16xf32>
+// CHECK: %[[SW:.*]] = memref.subview %[[ALL]][0] [4] [1]
+// CHECK: memref.copy %[[SW]], %[[W]]
+// CHECK: %[[NV:.*]] = memref.alloc() : memref<4xf32>
+// CHECK: memref.copy %{{.*}}, %[[NV]]
+// CHECK: %[[NU:.*]] = memref.alloc() : memref<4xf32>
+// CHECK: memref.copy %{{.*}}, %[[NU]]
+// CHECK: call @read(%[[V]])
+// CHECK: return %[[NV]], %[[NU]]
+func.func private @read(memref<4xf32>)
+func.func @gathered(%w: memref<4xf32> {distopt.name = "w", distopt.role = "param"},
+                    %v: memref<4xf32> {distopt.name = "v", distopt.role = "param"},
+                    %u: memref<4xf32>)
+    -> (memref<4xf32> {distopt.name = "w", distopt.role = "param"},
+        memref<4xf32> {distopt.name = "v", distopt.role = "param"},
+        memref<4xf32>) {
+  %all = memref.alloc() : memref<16xf32>
+  %sw = memref.subview %all[0] [4] [1] : memref<16xf32> to memref<4xf32, strided<[1]>>
+  %nw = memref.alloc() : memref<4xf32>
+  memref.copy %sw, %nw : memref<4xf32, strided<[1]>> to memref<4xf32>
+  %sv = memref.subview %all[4] [4] [1] : memref<16xf32> to memref<4xf32, strided<[1], offset: 4>>
+  %nv = memref.alloc() : memref<4xf32>
+  memref.copy %sv, %nv : memref<4xf32, strided<[1], offset: 4>> to memref<4xf32>
+  %su = memref.subview %all[8] [4] [1] : memref<16xf32> to memref<4xf32, strided<[1], offset: 8>>
+  %nu = memref.alloc() : memref<4xf32>
+  memref.copy %su, %nu : memref<4xf32, strided<[1], offset: 8>> to memref<4xf32>
+  call @read(%v) : (memref<4xf32>) -> ()
+  return %nw, %nv, %nu : memref<4xf32>, memref<4xf32>, memref<4xf32>
+}

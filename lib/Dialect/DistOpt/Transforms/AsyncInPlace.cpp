@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BufferUses.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
@@ -25,13 +26,6 @@ namespace mlir::distopt {
 using namespace mlir;
 using namespace mlir::distopt;
 
-/// The buffer `value` is a view of (itself if none).
-static Value rootBuffer(Value value) {
-  while (auto view = value.getDefiningOp<ViewLikeOpInterface>())
-    value = view.getViewSource();
-  return value;
-}
-
 /// Whether the step may overwrite argument `arg` (the buffers the step ABI
 /// hands it to update, as the CPU lowering marks them writable).
 static bool isUpdatableArgument(func::FuncOp func, BlockArgument arg) {
@@ -40,19 +34,24 @@ static bool isUpdatableArgument(func::FuncOp func, BlockArgument arg) {
          role == abi::kState || role == abi::kGrad;
 }
 
-/// Whether nothing uses `root`, or any view of it, after `copy` (which is in
-/// root's block).
-static bool unusedAfter(Value root, memref::CopyOp copy) {
-  Block *block = copy->getBlock();
+/// The buffer `value` is a view of (itself if none).
+Value mlir::distopt::rootBuffer(Value value) {
+  while (auto view = value.getDefiningOp<ViewLikeOpInterface>())
+    value = view.getViewSource();
+  return value;
+}
+
+bool mlir::distopt::unusedAfter(Value root, Operation *op) {
+  Block *block = op->getBlock();
   SmallVector<Value> views = {root};
   while (!views.empty()) {
     Value view = views.pop_back_val();
     for (OpOperand &use : view.getUses()) {
       Operation *user = use.getOwner();
-      if (user == copy)
+      if (user == op)
         continue;
       Operation *inBlock = block->findAncestorOpInBlock(*user);
-      if (!inBlock || !inBlock->isBeforeInBlock(copy))
+      if (!inBlock || !inBlock->isBeforeInBlock(op))
         return false;
       if (auto viewOp = dyn_cast<ViewLikeOpInterface>(user))
         if (viewOp.getViewSource() == view)

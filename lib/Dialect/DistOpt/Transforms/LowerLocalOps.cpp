@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BufferUses.h"
 #include "RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
@@ -1022,6 +1023,38 @@ struct LowerLocalOpsPass
 
 } // namespace
 
+/// A result copied from a view into a new buffer (a parameter unpacked from
+/// the all-gathered flat buffer, ZeRO) is copied into the buffer of the
+/// argument it updates instead, when nothing uses that argument after the
+/// copy: the result then stays in place, and no buffer is added.
+static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
+  unsigned result = operand.getOperandNumber();
+  StringRef role = abi::getResultRole(func, result);
+  auto alloc = operand.get().getDefiningOp<memref::AllocOp>();
+  if (role.empty() || !alloc ||
+      std::distance(alloc->use_begin(), alloc->use_end()) != 2)
+    return;
+  memref::CopyOp copy;
+  for (Operation *user : alloc->getUsers())
+    if (auto c = dyn_cast<memref::CopyOp>(user); c && c.getTarget() == alloc)
+      copy = c;
+  if (!copy || copy->getBlock() != alloc->getBlock())
+    return;
+  for (BlockArgument arg : func.getArguments()) {
+    if (abi::getArgRole(func, arg.getArgNumber()) != role ||
+        func.getArgAttr(arg.getArgNumber(), abi::kName) !=
+            func.getResultAttr(result, abi::kName))
+      continue;
+    if (arg.getType() != alloc.getType() ||
+        rootBuffer(copy.getSource()) == arg || !unusedAfter(arg, copy))
+      return;
+    copy.getTargetMutable().assign(arg);
+    operand.set(arg);
+    alloc.erase();
+    return;
+  }
+}
+
 namespace {
 struct MarkInPlaceResultsPass
     : public distopt::impl::MarkInPlaceResultsPassBase<MarkInPlaceResultsPass> {
@@ -1037,6 +1070,8 @@ struct MarkInPlaceResultsPass
           dyn_cast<func::ReturnOp>(func.getBody().front().getTerminator());
       if (!ret)
         return;
+      for (OpOperand &operand : ret->getOpOperands())
+        copyIntoArgument(func, operand);
       SmallVector<int64_t> inPlace;
       llvm::BitVector dropped(ret.getNumOperands());
       for (OpOperand &operand : ret->getOpOperands()) {

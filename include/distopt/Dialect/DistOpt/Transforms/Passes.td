@@ -311,8 +311,11 @@ def MarkInPlaceResultsPass
     copies. Returned, they would be copied every step by
     the deallocation pipeline, which must own what a function returns;
     distopt-compile tells the driver which results live in their argument's
-    buffer (`in_place_arg`, docs/step-abi.md). Functions with callers keep
-    their results.
+    buffer (`in_place_arg`, docs/step-abi.md). A result that bufferization
+    copied out of a view into a new buffer (a parameter unpacked from a ZeRO
+    all-gather) is copied into its argument's buffer instead, when nothing
+    uses that argument after the copy, and so stays in place. Functions with
+    callers keep their results.
   }];
 }
 
