@@ -16,7 +16,6 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Interfaces/ViewLikeInterface.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_ASYNCINPLACEPASS
@@ -32,33 +31,6 @@ static bool isUpdatableArgument(func::FuncOp func, BlockArgument arg) {
   StringRef role = abi::getArgRole(func, arg.getArgNumber());
   return role == abi::kParam || role == abi::kMainParam ||
          role == abi::kState || role == abi::kGrad;
-}
-
-/// The buffer `value` is a view of (itself if none).
-Value mlir::distopt::rootBuffer(Value value) {
-  while (auto view = value.getDefiningOp<ViewLikeOpInterface>())
-    value = view.getViewSource();
-  return value;
-}
-
-bool mlir::distopt::unusedAfter(Value root, Operation *op) {
-  Block *block = op->getBlock();
-  SmallVector<Value> views = {root};
-  while (!views.empty()) {
-    Value view = views.pop_back_val();
-    for (OpOperand &use : view.getUses()) {
-      Operation *user = use.getOwner();
-      if (user == op)
-        continue;
-      Operation *inBlock = block->findAncestorOpInBlock(*user);
-      if (!inBlock || !inBlock->isBeforeInBlock(op))
-        return false;
-      if (auto viewOp = dyn_cast<ViewLikeOpInterface>(user))
-        if (viewOp.getViewSource() == view)
-          llvm::append_range(views, user->getResults());
-    }
-  }
-  return true;
 }
 
 namespace {
