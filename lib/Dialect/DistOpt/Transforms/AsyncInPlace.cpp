@@ -25,14 +25,6 @@ namespace mlir::distopt {
 using namespace mlir;
 using namespace mlir::distopt;
 
-/// Whether the step may overwrite argument `arg` (the buffers the step ABI
-/// hands it to update, as the CPU lowering marks them writable).
-static bool isUpdatableArgument(func::FuncOp func, BlockArgument arg) {
-  StringRef role = abi::getArgRole(func, arg.getArgNumber());
-  return role == abi::kParam || role == abi::kMainParam ||
-         role == abi::kState || role == abi::kGrad;
-}
-
 namespace {
 
 struct AsyncInPlacePass
@@ -58,7 +50,7 @@ struct AsyncInPlacePass
           // In a loop, the next iteration would read what the request wrote.
           if (called || arg.getOwner() != &func.front() ||
               copy->getBlock() != &func.front() ||
-              !isUpdatableArgument(func, arg))
+              !abi::mayUpdateInPlace(abi::getArgRole(func, arg.getArgNumber())))
             continue;
         } else if (!root.getDefiningOp<memref::AllocOp>() ||
                    root.getDefiningOp()->getBlock() != copy->getBlock()) {

@@ -46,12 +46,6 @@ struct GradAsBucketViewPass
 
 } // namespace
 
-static StringRef resultName(func::FuncOp func, unsigned index) {
-  if (auto name = func.getResultAttrOfType<StringAttr>(index, abi::kName))
-    return name.getValue();
-  return {};
-}
-
 /// The bucket to return in place of the gradients `values` (in pack order):
 /// the bucket they were unpacked from, when they are all of it, else a pack.
 static Value returnedBucket(OpBuilder &builder, const View &view,
@@ -88,7 +82,8 @@ void GradAsBucketViewPass::runOnOperation() {
   llvm::StringMap<int64_t> returned;
   for (unsigned j = 0, e = func.getNumResults(); j < e; ++j)
     if (abi::getResultRole(func, j) == abi::kGrad) {
-      auto [it, inserted] = returned.try_emplace(resultName(func, j), j);
+      auto [it, inserted] =
+          returned.try_emplace(abi::getResultName(func, j), j);
       if (!inserted)
         it->second = -1;
     }

@@ -606,8 +606,6 @@ void lowerOrthogonalize(OrthogonalizeOp op) {
   op.erase();
 }
 
-/// powersgd_all_reduce as its description (and the hook) computes it: two
-/// matrix products, each followed by an all_reduce of the small factor.
 /// A matrix transposed (PowerSGD's small factors).
 Value transpose(OpBuilder &b, Location loc, Value matrix) {
   auto type = cast<RankedTensorType>(matrix.getType());
@@ -670,6 +668,8 @@ SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
   return SmallVector<Value>(generic.getResults());
 }
 
+/// powersgd_all_reduce as its description (and the hook) computes it: two
+/// matrix products, each followed by an all_reduce of the small factor.
 void lowerPowerSGD(PowerSGDAllReduceOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
@@ -948,10 +948,8 @@ struct LowerLocalOpsPass
     // treats them as read-only and copies them every step.
     getOperation().walk([](func::FuncOp func) {
       for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-        StringRef role = abi::getArgRole(func, i);
         if (isa<TensorType>(func.getArgumentTypes()[i]) &&
-            (role == abi::kParam || role == abi::kMainParam ||
-             role == abi::kState || role == abi::kGrad))
+            abi::mayUpdateInPlace(abi::getArgRole(func, i)))
           func.setArgAttr(i, "bufferization.writable",
                           BoolAttr::get(func.getContext(), true));
       }
@@ -1029,9 +1027,8 @@ struct LowerLocalOpsPass
 /// copy: the result then stays in place, and no buffer is added.
 static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
   unsigned result = operand.getOperandNumber();
-  StringRef role = abi::getResultRole(func, result);
   auto alloc = operand.get().getDefiningOp<memref::AllocOp>();
-  if (role.empty() || !alloc ||
+  if (abi::getResultRole(func, result).empty() || !alloc ||
       std::distance(alloc->use_begin(), alloc->use_end()) != 2)
     return;
   memref::CopyOp copy;
@@ -1041,9 +1038,7 @@ static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
   if (!copy || copy->getBlock() != alloc->getBlock())
     return;
   for (BlockArgument arg : func.getArguments()) {
-    if (abi::getArgRole(func, arg.getArgNumber()) != role ||
-        func.getArgAttr(arg.getArgNumber(), abi::kName) !=
-            func.getResultAttr(result, abi::kName))
+    if (!abi::updatesArgument(func, result, arg.getArgNumber()))
       continue;
     if (arg.getType() != alloc.getType() ||
         rootBuffer(copy.getSource()) == arg || !unusedAfter(arg, copy))
@@ -1085,10 +1080,7 @@ struct MarkInPlaceResultsPass
         // buffer (a gradient returned as the parameter, say) is refilled
         // before the next step, so such a result is returned as a copy.
         bool isArg = arg && isa<BaseMemRefType>(arg.getType()) &&
-                     abi::getResultRole(func, result) ==
-                         abi::getArgRole(func, arg.getArgNumber()) &&
-                     func.getResultAttr(result, abi::kName) ==
-                         func.getArgAttr(arg.getArgNumber(), abi::kName);
+                     abi::updatesArgument(func, result, arg.getArgNumber());
         inPlace.push_back(isArg ? static_cast<int64_t>(arg.getArgNumber())
                                 : int64_t{-1});
         if (isArg)

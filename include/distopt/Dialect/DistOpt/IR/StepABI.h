@@ -67,6 +67,28 @@ inline llvm::StringRef getArgName(FunctionOpInterface func, unsigned index) {
   return {};
 }
 
+/// The parameter name of result `index` of `func`, or "".
+inline llvm::StringRef getResultName(FunctionOpInterface func, unsigned index) {
+  if (auto name = func.getResultAttrOfType<StringAttr>(index, kName))
+    return name.getValue();
+  return {};
+}
+
+/// Whether result `result` of `func` is the update of argument `arg`: the
+/// same role and name (or neither has them). The runtime feeds it back there.
+inline bool updatesArgument(FunctionOpInterface func, unsigned result,
+                            unsigned arg) {
+  return getResultRole(func, result) == getArgRole(func, arg) &&
+         func.getResultAttr(result, kName) == func.getArgAttr(arg, kName);
+}
+
+/// Whether the step owns an argument of this role for the call and may
+/// update it in place (docs/step-abi.md).
+inline bool mayUpdateInPlace(llvm::StringRef role) {
+  return role == kParam || role == kMainParam || role == kState ||
+         role == kGrad;
+}
+
 /// One entry of a `distopt.layout`: tensor `name` of `shape` starts at
 /// element `offset`; `owner` is the rank holding it (greedy sharding only).
 inline DictionaryAttr layoutEntry(Builder &builder, llvm::StringRef name,
