@@ -27,17 +27,21 @@ def reduce_only_step(params, ranks):
             f"  return {', '.join(rets)} : {', '.join(t(p['shape']) for p in params)}\n}}\n}}\n")
 
 
-def compile_and_run(build, step, options, ranks, steps, tmp):
+def compile_and_run(build, step, options, ranks, steps, tmp, launches=1):
     """distopt-compile `step` with --pipeline=`options`, run it with
-    distopt-run on `ranks` ranks; the median ms per step after the first."""
+    distopt-run on `ranks` ranks `launches` times; the median over launches
+    of each one's median ms per step after the first."""
     library = os.path.join(tmp, "step.so")
     subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
                     f"--pipeline={options}", "-o", library], check=True)
-    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                          "-np", str(ranks), os.path.join(build, "bin", "distopt-run"), library,
-                          "--steps", str(steps), "--progress-seconds", "0"],
-                         check=True, capture_output=True, text=True).stdout
-    return float(re.search(r"([\d.]+) ms per step", out).group(1))
+    medians = []
+    for _ in range(launches):
+        out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                              "-np", str(ranks), os.path.join(build, "bin", "distopt-run"), library,
+                              "--steps", str(steps), "--progress-seconds", "0"],
+                             check=True, capture_output=True, text=True).stdout
+        medians.append(float(re.search(r"([\d.]+) ms per step", out).group(1)))
+    return statistics.median(medians)
 
 
 def report(build, step, options):

@@ -111,12 +111,12 @@ def main():
         step = os.path.join(tmp, "step.mlir")
         subprocess.run([os.path.join(args.build, "bin", "distopt-translate"), "--import-param-spec",
                         spec_path, "-o", step], check=True)
-        ours = [(name, stage, distopt_run(args.build, step, f"zero-stage={stage}{extra}",
-                                          args.steps, tmp))
-                for views, extra in ((False, ""), (True, " grad-as-bucket-view"))
-                for stage in range(4)
-                for name in [("no ZeRO" if stage == 0 else f"ZeRO-{stage}")
-                             + (", gradients as bucket views" if views else "")]]
+        ours = []  # (name, stage, (ms, memory))
+        for extra, suffix in (("", ""), (" grad-as-bucket-view", ", gradients as bucket views")):
+            for stage in range(4):
+                name = ("no ZeRO" if stage == 0 else f"ZeRO-{stage}") + suffix
+                ours.append((name, stage, distopt_run(args.build, step, f"zero-stage={stage}{extra}",
+                                                      args.steps, tmp)))
     total, compute, torch_params, torch_state = spawn_gloo(torch_worker, RANKS, spec, args.steps)
     torch_ms = total - compute
     torch_persistent = torch_params + torch_state
