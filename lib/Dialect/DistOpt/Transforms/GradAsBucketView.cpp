@@ -176,6 +176,7 @@ void GradAsBucketViewPass::runOnOperation() {
     for (BlockArgument arg : view.grads)
       erased.set(arg.getArgNumber());
   (void)func.eraseArguments(erased);
+  numViews += views.size();
 
   // Results: each returned bucket takes its first gradient's place.
   DenseMap<int64_t, View *> firstResult;
@@ -186,10 +187,8 @@ void GradAsBucketViewPass::runOnOperation() {
     firstResult[*llvm::min_element(view.results)] = &view;
     memberResult.insert(view.results.begin(), view.results.end());
   }
-  if (firstResult.empty()) {
-    numViews += views.size();
+  if (firstResult.empty())
     return;
-  }
   SmallVector<Type> resultTypes;
   SmallVector<DictionaryAttr> resultAttrs;
   for (unsigned j = 0, e = func.getNumResults(); j < e; ++j) {
@@ -219,5 +218,4 @@ void GradAsBucketViewPass::runOnOperation() {
   func.setType(
       FunctionType::get(&getContext(), func.getArgumentTypes(), resultTypes));
   func.setAllResultAttrs(resultAttrs);
-  numViews += views.size();
 }
