@@ -7,7 +7,8 @@ In one run, at 2 and 4 ranks, f32, 8 B to 128 MiB (x4): the runtime's bench
 distopt_rt_all_reduce (sum, avg, premul_sum) alternating on the same
 buffers, the unfused average (sum, then x *= 1/N) and that scaling pass
 alone; then torch.distributed's gloo all_reduce (sum) runs on the same sizes
-and ranks. Every figure is the median over iterations of the slowest rank.
+and ranks. Every figure is the median over iterations of the slowest rank,
+with the 10th and 90th percentiles in brackets (and as bands in the plots).
 --update writes the tables into docs/benchmarks.md (B2, B4) and plots
 docs/img/b2-allreduce-{2,4}ranks.png.
 
@@ -22,8 +23,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import slowest_median_ms, spawn_gloo  # noqa: E402
+from common import Timing, slowest_timing, spawn_gloo  # noqa: E402
 
 
 def iterations(nbytes):
@@ -45,8 +47,8 @@ def gloo_worker(rank, init_file, ranks, sizes, queue):
             start = time.perf_counter()
             dist.all_reduce(x)
             times.append(time.perf_counter() - start)
-        # Two warm-up rounds; slowest_median_ms drops one more.
-        results[nbytes] = slowest_median_ms(dist, torch, times[1:]) * 1e3
+        # Two warm-up rounds; slowest_timing drops one more. In us.
+        results[nbytes] = slowest_timing(dist, torch, times[1:]).scaled(1e3)
     if rank == 0:
         queue.put(results)
     dist.barrier()
@@ -64,50 +66,55 @@ def runtime_times(bench, ranks, max_bytes):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+def spread(row, name):
+    """The bench's median and range of series `name` as a Timing (us)."""
+    return Timing(row[f"{name}_us"], row[f"{name}_p10_us"], row[f"{name}_p90_us"])
+
+
 def b2_table(rows, gloo):
-    lines = ["| bytes | MPI us | distopt sum us | sum / MPI | avg / MPI | premul / MPI "
-             "| gloo us | gloo / distopt | busbw GB/s (distopt) |",
+    lines = ["| bytes | MPI us (p10-p90) | distopt sum us (p10-p90) | sum / MPI | avg / MPI "
+             "| premul / MPI | gloo us (p10-p90) | gloo / distopt | busbw GB/s (distopt) |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         g = gloo[r["bytes"]]
+        mpi, ours = spread(r, "mpi"), spread(r, "sum")
         lines.append(
-            f"| {r['bytes']} | {r['mpi_us']:.1f} | {r['sum_us']:.1f} | {r['sum_us'] / r['mpi_us']:.2f} "
-            f"| {r['avg_us'] / r['mpi_us']:.2f} | {r['premul_us'] / r['mpi_us']:.2f} | {g:.1f} "
-            f"| {g / r['sum_us']:.2f} | {r['busbw_factor'] * r['bytes'] / r['sum_us'] / 1e3:.2f} |")
+            f"| {r['bytes']} | {mpi.fmt(1)} | {ours.fmt(1)} | {r['sum_us'] / r['mpi_us']:.2f} "
+            f"| {r['avg_us'] / r['mpi_us']:.2f} | {r['premul_us'] / r['mpi_us']:.2f} | {g.fmt(1)} "
+            f"| {g.median / r['sum_us']:.2f} | {r['busbw_factor'] * r['bytes'] / r['sum_us'] / 1e3:.2f} |")
     return "\n".join(lines)
 
 
 def b4_table(rows):
-    lines = ["| bytes | fused avg us | sum, then scale us | unfused / fused | time saved us "
-             "| scaling pass alone us | saved / one pass |",
+    lines = ["| bytes | fused avg us (p10-p90) | sum, then scale us (p10-p90) | unfused / fused "
+             "| time saved us | scaling pass alone us (p10-p90) | saved / one pass |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         saved = r["sum_then_scale_us"] - r["avg_us"]
         lines.append(
-            f"| {r['bytes']} | {r['avg_us']:.1f} | {r['sum_then_scale_us']:.1f} "
-            f"| {r['sum_then_scale_us'] / r['avg_us']:.2f} | {saved:.1f} | {r['scale_pass_us']:.1f} "
-            f"| {saved / r['scale_pass_us']:.2f} |")
+            f"| {r['bytes']} | {spread(r, 'avg').fmt(1)} | {spread(r, 'sum_then_scale').fmt(1)} "
+            f"| {r['sum_then_scale_us'] / r['avg_us']:.2f} | {saved:.1f} "
+            f"| {spread(r, 'scale_pass').fmt(1)} | {saved / r['scale_pass_us']:.2f} |")
     return "\n".join(lines)
 
 
 def plot(rows, gloo, ranks, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     sizes = [r["bytes"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    ax.loglog(sizes, [r["mpi_us"] for r in rows], "o-", label="MPI_Allreduce (OpenMPI 4.1)")
-    ax.loglog(sizes, [r["sum_us"] for r in rows], "s-", label="distopt sum")
+    fig, (ax,) = plots.figure(1, 6.4, f"all-reduce, {ranks} ranks, one 2-core host")
+    # Medians as lines, each with its 10th-90th percentile band.
+    for timings, style, label in (
+            ([spread(r, "mpi") for r in rows], "o-", "MPI_Allreduce (OpenMPI 4.1)"),
+            ([spread(r, "sum") for r in rows], "s-", "distopt sum"),
+            ([gloo[s] for s in sizes], "x-", "gloo (torch 1.13)")):
+        line, = ax.loglog(sizes, [t.median for t in timings], style, label=label)
+        ax.fill_between(sizes, [t.lo for t in timings], [t.hi for t in timings],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
     ax.loglog(sizes, [r["avg_us"] for r in rows], "^--", label="distopt avg")
-    ax.loglog(sizes, [gloo[s] for s in sizes], "x-", label="gloo (torch 1.13)")
     ax.set_xlabel("bytes (f32)")
-    ax.set_ylabel("median time of the slowest rank (us)")
-    ax.set_title(f"all-reduce, {ranks} ranks, one 2-core host")
+    ax.set_ylabel("time of the slowest rank (us): median, p10-p90")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plots.save(fig, path)
 
 
 def main():
@@ -125,9 +132,8 @@ def main():
         b2 += f"{ranks} ranks:\n\n{b2_table(rows, gloo)}\n\n"
         b4 += f"{ranks} ranks:\n\n{b4_table(rows)}\n\n"
         if args.update:
-            image = os.path.join(ROOT, "docs", "img", f"b2-allreduce-{ranks}ranks.png")
-            os.makedirs(os.path.dirname(image), exist_ok=True)
-            plot(rows, gloo, ranks, image)
+            plot(rows, gloo, ranks,
+                 os.path.join(ROOT, "docs", "img", f"b2-allreduce-{ranks}ranks.png"))
             b2 += f"![all-reduce, {ranks} ranks](img/b2-allreduce-{ranks}ranks.png)\n\n"
     print(b2)
     print(b4)

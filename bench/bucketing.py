@@ -13,7 +13,10 @@ elements, bandwidth-bound) and the 98 vectors alone (biases and layer norms,
 DDP's default (first bucket 1 MB, then 25 MB) and caps from 0.25 to 100 MB,
 then with `grad-as-bucket-view` (DDP's gradient_as_bucket_view: the
 gradients are written into their buckets, so nothing is packed or unpacked).
---update writes the table into docs/benchmarks.md (B3).
+The spread is the 10th and 90th percentile of the steps (the widest of
+the launches).
+--update writes the table into docs/benchmarks.md (B3) and plots
+docs/img/b3-bucketing.png.
 
     /usr/bin/python3 bench/bucketing.py [--build build] [--steps 12]
         [--latency-steps 200] [--update]
@@ -27,6 +30,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
 from common import compile_and_run, reduce_only_step, report  # noqa: E402
 
@@ -41,6 +45,20 @@ VARIANTS = [
     ("bucketed, cap 100 MB, gradients as bucket views",
      "overlap=false bucket-cap-mb=100 first-bucket-cap-mb=100 grad-as-bucket-view"),
 ]
+
+
+def plot(results, path):
+    """One panel per case: each pipeline's median step with its range."""
+    fig, axes = plots.figure(len(results), 11, f"B3: all-reduce of GPT-2 small's gradients, "
+                             f"{RANKS} ranks")
+    for ax, (case, rows) in zip(axes, results.items()):
+        plots.ranged_bars(ax, range(len(rows)), [t for _, t in rows], horizontal=True)
+        ax.set_yticks(range(len(rows)), [name for name, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("ms per step: median, p10-p90")
+        ax.set_title(case)
+        ax.grid(True, axis="x", alpha=0.3)
+    plots.save(fig, path)
 
 
 def main():
@@ -59,8 +77,9 @@ def main():
              ("the 98 vectors (0.2M elements)", [p for p in spec["parameters"] if len(p["shape"]) == 1],
               args.latency_steps, 3)]
     lines = [f"{RANKS} ranks, f32 gradients of GPT-2 small, `all_reduce avg` only.", "",
-             "| gradients | pipeline | collectives | ms per step | per-tensor / this |",
+             "| gradients | pipeline | collectives | ms per step (p10-p90) | per-tensor / this |",
              "|---|---|---:|---:|---:|"]
+    results = {}  # case -> [(pipeline, Timing)]
     with tempfile.TemporaryDirectory() as tmp:
         for case, params, steps, launches in cases:
             step = os.path.join(tmp, "reduce.mlir")
@@ -70,14 +89,17 @@ def main():
             for name, options in VARIANTS:
                 ms = compile_and_run(args.build, step, options, RANKS, steps, tmp, launches)
                 baseline = baseline or ms
+                results.setdefault(case, []).append((name, ms))
                 count = (len(params) if "bucketize=false" in options else
                          int(re.search(r"buckets: (\d+)", report(args.build, step, options)).group(1)))
-                lines.append(f"| {case} | {name} | {count} | {ms:.3f} | {baseline / ms:.2f} |")
+                lines.append(f"| {case} | {name} | {count} | {ms.fmt(3)} "
+                             f"| {baseline.median / ms.median:.2f} |")
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:
-        update_section("B3", text)
+        plot(results, os.path.join(ROOT, "docs", "img", "b3-bucketing.png"))
+        update_section("B3", text + "\n![bucketing](img/b3-bucketing.png)\n")
     return 0
 
 

@@ -1,11 +1,52 @@
 """Shared by the benchmarks: running compiled steps and torch processes."""
 import json
+import math
 import os
 import re
 import statistics
 import subprocess
 import tempfile
 import time
+from typing import NamedTuple
+
+
+def percentile(samples, fraction):
+    """Nearest rank, as distopt-run and the runtime's bench compute it."""
+    ordered = sorted(samples)
+    return ordered[max(math.ceil(fraction * len(ordered)), 1) - 1]
+
+
+class Timing(NamedTuple):
+    """A median with its spread: the 10th and 90th percentile (with fewer
+    than ten samples, the fastest and the slowest), so that one
+    descheduled sample does not make the spread."""
+    median: float
+    lo: float
+    hi: float
+
+    @classmethod
+    def of(cls, samples):
+        return cls(statistics.median(samples), percentile(samples, 0.1),
+                   percentile(samples, 0.9))
+
+    def scaled(self, factor):
+        return Timing(*(x * factor for x in self))
+
+    def minus(self, amount):
+        """Every figure less `amount`: a time with a fixed part taken out."""
+        return Timing(*(x - amount for x in self))
+
+    def fmt(self, digits):
+        """"median (p10-p90)", for the tables."""
+        return f"{self.median:.{digits}f} ({self.lo:.{digits}f}-{self.hi:.{digits}f})"
+
+
+def run_timing(out):
+    """The per-step Timing (ms) in distopt-run's output."""
+    match = re.search(r"([\d.]+) ms per step \(median[^;]*; p10 ([\d.]+), p90 ([\d.]+)\)", out)
+    if not match:
+        raise RuntimeError(f"no time in distopt-run's output:\n{out}")
+    return Timing(*map(float, match.groups()))
 
 
 def reduce_only_step(params, ranks):
@@ -30,18 +71,20 @@ def reduce_only_step(params, ranks):
 def compile_and_run(build, step, options, ranks, steps, tmp, launches=1):
     """distopt-compile `step` with --pipeline=`options`, run it with
     distopt-run on `ranks` ranks `launches` times; the median over launches
-    of each one's median ms per step after the first."""
+    of each one's median ms per step after the first, with the lowest 10th
+    and highest 90th percentile of the launches (a Timing)."""
     library = os.path.join(tmp, "step.so")
     subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
                     f"--pipeline={options}", "-o", library], check=True)
-    medians = []
+    runs = []
     for _ in range(launches):
         out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                               "-np", str(ranks), os.path.join(build, "bin", "distopt-run"), library,
                               "--steps", str(steps), "--progress-seconds", "0"],
                              check=True, capture_output=True, text=True).stdout
-        medians.append(float(re.search(r"([\d.]+) ms per step", out).group(1)))
-    return statistics.median(medians)
+        runs.append(run_timing(out))
+    return Timing(statistics.median(r.median for r in runs), min(r.lo for r in runs),
+                  max(r.hi for r in runs))
 
 
 def report(build, step, options):
@@ -51,21 +94,22 @@ def report(build, step, options):
                            "-o", "/dev/null"], check=True, capture_output=True, text=True).stdout
 
 
-def slowest_median_ms(dist, torch, times):
-    """The median, after the first, of each iteration's slowest rank (ms);
-    `times` are this rank's seconds; a collective, so every rank calls it."""
+def slowest_timing(dist, torch, times):
+    """The Timing (ms), after the first iteration, of each iteration's
+    slowest rank; `times` are this rank's seconds; a collective, so every
+    rank calls it."""
     slowest = []
     for t in times:
         local = torch.tensor([t], dtype=torch.float64)
         dist.all_reduce(local, op=dist.ReduceOp.MAX)
         slowest.append(local.item())
-    return statistics.median(slowest[1:]) * 1e3
+    return Timing.of(slowest[1:]).scaled(1e3)
 
 
-def backward_step_ms(dist, torch, module, steps, optimizer=None):
+def backward_step_timing(dist, torch, module, steps, optimizer=None):
     """Forward + backward of `module` (a shaped_module, under DDP or not),
-    then optimizer.step() if given: the median after the first of `steps`
-    iterations, each the slowest rank's (ms); a collective."""
+    then optimizer.step() if given: the Timing (ms) after the first of
+    `steps` iterations, each the slowest rank's; a collective."""
     times = []
     for _ in range(steps):
         dist.barrier()
@@ -74,7 +118,7 @@ def backward_step_ms(dist, torch, module, steps, optimizer=None):
         if optimizer is not None:
             optimizer.step()
         times.append(time.perf_counter() - start)
-    return slowest_median_ms(dist, torch, times)
+    return slowest_timing(dist, torch, times)
 
 
 def spawn_gloo(worker, ranks, *args):

@@ -3,10 +3,11 @@
 
 For synthetic specs of 100, 1k and 10k tensors (scripts/gen-specs.py), times
 `distopt-opt --distopt-pipeline=...` (the import is timed apart), repeats
-each run, and reports the median, the spread (min-max), the time per tensor
+each run, and reports the median, the spread (p10-p90: with 5 runs, the
+fastest and slowest), the time per tensor
 (flat when growth is linear) and the per-pass breakdown at 10k tensors from
 -mlir-timing. Prints markdown; --update writes it into docs/benchmarks.md
-between the B8 markers.
+between the B8 markers and plots docs/img/b8-compile-time.png.
 
     bench/compile_time.py [--build build] [--repeat 5] [--update]
 """
@@ -21,7 +22,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
+from common import Timing  # noqa: E402
+
 PIPELINES = [
     ("data parallel", "distopt-pipeline"),
     ("ZeRO-2 + PowerSGD", "distopt-pipeline{zero-stage=2 powersgd-rank=4}"),
@@ -33,6 +37,21 @@ def run(cmd):
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return time.perf_counter() - start
+
+
+def plot(curves, path):
+    fig, (ax,) = plots.figure(1, 6.4, "B8: distopt-opt pipeline time")
+    for name, timings in curves.items():
+        line, = ax.loglog(SIZES, [t.median for t in timings], "o-", label=name)
+        ax.fill_between(SIZES, [t.lo for t in timings], [t.hi for t in timings],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.loglog(SIZES, [3.0 * n / SIZES[-1] for n in SIZES], "k:",
+              label="linear through the 10k target (3 s)")
+    ax.set_xlabel("tensors")
+    ax.set_ylabel("seconds: median, p10-p90")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    plots.save(fig, path)
 
 
 def main():
@@ -48,6 +67,7 @@ def main():
     lines = ["| pipeline | tensors | import (s) | pipeline median (s) | spread (s) | µs per tensor | target |",
              "|---|---:|---:|---:|---:|---:|---|"]
     breakdown = ""
+    curves = {}  # pipeline -> [Timing per size]
     with tempfile.TemporaryDirectory() as tmp:
         for n in SIZES:
             spec = os.path.join(tmp, f"s{n}.json")
@@ -58,15 +78,16 @@ def main():
                 run([translate, "--import-param-spec", spec, "-o", ir])
                 for _ in range(args.repeat))
             for name, pipeline in PIPELINES:
-                times = [run([opt, ir, f"--pass-pipeline=builtin.module({pipeline})",
-                              "-o", os.devnull]) for _ in range(args.repeat)]
-                med = statistics.median(times)
+                times = Timing.of([run([opt, ir, f"--pass-pipeline=builtin.module({pipeline})",
+                                        "-o", os.devnull]) for _ in range(args.repeat)])
+                curves.setdefault(name, []).append(times)
+                med = times.median
                 target = {1000: "< 0.3 s", 10000: "< 3 s"}.get(n, "")
                 if target:
                     limit = 0.3 if n == 1000 else 3.0
                     target += " " + ("met" if med < limit else "MISSED")
                 lines.append(f"| {name} | {n} | {t_import:.3f} | {med:.3f} | "
-                             f"{min(times):.3f}-{max(times):.3f} | {med / n * 1e6:.1f} | {target} |")
+                             f"{times.lo:.3f}-{times.hi:.3f} | {med / n * 1e6:.1f} | {target} |")
             if n == SIZES[-1]:
                 out = subprocess.run(
                     [opt, ir, f"--pass-pipeline=builtin.module({PIPELINES[1][1]})",
@@ -79,7 +100,8 @@ def main():
             "(`-mlir-timing`, wall time):\n\n```\n" + breakdown + "\n```\n")
     print(text)
     if args.update:
-        update_section("B8", text)
+        plot(curves, os.path.join(ROOT, "docs", "img", "b8-compile-time.png"))
+        update_section("B8", text + "\n![compile time](img/b8-compile-time.png)\n")
     return 0
 
 

@@ -14,7 +14,10 @@ DDP with PyTorch's powerSGD_hook at the same ranks (same rule, error
 feedback, warm start; timed after its two uncompressed iterations, in one
 bucket: see torch_worker); each time is (forward + backward under DDP) -
 (forward + backward of the same module alone), as in B7.
---update writes the table into docs/benchmarks.md (B6).
+Spreads (p10-p90): distopt's 10th and 90th percentile step; torch's less
+the median forward + backward.
+--update writes the table into docs/benchmarks.md (B6) and plots
+docs/img/b6-powersgd.png.
 
     /usr/bin/python3 bench/powersgd.py [--build build] [--steps 8] [--update]
 """
@@ -27,8 +30,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import (backward_step_ms, compile_and_run, reduce_only_step, report,  # noqa: E402
+from common import (backward_step_timing, compile_and_run, reduce_only_step, report,  # noqa: E402
                     shaped_module, spawn_gloo)
 
 WORLD = 2
@@ -42,8 +46,8 @@ def torch_worker(rank, init_file, spec, steps, queue):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=WORLD)
-    compute = backward_step_ms(dist, torch, shaped_module(torch, spec), steps + 1)
-    ddp = backward_step_ms(dist, torch, torch.nn.parallel.DistributedDataParallel(
+    compute = backward_step_timing(dist, torch, shaped_module(torch, spec), steps + 1).median
+    ddp = backward_step_timing(dist, torch, torch.nn.parallel.DistributedDataParallel(
         shaped_module(torch, spec), bucket_cap_mb=25, gradient_as_bucket_view=True), steps + 1)
     # The hook over gloo needs a single bucket: with several, the ranks issue
     # the buckets' P and Q all-reduces in different orders (they are chained
@@ -60,11 +64,30 @@ def torch_worker(rank, init_file, spec, steps, queue):
             powerSGD_hook.powerSGD_hook)
         for _ in range(2):  # the hook's uncompressed iterations
             module().backward()
-        hook[r] = backward_step_ms(dist, torch, module, steps + 1) - compute
+        hook[r] = backward_step_timing(dist, torch, module, steps + 1).minus(compute)
     if rank == 0:
-        queue.put((ddp - compute, hook))
+        queue.put((ddp.minus(compute), hook))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def plot(results, path):
+    """One panel per model: distopt and the torch hook at each PowerSGD
+    rank, and both uncompressed; medians with their ranges."""
+    fig, axes = plots.figure(len(results), 10, f"B6: PowerSGD, {WORLD} ranks")
+    labels = ["none"] + [str(r) for r in RANKS]
+    for ax, (model, (plain, ours, ddp, hook)) in zip(axes, results.items()):
+        plots.ranged_bars(ax, [i - 0.2 for i in range(len(labels))],
+                          [plain] + [ours[r][1] for r in RANKS], "distopt", 0.4)
+        plots.ranged_bars(ax, [i + 0.2 for i in range(len(labels))],
+                          [ddp] + [hook[r] for r in RANKS], "torch DDP / powerSGD_hook", 0.4)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlabel("PowerSGD rank")
+        ax.set_ylabel("ms to average the gradients: median, p10-p90")
+        ax.set_title(model)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend()
+    plots.save(fig, path)
 
 
 def main():
@@ -75,10 +98,12 @@ def main():
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update).", "",
-             "| model | PowerSGD rank | compression | distopt ms | uncompressed / compressed "
-             "| torch DDP uncompressed ms | DDP uncompressed / distopt compressed "
-             "| torch powerSGD_hook ms | hook / distopt |",
+             "| model | PowerSGD rank | compression | distopt ms (p10-p90) "
+             "| uncompressed / compressed | torch DDP uncompressed ms (p10-p90) "
+             "| DDP uncompressed / distopt compressed | torch powerSGD_hook ms (p10-p90) "
+             "| hook / distopt |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    results = {}  # model -> (plain, ours, ddp, hook)
     for model in ("resnet18-cifar", "resnet50"):
         spec = json.load(open(os.path.join(ROOT, "examples", "specs", f"{model}.json")))
         with tempfile.TemporaryDirectory() as tmp:
@@ -93,17 +118,21 @@ def main():
                                         report(args.build, step, options)).group(1))
                 ours[r] = (ratio, compile_and_run(args.build, step, options, WORLD, args.steps, tmp))
         ddp, hook = spawn_gloo(torch_worker, WORLD, spec, args.steps)
-        lines.append(f"| {model} | none | 1.0x | {plain:.2f} | 1.00 | {ddp:.2f} | {ddp / plain:.2f} "
-                     "| | |")
+        results[model] = (plain, ours, ddp, hook)
+        lines.append(f"| {model} | none | 1.0x | {plain.fmt(2)} | 1.00 | {ddp.fmt(2)} "
+                     f"| {ddp.median / plain.median:.2f} | | |")
         for r in RANKS:
             ratio, ms = ours[r]
-            lines.append(f"| {model} | {r} | {ratio:.1f}x | {ms:.2f} | {plain / ms:.2f} | {ddp:.2f} "
-                         f"| {ddp / ms:.2f} | {hook[r]:.2f} | {hook[r] / ms:.2f} |")
+            lines.append(f"| {model} | {r} | {ratio:.1f}x | {ms.fmt(2)} "
+                         f"| {plain.median / ms.median:.2f} | {ddp.fmt(2)} "
+                         f"| {ddp.median / ms.median:.2f} | {hook[r].fmt(2)} "
+                         f"| {hook[r].median / ms.median:.2f} |")
         print("\n".join(lines[-1 - len(RANKS):]), flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:
-        update_section("B6", text)
+        plot(results, os.path.join(ROOT, "docs", "img", "b6-powersgd.png"))
+        update_section("B6", text + "\n![PowerSGD](img/b6-powersgd.png)\n")
     return 0
 
 

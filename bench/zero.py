@@ -24,8 +24,11 @@ state = 8 bytes per parameter): parameters + state = 4P + 8P (no ZeRO),
 4P + 8P/N (ZeRO-1 and 2), 12P/N (ZeRO-3); gradients 4P (no ZeRO, ZeRO-1),
 4P/N once reduced (ZeRO-2, 3). distopt's step is handed the full gradients
 (the backward's output, 4P on every rank); under ZeRO-2/3 it keeps only the
-reduced shard, which the peak shows.
---update writes the table into docs/benchmarks.md (B5).
+reduced shard, which the peak shows. Spreads (p10-p90):
+distopt's 10th and 90th percentile step; torch's less the median forward +
+backward.
+--update writes the table into docs/benchmarks.md (B5) and plots
+docs/img/b5-zero.png.
 
     /usr/bin/python3 bench/zero.py [--build build] [--steps 6] [--update]
 """
@@ -40,8 +43,10 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import backward_step_ms, gpt2_f32_spec, shaped_module, spawn_gloo  # noqa: E402
+from common import (backward_step_timing, gpt2_f32_spec, run_timing, shaped_module,  # noqa: E402
+                    spawn_gloo)
 
 RANKS = 2
 MIB = 1 << 20
@@ -55,13 +60,13 @@ def torch_worker(rank, init_file, spec, steps, queue):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=RANKS)
     opt = spec["optimizer"]
-    compute = backward_step_ms(dist, torch, shaped_module(torch, spec), steps)
+    compute = backward_step_timing(dist, torch, shaped_module(torch, spec), steps)
     ddp = torch.nn.parallel.DistributedDataParallel(shaped_module(torch, spec), bucket_cap_mb=25,
                                                     gradient_as_bucket_view=True)
     optimizer = ZeroRedundancyOptimizer(
         ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=opt["lr"],
         betas=tuple(opt["betas"]), weight_decay=opt["weight_decay"], foreach=True)
-    total = backward_step_ms(dist, torch, ddp, steps, optimizer)
+    total = backward_step_timing(dist, torch, ddp, steps, optimizer)
     params = sum(p.numel() * p.element_size() for p in ddp.parameters())
     state = sum(t.numel() * t.element_size() for s in optimizer.optim.state.values()
                 for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
@@ -81,7 +86,7 @@ def distopt_run(build, step, pipeline, steps, tmp):
                           "-np", str(RANKS), os.path.join(build, "bin", "distopt-run"), library,
                           "--steps", str(steps), "--progress-seconds", "0", "--print-memory"],
                          check=True, capture_output=True, text=True).stdout
-    ms = float(re.search(r"([\d.]+) ms per step", out).group(1))
+    ms = run_timing(out)
     memory = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)[,\s]", out.split("memory per rank")[1])}
     memory["peak"] = int(re.search(r"peak in use (\d+)", out).group(1))
     return ms, memory
@@ -93,6 +98,34 @@ def formula(stage, params):
     persistent = {0: 12 * p, 1: 4 * p + 8 * p / n, 2: 4 * p + 8 * p / n, 3: 12 * p / n}[stage]
     grads = 4 * p if stage < 2 else 4 * p / n
     return persistent, grads
+
+
+def plot(ours, torch_ms, torch_persistent, params, path):
+    """Time per step, and memory per rank against the formula."""
+    fig, (time_ax, memory_ax) = plots.figure(2, 12, f"B5: ZeRO on GPT-2 small, {RANKS} ranks")
+    names = ["torch DDP + ZeroRedundancyOptimizer"] + [name for name, _, _ in ours]
+    plots.ranged_bars(time_ax, range(len(names)), [torch_ms] + [ms for _, _, (ms, _) in ours],
+                      horizontal=True)
+    time_ax.set_yticks(range(len(names)), names)
+    time_ax.invert_yaxis()
+    time_ax.set_xlabel("ms per step: median, p10-p90")
+    time_ax.grid(True, axis="x", alpha=0.3)
+    measured = [torch_persistent] + [m["param"] + m["main_param"] + m["state"]
+                                     for _, _, (_, m) in ours]
+    wanted = [formula(1, params)[0]] + [formula(stage, params)[0] for _, stage, _ in ours]
+    peaks = [None] + [m["peak"] for _, _, (_, m) in ours]
+    rows = range(len(names))
+    memory_ax.barh([i - 0.27 for i in rows], [b / MIB for b in measured], 0.27,
+                   label="parameters + state, measured")
+    memory_ax.barh(list(rows), [b / MIB for b in wanted], 0.27, label="formula")
+    memory_ax.barh([i + 0.27 for i in rows[1:]], [b / MIB for b in peaks[1:]], 0.27,
+                   label="peak in use (distopt)")
+    memory_ax.set_yticks(list(rows), [""] * len(names))
+    memory_ax.invert_yaxis()
+    memory_ax.set_xlabel("MiB per rank (the rank holding most)")
+    memory_ax.grid(True, axis="x", alpha=0.3)
+    memory_ax.legend(fontsize=8, loc="lower right")
+    plots.save(fig, path)
 
 
 def main():
@@ -118,33 +151,34 @@ def main():
                 ours.append((name, stage, distopt_run(args.build, step, f"zero-stage={stage}{extra}",
                                                       args.steps, tmp)))
     total, compute, torch_params, torch_state = spawn_gloo(torch_worker, RANKS, spec, args.steps)
-    torch_ms = total - compute
+    torch_ms = total.minus(compute.median)
     torch_persistent = torch_params + torch_state
     torch_formula, _ = formula(1, params)
 
     lines = [f"GPT-2 small, {params / 1e6:.1f}M f32 parameters, AdamW, {RANKS} ranks, 1 thread per "
              "rank. Memory in MiB per rank (the rank holding most).", "",
              f"torch DDP (gloo) + ZeroRedundancyOptimizer(AdamW) (ZeRO-1): forward + backward + step "
-             f"{total:.0f} ms, of which forward + backward alone {compute:.0f} ms: reduce + update "
-             f"{torch_ms:.0f} ms; parameters + optimizer state {torch_persistent / MIB:.0f} MiB "
+             f"{total.fmt(0)} ms, of which forward + backward alone {compute.fmt(0)} ms: reduce + update "
+             f"{torch_ms.fmt(0)} ms; parameters + optimizer state {torch_persistent / MIB:.0f} MiB "
              f"(formula {torch_formula / MIB:.0f}, {torch_persistent / torch_formula:.3f}x).", "",
-             "| distopt | ms per step | vs torch ZeRO-1 (time ratio) | params + state: measured "
+             "| distopt | ms per step (p10-p90) | vs torch ZeRO-1 (time ratio) | params + state: measured "
              "| formula | measured / formula | gradients handed in | peak in use | target (issue 6) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, stage, (ms, mem) in ours:
         persistent = mem["param"] + mem["main_param"] + mem["state"]
         want, _ = formula(stage, params)
-        ratio = ms / torch_ms
+        ratio = ms.median / torch_ms.median
         close = abs(persistent / want - 1) <= 0.05
         verdict = (f"time ≤ 0.5x: {'met' if ratio <= 0.5 else 'missed'}; "
                    f"memory within 5%: {'met' if close else 'missed'}")
-        lines.append(f"| {name} | {ms:.0f} | {ratio:.2f}x | {persistent / MIB:.0f} | {want / MIB:.0f} "
+        lines.append(f"| {name} | {ms.fmt(0)} | {ratio:.2f}x | {persistent / MIB:.0f} | {want / MIB:.0f} "
                      f"| {persistent / want:.3f} | {mem['grad'] / MIB:.0f} | {mem['peak'] / MIB:.0f} "
                      f"| {verdict} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:
-        update_section("B5", text)
+        plot(ours, torch_ms, torch_persistent, params, os.path.join(ROOT, "docs", "img", "b5-zero.png"))
+        update_section("B5", text + "\n![ZeRO](img/b5-zero.png)\n")
     return 0
 
 

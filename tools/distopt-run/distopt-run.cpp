@@ -926,7 +926,14 @@ int main(int argc, char **argv) {
                    << " ms per step (median";
       if (times.size() > 1)
         llvm::outs() << ", after the first";
-      llvm::outs() << ")";
+      // The spread, for benchmarks: nearest-rank 10th and 90th percentiles
+      // (a single descheduled step does not make it).
+      auto percentile = [&](double fraction) {
+        size_t rank = static_cast<size_t>(std::ceil(fraction * sorted.size()));
+        return sorted[std::max<size_t>(rank, 1) - 1] * 1e3;
+      };
+      llvm::outs() << "; p10 " << llvm::format("%.3f", percentile(0.1))
+                   << ", p90 " << llvm::format("%.3f", percentile(0.9)) << ")";
     }
     llvm::outs() << "\n";
     if (!losses.empty())
