@@ -201,36 +201,69 @@ Slot parseSlot(const json::Value &value) {
   return slot;
 }
 
-// Element storage: f32 and f64 natively; bf16 and f16 rounded from float.
-void storeElement(const Slot &slot, void *base, int64_t i, double value) {
-  char *p = static_cast<char *>(base) + i * slot.elementBytes();
-  float f = static_cast<float>(value);
-  if (slot.dtype == "f32") {
-    std::memcpy(p, &f, 4);
-  } else if (slot.dtype == "f64") {
-    std::memcpy(p, &value, 8);
-  } else if (slot.dtype == "bf16") {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    bits += 0x7FFF + ((bits >> 16) & 1);
-    uint16_t h = static_cast<uint16_t>(bits >> 16);
-    std::memcpy(p, &h, 2);
-  } else if (slot.dtype == "f16") {
-    _Float16 h = static_cast<_Float16>(f);
-    std::memcpy(p, &h, 2);
-  } else {
-    die("unsupported element type " + slot.dtype);
+/// Writes elements of one floating-point type: f32 and f64 natively; bf16
+/// and f16 rounded from float. Resolved once per tensor, not per element:
+/// the fills write every gradient every step.
+class ElementWriter {
+public:
+  ElementWriter(const Slot &slot, void *base)
+      : base(static_cast<char *>(base)), kind(kindOf(slot.dtype)) {}
+
+  void store(int64_t i, double value) const {
+    float f = static_cast<float>(value);
+    switch (kind) {
+    case Kind::F32:
+      std::memcpy(base + i * 4, &f, 4);
+      return;
+    case Kind::F64:
+      std::memcpy(base + i * 8, &value, 8);
+      return;
+    case Kind::BF16: {
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      bits += 0x7FFF + ((bits >> 16) & 1);
+      uint16_t h = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(base + i * 2, &h, 2);
+      return;
+    }
+    case Kind::F16: {
+      _Float16 h = static_cast<_Float16>(f);
+      std::memcpy(base + i * 2, &h, 2);
+      return;
+    }
+    }
   }
-}
+
+private:
+  enum class Kind { F32, F64, BF16, F16 };
+  static Kind kindOf(const std::string &dtype) {
+    if (dtype == "f32")
+      return Kind::F32;
+    if (dtype == "f64")
+      return Kind::F64;
+    if (dtype == "bf16")
+      return Kind::BF16;
+    if (dtype == "f16")
+      return Kind::F16;
+    die("unsupported element type " + dtype);
+  }
+
+  char *base;
+  Kind kind;
+};
 
 /// The parameters' initial values: small, the same on every rank, different
 /// per tensor (the pattern test/Integration/step_harness.py uses too).
-double pattern(const std::string &name, int64_t i) {
+struct Pattern {
   int64_t seed = 0;
-  for (char c : name)
-    seed += static_cast<unsigned char>(c);
-  return static_cast<double>(((i * 7 + seed) % 13) - 6) / 8.0;
-}
+  explicit Pattern(const std::string &name) {
+    for (char c : name)
+      seed += static_cast<unsigned char>(c);
+  }
+  double operator()(int64_t i) const {
+    return static_cast<double>(((i * 7 + seed) % 13) - 6) / 8.0;
+  }
+};
 
 /// A standard normal draw from a seeded generator (the same on all ranks).
 struct Normal {
@@ -289,16 +322,19 @@ void forEachLocalRange(
 
 /// Fills a parameter, main parameter or its shard with the pattern.
 void fillParameter(const Slot &slot, Buffer &buffer) {
+  ElementWriter out(slot, buffer.aligned);
   if (slot.layout.empty()) {
+    Pattern pattern(slot.name);
     for (int64_t i = 0; i < slot.numel(); ++i)
-      storeElement(slot, buffer.aligned, i, pattern(slot.name, i));
+      out.store(i, pattern(i));
     return;
   }
-  forEachLocalRange(slot, [&](const Entry &e, int64_t first, int64_t at,
-                              int64_t count) {
-    for (int64_t i = 0; i < count; ++i)
-      storeElement(slot, buffer.aligned, at + i, pattern(e.name, first + i));
-  });
+  forEachLocalRange(
+      slot, [&](const Entry &e, int64_t first, int64_t at, int64_t count) {
+        Pattern pattern(e.name);
+        for (int64_t i = 0; i < count; ++i)
+          out.store(at + i, pattern(first + i));
+      });
 }
 
 /// Gradients: a pattern per tensor and step, times 1 + (rank - (N-1)/2) / 4,
@@ -309,14 +345,14 @@ void fillParameter(const Slot &slot, Buffer &buffer) {
 /// its offset, as its own argument would, and zeros in between.
 void fillGradient(const Slot &slot, Buffer &buffer, int64_t step) {
   double factor = 1.0 + (myRank - (worldSize - 1) / 2.0) / 4.0;
+  ElementWriter out(slot, buffer.aligned);
   auto fill = [&](const std::string &name, int64_t first, int64_t at,
                   int64_t count) {
-    std::string key = name + "g" + std::to_string(step);
+    Pattern pattern(name + "g" + std::to_string(step));
     for (int64_t i = 0; i < count; ++i)
-      storeElement(
-          slot, buffer.aligned, at + i,
-          static_cast<double>(static_cast<float>(pattern(key, first + i))) *
-              factor);
+      out.store(at + i,
+                static_cast<double>(static_cast<float>(pattern(first + i))) *
+                    factor);
   };
   if (slot.layout.empty())
     return fill(slot.name, 0, 0, slot.numel());
@@ -330,8 +366,9 @@ void fillNormal(const Slot &slot, Buffer &buffer, uint64_t seed) {
   Normal normal{seed};
   for (char c : slot.name)
     normal.state = normal.state * 31 + static_cast<unsigned char>(c);
+  ElementWriter out(slot, buffer.aligned);
   for (int64_t i = 0; i < slot.numel(); ++i)
-    storeElement(slot, buffer.aligned, i, normal.next());
+    out.store(i, normal.next());
 }
 
 /// A memref descriptor as the compiled code reads it.
