@@ -2,7 +2,8 @@
 """B2 and B4: the runtime's all-reduce against raw MPI and gloo, and the
 average fused into the reduction against a sum followed by a scaling pass.
 
-In one run, at 2 and 4 ranks, f32, 8 B to 128 MiB (x4): the runtime's bench
+In one run, at 2 and 4 ranks, f32, 8 B to 128 MiB (x4), 25 MiB and 256 MiB:
+the runtime's bench
 (runtime/bench/allreduce_bench.cpp) times MPI_Allreduce and
 distopt_rt_all_reduce (sum, avg, premul_sum) alternating on the same
 buffers, the unfused average (sum, then x *= 1/N) and that scaling pass
@@ -59,9 +60,16 @@ def gloo_times(ranks, sizes):
     return spawn_gloo(gloo_worker, ranks, ranks, sizes)
 
 
-def runtime_times(bench, ranks, max_bytes):
+def sizes_up_to(max_bytes):
+    """8 B by factors of 4, and the two sizes issue 6 names: 25 MiB (DDP's
+    bucket, where gloo is compared) and 256 MiB (the top of the range)."""
+    sizes = {8 * 4 ** k for k in range(13)} | {25 << 20, 256 << 20}
+    return sorted(s for s in sizes if s <= max_bytes)
+
+
+def runtime_times(bench, ranks, sizes):
     out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                          "-np", str(ranks), bench, str(max_bytes)],
+                          "-np", str(ranks), bench] + [str(s) for s in sizes],
                          check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -121,13 +129,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--max-bytes", type=int, default=1 << 27)
+    ap.add_argument("--max-bytes", type=int, default=256 << 20)
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     bench = os.path.join(args.build, "runtime", "bin", "distopt-rt-allreduce-bench")
     b2, b4 = "", ""
     for ranks in (2, 4):
-        rows = runtime_times(bench, ranks, args.max_bytes)
+        rows = runtime_times(bench, ranks, sizes_up_to(args.max_bytes))
         gloo = gloo_times(ranks, [r["bytes"] for r in rows])
         b2 += f"{ranks} ranks:\n\n{b2_table(rows, gloo)}\n\n"
         b4 += f"{ranks} ranks:\n\n{b4_table(rows)}\n\n"

@@ -5,7 +5,8 @@
 // average (sum, then a scaling pass) and that pass alone; prints one JSON
 // object per size with the median, 10th and 90th percentile over iterations
 // of the slowest rank, in microseconds.
-// Run under mpirun; rank 0 prints.
+// Run under mpirun; rank 0 prints:
+//   mpirun -np N distopt-rt-allreduce-bench [BYTES...]
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,15 +40,21 @@ int main(int argc, char **argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int64_t maxBytes = argc > 1 ? std::atoll(argv[1]) : (int64_t(1) << 28);
+  // The sizes in bytes: the arguments, or 8 B to 128 MiB by factors of 4.
+  std::vector<int64_t> sizes;
+  for (int i = 1; i < argc; ++i)
+    sizes.push_back(std::atoll(argv[i]));
+  if (sizes.empty())
+    for (int64_t bytes = 8; bytes <= (int64_t(1) << 27); bytes *= 4)
+      sizes.push_back(bytes);
   distopt_rt_comm *comm;
   if (distopt_rt_comm_create("mpi", size, 300, &comm) != DISTOPT_RT_OK) {
     std::fprintf(stderr, "%s\n", distopt_rt_last_error());
     return 1;
   }
   double busFactor = size > 1 ? 2.0 * (size - 1) / size : 1.0;
-  for (int64_t bytes = 8; bytes <= maxBytes; bytes *= 4) {
-    int64_t count = bytes / 4;
+  for (int64_t bytes : sizes) {
+    int64_t count = std::max<int64_t>(bytes / 4, 1);
     std::vector<float> send(count, 1.0f), recv(count);
     int iters = bytes <= (1 << 20) ? 200 : bytes <= (1 << 24) ? 20 : 5;
     std::vector<double> tMpi, tSum, tAvg, tPremul, tScale, tSumScale;
