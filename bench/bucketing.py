@@ -53,7 +53,8 @@ def plot(results, path):
                              f"{RANKS} ranks")
     for ax, (case, rows) in zip(axes, results.items()):
         plots.ranged_bars(ax, range(len(rows)), [t for _, t in rows], horizontal=True)
-        ax.set_yticks(range(len(rows)), [name for name, _ in rows])
+        # The pipelines are the same in every panel: named once, on the left.
+        ax.set_yticks(range(len(rows)), [name if ax is axes[0] else "" for name, _ in rows])
         ax.invert_yaxis()
         ax.set_xlabel("ms per step: median, p10-p90")
         ax.set_title(case)
