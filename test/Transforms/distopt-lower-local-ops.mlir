@@ -80,8 +80,13 @@ func.func @async(%g: tensor<8xf32>, %x: tensor<8xf32>) -> (tensor<8xf32>, tensor
 // PowerSGD: M = G + E; Q orthogonalized (2 columns: 2 norms), then used
 // transposed (contiguous like M's rows); P = M Q summed; P orthogonalized;
 // Q'^T = P^T M averaged; R = P Q'^T and E' = M - R in one pass (each column
-// of P and row of Q'^T an input); Q' returned.
+// of P and row of Q'^T an input); Q' returned. Destination-passing style,
+// so that the step updates in place: M is written over E, R over G, E'
+// over M (read as that output's current value), Q' over Q.
 // CHECK-LABEL: func.func @powersgd
+// CHECK-SAME: (%[[G:[^:]*]]: tensor<8x4xf32>, %{{[^:]*}}: tensor<8x2xf32>, %[[Q0:[^:]*]]: tensor<4x2xf32>, %[[E:[^:]*]]: tensor<8x4xf32>)
+// CHECK: %[[M:.*]] = linalg.generic {{.*}} ins(%[[G]] : tensor<8x4xf32>) outs(%[[E]] : tensor<8x4xf32>)
+// CHECK: arith.addf
 // CHECK: math.sqrt
 // CHECK: math.sqrt
 // CHECK: linalg.transpose ins(%{{.*}} : tensor<4x2xf32>) outs(%{{.*}} : tensor<2x4xf32>)
@@ -90,8 +95,11 @@ func.func @async(%g: tensor<8xf32>, %x: tensor<8xf32>) -> (tensor<8xf32>, tensor
 // CHECK: math.sqrt
 // CHECK: %[[QT:.*]] = distopt.all_reduce avg %{{.*}} on @dp : tensor<2x4xf32>
 // CHECK-NOT: distopt.powersgd_all_reduce
-// CHECK: %[[RE:.*]]:2 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%[[P:.*]], %[[QT]], %[[P]], %[[QT]], %{{.*}} : tensor<8x2xf32>, tensor<2x4xf32>, tensor<8x2xf32>, tensor<2x4xf32>, tensor<8x4xf32>) outs(%{{.*}}, %{{.*}} : tensor<8x4xf32>, tensor<8x4xf32>)
-// CHECK: %[[Q:.*]] = linalg.transpose ins(%[[QT]] : tensor<2x4xf32>) outs(%{{.*}} : tensor<4x2xf32>)
+// CHECK: %[[RE:.*]]:2 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%[[P:.*]], %[[QT]], %[[P]], %[[QT]] : tensor<8x2xf32>, tensor<2x4xf32>, tensor<8x2xf32>, tensor<2x4xf32>) outs(%[[G]], %[[M]] : tensor<8x4xf32>, tensor<8x4xf32>)
+// CHECK: ^bb0(%{{[^:]*}}: f32, %{{[^:]*}}: f32, %{{[^:]*}}: f32, %{{[^:]*}}: f32, %{{[^:]*}}: f32, %[[MOUT:[^:]*]]: f32):
+// CHECK: %[[NEWE:.*]] = arith.subf %[[MOUT]], %[[R:.*]] : f32
+// CHECK-NEXT: linalg.yield %[[R]], %[[NEWE]]
+// CHECK: %[[Q:.*]] = linalg.transpose ins(%[[QT]] : tensor<2x4xf32>) outs(%[[Q0]] : tensor<4x2xf32>)
 // CHECK: return %[[RE]]#0, %[[P]], %[[Q]], %[[RE]]#1
 distopt.process_group @dp size 2
 func.func @powersgd(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32>, %e: tensor<8x4xf32>)

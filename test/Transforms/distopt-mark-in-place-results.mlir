@@ -85,3 +85,23 @@ func.func @gathered(%w: memref<4xf32> {distopt.name = "w", distopt.role = "param
   call @read(%v) : (memref<4xf32>) -> ()
   return %nw, %nv, %nu : memref<4xf32>, memref<4xf32>, memref<4xf32>
 }
+
+// -----
+
+// A gradient reshaped and back (PowerSGD works on a matrix view of a conv
+// gradient) is the argument's own memory in its own layout: in place. A
+// reshape that does not come back to the argument's type stays a result.
+// CHECK-LABEL: func.func @reshaped
+// CHECK-SAME: -> (memref<16xf32> {distopt.name = "v", distopt.role = "grad"})
+// CHECK-SAME: distopt.in_place_results = array<i64: 0, -1>
+// CHECK: %[[FLAT:.*]] = memref.collapse_shape %arg1
+// CHECK: return %[[FLAT]] : memref<16xf32>
+func.func @reshaped(%w: memref<4x2x2xf32> {distopt.name = "w", distopt.role = "grad"},
+                    %v: memref<4x4xf32> {distopt.name = "v", distopt.role = "grad"})
+    -> (memref<4x2x2xf32> {distopt.name = "w", distopt.role = "grad"},
+        memref<16xf32> {distopt.name = "v", distopt.role = "grad"}) {
+  %m = memref.collapse_shape %w [[0], [1, 2]] : memref<4x2x2xf32> into memref<4x4xf32>
+  %back = memref.expand_shape %m [[0], [1, 2]] output_shape [4, 2, 2] : memref<4x4xf32> into memref<4x2x2xf32>
+  %flat = memref.collapse_shape %v [[0, 1]] : memref<4x4xf32> into memref<16xf32>
+  return %back, %flat : memref<4x2x2xf32>, memref<16xf32>
+}

@@ -450,6 +450,26 @@ Value elementwise(
       .getResult(0);
 }
 
+/// combine(value, dest) elementwise, written over `dest` (destination-passing
+/// style): bufferization then reuses dest's buffer where its old value is
+/// not read afterwards, as for state a step updates.
+Value elementwiseInto(
+    OpBuilder &b, Location loc, Value value, Value dest,
+    function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
+  auto type = cast<RankedTensorType>(dest.getType());
+  AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
+  SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                             utils::IteratorType::parallel);
+  return linalg::GenericOp::create(
+             b, loc, TypeRange{type}, ValueRange{value}, ValueRange{dest},
+             SmallVector<AffineMap>(2, identity), iterators,
+             [&](OpBuilder &nb, Location nloc, ValueRange args) {
+               linalg::YieldOp::create(nb, nloc,
+                                       combine(nb, nloc, args[0], args[1]));
+             })
+      .getResult(0);
+}
+
 /// A matrix product: out = the sum over loop dimension `reduction` of
 /// lhs * rhs, operands and result indexed by their maps over three loop
 /// dimensions (transposes are maps). Loops nest in dimension order, d0
@@ -606,11 +626,13 @@ void lowerOrthogonalize(OrthogonalizeOp op) {
   op.erase();
 }
 
-/// A matrix transposed (PowerSGD's small factors).
-Value transpose(OpBuilder &b, Location loc, Value matrix) {
+/// A matrix transposed (PowerSGD's small factors), into `init` if given.
+Value transpose(OpBuilder &b, Location loc, Value matrix, Value init = {}) {
   auto type = cast<RankedTensorType>(matrix.getType());
-  Value init = tensor::EmptyOp::create(
-      b, loc, {type.getDimSize(1), type.getDimSize(0)}, type.getElementType());
+  if (!init)
+    init = tensor::EmptyOp::create(b, loc,
+                                   {type.getDimSize(1), type.getDimSize(0)},
+                                   type.getElementType());
   return linalg::TransposeOp::create(b, loc, matrix, init,
                                      ArrayRef<int64_t>{1, 0})
       .getResult()[0];
@@ -620,9 +642,10 @@ Value transpose(OpBuilder &b, Location loc, Value matrix) {
 /// given M, the new error E = M - R, in one pass over the n x m elements:
 /// each R[i, j] sums p[i, l] * qT[l, j] over l in order from zero, as a
 /// contraction would (the rank is small and static: one input per column),
-/// and is rounded to the element type before E is taken.
+/// and is rounded to the element type before E is taken. E is written over
+/// M, and R over `rInit` if given, so that they can take those buffers.
 SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
-                               Value m, RankedTensorType type) {
+                               Value m, RankedTensorType type, Value rInit) {
   auto element = cast<FloatType>(type.getElementType());
   Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
   int64_t rank = cast<RankedTensorType>(p.getType()).getDimSize(1);
@@ -637,15 +660,12 @@ SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
     maps.push_back(AffineMap::get(2, 0, {column, j}, ctx));
   }
   AffineMap identity = b.getMultiDimIdentityMap(2);
-  if (m) {
-    inputs.push_back(m);
-    maps.push_back(identity);
-  }
-  SmallVector<Value> outputs(m ? 2 : 1);
-  for (Value &output : outputs) {
-    output = tensor::EmptyOp::create(b, loc, type.getShape(), element);
-    maps.push_back(identity);
-  }
+  SmallVector<Value> outputs = {
+      rInit ? rInit
+            : Value(tensor::EmptyOp::create(b, loc, type.getShape(), element))};
+  if (m)
+    outputs.push_back(m);
+  maps.append(outputs.size(), identity);
   auto generic = linalg::GenericOp::create(
       b, loc, ValueRange(outputs).getTypes(), inputs, outputs, maps,
       SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
@@ -661,8 +681,9 @@ SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
         if (acc != element)
           r = arith::TruncFOp::create(nb, nloc, element, sum);
         SmallVector<Value> yields = {r};
-        if (m)
-          yields.push_back(arith::SubFOp::create(nb, nloc, args[2 * rank], r));
+        if (m) // M, read as the second output's current value
+          yields.push_back(
+              arith::SubFOp::create(nb, nloc, args[2 * rank + 1], r));
         linalg::YieldOp::create(nb, nloc, yields);
       });
   return SmallVector<Value>(generic.getResults());
@@ -678,12 +699,18 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
   auto gradType = cast<RankedTensorType>(op.getGrad().getType());
   auto pType = cast<RankedTensorType>(op.getP().getType());
   auto qType = cast<RankedTensorType>(op.getQ().getType());
-  Value m = op.getGrad();
-  if (Value error = op.getError())
-    m = elementwise(b, loc, m, error,
-                    [](OpBuilder &nb, Location l, Value x, Value y) {
-                      return arith::AddFOp::create(nb, l, x, y).getResult();
-                    });
+  // With error feedback, M = G + E is written over E, the new error over M
+  // and R over G, each where nothing else reads the old value: state and
+  // gradients then keep their buffers from step to step (in place).
+  Value m = op.getGrad(), error = op.getError();
+  Value rInit = error && m.hasOneUse() ? m : Value();
+  Value qInit = op.getQ().hasOneUse() ? op.getQ() : Value();
+  auto add = [](OpBuilder &nb, Location l, Value g, Value e) -> Value {
+    return arith::AddFOp::create(nb, l, g, e);
+  };
+  if (error)
+    m = error.hasOneUse() ? elementwiseInto(b, loc, m, error, add)
+                          : elementwise(b, loc, m, error, add);
   auto allReduce = [&](Value value, ReductionKind kind) -> Value {
     return AllReduceOp::create(b, loc, value.getType(), value, group,
                                /*wire_type=*/nullptr,
@@ -708,8 +735,9 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
   newQT = allReduce(newQT, ReductionKind::Avg);
   // R = P Q'^T and the new error M - R, one pass.
   SmallVector<Value> approximation =
-      approximate(b, loc, p, newQT, op.getError() ? m : Value(), gradType);
-  SmallVector<Value> results = {approximation[0], p, transpose(b, loc, newQT)};
+      approximate(b, loc, p, newQT, error ? m : Value(), gradType, rInit);
+  SmallVector<Value> results = {approximation[0], p,
+                                transpose(b, loc, newQT, qInit)};
   if (op.getError())
     results.push_back(approximation[1]);
   op.replaceAllUsesWith(results);
@@ -1051,6 +1079,26 @@ static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
 }
 
 namespace {
+/// The value a result really is: through casts, and through reshapes that
+/// end in the type they started from (a gradient collapsed to a matrix for
+/// PowerSGD, updated, expanded back: the same memory, the same layout).
+Value viewedArgument(Value value) {
+  while (auto cast = value.getDefiningOp<memref::CastOp>())
+    value = cast.getSource();
+  Value root = value;
+  while (Operation *def = root.getDefiningOp()) {
+    if (auto cast = dyn_cast<memref::CastOp>(def))
+      root = cast.getSource();
+    else if (auto collapse = dyn_cast<memref::CollapseShapeOp>(def))
+      root = collapse.getSrc();
+    else if (auto expand = dyn_cast<memref::ExpandShapeOp>(def))
+      root = expand.getSrc();
+    else
+      break;
+  }
+  return root.getType() == value.getType() ? root : value;
+}
+
 struct MarkInPlaceResultsPass
     : public distopt::impl::MarkInPlaceResultsPassBase<MarkInPlaceResultsPass> {
   void runOnOperation() override {
@@ -1070,10 +1118,7 @@ struct MarkInPlaceResultsPass
       SmallVector<int64_t> inPlace;
       llvm::BitVector dropped(ret.getNumOperands());
       for (OpOperand &operand : ret->getOpOperands()) {
-        Value value = operand.get();
-        while (auto cast = value.getDefiningOp<memref::CastOp>())
-          value = cast.getSource();
-        auto arg = dyn_cast<BlockArgument>(value);
+        auto arg = dyn_cast<BlockArgument>(viewedArgument(operand.get()));
         unsigned result = operand.getOperandNumber();
         // Only a result that updates the argument it returns in (the same
         // role and name, docs/step-abi.md) stays there: another argument's
