@@ -900,6 +900,8 @@ int main(int argc, char **argv) {
 
   // Replicas must agree on every parameter that is not sharded.
   int64_t compared = 0, differing = 0;
+  bool returnsParameters =
+      llvm::any_of(results, [](const Slot &r) { return r.role == "param"; });
   for (size_t k = 0; k < results.size(); ++k) {
     const Slot &r = results[k];
     if (r.role != "param" || !r.layout.empty() || resultArg[k] == SIZE_MAX)
@@ -981,8 +983,11 @@ int main(int argc, char **argv) {
     if (differing == 0 && compared > 0)
       llvm::outs() << "distopt-run: replicas agree on " << compared
                    << " parameter tensors\n";
-    else if (compared == 0)
+    else if (compared == 0 && returnsParameters)
       llvm::outs() << "distopt-run: every parameter is sharded (ZeRO-3): no "
+                      "replicas to compare\n";
+    else if (compared == 0)
+      llvm::outs() << "distopt-run: the step returns no parameters: no "
                       "replicas to compare\n";
   }
   llvm::outs().flush();
