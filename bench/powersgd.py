@@ -19,7 +19,7 @@ the median forward + backward.
 --update writes the table into docs/benchmarks.md (B6) and plots
 docs/img/b6-powersgd.png.
 
-    /usr/bin/python3 bench/powersgd.py [--build build] [--steps 8] [--update]
+    /usr/bin/python3 bench/powersgd.py [--build build] [--steps 16] [--update]
 """
 import argparse
 import json
@@ -94,7 +94,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update).", "",
