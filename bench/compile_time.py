@@ -64,7 +64,7 @@ def main():
     opt = os.path.join(args.build, "bin", "distopt-opt")
     translate = os.path.join(args.build, "bin", "distopt-translate")
 
-    lines = ["| pipeline | tensors | import (s) | pipeline median (s) | spread (s) | µs per tensor | target |",
+    lines = ["| pipeline | tensors | import (s) | pipeline median (s) | spread p10-p90 (s) | µs per tensor | target |",
              "|---|---:|---:|---:|---:|---:|---|"]
     breakdown = ""
     curves = {}  # pipeline -> [Timing per size]
