@@ -105,3 +105,46 @@ func.func @reshaped(%w: memref<4x2x2xf32> {distopt.name = "w", distopt.role = "g
   %flat = memref.collapse_shape %v [[0, 1]] : memref<4x4xf32> into memref<16xf32>
   return %back, %flat : memref<4x2x2xf32>, memref<16xf32>
 }
+
+// -----
+
+// A parameter returned as a view of a buffer the step allocated (offset 0
+// of ZeRO's gathered buffer needs no copy) is copied into its argument at
+// the return: returned, it would keep the whole buffer alive into the next
+// step. Not a view in another layout (offset 16: its type differs), nor
+// when another result still reads the argument's buffer.
+// CHECK-LABEL: func.func @view
+// CHECK-SAME: (%[[W:[^:]*]]: memref<4x4xf32> {{.*}}, %[[V:[^:]*]]: memref<10xf32> {{.*}})
+// CHECK-SAME: distopt.in_place_results = array<i64: 0, -1>
+// CHECK: %[[ALL:.*]] = memref.alloc() : memref<32xf32>
+// CHECK: %[[SW:.*]] = memref.subview %[[ALL]][0] [16] [1]
+// CHECK: %[[EW:.*]] = memref.expand_shape %[[SW]]
+// CHECK: %[[SV:.*]] = memref.subview %[[ALL]][16] [10] [1]
+// CHECK: memref.copy %[[EW]], %[[W]]
+// CHECK-NEXT: return %[[SV]]
+func.func @view(%w: memref<4x4xf32> {distopt.name = "w", distopt.role = "param"},
+                %v: memref<10xf32> {distopt.name = "v", distopt.role = "param"})
+    -> (memref<4x4xf32> {distopt.name = "w", distopt.role = "param"},
+        memref<10xf32, strided<[1], offset: 16>> {distopt.name = "v", distopt.role = "param"}) {
+  %all = memref.alloc() : memref<32xf32>
+  %sw = memref.subview %all[0] [16] [1] : memref<32xf32> to memref<16xf32, strided<[1]>>
+  %ew = memref.expand_shape %sw [[0, 1]] output_shape [4, 4] : memref<16xf32, strided<[1]>> into memref<4x4xf32>
+  %sv = memref.subview %all[16] [10] [1] : memref<32xf32> to memref<10xf32, strided<[1], offset: 16>>
+  return %ew, %sv : memref<4x4xf32>, memref<10xf32, strided<[1], offset: 16>>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @read_after
+// CHECK-SAME: distopt.in_place_results = array<i64: -1, -1>
+// CHECK-NOT: memref.copy
+func.func @read_after(%w: memref<4xf32> {distopt.name = "w", distopt.role = "param"},
+                      %s: memref<4xf32> {distopt.name = "w.momentum_buffer", distopt.role = "state"})
+    -> (memref<4xf32> {distopt.name = "w", distopt.role = "param"},
+        memref<2xf32, strided<[1]>> {distopt.name = "w.momentum_buffer", distopt.role = "state"}) {
+  %all = memref.alloc() : memref<8xf32>
+  %sw = memref.subview %all[0] [4] [1] : memref<8xf32> to memref<4xf32, strided<[1]>>
+  %cw = memref.cast %sw : memref<4xf32, strided<[1]>> to memref<4xf32>
+  %view = memref.subview %w[0] [2] [1] : memref<4xf32> to memref<2xf32, strided<[1]>>
+  return %cw, %view : memref<4xf32>, memref<2xf32, strided<[1]>>
+}

@@ -1078,6 +1078,35 @@ static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
   }
 }
 
+/// A result that is a view, in its argument's own type, of a buffer the step
+/// allocates (the parameter at offset 0 of ZeRO's all-gathered flat buffer:
+/// bufferization needs no copy for it) is copied into that argument just
+/// before the return. Returned, the view would keep the whole buffer alive
+/// into the next step, which then allocates another (twice the memory, and
+/// page faults in the second step of every run).
+static void copyViewIntoArgument(func::FuncOp func, OpOperand &operand) {
+  unsigned result = operand.getOperandNumber();
+  Value view = operand.get();
+  Value root = rootBuffer(view);
+  if (abi::getResultRole(func, result).empty() || root == view ||
+      !root.getDefiningOp<memref::AllocOp>())
+    return;
+  auto ret = cast<func::ReturnOp>(operand.getOwner());
+  for (BlockArgument arg : func.getArguments()) {
+    if (!abi::updatesArgument(func, result, arg.getArgNumber()))
+      continue;
+    // Any other result in the argument's buffer would see the copy.
+    if (arg.getType() != view.getType() ||
+        llvm::any_of(ret.getOperands(),
+                     [&](Value other) { return rootBuffer(other) == arg; }))
+      return;
+    OpBuilder b(ret);
+    memref::CopyOp::create(b, ret.getLoc(), view, arg);
+    operand.set(arg);
+    return;
+  }
+}
+
 namespace {
 /// The value a result really is: through casts, and through reshapes that
 /// end in the type they started from (a gradient collapsed to a matrix for
@@ -1113,8 +1142,10 @@ struct MarkInPlaceResultsPass
           dyn_cast<func::ReturnOp>(func.getBody().front().getTerminator());
       if (!ret)
         return;
-      for (OpOperand &operand : ret->getOpOperands())
+      for (OpOperand &operand : ret->getOpOperands()) {
         copyIntoArgument(func, operand);
+        copyViewIntoArgument(func, operand);
+      }
       SmallVector<int64_t> inPlace;
       llvm::BitVector dropped(ret.getNumOperands());
       for (OpOperand &operand : ret->getOpOperands()) {
