@@ -11,7 +11,7 @@ alone; then torch.distributed's gloo all_reduce (sum) runs on the same sizes
 and ranks. Every figure is the median over iterations of the slowest rank,
 with the 10th and 90th percentiles in brackets (and as bands in the plots).
 --update writes the tables into docs/benchmarks.md (B2, B4) and plots
-docs/img/b2-allreduce-{2,4}ranks.png.
+docs/img/b2-allreduce-{2,4}ranks.png and docs/img/b4-fusion.png.
 
     /usr/bin/python3 bench/allreduce.py [--build build] [--max-bytes N] [--update]
 """
@@ -125,6 +125,21 @@ def plot(rows, gloo, ranks, path):
     plots.save(fig, path)
 
 
+def plot_fusion(by_ranks, path):
+    """B4: the unfused average's time over the fused one, per size."""
+    fig, (ax,) = plots.figure(1, 6.4, "B4: the 1/N division fused into the all-reduce")
+    for ranks, rows in by_ranks.items():
+        ax.semilogx([r["bytes"] for r in rows],
+                    [r["sum_then_scale_us"] / r["avg_us"] for r in rows], "o-",
+                    label=f"{ranks} ranks")
+    ax.axhline(1.0, color="k", linestyle=":", label="no gain")
+    ax.set_xlabel("bytes (f32)")
+    ax.set_ylabel("(sum, then scale) / fused avg: medians")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    plots.save(fig, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,8 +149,9 @@ def main():
     args = ap.parse_args()
     bench = os.path.join(args.build, "runtime", "bin", "distopt-rt-allreduce-bench")
     b2, b4 = "", ""
+    by_ranks = {}
     for ranks in (2, 4):
-        rows = runtime_times(bench, ranks, sizes_up_to(args.max_bytes))
+        rows = by_ranks[ranks] = runtime_times(bench, ranks, sizes_up_to(args.max_bytes))
         gloo = gloo_times(ranks, [r["bytes"] for r in rows])
         b2 += f"{ranks} ranks:\n\n{b2_table(rows, gloo)}\n\n"
         b4 += f"{ranks} ranks:\n\n{b4_table(rows)}\n\n"
@@ -147,7 +163,8 @@ def main():
     print(b4)
     if args.update:
         update_section("B2", b2.rstrip() + "\n")
-        update_section("B4", b4.rstrip() + "\n")
+        plot_fusion(by_ranks, os.path.join(ROOT, "docs", "img", "b4-fusion.png"))
+        update_section("B4", b4 + "![division fusion](img/b4-fusion.png)\n")
     return 0
 
 
