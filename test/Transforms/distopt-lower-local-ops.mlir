@@ -110,6 +110,22 @@ func.func @powersgd(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32
 
 // -----
 
+// Without error feedback M is G itself; R is still written over G (after
+// the products read it) and Q' over Q.
+// CHECK-LABEL: func.func @powersgd_no_error
+// CHECK-SAME: (%[[G:[^:]*]]: tensor<8x4xf32>, %{{[^:]*}}: tensor<8x2xf32>, %[[Q0:[^:]*]]: tensor<4x2xf32>)
+// CHECK: %[[R:.*]] = linalg.generic {{.*}} outs(%[[G]] : tensor<8x4xf32>)
+// CHECK: %[[Q:.*]] = linalg.transpose {{.*}} outs(%[[Q0]] : tensor<4x2xf32>)
+// CHECK: return %[[R]], %{{.*}}, %[[Q]]
+distopt.process_group @dp size 2
+func.func @powersgd_no_error(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tensor<4x2xf32>)
+    -> (tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>) {
+  %r:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank 2 : tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>
+  return %r#0, %r#1, %r#2 : tensor<8x4xf32>, tensor<8x2xf32>, tensor<4x2xf32>
+}
+
+// -----
+
 // Top-K: the threshold searched bit by bit (31 counts for f32), one pass
 // selecting k = 4 pairs, both halves all-gathered (2 ranks x 4), added into
 // zeros in order, then averaged.

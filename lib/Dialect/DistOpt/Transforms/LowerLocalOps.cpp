@@ -430,39 +430,29 @@ void lowerClipGradNorm(ClipGradNormOp op) {
   op.erase();
 }
 
-/// Elementwise `combine(lhs, rhs)` of two tensors of one type.
+/// Elementwise `combine(lhs, rhs)` of two tensors of one type, into a new
+/// tensor, or written over `rhs` (destination-passing style: bufferization
+/// then reuses rhs's buffer where its old value is not read afterwards, as
+/// for state a step updates).
 Value elementwise(
     OpBuilder &b, Location loc, Value lhs, Value rhs,
-    function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
+    function_ref<Value(OpBuilder &, Location, Value, Value)> combine,
+    bool overRhs = false) {
   auto type = cast<RankedTensorType>(lhs.getType());
-  Value init =
-      tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
   AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
   SmallVector<utils::IteratorType> iterators(type.getRank(),
                                              utils::IteratorType::parallel);
+  SmallVector<Value> inputs = {lhs};
+  Value init = rhs;
+  if (!overRhs) {
+    inputs.push_back(rhs);
+    init =
+        tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  }
+  // Either way the body sees lhs then rhs: inputs come before the init.
   return linalg::GenericOp::create(
-             b, loc, TypeRange{type}, ValueRange{lhs, rhs}, ValueRange{init},
-             SmallVector<AffineMap>(3, identity), iterators,
-             [&](OpBuilder &nb, Location nloc, ValueRange args) {
-               linalg::YieldOp::create(nb, nloc,
-                                       combine(nb, nloc, args[0], args[1]));
-             })
-      .getResult(0);
-}
-
-/// combine(value, dest) elementwise, written over `dest` (destination-passing
-/// style): bufferization then reuses dest's buffer where its old value is
-/// not read afterwards, as for state a step updates.
-Value elementwiseInto(
-    OpBuilder &b, Location loc, Value value, Value dest,
-    function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
-  auto type = cast<RankedTensorType>(dest.getType());
-  AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
-  SmallVector<utils::IteratorType> iterators(type.getRank(),
-                                             utils::IteratorType::parallel);
-  return linalg::GenericOp::create(
-             b, loc, TypeRange{type}, ValueRange{value}, ValueRange{dest},
-             SmallVector<AffineMap>(2, identity), iterators,
+             b, loc, TypeRange{type}, inputs, ValueRange{init},
+             SmallVector<AffineMap>(inputs.size() + 1, identity), iterators,
              [&](OpBuilder &nb, Location nloc, ValueRange args) {
                linalg::YieldOp::create(nb, nloc,
                                        combine(nb, nloc, args[0], args[1]));
@@ -699,18 +689,19 @@ void lowerPowerSGD(PowerSGDAllReduceOp op) {
   auto gradType = cast<RankedTensorType>(op.getGrad().getType());
   auto pType = cast<RankedTensorType>(op.getP().getType());
   auto qType = cast<RankedTensorType>(op.getQ().getType());
-  // With error feedback, M = G + E is written over E, the new error over M
-  // and R over G, each where nothing else reads the old value: state and
-  // gradients then keep their buffers from step to step (in place).
+  // M = G + E is written over E, the new error over M and R over G, each
+  // where nothing else reads the old value: state and gradients then keep
+  // their buffers from step to step (in place).
   Value m = op.getGrad(), error = op.getError();
-  Value rInit = error && m.hasOneUse() ? m : Value();
+  Value rInit = m.hasOneUse() ? m : Value();
   Value qInit = op.getQ().hasOneUse() ? op.getQ() : Value();
-  auto add = [](OpBuilder &nb, Location l, Value g, Value e) -> Value {
-    return arith::AddFOp::create(nb, l, g, e);
-  };
   if (error)
-    m = error.hasOneUse() ? elementwiseInto(b, loc, m, error, add)
-                          : elementwise(b, loc, m, error, add);
+    m = elementwise(
+        b, loc, m, error,
+        [](OpBuilder &nb, Location l, Value g, Value e) -> Value {
+          return arith::AddFOp::create(nb, l, g, e);
+        },
+        /*overRhs=*/error.hasOneUse());
   auto allReduce = [&](Value value, ReductionKind kind) -> Value {
     return AllReduceOp::create(b, loc, value.getType(), value, group,
                                /*wire_type=*/nullptr,
@@ -1049,33 +1040,38 @@ struct LowerLocalOpsPass
 
 } // namespace
 
+/// The argument result `result` updates (docs/step-abi.md), if it has a
+/// role: the one whose buffer the driver reads it from when it stays there.
+static BlockArgument updatedArgument(func::FuncOp func, unsigned result) {
+  if (abi::getResultRole(func, result).empty())
+    return {};
+  for (BlockArgument arg : func.getArguments())
+    if (abi::updatesArgument(func, result, arg.getArgNumber()))
+      return arg;
+  return {};
+}
+
 /// A result copied from a view into a new buffer (a parameter unpacked from
 /// the all-gathered flat buffer, ZeRO) is copied into the buffer of the
 /// argument it updates instead, when nothing uses that argument after the
 /// copy: the result then stays in place, and no buffer is added.
 static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
-  unsigned result = operand.getOperandNumber();
   auto alloc = operand.get().getDefiningOp<memref::AllocOp>();
-  if (abi::getResultRole(func, result).empty() || !alloc ||
+  BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
+  if (!alloc || !arg ||
       std::distance(alloc->use_begin(), alloc->use_end()) != 2)
     return;
   memref::CopyOp copy;
   for (Operation *user : alloc->getUsers())
     if (auto c = dyn_cast<memref::CopyOp>(user); c && c.getTarget() == alloc)
       copy = c;
-  if (!copy || copy->getBlock() != alloc->getBlock())
+  if (!copy || copy->getBlock() != alloc->getBlock() ||
+      arg.getType() != alloc.getType() || rootBuffer(copy.getSource()) == arg ||
+      !unusedAfter(arg, copy))
     return;
-  for (BlockArgument arg : func.getArguments()) {
-    if (!abi::updatesArgument(func, result, arg.getArgNumber()))
-      continue;
-    if (arg.getType() != alloc.getType() ||
-        rootBuffer(copy.getSource()) == arg || !unusedAfter(arg, copy))
-      return;
-    copy.getTargetMutable().assign(arg);
-    operand.set(arg);
-    alloc.erase();
-    return;
-  }
+  copy.getTargetMutable().assign(arg);
+  operand.set(arg);
+  alloc.erase();
 }
 
 /// A result that is a view, in its argument's own type, of a buffer the step
@@ -1085,26 +1081,20 @@ static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
 /// into the next step, which then allocates another (twice the memory, and
 /// page faults in the second step of every run).
 static void copyViewIntoArgument(func::FuncOp func, OpOperand &operand) {
-  unsigned result = operand.getOperandNumber();
   Value view = operand.get();
   Value root = rootBuffer(view);
-  if (abi::getResultRole(func, result).empty() || root == view ||
-      !root.getDefiningOp<memref::AllocOp>())
+  BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
+  if (!arg || root == view || !root.getDefiningOp<memref::AllocOp>() ||
+      arg.getType() != view.getType())
     return;
+  // Any other result in the argument's buffer would see the copy.
   auto ret = cast<func::ReturnOp>(operand.getOwner());
-  for (BlockArgument arg : func.getArguments()) {
-    if (!abi::updatesArgument(func, result, arg.getArgNumber()))
-      continue;
-    // Any other result in the argument's buffer would see the copy.
-    if (arg.getType() != view.getType() ||
-        llvm::any_of(ret.getOperands(),
-                     [&](Value other) { return rootBuffer(other) == arg; }))
-      return;
-    OpBuilder b(ret);
-    memref::CopyOp::create(b, ret.getLoc(), view, arg);
-    operand.set(arg);
+  if (llvm::any_of(ret.getOperands(),
+                   [&](Value other) { return rootBuffer(other) == arg; }))
     return;
-  }
+  OpBuilder b(ret);
+  memref::CopyOp::create(b, ret.getLoc(), view, arg);
+  operand.set(arg);
 }
 
 namespace {
