@@ -68,21 +68,29 @@ def reduce_only_step(params, ranks):
             f"  return {', '.join(rets)} : {', '.join(t(p['shape']) for p in params)}\n}}\n}}\n")
 
 
+def compile_step(build, step, options, tmp):
+    """distopt-compile `step` with --pipeline=`options`; the library's path."""
+    library = os.path.join(tmp, "step.so")
+    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
+                    f"--pipeline={options}", "-o", library], check=True)
+    return library
+
+
+def launch(build, library, ranks, steps, *extra):
+    """distopt-run `library` on `ranks` ranks under mpirun; its output."""
+    return subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                           "-np", str(ranks), os.path.join(build, "bin", "distopt-run"), library,
+                           "--steps", str(steps), "--progress-seconds", "0", *extra],
+                          check=True, capture_output=True, text=True).stdout
+
+
 def compile_and_run(build, step, options, ranks, steps, tmp, launches=1):
     """distopt-compile `step` with --pipeline=`options`, run it with
     distopt-run on `ranks` ranks `launches` times; the median over launches
     of each one's median ms per step after the first, with the lowest 10th
     and highest 90th percentile of the launches (a Timing)."""
-    library = os.path.join(tmp, "step.so")
-    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
-                    f"--pipeline={options}", "-o", library], check=True)
-    runs = []
-    for _ in range(launches):
-        out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                              "-np", str(ranks), os.path.join(build, "bin", "distopt-run"), library,
-                              "--steps", str(steps), "--progress-seconds", "0"],
-                             check=True, capture_output=True, text=True).stdout
-        runs.append(run_timing(out))
+    library = compile_step(build, step, options, tmp)
+    runs = [run_timing(launch(build, library, ranks, steps)) for _ in range(launches)]
     return Timing(statistics.median(r.median for r in runs), min(r.lo for r in runs),
                   max(r.hi for r in runs))
 

@@ -45,8 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import (backward_step_timing, gpt2_f32_spec, run_timing, shaped_module,  # noqa: E402
-                    spawn_gloo)
+from common import (backward_step_timing, compile_step, gpt2_f32_spec, launch,  # noqa: E402
+                    run_timing, shaped_module, spawn_gloo)
 
 RANKS = 2
 MIB = 1 << 20
@@ -79,13 +79,7 @@ def torch_worker(rank, init_file, spec, steps, queue):
 
 
 def distopt_run(build, step, pipeline, steps, tmp):
-    library = os.path.join(tmp, "step.so")
-    subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
-                    f"--pipeline={pipeline}", "-o", library], check=True)
-    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                          "-np", str(RANKS), os.path.join(build, "bin", "distopt-run"), library,
-                          "--steps", str(steps), "--progress-seconds", "0", "--print-memory"],
-                         check=True, capture_output=True, text=True).stdout
+    out = launch(build, compile_step(build, step, pipeline, tmp), RANKS, steps, "--print-memory")
     ms = run_timing(out)
     memory = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)[,\s]", out.split("memory per rank")[1])}
     memory["peak"] = int(re.search(r"peak in use (\d+)", out).group(1))
