@@ -140,7 +140,8 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_scatter(
     distopt_rt_dtype dtype, distopt_rt_reduction op, double scale,
     distopt_rt_dtype wire);
 /* `send_count` elements per rank; `recv` holds size * send_count, in rank
- * order. */
+ * order. `send` may be this rank's own slot of `recv` (in place); it must
+ * not overlap `recv` anywhere else. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_all_gather(
     distopt_rt_comm *comm, const void *send, void *recv, int64_t send_count,
     distopt_rt_dtype dtype, distopt_rt_dtype wire);

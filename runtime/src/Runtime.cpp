@@ -84,6 +84,18 @@ distopt_rt_status check(const char *call, const distopt_rt_comm *comm,
   // Per-rank counts times the size must not overflow.
   if (size > 0 && c.count > INT64_MAX / size)
     return invalid(call, "count " + std::to_string(c.count) + " overflows");
+  // An all_gather may send from its own slot of the output (in place, as
+  // NCCL and MPI_IN_PLACE allow); any other overlap would be overwritten
+  // before it is sent.
+  if (c.kind == Collective::AllGather && c.count > 0) {
+    auto bytes = static_cast<uintptr_t>(c.count) * elementSize(c.type);
+    auto send = reinterpret_cast<uintptr_t>(c.send);
+    auto recv = reinterpret_cast<uintptr_t>(c.recv);
+    uintptr_t slot = recv + comm->impl->rank() * bytes;
+    if (send != slot && send < recv + size * bytes && recv < send + bytes)
+      return invalid(call, "the send buffer overlaps the receive buffer "
+                           "outside this rank's slot");
+  }
   return DISTOPT_RT_OK;
 }
 

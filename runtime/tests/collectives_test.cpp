@@ -266,20 +266,25 @@ void checkMode(distopt_rt_comm *comm) {
           for (int64_t r = 0; r < worldSize; ++r)
             for (int64_t i = 0; i < count; ++i)
               store(t, wantAll.data(), r * count + i, input(t, r, i));
+          // In place: this rank's part already in its slot of the output.
+          char *slot = all.data() + myRank * bytes;
+          if (inPlace)
+            std::memcpy(slot, mine.data(), bytes);
+          const void *sent = inPlace ? slot : mine.data();
           distopt_rt_status status;
           if (async) {
             distopt_rt_request *request = nullptr;
-            status = distopt_rt_all_gather_start(comm, mine.data(), all.data(),
-                                                 count, t, wire, &request);
+            status = distopt_rt_all_gather_start(comm, sent, all.data(), count,
+                                                 t, wire, &request);
             if (status == DISTOPT_RT_OK)
               status = distopt_rt_wait(request);
           } else {
-            status = distopt_rt_all_gather(comm, mine.data(), all.data(), count,
-                                           t, wire);
+            status =
+                distopt_rt_all_gather(comm, sent, all.data(), count, t, wire);
           }
           expect(status == DISTOPT_RT_OK &&
                      same(all, wantAll, bytes * worldSize),
-                 describe("all_gather", t, DISTOPT_RT_SUM, wire, count, false,
+                 describe("all_gather", t, DISTOPT_RT_SUM, wire, count, inPlace,
                           async) +
                      " " + distopt_rt_last_error());
           int64_t root = worldSize > 1 ? 1 : 0;
@@ -362,6 +367,11 @@ void invalidMode(distopt_rt_comm *comm) {
                                       DISTOPT_RT_SUM, 1, DISTOPT_RT_F32,
                                       nullptr),
           "null request", "null request pointer");
+  // Sending from elsewhere in the output than this rank's slot.
+  std::vector<float> all(2 * worldSize + 1);
+  invalid(distopt_rt_all_gather(comm, all.data() + 2 * myRank + 1, all.data(),
+                                2, DISTOPT_RT_F32, DISTOPT_RT_F32),
+          "all_gather overlap", "overlaps the receive buffer");
   invalid(distopt_rt_wait(nullptr), "null wait", "the request is null");
   distopt_rt_comm *other = nullptr;
   invalid(distopt_rt_comm_create("tcp", 0, 1, &other), "unknown backend",

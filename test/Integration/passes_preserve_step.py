@@ -3,8 +3,8 @@
 
 For each spec and rank count, imports the step, applies each variant of the
 pipeline (division fusion, bucketing, ZeRO-1/2/3 flat, ZeRO-1/2 greedy,
-gradients as bucket views, the whole pipeline with asynchronous
-collectives), compiles it with
+gradients and parameters as bucket views, the whole pipeline with
+asynchronous collectives), compiles it with
 --distopt-lower-to-cpu, runs 3 steps under
 mpirun, and compares the parameters every rank ends with:
   - with the untransformed step's, bit for bit. The harness's gradients are
@@ -50,11 +50,18 @@ VARIANTS = {
                      "--distopt-grad-as-bucket-view"],
     "zero2-flat-views": [FUSE, "--distopt-shard-optimizer=stage=2",
                          "--distopt-grad-as-bucket-view"],
+    "zero1-flat-param-views": [FUSE, "--distopt-shard-optimizer=stage=1",
+                               "--distopt-param-as-bucket-view"],
+    "zero2-flat-both-views": [FUSE, "--distopt-shard-optimizer=stage=2",
+                              "--distopt-grad-as-bucket-view",
+                              "--distopt-param-as-bucket-view"],
     "pipeline": ["--distopt-pipeline"],
     "pipeline-zero1": ["--distopt-pipeline=zero-stage=1"],
     "pipeline-zero2": ["--distopt-pipeline=zero-stage=2"],
     "pipeline-zero3": ["--distopt-pipeline=zero-stage=3"],
     "pipeline-views": ["--distopt-pipeline=grad-as-bucket-view"],
+    "pipeline-zero1-views": ["--distopt-pipeline=zero-stage=1 grad-as-bucket-view "
+                             "param-as-bucket-view"],
 }
 # Greedy sharding of main parameters needs a per-owner initial layout that
 # the harness does not build.

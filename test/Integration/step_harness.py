@@ -165,18 +165,26 @@ def harness(module, steps):
             v = fresh("shard")
             lines.append(f"  {v} = distopt.shard_slice {whole} on @world : tensor<{len(flat)}x{arg.element}> -> {arg.type}")
             return v
-        if arg.layout:
+        if arg.layout and any(owner is not None for _, _, owner, _ in arg.layout):
             raise SystemExit(f"harness: cannot build {arg.name} (per-owner layout)")
         n = int(np.prod(arg.shape)) if arg.shape else 1
+        if arg.layout:  # a flat parameter: each at its offset, zeros between
+            return const_tensor(laid_out(arg, n, ""), arg.shape, arg.element)
         return const_tensor(pattern(arg.name, n), arg.shape, arg.element)
+
+    def laid_out(arg, n, suffix):
+        """The flat buffer of a laid-out argument: each tensor's pattern
+        (its name + `suffix`) at its offset, zeros between."""
+        flat = np.zeros(n, np.float32)
+        for name, offset, _, shape in arg.layout:
+            m = int(np.prod(shape)) if shape else 1
+            flat[offset:offset + m] = pattern(name + suffix, m)
+        return flat
 
     def gradient(arg, step):
         n = int(np.prod(arg.shape)) if arg.shape else 1
-        if arg.layout:  # a bucket of gradients: each at its offset, zeros between
-            base = np.zeros(n, np.float32)
-            for name, offset, _, shape in arg.layout:
-                m = int(np.prod(shape)) if shape else 1
-                base[offset:offset + m] = pattern(name + "g" + str(step), m)
+        if arg.layout:  # a bucket of gradients
+            base = laid_out(arg, n, "g" + str(step))
         else:
             base = pattern(arg.name + "g" + str(step), n)
         c = const_tensor(base, arg.shape, arg.element)
@@ -241,13 +249,15 @@ def harness(module, steps):
         if r.role != "param":
             continue
         value = current[(r.role, r.name)]
-        if r.layout and r.shard_of:  # gather the shards, then each tensor
-            full = fresh("all")
-            lines.append(f"  {full} = distopt.all_gather {value} on @world : {r.type} -> tensor<{r.shard_of}x{r.element}>")
+        if r.layout:  # gather the shards (if sharded), then each tensor
+            full, size = value, int(np.prod(r.shape))
+            if r.shard_of:
+                full, size = fresh("all"), r.shard_of
+                lines.append(f"  {full} = distopt.all_gather {value} on @world : {r.type} -> tensor<{size}x{r.element}>")
             for name, offset, _, shape in r.layout:
                 n = int(np.prod(shape)) if shape else 1
                 s = fresh("slice")
-                lines.append(f"  {s} = tensor.extract_slice {full}[{offset}] [{n}] [1] : tensor<{r.shard_of}x{r.element}> to tensor<{n}x{r.element}>")
+                lines.append(f"  {s} = tensor.extract_slice {full}[{offset}] [{n}] [1] : tensor<{size}x{r.element}> to tensor<{n}x{r.element}>")
                 show(name, s, r.element, n)
             continue
         n = int(np.prod(r.shape)) if r.shape else 1

@@ -148,3 +148,92 @@ func.func @read_after(%w: memref<4xf32> {distopt.name = "w", distopt.role = "par
   %view = memref.subview %w[0] [2] [1] : memref<4xf32> to memref<2xf32, strided<[1]>>
   return %cw, %view : memref<4xf32>, memref<2xf32, strided<[1]>>
 }
+
+// -----
+
+// A flat parameter all-gathered into a new buffer (ZeRO-1/2 with
+// --distopt-param-as-bucket-view) is gathered into its argument instead: the
+// shard sent is already in its slot there. Not when the argument is read
+// after the gather, when the new buffer is written before it, or when the
+// call is not an all_gather's receive buffer.
+// CHECK-LABEL: func.func @gather_into
+// CHECK-SAME: (%[[F:[^:]*]]: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"}
+// CHECK-SAME: distopt.in_place_results = array<i64: 0>
+// CHECK-NOT: memref.alloc
+// CHECK: memref.extract_aligned_pointer_as_index %[[F]]
+// CHECK: call @distopt_rt_all_gather
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func @read_after_gather
+// CHECK-SAME: distopt.in_place_results = array<i64: -1>
+// CHECK: %[[ALL:.*]] = memref.alloc
+// CHECK: return %[[ALL]]
+// CHECK-LABEL: func.func @written_before
+// CHECK-SAME: distopt.in_place_results = array<i64: -1>
+// CHECK: memref.alloc
+// CHECK-LABEL: func.func @broadcast_into
+// CHECK-SAME: distopt.in_place_results = array<i64: -1>
+// CHECK: memref.alloc
+func.func private @distopt_rt_all_gather(!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32) -> i32
+func.func private @distopt_rt_broadcast(!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i64, i32) -> i32
+
+func.func @gather_into(%f: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"},
+                       %comm: !llvm.ptr, %send: !llvm.ptr)
+    -> (memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"}) {
+  %all = memref.alloc() : memref<64xf32>
+  %c4 = arith.constant 4 : index
+  %base = memref.extract_aligned_pointer_as_index %all : memref<64xf32> -> index
+  %b, %o, %s, %st = memref.extract_strided_metadata %all : memref<64xf32> -> memref<f32>, index, index, index
+  %bytes = arith.muli %o, %c4 : index
+  %addr = arith.addi %base, %bytes : index
+  %i = arith.index_cast %addr : index to i64
+  %recv = llvm.inttoptr %i : i64 to !llvm.ptr
+  %n = arith.constant 32 : i64
+  %z = arith.constant 0 : i32
+  %status = call @distopt_rt_all_gather(%comm, %send, %recv, %n, %z, %z) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32) -> i32
+  return %all : memref<64xf32>
+}
+
+func.func @read_after_gather(%f: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"},
+                             %comm: !llvm.ptr, %send: !llvm.ptr, %out: memref<f32>)
+    -> (memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"}) {
+  %all = memref.alloc() : memref<64xf32>
+  %base = memref.extract_aligned_pointer_as_index %all : memref<64xf32> -> index
+  %i = arith.index_cast %base : index to i64
+  %recv = llvm.inttoptr %i : i64 to !llvm.ptr
+  %n = arith.constant 32 : i64
+  %z = arith.constant 0 : i32
+  %status = call @distopt_rt_all_gather(%comm, %send, %recv, %n, %z, %z) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32) -> i32
+  %c0 = arith.constant 0 : index
+  %old = memref.load %f[%c0] : memref<64xf32>
+  memref.store %old, %out[] : memref<f32>
+  return %all : memref<64xf32>
+}
+
+func.func @written_before(%f: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"},
+                          %comm: !llvm.ptr, %send: !llvm.ptr, %x: f32)
+    -> (memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"}) {
+  %all = memref.alloc() : memref<64xf32>
+  %c0 = arith.constant 0 : index
+  memref.store %x, %all[%c0] : memref<64xf32>
+  %base = memref.extract_aligned_pointer_as_index %all : memref<64xf32> -> index
+  %i = arith.index_cast %base : index to i64
+  %recv = llvm.inttoptr %i : i64 to !llvm.ptr
+  %n = arith.constant 32 : i64
+  %z = arith.constant 0 : i32
+  %status = call @distopt_rt_all_gather(%comm, %send, %recv, %n, %z, %z) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32) -> i32
+  return %all : memref<64xf32>
+}
+
+func.func @broadcast_into(%f: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"},
+                          %comm: !llvm.ptr, %send: !llvm.ptr)
+    -> (memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"}) {
+  %all = memref.alloc() : memref<64xf32>
+  %base = memref.extract_aligned_pointer_as_index %all : memref<64xf32> -> index
+  %i = arith.index_cast %base : index to i64
+  %recv = llvm.inttoptr %i : i64 to !llvm.ptr
+  %n = arith.constant 64 : i64
+  %z = arith.constant 0 : i32
+  %root = arith.constant 0 : i64
+  %status = call @distopt_rt_broadcast(%comm, %send, %recv, %n, %z, %root, %z) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i64, i32) -> i32
+  return %all : memref<64xf32>
+}

@@ -300,6 +300,14 @@ int64_t numelOf(const std::vector<int64_t> &shape) {
   return n;
 }
 
+/// Whether every rank holds all of a laid-out slot's tensors (a gradient
+/// bucket or flat parameter): neither a flat shard nor greedy ownership.
+bool isReplicatedLayout(const Slot &slot) {
+  return !slot.shardOf &&
+         std::all_of(slot.layout.begin(), slot.layout.end(),
+                     [](const Entry &e) { return e.owner < 0; });
+}
+
 /// The parts of a laid-out slot's tensors this rank holds: `fn(entry, first,
 /// at, count)` for elements [first, first + count) of the entry's tensor at
 /// [at, at + count) of this rank's buffer. A flat shard holds elements
@@ -479,7 +487,9 @@ checkpoint::Checkpoint collectCheckpoint(distopt_rt_comm *comm,
     for (const Entry &e : slot.layout) {
       std::vector<char> owned;
       const char *data = full.data() + e.offset * element;
-      if (!slot.shardOf) {
+      if (isReplicatedLayout(slot)) {
+        data = local + e.offset * element;
+      } else if (!slot.shardOf) {
         // Greedy: the entry is whole in its owner's buffer.
         owned.resize(numelOf(e.shape) * element);
         check(distopt_rt_broadcast(comm, local + e.offset * element,
@@ -902,12 +912,28 @@ int main(int argc, char **argv) {
   int64_t compared = 0, differing = 0;
   bool returnsParameters =
       llvm::any_of(results, [](const Slot &r) { return r.role == "param"; });
+  // Each replicated parameter tensor: its name, data and size (a flat
+  // parameter, --distopt-param-as-bucket-view, holds several).
+  struct Replica {
+    std::string name;
+    const char *data;
+    size_t bytes;
+  };
+  std::vector<Replica> replicas;
   for (size_t k = 0; k < results.size(); ++k) {
     const Slot &r = results[k];
-    if (r.role != "param" || !r.layout.empty() || resultArg[k] == SIZE_MAX)
+    if (r.role != "param" || resultArg[k] == SIZE_MAX)
       continue;
-    int64_t hash = static_cast<int64_t>(
-        hashBytes(buffers[resultArg[k]].aligned, r.bytes()));
+    const char *data = static_cast<const char *>(buffers[resultArg[k]].aligned);
+    if (r.layout.empty())
+      replicas.push_back({r.name, data, r.bytes()});
+    else if (isReplicatedLayout(r))
+      for (const Entry &e : r.layout)
+        replicas.push_back({e.name, data + e.offset * r.elementBytes(),
+                            numelOf(e.shape) * r.elementBytes()});
+  }
+  for (const Replica &r : replicas) {
+    int64_t hash = static_cast<int64_t>(hashBytes(r.data, r.bytes));
     int64_t lowest = hash, highest = hash;
     check(distopt_rt_all_reduce(comm, &hash, &lowest, 1, DISTOPT_RT_I64,
                                 DISTOPT_RT_MIN, 1, DISTOPT_RT_I64),

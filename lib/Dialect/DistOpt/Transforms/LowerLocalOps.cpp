@@ -1097,6 +1097,60 @@ static void copyViewIntoArgument(func::FuncOp func, OpOperand &operand) {
   operand.set(arg);
 }
 
+/// The runtime call whose pointer argument `pointer` computes, and which
+/// argument: RuntimeCalls::pointer's chain from the aligned pointer of a
+/// buffer (offset added, cast to an integer, then to a pointer).
+static std::pair<func::CallOp, unsigned>
+pointerUse(memref::ExtractAlignedPointerAsIndexOp pointer) {
+  Value value = pointer.getResult();
+  while (value.hasOneUse()) {
+    OpOperand &use = *value.use_begin();
+    Operation *user = use.getOwner();
+    if (auto call = dyn_cast<func::CallOp>(user))
+      return {call, use.getOperandNumber()};
+    if (!isa<arith::AddIOp, arith::IndexCastOp, LLVM::IntToPtrOp>(user))
+      break;
+    value = user->getResult(0);
+  }
+  return {};
+}
+
+/// A result all-gathered into a buffer of its own (ZeRO-1/2's updated flat
+/// parameters, --distopt-param-as-bucket-view) is gathered into the buffer
+/// of the argument it updates instead, when nothing uses that argument after
+/// the gather. This rank's chunk usually lies in its slot there already (the
+/// update wrote the shard, a view of the argument, in place): the runtime
+/// leaves it, and checks that the send buffer overlaps nothing else.
+static void gatherIntoArgument(func::FuncOp func, OpOperand &operand) {
+  auto alloc = operand.get().getDefiningOp<memref::AllocOp>();
+  BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
+  if (!alloc || !arg || arg.getType() != alloc.getType())
+    return;
+  // The gather writing the buffer, found through its receive pointer.
+  func::CallOp gather;
+  for (Operation *user : alloc->getUsers())
+    if (auto pointer = dyn_cast<memref::ExtractAlignedPointerAsIndexOp>(user)) {
+      auto [call, index] = pointerUse(pointer);
+      if (call && call.getCallee() == "distopt_rt_all_gather" && index == 2)
+        gather = call;
+    }
+  if (!gather || gather->getBlock() != alloc->getBlock())
+    return;
+  // Before the gather the buffer is only addressed, for the gather itself;
+  // the argument is dead after it.
+  for (Operation *user : alloc->getUsers()) {
+    bool addressing = isa<memref::ExtractAlignedPointerAsIndexOp,
+                          memref::ExtractStridedMetadataOp>(user);
+    Operation *inBlock = alloc->getBlock()->findAncestorOpInBlock(*user);
+    if (!addressing && (!inBlock || !gather->isBeforeInBlock(inBlock)))
+      return;
+  }
+  if (!unusedAfter(arg, gather))
+    return;
+  alloc.getResult().replaceAllUsesWith(arg);
+  alloc.erase();
+}
+
 namespace {
 /// The value a result really is: through casts, and through reshapes that
 /// end in the type they started from (a gradient collapsed to a matrix for
@@ -1133,6 +1187,7 @@ struct MarkInPlaceResultsPass
       if (!ret)
         return;
       for (OpOperand &operand : ret->getOpOperands()) {
+        gatherIntoArgument(func, operand);
         copyIntoArgument(func, operand);
         copyViewIntoArgument(func, operand);
       }

@@ -51,6 +51,8 @@ void mlir::distopt::buildDistOptPipeline(
         /*alignment=*/64}));
   if (options.gradAsBucketView)
     func.addPass(createGradAsBucketViewPass());
+  if (options.paramAsBucketView)
+    func.addPass(createParamAsBucketViewPass());
   if (options.overlap)
     func.addPass(createOverlapCollectivesPass());
   if (options.verify)

@@ -151,9 +151,10 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       report.paramBytes += bytes;
     else if (role == abi::kMainParam || role == abi::kState)
       report.stateBytes += bytes;
-    // A bucket the caller fills (--distopt-grad-as-bucket-view).
+    // A bucket the caller fills (--distopt-grad-as-bucket-view), or the flat
+    // parameter it keeps (--distopt-param-as-bucket-view): what was packed.
     auto layout = func.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
-    if (role == abi::kGrad && layout) {
+    if ((role == abi::kGrad || role == abi::kParam) && layout) {
       int64_t total = cast<RankedTensorType>(type).getNumElements();
       int64_t elements = 0;
       for (auto entry : layout.getAsRange<DictionaryAttr>())

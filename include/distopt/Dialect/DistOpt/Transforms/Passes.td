@@ -102,6 +102,50 @@ def GradAsBucketViewPass
   let dependentDialects = ["::mlir::distopt::DistOptDialect"];
 }
 
+def ParamAsBucketViewPass
+    : Pass<"distopt-param-as-bucket-view", "::mlir::func::FuncOp"> {
+  let summary = "Make parameters views of their flat buffer (a flat argument)";
+  let description = [{
+    FSDP's `FlatParameter` for the flat ZeRO stages: each
+    `distopt.bucket_pack` whose inputs are parameter arguments
+    (`distopt.role = "param"`) becomes one flat parameter argument of the
+    packed type, `distopt.name = "flat_param<i>"`, with a `distopt.layout`
+    giving each parameter's name, shape and offset, exactly as
+    `--distopt-grad-as-bucket-view` does for gradients (same conditions,
+    same placement). Returned parameters that are all of one
+    `bucket_unpack` of the packed type are returned as its input: under
+    `--distopt-shard-optimizer=stage=1|2` (flat) that is the all-gathered
+    buffer. The caller keeps its parameters as views of that buffer.
+
+    ```mlir
+      %flat = distopt.bucket_pack %w, %b : tensor<8x4xf32>, tensor<5xf32> -> tensor<64xf32>
+      %mine = distopt.shard_slice %flat on @world : tensor<64xf32> -> tensor<32xf32>
+      %new, %m, %v = distopt.adamw_update %mine, ...
+      %all = distopt.all_gather %new on @world : tensor<32xf32> -> tensor<64xf32>
+      %w2, %b2 = distopt.bucket_unpack %all : tensor<64xf32> -> tensor<8x4xf32>, tensor<5xf32>
+      return %w2, %b2, ...
+    // becomes
+    func.func @step(%flat_param0: tensor<64xf32> {distopt.name = "flat_param0",
+                      distopt.role = "param", distopt.layout = [...]}, ...) ... {
+      %mine = distopt.shard_slice %flat_param0 on @world : tensor<64xf32> -> tensor<32xf32>
+      %new, %m, %v = distopt.adamw_update %mine, ...
+      %all = distopt.all_gather %new on @world : tensor<32xf32> -> tensor<64xf32>
+      return %all, ...
+    ```
+
+    Lowered, the shard is a view of the argument, the update writes it in
+    place, and the all-gather writes into the argument's buffer (this
+    rank's chunk is already in its slot), so a ZeRO-1/2 step copies no
+    parameter. Without it, each step copies its parameter shard out of the
+    parameters and every parameter back out of the gathered buffer.
+  }];
+  let statistics = [
+    Statistic<"numViews", "num-flat-params",
+              "Flat buffers that became parameter arguments">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
 def FuseDivIntoAllReducePass
     : Pass<"distopt-fuse-div-into-allreduce", "::mlir::func::FuncOp"> {
   let summary = "Fold a scaling by a constant into the reduction";
@@ -314,7 +358,14 @@ def MarkInPlaceResultsPass
     buffer (`in_place_arg`, docs/step-abi.md). A result that bufferization
     copied out of a view into a new buffer (a parameter unpacked from a ZeRO
     all-gather) is copied into its argument's buffer instead, when nothing
-    uses that argument after the copy, and so stays in place. Functions with
+    uses that argument after the copy, and so stays in place. A result
+    all-gathered into a new buffer (ZeRO's flat parameters, under
+    `--distopt-param-as-bucket-view`) is gathered into its argument's
+    buffer instead, under the same condition: the gather then sends this
+    rank's chunk from its own slot there when the update wrote it in place.
+    A result that is a view, in its argument's type, of a buffer the step
+    allocates is copied into the argument before the return (returned, it
+    would keep the whole buffer alive into the next step). Functions with
     callers keep their results.
   }];
 }

@@ -54,6 +54,12 @@ struct DistOptPipelineOptions
       llvm::cl::desc("Gradients as views of flat bucket arguments (changes "
                      "the step's interface, as DDP's gradient_as_bucket_view)"),
       llvm::cl::init(false)};
+  Option<bool> paramAsBucketView{
+      *this, "param-as-bucket-view",
+      llvm::cl::desc("Parameters as views of the flat buffer ZeRO-1/2 shard "
+                     "and gather them in (changes the step's interface, as "
+                     "FSDP's FlatParameter)"),
+      llvm::cl::init(false)};
   Option<bool> overlap{*this, "overlap",
                        llvm::cl::desc("Make collectives asynchronous"),
                        llvm::cl::init(true)};
@@ -63,7 +69,8 @@ struct DistOptPipelineOptions
 };
 
 /// Adds canonicalization, division fusion, ZeRO sharding, PowerSGD,
-/// bucketing, gradients as bucket views, overlap and the cross-rank checks to
+/// bucketing, gradients and parameters as bucket views,
+/// overlap and the cross-rank checks to
 /// `pm` (a module pass manager), as `options` asks.
 void buildDistOptPipeline(OpPassManager &pm,
                           const DistOptPipelineOptions &options);

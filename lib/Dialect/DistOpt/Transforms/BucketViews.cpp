@@ -1,10 +1,15 @@
-//===- GradAsBucketView.cpp - gradients as views of their bucket -*- C++
-//-*-===//
+//===- BucketViews.cpp - arguments as views of one flat buffer --*- C++ -*-===//
 //
 // --distopt-grad-as-bucket-view: a bucket packed from gradient arguments
 // becomes one flat gradient argument, as DDP's gradient_as_bucket_view keeps
 // each param.grad in its bucket's storage. The caller then writes gradients
 // straight into the bucket, and the step copies nothing into or out of it.
+//
+// --distopt-param-as-bucket-view: the same for a flat buffer packed from
+// parameter arguments (ZeRO-1/2's, which each rank slices its shard from and
+// all-gathers back), as FSDP's FlatParameter keeps each parameter a view of
+// one flat buffer: the shard is a view of it, and the all-gather writes the
+// updated parameters straight back into it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,11 +20,13 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_GRADASBUCKETVIEWPASS
+#define GEN_PASS_DEF_PARAMASBUCKETVIEWPASS
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
 } // namespace mlir::distopt
 
@@ -28,26 +35,22 @@ using namespace mlir::distopt;
 
 namespace {
 
-/// A bucket packed from gradient arguments, and what replaces it.
+/// A bucket packed from arguments of one role, and what replaces it.
 struct View {
   BucketPackOp pack; // erased once replaced
   Location loc;
   IntegerAttr alignment;
-  SmallVector<BlockArgument> grads; // in pack order
-  SmallVector<int64_t> results;     // per gradient, its result, or -1
-  BlockArgument bucket;             // the new argument
-  DictionaryAttr attrs;             // its attributes (and the result's)
-};
-
-struct GradAsBucketViewPass
-    : public distopt::impl::GradAsBucketViewPassBase<GradAsBucketViewPass> {
-  void runOnOperation() override;
+  SmallVector<BlockArgument> args; // the packed arguments, in pack order
+  SmallVector<int64_t> results;    // per argument, its result, or -1
+  BlockArgument bucket;            // the new argument
+  DictionaryAttr attrs;            // its attributes (and the result's)
 };
 
 } // namespace
 
-/// The bucket to return in place of the gradients `values` (in pack order):
-/// the bucket they were unpacked from, when they are all of it, else a pack.
+/// The bucket to return in place of the packed arguments' results `values`
+/// (in pack order): the bucket they were unpacked from, when they are all of
+/// it, else a pack.
 static Value returnedBucket(OpBuilder &builder, const View &view,
                             ValueRange values) {
   auto unpack = values.front().getDefiningOp<BucketUnpackOp>();
@@ -59,18 +62,21 @@ static Value returnedBucket(OpBuilder &builder, const View &view,
                               view.alignment);
 }
 
-void GradAsBucketViewPass::runOnOperation() {
-  func::FuncOp func = getOperation();
+/// Replaces each bucket packed from `role` arguments of `func` by one flat
+/// argument of that role named `prefix`<i>; returns how many.
+static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
+                                   StringRef prefix) {
   if (func.isExternal())
-    return;
+    return 0;
+  MLIRContext *context = func.getContext();
   Block &entry = func.front();
 
-  // Gradient arguments by name (a name used twice identifies nothing), how
-  // many packs read each value, and returned gradients by name.
-  llvm::StringMap<int> gradsNamed;
+  // Arguments of the role by name (a name used twice identifies nothing),
+  // how many packs read each value, and returned ones by name.
+  llvm::StringMap<int> named;
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
-    if (abi::getArgRole(func, i) == abi::kGrad)
-      ++gradsNamed[abi::getArgName(func, i)];
+    if (abi::getArgRole(func, i) == role)
+      ++named[abi::getArgName(func, i)];
   DenseMap<Value, int> packReads;
   SmallVector<BucketPackOp> packs;
   func.walk([&](BucketPackOp pack) {
@@ -81,7 +87,7 @@ void GradAsBucketViewPass::runOnOperation() {
   // -1: two results share the name.
   llvm::StringMap<int64_t> returned;
   for (unsigned j = 0, e = func.getNumResults(); j < e; ++j)
-    if (abi::getResultRole(func, j) == abi::kGrad) {
+    if (abi::getResultRole(func, j) == role) {
       auto [it, inserted] =
           returned.try_emplace(abi::getResultName(func, j), j);
       if (!inserted)
@@ -95,22 +101,22 @@ void GradAsBucketViewPass::runOnOperation() {
     for (Value input : pack.getInputs()) {
       auto arg = dyn_cast<BlockArgument>(input);
       ok = arg && arg.getOwner() == &entry &&
-           abi::getArgRole(func, arg.getArgNumber()) == abi::kGrad &&
+           abi::getArgRole(func, arg.getArgNumber()) == role &&
            packReads[arg] == 1;
       if (!ok)
         break;
       StringRef name = abi::getArgName(func, arg.getArgNumber());
-      ok = !name.empty() && gradsNamed[name] == 1;
+      ok = !name.empty() && named[name] == 1;
       if (!ok)
         break;
-      view.grads.push_back(arg);
+      view.args.push_back(arg);
       auto it = returned.find(name);
       ok = it == returned.end() || it->second >= 0;
       if (!ok)
         break;
       view.results.push_back(it == returned.end() ? -1 : it->second);
     }
-    // Returned gradients go back as the bucket: all of them, or none.
+    // Returned ones go back as the bucket: all of them, or none.
     int64_t returnedCount = llvm::count_if(
         view.results, [](int64_t result) { return result >= 0; });
     if (ok && (returnedCount == 0 ||
@@ -118,7 +124,7 @@ void GradAsBucketViewPass::runOnOperation() {
       views.push_back(std::move(view));
   }
   if (views.empty())
-    return;
+    return 0;
 
   // Names the new arguments do not share with an existing one.
   llvm::StringSet<> taken;
@@ -128,28 +134,28 @@ void GradAsBucketViewPass::runOnOperation() {
   auto freshName = [&] {
     std::string name;
     do
-      name = "bucket" + std::to_string(nextName++);
+      name = (prefix + Twine(nextName++)).str();
     while (taken.contains(name));
     return name;
   };
 
-  Builder builder(&getContext());
+  Builder builder(context);
   for (View &view : views) {
     SmallVector<int64_t> offsets = view.pack.getOffsets();
     SmallVector<Attribute> layout;
-    for (auto [arg, offset] : llvm::zip_equal(view.grads, offsets))
+    for (auto [arg, offset] : llvm::zip_equal(view.args, offsets))
       layout.push_back(abi::layoutEntry(
           builder, abi::getArgName(func, arg.getArgNumber()), offset,
           cast<RankedTensorType>(arg.getType()).getShape()));
     NamedAttrList attrs;
-    attrs.set(abi::kRole, builder.getStringAttr(abi::kGrad));
+    attrs.set(abi::kRole, builder.getStringAttr(role));
     attrs.set(abi::kName, builder.getStringAttr(freshName()));
     attrs.set(abi::kLayout, builder.getArrayAttr(layout));
-    view.attrs = attrs.getDictionary(&getContext());
+    view.attrs = attrs.getDictionary(context);
 
-    // The bucket takes its first gradient's place.
-    unsigned index = view.grads.front().getArgNumber();
-    for (BlockArgument arg : view.grads)
+    // The bucket takes its first argument's place.
+    unsigned index = view.args.front().getArgNumber();
+    for (BlockArgument arg : view.args)
       index = std::min(index, arg.getArgNumber());
     Type type = view.pack.getBucket().getType();
     (void)func.insertArgument(index, type, view.attrs, view.loc);
@@ -157,28 +163,27 @@ void GradAsBucketViewPass::runOnOperation() {
 
     view.pack.getBucket().replaceAllUsesWith(view.bucket);
     view.pack.erase();
-    // Whatever else reads a gradient reads it from the bucket.
-    if (llvm::any_of(view.grads, [](Value arg) { return !arg.use_empty(); })) {
+    // Whatever else reads one of them reads it from the bucket.
+    if (llvm::any_of(view.args, [](Value arg) { return !arg.use_empty(); })) {
       OpBuilder atEntry = OpBuilder::atBlockBegin(&entry);
       SmallVector<Type> types;
-      for (BlockArgument arg : view.grads)
+      for (BlockArgument arg : view.args)
         types.push_back(arg.getType());
       auto unpack = BucketUnpackOp::create(atEntry, view.loc, types,
                                            view.bucket, view.alignment);
-      for (auto [arg, output] :
-           llvm::zip_equal(view.grads, unpack.getResults()))
+      for (auto [arg, output] : llvm::zip_equal(view.args, unpack.getResults()))
         arg.replaceAllUsesWith(output);
     }
   }
 
   llvm::BitVector erased(func.getNumArguments());
   for (View &view : views)
-    for (BlockArgument arg : view.grads)
+    for (BlockArgument arg : view.args)
       erased.set(arg.getArgNumber());
   (void)func.eraseArguments(erased);
-  numViews += views.size();
+  auto count = static_cast<int64_t>(views.size());
 
-  // Results: each returned bucket takes its first gradient's place.
+  // Results: each returned bucket takes its first member's place.
   DenseMap<int64_t, View *> firstResult;
   llvm::DenseSet<int64_t> memberResult;
   for (View &view : views) {
@@ -188,7 +193,7 @@ void GradAsBucketViewPass::runOnOperation() {
     memberResult.insert(view.results.begin(), view.results.end());
   }
   if (firstResult.empty())
-    return;
+    return count;
   SmallVector<Type> resultTypes;
   SmallVector<DictionaryAttr> resultAttrs;
   for (unsigned j = 0, e = func.getNumResults(); j < e; ++j) {
@@ -200,6 +205,7 @@ void GradAsBucketViewPass::runOnOperation() {
       resultAttrs.push_back(func.getResultAttrDict(j));
     }
   }
+  llvm::SetVector<Operation *> unpacks; // returned whole, maybe dead now
   func.walk([&](func::ReturnOp ret) {
     OpBuilder before(ret);
     SmallVector<Value> operands;
@@ -209,13 +215,37 @@ void GradAsBucketViewPass::runOnOperation() {
         for (int64_t result : view->results)
           values.push_back(ret.getOperand(result));
         operands.push_back(returnedBucket(before, *view, values));
+        if (Operation *unpack = values.front().getDefiningOp())
+          unpacks.insert(unpack);
       } else if (!memberResult.contains(j)) {
         operands.push_back(ret.getOperand(j));
       }
     }
     ret->setOperands(operands);
   });
+  for (Operation *unpack : unpacks)
+    if (unpack->use_empty() && isa<BucketUnpackOp>(unpack))
+      unpack->erase();
   func.setType(
-      FunctionType::get(&getContext(), func.getArgumentTypes(), resultTypes));
+      FunctionType::get(context, func.getArgumentTypes(), resultTypes));
   func.setAllResultAttrs(resultAttrs);
+  return count;
 }
+
+namespace {
+
+struct GradAsBucketViewPass
+    : public distopt::impl::GradAsBucketViewPassBase<GradAsBucketViewPass> {
+  void runOnOperation() override {
+    numViews += viewPackedArguments(getOperation(), abi::kGrad, "bucket");
+  }
+};
+
+struct ParamAsBucketViewPass
+    : public distopt::impl::ParamAsBucketViewPassBase<ParamAsBucketViewPass> {
+  void runOnOperation() override {
+    numViews += viewPackedArguments(getOperation(), abi::kParam, "flat_param");
+  }
+};
+
+} // namespace
