@@ -8,7 +8,9 @@ measured, against the ZeRO paper's formula.
 distopt: the spec made f32 (no main parameters), compiled at
 --pipeline="zero-stage=S" (S = 0 for plain data parallelism), then with
 grad-as-bucket-view (the gradients handed in as their buckets, as DDP's
-gradient_as_bucket_view, which torch runs with here) and run with
+gradient_as_bucket_view, which torch runs with here), and at ZeRO-1/2 with
+param-as-bucket-view too (the parameters kept as views of the flat buffer
+the shards are cut from, as FSDP's FlatParameter), and run with
 distopt-run --print-memory: the median ms per step after the first, the
 bytes of the step's buffers by role on the rank holding most, and the peak
 of all memory allocated for and by the step at once.
@@ -139,8 +141,13 @@ def main():
         subprocess.run([os.path.join(args.build, "bin", "distopt-translate"), "--import-param-spec",
                         spec_path, "-o", step], check=True)
         ours = []  # (name, stage, (ms, memory))
-        for extra, suffix in (("", ""), (" grad-as-bucket-view", ", gradients as bucket views")):
-            for stage in range(4):
+        # Parameters as views apply where parameters are packed: ZeRO-1/2.
+        for extra, suffix, stages in (
+                ("", "", range(4)),
+                (" grad-as-bucket-view", ", gradients as bucket views", range(4)),
+                (" grad-as-bucket-view param-as-bucket-view",
+                 ", gradients and parameters as views", (1, 2))):
+            for stage in stages:
                 name = ("no ZeRO" if stage == 0 else f"ZeRO-{stage}") + suffix
                 ours.append((name, stage, distopt_run(args.build, step, f"zero-stage={stage}{extra}",
                                                       args.steps, tmp)))
