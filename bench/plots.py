@@ -2,12 +2,12 @@
 import os
 
 
-def figure(panels, width, title):
+def figure(panels, width, title, height=4.0):
     """A figure of `panels` side by side (a list of axes) with `title`."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, panels, figsize=(width, 4.0), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(width, height), dpi=100, squeeze=False)
     fig.suptitle(title)
     return fig, list(axes[0])
 

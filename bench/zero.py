@@ -98,7 +98,8 @@ def formula(stage, params):
 
 def plot(ours, torch_ms, torch_persistent, params, path):
     """Time per step, and memory per rank against the formula."""
-    fig, (time_ax, memory_ax) = plots.figure(2, 12, f"B5: ZeRO on GPT-2 small, {RANKS} ranks")
+    fig, (time_ax, memory_ax) = plots.figure(2, 12, f"B5: ZeRO on GPT-2 small, {RANKS} ranks",
+                                           height=5.0)
     names = ["torch DDP + ZeroRedundancyOptimizer"] + [name for name, _, _ in ours]
     plots.ranged_bars(time_ax, range(len(names)), [torch_ms] + [ms for _, _, (ms, _) in ours],
                       horizontal=True)
@@ -120,7 +121,8 @@ def plot(ours, torch_ms, torch_persistent, params, path):
     memory_ax.invert_yaxis()
     memory_ax.set_xlabel("MiB per rank (the rank holding most)")
     memory_ax.grid(True, axis="x", alpha=0.3)
-    memory_ax.legend(fontsize=8, loc="lower right")
+    # Below the axes: the bars reach into every corner.
+    memory_ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
     plots.save(fig, path)
 
 
