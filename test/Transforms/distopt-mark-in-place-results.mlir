@@ -163,6 +163,10 @@ func.func @read_after(%w: memref<4xf32> {distopt.name = "w", distopt.role = "par
 // CHECK: memref.extract_aligned_pointer_as_index %[[F]]
 // CHECK: call @distopt_rt_all_gather
 // CHECK-NEXT: return
+// CHECK-LABEL: func.func @gather_start_into
+// CHECK-SAME: distopt.in_place_results = array<i64: 0>
+// CHECK-NOT: memref.alloc
+// CHECK: call @distopt_rt_all_gather_start
 // CHECK-LABEL: func.func @read_after_gather
 // CHECK-SAME: distopt.in_place_results = array<i64: -1>
 // CHECK: %[[ALL:.*]] = memref.alloc
@@ -174,6 +178,7 @@ func.func @read_after(%w: memref<4xf32> {distopt.name = "w", distopt.role = "par
 // CHECK-SAME: distopt.in_place_results = array<i64: -1>
 // CHECK: memref.alloc
 func.func private @distopt_rt_all_gather(!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32) -> i32
+func.func private @distopt_rt_all_gather_start(!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, !llvm.ptr) -> i32
 func.func private @distopt_rt_broadcast(!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i64, i32) -> i32
 
 func.func @gather_into(%f: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"},
@@ -190,6 +195,20 @@ func.func @gather_into(%f: memref<64xf32> {distopt.name = "flat_param0", distopt
   %n = arith.constant 32 : i64
   %z = arith.constant 0 : i32
   %status = call @distopt_rt_all_gather(%comm, %send, %recv, %n, %z, %z) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32) -> i32
+  return %all : memref<64xf32>
+}
+
+// Asynchronous: the request writes the buffer until its wait.
+func.func @gather_start_into(%f: memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"},
+                             %comm: !llvm.ptr, %send: !llvm.ptr, %request: !llvm.ptr)
+    -> (memref<64xf32> {distopt.name = "flat_param0", distopt.role = "param"}) {
+  %all = memref.alloc() : memref<64xf32>
+  %base = memref.extract_aligned_pointer_as_index %all : memref<64xf32> -> index
+  %i = arith.index_cast %base : index to i64
+  %recv = llvm.inttoptr %i : i64 to !llvm.ptr
+  %n = arith.constant 32 : i64
+  %z = arith.constant 0 : i32
+  %status = call @distopt_rt_all_gather_start(%comm, %send, %recv, %n, %z, %z, %request) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i32, !llvm.ptr) -> i32
   return %all : memref<64xf32>
 }
 

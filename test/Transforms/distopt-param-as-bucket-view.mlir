@@ -85,3 +85,57 @@ func.func @other_uses(%a: tensor<16xf32> {distopt.name = "a", distopt.role = "pa
   %p = distopt.bucket_pack %a, %b : tensor<16xf32>, tensor<16xf32> -> tensor<32xf32>
   return %p, %sq, %b : tensor<32xf32>, tensor<16xf32>, tensor<16xf32>
 }
+
+// -----
+
+distopt.process_group @dp size 2
+
+// Mixed precision: the bf16 parameters are only written (the f32 main
+// parameters hold their values), gathered and unpacked into the results. The
+// unpacked buffer becomes their flat argument, and is returned as it is.
+// CHECK-LABEL: func.func @written_only
+// CHECK-SAME: (%{{[^:]*}}: tensor<64xbf16> {distopt.layout = [{name = "w", offset = 0 : i64, shape = array<i64: 8, 4>}, {name = "b", offset = 32 : i64, shape = array<i64: 5>}], distopt.name = "flat_param0", distopt.role = "param"},
+// CHECK-SAME: -> (tensor<64xbf16> {distopt.layout = [{name = "w", offset = 0 : i64, shape = array<i64: 8, 4>}, {name = "b", offset = 32 : i64, shape = array<i64: 5>}], distopt.name = "flat_param0", distopt.role = "param"},
+// CHECK: %[[ALL:.*]] = distopt.all_gather
+// CHECK-NOT: distopt.bucket_unpack
+// CHECK: return %[[ALL]], %{{.*}} : tensor<64xbf16>, tensor<32xf32>
+// LOWERED-LABEL: llvm.func @written_only
+// LOWERED-SAME: distopt.in_place_results = array<i64: 0, 1>
+func.func @written_only(%w: tensor<8x4xbf16> {distopt.name = "w", distopt.role = "param"},
+                        %b: tensor<5xbf16> {distopt.name = "b", distopt.role = "param"},
+                        %main: tensor<32xf32> {distopt.name = "flat0.main_param", distopt.role = "main_param"},
+                        %delta: tensor<32xf32> {distopt.role = "input"})
+    -> (tensor<8x4xbf16> {distopt.name = "w", distopt.role = "param"},
+        tensor<5xbf16> {distopt.name = "b", distopt.role = "param"},
+        tensor<32xf32> {distopt.name = "flat0.main_param", distopt.role = "main_param"}) {
+  %new = arith.addf %main, %delta : tensor<32xf32>
+  %half = arith.truncf %new : tensor<32xf32> to tensor<32xbf16>
+  %all = distopt.all_gather %half on @dp : tensor<32xbf16> -> tensor<64xbf16>
+  %w1, %b1 = distopt.bucket_unpack %all : tensor<64xbf16> -> tensor<8x4xbf16>, tensor<5xbf16>
+  return %w1, %b1, %new : tensor<8x4xbf16>, tensor<5xbf16>, tensor<32xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+
+// Left alone: an unpack whose parameters the step reads, one with an output
+// used elsewhere too, and one with an output that is not a parameter.
+// CHECK-LABEL: func.func @unpacked_left_alone
+// CHECK-COUNT-3: distopt.bucket_unpack
+// CHECK-NOT: flat_param0
+func.func @unpacked_left_alone(%a: tensor<16xf32> {distopt.name = "a", distopt.role = "param"},
+                               %b: tensor<16xf32> {distopt.name = "b", distopt.role = "param"},
+                               %c: tensor<16xf32> {distopt.name = "c", distopt.role = "param"},
+                               %x: tensor<32xf32>, %y: tensor<32xf32>, %z: tensor<32xf32>)
+    -> (tensor<16xf32> {distopt.name = "a", distopt.role = "param"},
+        tensor<16xf32> {distopt.name = "b", distopt.role = "param"},
+        tensor<16xf32> {distopt.name = "c", distopt.role = "param"},
+        tensor<16xf32>, tensor<16xf32>) {
+  %read = arith.addf %a, %a : tensor<16xf32>
+  %a1, %r1 = distopt.bucket_unpack %x : tensor<32xf32> -> tensor<16xf32>, tensor<16xf32>
+  %b1, %b2 = distopt.bucket_unpack %y : tensor<32xf32> -> tensor<16xf32>, tensor<16xf32>
+  %c1, %s1 = distopt.bucket_unpack %z : tensor<32xf32> -> tensor<16xf32>, tensor<16xf32>
+  %twice = arith.addf %b1, %read : tensor<16xf32>
+  return %a1, %b1, %c1, %twice, %s1 : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+}

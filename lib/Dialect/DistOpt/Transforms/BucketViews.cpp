@@ -35,11 +35,14 @@ using namespace mlir::distopt;
 
 namespace {
 
-/// A bucket packed from arguments of one role, and what replaces it.
+/// A bucket packed from arguments of one role (or unpacked into results of
+/// that role, whose arguments the step does not read), and what replaces it.
 struct View {
-  BucketPackOp pack; // erased once replaced
+  Operation *source; // the bucket_pack (erased once replaced) or unpack
   Location loc;
   IntegerAttr alignment;
+  Type type;                       // the bucket's
+  SmallVector<int64_t> offsets;    // of the arguments in it
   SmallVector<BlockArgument> args; // the packed arguments, in pack order
   SmallVector<int64_t> results;    // per argument, its result, or -1
   BlockArgument bucket;            // the new argument
@@ -63,9 +66,11 @@ static Value returnedBucket(OpBuilder &builder, const View &view,
 }
 
 /// Replaces each bucket packed from `role` arguments of `func` by one flat
-/// argument of that role named `prefix`<i>; returns how many.
+/// argument of that role named `prefix`<i>, and with `unpacked`, each bucket
+/// unpacked into results of that role only, when the step does not read
+/// their arguments; returns how many.
 static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
-                                   StringRef prefix) {
+                                   StringRef prefix, bool unpacked) {
   if (func.isExternal())
     return 0;
   MLIRContext *context = func.getContext();
@@ -74,9 +79,12 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
   // Arguments of the role by name (a name used twice identifies nothing),
   // how many packs read each value, and returned ones by name.
   llvm::StringMap<int> named;
+  llvm::StringMap<BlockArgument> argNamed;
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
-    if (abi::getArgRole(func, i) == role)
+    if (abi::getArgRole(func, i) == role) {
       ++named[abi::getArgName(func, i)];
+      argNamed[abi::getArgName(func, i)] = func.getArgument(i);
+    }
   DenseMap<Value, int> packReads;
   SmallVector<BucketPackOp> packs;
   func.walk([&](BucketPackOp pack) {
@@ -96,7 +104,15 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
 
   SmallVector<View> views;
   for (BucketPackOp pack : packs) {
-    View view{pack, pack.getLoc(), pack.getAlignmentAttr(), {}, {}, {}, {}};
+    View view{pack,
+              pack.getLoc(),
+              pack.getAlignmentAttr(),
+              pack.getBucket().getType(),
+              pack.getOffsets(),
+              {},
+              {},
+              {},
+              {}};
     bool ok = !pack.getInputs().empty(); // as the verifier ensures
     for (Value input : pack.getInputs()) {
       auto arg = dyn_cast<BlockArgument>(input);
@@ -123,6 +139,40 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
                returnedCount == static_cast<int64_t>(view.results.size())))
       views.push_back(std::move(view));
   }
+  // Results the step only writes (parameters whose main parameters hold
+  // their values, in mixed precision): all of an unpack's outputs, each
+  // returned once and nowhere else used, under unique names of arguments
+  // that nothing reads.
+  if (unpacked)
+    func.walk([&](BucketUnpackOp unpack) {
+      View view{unpack,
+                unpack.getLoc(),
+                unpack.getAlignmentAttr(),
+                unpack.getBucket().getType(),
+                unpack.getOffsets(),
+                {},
+                {},
+                {},
+                {}};
+      for (Value output : unpack.getOutputs()) {
+        if (!output.hasOneUse())
+          return;
+        OpOperand &use = *output.use_begin();
+        if (!isa<func::ReturnOp>(use.getOwner()) ||
+            use.getOwner()->getParentOp() != func)
+          return;
+        int64_t result = use.getOperandNumber();
+        StringRef name = abi::getResultName(func, result);
+        auto it = returned.find(name);
+        if (abi::getResultRole(func, result) != role || name.empty() ||
+            it == returned.end() || it->second != result || named[name] != 1 ||
+            !argNamed[name].use_empty())
+          return;
+        view.args.push_back(argNamed[name]);
+        view.results.push_back(result);
+      }
+      views.push_back(std::move(view));
+    });
   if (views.empty())
     return 0;
 
@@ -141,9 +191,8 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
 
   Builder builder(context);
   for (View &view : views) {
-    SmallVector<int64_t> offsets = view.pack.getOffsets();
     SmallVector<Attribute> layout;
-    for (auto [arg, offset] : llvm::zip_equal(view.args, offsets))
+    for (auto [arg, offset] : llvm::zip_equal(view.args, view.offsets))
       layout.push_back(abi::layoutEntry(
           builder, abi::getArgName(func, arg.getArgNumber()), offset,
           cast<RankedTensorType>(arg.getType()).getShape()));
@@ -157,12 +206,13 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
     unsigned index = view.args.front().getArgNumber();
     for (BlockArgument arg : view.args)
       index = std::min(index, arg.getArgNumber());
-    Type type = view.pack.getBucket().getType();
-    (void)func.insertArgument(index, type, view.attrs, view.loc);
+    (void)func.insertArgument(index, view.type, view.attrs, view.loc);
     view.bucket = func.getArgument(index);
 
-    view.pack.getBucket().replaceAllUsesWith(view.bucket);
-    view.pack.erase();
+    if (auto pack = dyn_cast<BucketPackOp>(view.source)) {
+      pack.getBucket().replaceAllUsesWith(view.bucket);
+      pack.erase();
+    }
     // Whatever else reads one of them reads it from the bucket.
     if (llvm::any_of(view.args, [](Value arg) { return !arg.use_empty(); })) {
       OpBuilder atEntry = OpBuilder::atBlockBegin(&entry);
@@ -237,14 +287,16 @@ namespace {
 struct GradAsBucketViewPass
     : public distopt::impl::GradAsBucketViewPassBase<GradAsBucketViewPass> {
   void runOnOperation() override {
-    numViews += viewPackedArguments(getOperation(), abi::kGrad, "bucket");
+    numViews += viewPackedArguments(getOperation(), abi::kGrad, "bucket",
+                                    /*unpacked=*/false);
   }
 };
 
 struct ParamAsBucketViewPass
     : public distopt::impl::ParamAsBucketViewPassBase<ParamAsBucketViewPass> {
   void runOnOperation() override {
-    numViews += viewPackedArguments(getOperation(), abi::kParam, "flat_param");
+    numViews += viewPackedArguments(getOperation(), abi::kParam, "flat_param",
+                                    /*unpacked=*/true);
   }
 };
 

@@ -1126,12 +1126,16 @@ static void gatherIntoArgument(func::FuncOp func, OpOperand &operand) {
   BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
   if (!alloc || !arg || arg.getType() != alloc.getType())
     return;
-  // The gather writing the buffer, found through its receive pointer.
+  // The gather writing the buffer, found through its receive pointer (an
+  // asynchronous one writes it until its wait: the argument must be dead
+  // from the start).
   func::CallOp gather;
   for (Operation *user : alloc->getUsers())
     if (auto pointer = dyn_cast<memref::ExtractAlignedPointerAsIndexOp>(user)) {
       auto [call, index] = pointerUse(pointer);
-      if (call && call.getCallee() == "distopt_rt_all_gather" && index == 2)
+      if (call && index == 2 &&
+          (call.getCallee() == "distopt_rt_all_gather" ||
+           call.getCallee() == "distopt_rt_all_gather_start"))
         gather = call;
     }
   if (!gather || gather->getBlock() != alloc->getBlock())

@@ -117,6 +117,13 @@ def ParamAsBucketViewPass
     `--distopt-shard-optimizer=stage=1|2` (flat) that is the all-gathered
     buffer. The caller keeps its parameters as views of that buffer.
 
+    Mixed precision: where the main parameters hold the values, the step
+    does not read its bf16/f16 parameters, only returns them, unpacked from
+    the all-gathered buffer. A `bucket_unpack` whose outputs are all
+    returned as parameters (each once, used nowhere else) under unique
+    names of parameter arguments that nothing reads becomes their flat
+    argument in the same way, and the unpacked buffer is returned as it.
+
     ```mlir
       %flat = distopt.bucket_pack %w, %b : tensor<8x4xf32>, tensor<5xf32> -> tensor<64xf32>
       %mine = distopt.shard_slice %flat on @world : tensor<64xf32> -> tensor<32xf32>
