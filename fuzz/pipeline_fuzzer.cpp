@@ -2,8 +2,8 @@
 //
 // Whatever parses and verifies goes through distopt's passes in several
 // configurations (the pipeline at each ZeRO stage and strategy, PowerSGD,
-// gradients as bucket views, the shard conversion, the CPU lowering's own
-// passes). A pass may reject
+// gradients and parameters as bucket views, the shard conversion, the CPU
+// lowering's own passes). A pass may reject
 // its input with a diagnostic; it must not crash, and what it accepts must
 // verify afterwards.
 //
@@ -24,12 +24,14 @@ static const char *const kPipelines[] = {
     "builtin.module(distopt-pipeline{zero-stage=1 zero-strategy=greedy})",
     "builtin.module(distopt-pipeline{zero-stage=2 powersgd-rank=2})",
     "builtin.module(distopt-pipeline{zero-stage=3 bucket-cap-mb=0.001})",
-    "builtin.module(distopt-pipeline{zero-stage=2 grad-as-bucket-view})",
+    "builtin.module(distopt-pipeline{zero-stage=2 grad-as-bucket-view "
+    "param-as-bucket-view})",
     "builtin.module(func.func(distopt-grad-as-bucket-view),"
     "distopt-report{output=/dev/null})",
     "builtin.module(convert-shard-to-distopt,distopt-report{output=/dev/null})",
     "builtin.module(func.func(distopt-lower-optimizers))",
     "builtin.module(distopt-lower-local-ops)",
+    "builtin.module(distopt-mark-in-place-results)",
     "builtin.module(func.func(distopt-offload-to-gpu))",
     // The GPU split (emulated): kernel code generation is too slow here.
     "builtin.module(distopt-test-lower-to-gpu-on-host)",
