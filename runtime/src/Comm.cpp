@@ -203,14 +203,19 @@ Communicator::recursiveDoublingAllReduce(const Collective &c,
   int64_t n = size(), r = rank();
   size_t wireSize = elementSize(c.wire);
   bool convertWire = c.wire != c.type;
-  // The (scaled) own contribution; partial results then meet in pairs. Both
-  // partners add the same two values, so every rank ends with the same bits.
-  combineChunk(nullptr, c.type, c.send, c.recv, c.count, c.type,
-               Combine{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0});
+  // Partial results meet in pairs. Both partners add the same two values,
+  // so every rank ends with the same bits. Latency is what matters at these
+  // sizes: without a wire type or a scale, the own contribution goes out
+  // from the input and the partial result from the output, with no pass to
+  // copy either (premul_sum scales it first, a wire type rounds it).
+  bool direct = !convertWire && c.op != DISTOPT_RT_PREMUL_SUM;
+  if (!direct)
+    combineChunk(nullptr, c.type, c.send, c.recv, c.count, c.type,
+                 Combine{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0});
   distopt_rt_reduction merge =
       c.op == DISTOPT_RT_AVG || c.op == DISTOPT_RT_PREMUL_SUM ? DISTOPT_RT_SUM
                                                               : c.op;
-  char *sendWire = scratch(0, c.count * wireSize);
+  char *sendWire = direct ? nullptr : scratch(0, c.count * wireSize);
   char *recvWire = scratch(1, c.count * wireSize);
   int64_t steps = 0;
   for (int64_t mask = 1; mask < n; mask <<= 1)
@@ -218,19 +223,25 @@ Communicator::recursiveDoublingAllReduce(const Collective &c,
   int64_t step = 0;
   for (int64_t mask = 1; mask < n; mask <<= 1, ++step) {
     int64_t partner = r ^ mask;
-    convert(c.recv, c.type, sendWire, c.wire, c.count);
-    if (convertWire) // round the own half as the partner receives it
-      convert(sendWire, c.wire, c.recv, c.type, c.count);
+    // The partial result so far: the input itself before the first step.
+    const void *partial = direct && step == 0 ? c.send : c.recv;
+    const void *payload = partial;
+    if (!direct) {
+      convert(c.recv, c.type, sendWire, c.wire, c.count);
+      if (convertWire) // round the own half as the partner receives it
+        convert(sendWire, c.wire, c.recv, c.type, c.count);
+      payload = sendWire;
+    }
     std::ostringstream where;
     where << what << " (exchange " << step + 1 << " of " << steps << ")";
     distopt_rt_status status =
-        transport->exchange(sendWire, c.count * wireSize, partner, recvWire,
+        transport->exchange(payload, c.count * wireSize, partner, recvWire,
                             c.count * wireSize, partner, where.str());
     if (status != DISTOPT_RT_OK)
       return status;
     bool last = step == steps - 1;
     combineChunk(
-        recvWire, c.wire, c.recv, c.recv, c.count, c.type,
+        recvWire, c.wire, partial, c.recv, c.count, c.type,
         Combine{merge, 1.0, last && c.op == DISTOPT_RT_AVG ? double(n) : 1.0});
   }
   if (convertWire) { // the result, as every rank rounds it
