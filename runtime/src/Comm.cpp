@@ -138,39 +138,42 @@ distopt_rt_status Communicator::execute(const Collective &c) {
     return fail(DISTOPT_RT_FAILED,
                 "the communicator failed earlier and cannot be used: " +
                     failure);
-  std::ostringstream what;
-  what << "rank " << rank() << " of " << size() << ": " << name(c.kind)
-       << " of " << c.count << " " << name(c.type);
-  if (c.kind == Collective::AllReduce || c.kind == Collective::ReduceScatter ||
-      c.kind == Collective::Reduce)
-    what << " (" << name(c.op) << ")";
-  if (c.wire != c.type)
-    what << " on a " << name(c.wire) << " wire";
+  auto describe = [&] {
+    std::ostringstream what;
+    what << "rank " << rank() << " of " << size() << ": " << name(c.kind)
+         << " of " << c.count << " " << name(c.type);
+    if (c.kind == Collective::AllReduce ||
+        c.kind == Collective::ReduceScatter || c.kind == Collective::Reduce)
+      what << " (" << name(c.op) << ")";
+    if (c.wire != c.type)
+      what << " on a " << name(c.wire) << " wire";
+    return what.str();
+  };
+  What what(describe);
   distopt_rt_status status = DISTOPT_RT_OK;
   if (device)
     status = device->execute(c, what.str());
   else
     switch (c.kind) {
     case Collective::AllReduce:
-      status = allReduce(c, what.str());
+      status = allReduce(c, what);
       break;
     case Collective::ReduceScatter:
-      status = ringReduceScatter(c, c.count * size(), c.recv, what.str());
+      status = ringReduceScatter(c, c.count * size(), c.recv, what);
       break;
     case Collective::AllGather: {
       size_t bytes = c.count * elementSize(c.type);
       void *slot = static_cast<char *>(c.recv) + rank() * bytes;
       if (slot != c.send)
         std::memmove(slot, c.send, bytes);
-      status =
-          ringAllGather(c.recv, c.count * size(), c.type, c.wire, what.str());
+      status = ringAllGather(c.recv, c.count * size(), c.type, c.wire, what);
       break;
     }
     case Collective::Broadcast:
-      status = broadcast(c, what.str());
+      status = broadcast(c, what);
       break;
     case Collective::Reduce:
-      status = reduce(c, what.str());
+      status = reduce(c, what);
       break;
     }
   if (status != DISTOPT_RT_OK && status != DISTOPT_RT_INVALID_ARGUMENT) {
@@ -181,7 +184,7 @@ distopt_rt_status Communicator::execute(const Collective &c) {
 }
 
 distopt_rt_status Communicator::allReduce(const Collective &c,
-                                          const std::string &what) {
+                                          const What &what) {
   int64_t n = size();
   Combine local{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0, 1.0};
   if (n == 1) {
@@ -197,9 +200,8 @@ distopt_rt_status Communicator::allReduce(const Collective &c,
   return ringAllGather(c.recv, c.count, c.type, c.wire, what);
 }
 
-distopt_rt_status
-Communicator::recursiveDoublingAllReduce(const Collective &c,
-                                         const std::string &what) {
+distopt_rt_status Communicator::recursiveDoublingAllReduce(const Collective &c,
+                                                           const What &what) {
   int64_t n = size(), r = rank();
   size_t wireSize = elementSize(c.wire);
   bool convertWire = c.wire != c.type;
@@ -232,11 +234,13 @@ Communicator::recursiveDoublingAllReduce(const Collective &c,
         convert(sendWire, c.wire, c.recv, c.type, c.count);
       payload = sendWire;
     }
-    std::ostringstream where;
-    where << what << " (exchange " << step + 1 << " of " << steps << ")";
+    auto where = [&] {
+      return what.str() + " (exchange " + std::to_string(step + 1) + " of " +
+             std::to_string(steps) + ")";
+    };
     distopt_rt_status status =
         transport->exchange(payload, c.count * wireSize, partner, recvWire,
-                            c.count * wireSize, partner, where.str());
+                            c.count * wireSize, partner, where);
     if (status != DISTOPT_RT_OK)
       return status;
     bool last = step == steps - 1;
@@ -253,7 +257,7 @@ Communicator::recursiveDoublingAllReduce(const Collective &c,
 
 distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
                                                   int64_t count, void *out,
-                                                  const std::string &what) {
+                                                  const What &what) {
   // `out` null: all-reduce, the reduced chunk r goes to c.recv at chunk r's
   // offset; otherwise (reduce-scatter) to `out`.
   int64_t n = size(), r = rank();
@@ -305,11 +309,13 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
       convert(payload, c.type, sendWire, c.wire, chunkLen(sent));
       payload = sendWire;
     }
-    std::ostringstream where;
-    where << what << " (ring step " << s + 1 << " of " << 2 * (n - 1) << ")";
+    auto where = [&] {
+      return what.str() + " (ring step " + std::to_string(s + 1) + " of " +
+             std::to_string(2 * (n - 1)) + ")";
+    };
     distopt_rt_status status =
         transport->exchange(payload, chunkLen(sent) * wireSize, right, recvWire,
-                            chunkLen(received) * wireSize, left, where.str());
+                            chunkLen(received) * wireSize, left, where);
     if (status != DISTOPT_RT_OK)
       return status;
     bool last = s == n - 2;
@@ -334,7 +340,7 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
 distopt_rt_status Communicator::ringAllGather(void *buffer, int64_t count,
                                               distopt_rt_dtype type,
                                               distopt_rt_dtype wire,
-                                              const std::string &what) {
+                                              const What &what) {
   int64_t n = size(), r = rank();
   if (n == 1)
     return DISTOPT_RT_OK;
@@ -362,11 +368,13 @@ distopt_rt_status Communicator::ringAllGather(void *buffer, int64_t count,
       payload = sendWire;
       landing = recvWire;
     }
-    std::ostringstream where;
-    where << what << " (ring step " << n + s << " of " << 2 * (n - 1) << ")";
+    auto where = [&] {
+      return what.str() + " (ring step " + std::to_string(n + s) + " of " +
+             std::to_string(2 * (n - 1)) + ")";
+    };
     distopt_rt_status status =
         transport->exchange(payload, chunkLen(sent) * wireSize, right, landing,
-                            chunkLen(received) * wireSize, left, where.str());
+                            chunkLen(received) * wireSize, left, where);
     if (status != DISTOPT_RT_OK)
       return status;
     if (convertWire)
@@ -376,7 +384,7 @@ distopt_rt_status Communicator::ringAllGather(void *buffer, int64_t count,
 }
 
 distopt_rt_status Communicator::broadcast(const Collective &c,
-                                          const std::string &what) {
+                                          const What &what) {
   int64_t n = size(), r = rank();
   size_t wireSize = elementSize(c.wire);
   bool convertWire = c.wire != c.type;
@@ -393,16 +401,17 @@ distopt_rt_status Communicator::broadcast(const Collective &c,
   int64_t relative = (r - c.root + n) % n;
   for (int64_t mask = 1; mask < n; mask <<= 1) {
     distopt_rt_status status = DISTOPT_RT_OK;
-    std::ostringstream where;
-    where << what << " (tree level " << mask << ")";
+    auto where = [&] {
+      return what.str() + " (tree level " + std::to_string(mask) + ")";
+    };
     if (relative < mask) {
       if (relative + mask < n)
         status = transport->exchange(data, c.count * wireSize,
                                      (relative + mask + c.root) % n, nullptr, 0,
-                                     -1, where.str());
+                                     -1, where);
     } else if (relative < 2 * mask) {
       status = transport->exchange(nullptr, 0, -1, data, c.count * wireSize,
-                                   (relative - mask + c.root) % n, where.str());
+                                   (relative - mask + c.root) % n, where);
     }
     if (status != DISTOPT_RT_OK)
       return status;
@@ -412,8 +421,7 @@ distopt_rt_status Communicator::broadcast(const Collective &c,
   return DISTOPT_RT_OK;
 }
 
-distopt_rt_status Communicator::reduce(const Collective &c,
-                                       const std::string &what) {
+distopt_rt_status Communicator::reduce(const Collective &c, const What &what) {
   int64_t n = size(), r = rank();
   size_t typeSize = elementSize(c.type), wireSize = elementSize(c.wire);
   // Reduce-scatter, then every rank sends its reduced chunk to the root.
@@ -422,6 +430,7 @@ distopt_rt_status Communicator::reduce(const Collective &c,
   distopt_rt_status status = ringReduceScatter(c, c.count, chunk.data(), what);
   if (status != DISTOPT_RT_OK)
     return status;
+  auto toRoot = [&] { return what.str() + " (gather to root)"; };
   if (r == c.root) {
     std::vector<char> landing;
     for (int64_t k = 0; k < n; ++k) {
@@ -439,9 +448,8 @@ distopt_rt_status Communicator::reduce(const Collective &c,
         continue;
       }
       landing.resize(len * wireSize);
-      status =
-          transport->exchange(nullptr, 0, -1, landing.data(), len * wireSize, k,
-                              what + " (gather to root)");
+      status = transport->exchange(nullptr, 0, -1, landing.data(),
+                                   len * wireSize, k, toRoot);
       if (status != DISTOPT_RT_OK)
         return status;
       convert(landing.data(), c.wire, dest, c.type, len);
@@ -451,7 +459,7 @@ distopt_rt_status Communicator::reduce(const Collective &c,
   std::vector<char> wireChunk(mine * wireSize);
   convert(chunk.data(), c.type, wireChunk.data(), c.wire, mine);
   status = transport->exchange(wireChunk.data(), mine * wireSize, c.root,
-                               nullptr, 0, -1, what + " (gather to root)");
+                               nullptr, 0, -1, toRoot);
   if (status != DISTOPT_RT_OK)
     return status;
   // Other ranks keep their own input (the dialect's semantics).
@@ -467,9 +475,9 @@ public:
   int64_t rank() const override { return 0; }
   int64_t size() const override { return 1; }
   distopt_rt_status exchange(const void *, size_t, int64_t, void *, size_t,
-                             int64_t, const std::string &what) override {
+                             int64_t, const What &what) override {
     return fail(DISTOPT_RT_BACKEND_ERROR,
-                what + ": no peer in a single-process communicator");
+                what.str() + ": no peer in a single-process communicator");
   }
 };
 } // namespace

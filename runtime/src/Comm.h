@@ -27,6 +27,24 @@ namespace distopt::rt {
 distopt_rt_status fail(distopt_rt_status status, std::string message);
 const std::string &lastError();
 
+/// Names an operation for error messages ("rank 0 of 2: all_reduce of 1024
+/// f32 (sum) (ring step 1 of 2)"), formatted only when one is written: at
+/// small sizes, formatting it on every call cost as much as the transfer.
+class What {
+public:
+  /// From a callable returning the text; it must outlive this object.
+  template <typename Describe>
+  What(const Describe &describe)
+      : object(&describe), call([](const void *o) -> std::string {
+          return (*static_cast<const Describe *>(o))();
+        }) {}
+  std::string str() const { return call(object); }
+
+private:
+  const void *object;
+  std::string (*call)(const void *);
+};
+
 /// Point-to-point messages between the ranks of a run.
 class Transport {
 public:
@@ -39,7 +57,7 @@ public:
   /// for messages.
   virtual distopt_rt_status exchange(const void *send, size_t sendBytes,
                                      int64_t to, void *recv, size_t recvBytes,
-                                     int64_t from, const std::string &what) = 0;
+                                     int64_t from, const What &what) = 0;
   double timeout = 60;
 };
 
@@ -107,20 +125,20 @@ public:
 
 private:
   distopt_rt_status execute(const Collective &c);
-  distopt_rt_status allReduce(const Collective &c, const std::string &what);
+  distopt_rt_status allReduce(const Collective &c, const What &what);
   /// Small all-reduces on a power-of-two number of ranks.
   distopt_rt_status recursiveDoublingAllReduce(const Collective &c,
-                                               const std::string &what);
+                                               const What &what);
   /// Ring reduce-scatter of `count` elements of `send` into `work`, which
   /// ends holding rank r's reduced chunk r (chunk bounds from chunkBegin).
   distopt_rt_status ringReduceScatter(const Collective &c, int64_t count,
-                                      void *work, const std::string &what);
+                                      void *work, const What &what);
   /// Ring all-gather: each rank's chunk r of `buffer` goes to every rank.
   distopt_rt_status ringAllGather(void *buffer, int64_t count,
                                   distopt_rt_dtype type, distopt_rt_dtype wire,
-                                  const std::string &what);
-  distopt_rt_status broadcast(const Collective &c, const std::string &what);
-  distopt_rt_status reduce(const Collective &c, const std::string &what);
+                                  const What &what);
+  distopt_rt_status broadcast(const Collective &c, const What &what);
+  distopt_rt_status reduce(const Collective &c, const What &what);
   int64_t chunkBegin(int64_t count, int64_t chunk) const {
     return count * chunk / size();
   }

@@ -57,7 +57,7 @@ public:
 
   distopt_rt_status exchange(const void *send, size_t sendBytes, int64_t to,
                              void *recv, size_t recvBytes, int64_t from,
-                             const std::string &what) override {
+                             const What &what) override {
     std::vector<MPI_Request> requests;
     size_t numSends = 0;
     auto post = [&](bool isSend, void *data, size_t bytes, int64_t peer) {
@@ -85,7 +85,7 @@ public:
       numSends = requests.size() - numRecvs;
     }
     if (code != MPI_SUCCESS)
-      return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + mpiError(code));
+      return fail(DISTOPT_RT_BACKEND_ERROR, what.str() + ": " + mpiError(code));
     return complete(requests, numRecvs, numSends, from, to, what);
   }
 
@@ -95,7 +95,7 @@ private:
   /// Polls until every request completes or the deadline passes.
   distopt_rt_status complete(std::vector<MPI_Request> &requests,
                              size_t numRecvs, size_t numSends, int64_t from,
-                             int64_t to, const std::string &what) {
+                             int64_t to, const What &what) {
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::duration<double>(timeout);
     for (unsigned spins = 0;; ++spins) {
@@ -103,7 +103,8 @@ private:
       int code = MPI_Testall(static_cast<int>(requests.size()), requests.data(),
                              &done, MPI_STATUSES_IGNORE);
       if (code != MPI_SUCCESS)
-        return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + mpiError(code));
+        return fail(DISTOPT_RT_BACKEND_ERROR,
+                    what.str() + ": " + mpiError(code));
       if (done)
         return DISTOPT_RT_OK;
       if ((spins & 1023) == 1023) {
@@ -114,7 +115,7 @@ private:
     }
     // Which side is stuck: a receive that never came, or a send no one took.
     std::ostringstream message;
-    message << what << ": timed out after " << timeout << " s ";
+    message << what.str() << ": timed out after " << timeout << " s ";
     bool recvPending = false;
     for (size_t i = 0; i < numRecvs; ++i)
       recvPending |= requests[i] != MPI_REQUEST_NULL;

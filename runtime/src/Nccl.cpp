@@ -255,18 +255,19 @@ distopt_rt_status NcclCollectives::init(Transport &transport) {
                 "the nccl backend needs CUDA: " + cuda::stickyError());
   std::string what = "rank " + std::to_string(rank) + " of " +
                      std::to_string(size) + ": NCCL initialization";
+  auto describe = [&] { return what; };
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (rank == 0) {
     if (ncclResult_t r = nccl.getUniqueId(&id); r != kNcclSuccess)
       return ncclFailure(r, what, "ncclGetUniqueId");
     for (int64_t peer = 1; peer < size; ++peer)
-      if (distopt_rt_status s =
-              transport.exchange(&id, sizeof id, peer, nullptr, 0, -1, what);
+      if (distopt_rt_status s = transport.exchange(&id, sizeof id, peer,
+                                                   nullptr, 0, -1, describe);
           s != DISTOPT_RT_OK)
         return s;
-  } else if (distopt_rt_status s =
-                 transport.exchange(nullptr, 0, -1, &id, sizeof id, 0, what);
+  } else if (distopt_rt_status s = transport.exchange(nullptr, 0, -1, &id,
+                                                      sizeof id, 0, describe);
              s != DISTOPT_RT_OK) {
     return s;
   }
