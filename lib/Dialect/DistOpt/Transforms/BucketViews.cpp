@@ -38,6 +38,13 @@ namespace {
 /// A bucket packed from arguments of one role (or unpacked into results of
 /// that role, whose arguments the step does not read), and what replaces it.
 struct View {
+  /// The view of `op`'s bucket (a bucket_pack or bucket_unpack), with its
+  /// arguments still to be found.
+  template <typename OpTy>
+  explicit View(OpTy op)
+      : source(op), loc(op.getLoc()), alignment(op.getAlignmentAttr()),
+        type(op.getBucket().getType()), offsets(op.getOffsets()) {}
+
   Operation *source; // the bucket_pack (erased once replaced) or unpack
   Location loc;
   IntegerAttr alignment;
@@ -104,15 +111,7 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
 
   SmallVector<View> views;
   for (BucketPackOp pack : packs) {
-    View view{pack,
-              pack.getLoc(),
-              pack.getAlignmentAttr(),
-              pack.getBucket().getType(),
-              pack.getOffsets(),
-              {},
-              {},
-              {},
-              {}};
+    View view(pack);
     bool ok = !pack.getInputs().empty(); // as the verifier ensures
     for (Value input : pack.getInputs()) {
       auto arg = dyn_cast<BlockArgument>(input);
@@ -145,15 +144,7 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
   // that nothing reads.
   if (unpacked)
     func.walk([&](BucketUnpackOp unpack) {
-      View view{unpack,
-                unpack.getLoc(),
-                unpack.getAlignmentAttr(),
-                unpack.getBucket().getType(),
-                unpack.getOffsets(),
-                {},
-                {},
-                {},
-                {}};
+      View view(unpack);
       for (Value output : unpack.getOutputs()) {
         if (!output.hasOneUse())
           return;
