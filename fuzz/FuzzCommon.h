@@ -6,6 +6,7 @@
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 #include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
+#include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -46,10 +47,11 @@ parse(mlir::MLIRContext &context, const uint8_t *data, size_t size) {
   // MLIR's lexer reads the byte after the text (a NUL ends it, as in every
   // file MemoryBuffer reads): libFuzzer's exact-size buffers lack one.
   std::string text(reinterpret_cast<const char *>(data), size);
-  mlir::ParserConfig config(&context);
+  // Verified as the tools verify it (upstream verifiers crash on some input).
+  mlir::ParserConfig config(&context, /*verifyAfterParse=*/false);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(text, config);
-  if (!module || mlir::failed(mlir::verify(*module)))
+  if (!module || mlir::failed(mlir::distopt::verifyInput(*module)))
     return nullptr;
   return module;
 }

@@ -14,6 +14,17 @@ shard.grid @g(shape = 2x?)
 
 // -----
 
+// A grid axis of size 0, which upstream's verifier would divide by: refused
+// before it runs (distopt-opt verifies its input with verifyInput).
+// expected-error @+1 {{'shard.grid' op has an axis of size 0: a grid needs at least one process along every axis}}
+shard.grid @g(shape = 0)
+func.func @empty_axis(%x: tensor<4x4xf32>) -> tensor<1x16xf32> {
+  %a = shard.all_to_all %x on @g grid_axes = [0] split_axis = 0 concat_axis = 1 : tensor<4x4xf32> -> tensor<1x16xf32>
+  return %a : tensor<1x16xf32>
+}
+
+// -----
+
 shard.grid @g(shape = 4)
 func.func @dynamic_tensor(%x: tensor<?xf32>) -> tensor<?xf32> {
   // expected-error @+1 {{'shard.all_reduce' op has an operand of dynamic shape 'tensor<?xf32>': distopt's collectives need static shapes}}

@@ -23,6 +23,7 @@
 #include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 #include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
+#include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -358,8 +359,11 @@ int main(int argc, char **argv) {
     return fail(error);
   sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module)
+  // Verified by verifyInput: some upstream verifiers crash on bad input.
+  ParserConfig parserConfig(&context, /*verifyAfterParse=*/false);
+  OwningOpRef<ModuleOp> module =
+      parseSourceFile<ModuleOp>(sourceMgr, parserConfig);
+  if (!module || failed(distopt::verifyInput(*module)))
     return 1;
 
   PassManager pm(&context);

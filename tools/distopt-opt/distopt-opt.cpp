@@ -1,7 +1,9 @@
 //===- distopt-opt.cpp - mlir-opt with the distopt dialect ------*- C++ -*-===//
 //
 // Like mlir-opt (every upstream dialect and pass), plus the distopt dialect,
-// its passes and its pipelines.
+// its passes and its pipelines. The input is verified by verifyInput, as the
+// first pass, rather than on parsing: some upstream verifiers crash on input
+// they should reject (docs/reliability.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,6 +11,7 @@
 #include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 #include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
+#include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -25,8 +28,28 @@
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace {
+/// verifyInput on the whole input, before any other pass.
+struct VerifyInputPass
+    : public mlir::PassWrapper<VerifyInputPass, mlir::OperationPass<>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(VerifyInputPass)
+  llvm::StringRef getArgument() const override {
+    return "distopt-verify-input";
+  }
+  void runOnOperation() override {
+    if (mlir::failed(mlir::distopt::verifyInput(getOperation())))
+      signalPassFailure();
+  }
+};
+} // namespace
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
@@ -50,6 +73,34 @@ int main(int argc, char **argv) {
   // gpu-module-to-binary (in distopt-lower-to-gpu) translates kernels.
   mlir::registerAllGPUToLLVMIRTranslations(registry);
 
-  return mlir::asMainReturnCode(
-      mlir::MlirOptMain(argc, argv, "distopt optimizer driver\n", registry));
+  auto [inputFile, outputFile] = mlir::registerAndParseCLIOptions(
+      argc, argv, "distopt optimizer driver\n", registry);
+  mlir::MlirOptMainConfig config =
+      mlir::MlirOptMainConfig::createFromCLOptions();
+  // Listing dialects or passes: nothing is parsed.
+  if (config.shouldShowDialects() || config.shouldListPasses() ||
+      !config.shouldVerifyOnParsing())
+    return mlir::asMainReturnCode(
+        mlir::MlirOptMain(argc, argv, inputFile, outputFile, registry));
+  mlir::MlirOptMainConfig fromCommandLine = config;
+  config.verifyOnParsing(false).setPassPipelineSetupFn(
+      [fromCommandLine](mlir::PassManager &pm) {
+        pm.addPass(std::make_unique<VerifyInputPass>());
+        return fromCommandLine.setupPassPipeline(pm);
+      });
+
+  std::string error;
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      mlir::openInputFile(inputFile, &error);
+  std::unique_ptr<llvm::ToolOutputFile> output =
+      input ? mlir::openOutputFile(outputFile, &error) : nullptr;
+  if (!output) {
+    llvm::errs() << error << "\n";
+    return 1;
+  }
+  if (mlir::failed(
+          mlir::MlirOptMain(output->os(), std::move(input), registry, config)))
+    return 1;
+  output->keep();
+  return 0;
 }
