@@ -77,7 +77,8 @@ int main(int argc, char **argv) {
       argc, argv, "distopt optimizer driver\n", registry);
   mlir::MlirOptMainConfig config =
       mlir::MlirOptMainConfig::createFromCLOptions();
-  // Listing dialects or passes: nothing is parsed.
+  // Listing dialects or passes (nothing is parsed), or verification turned
+  // off on purpose: upstream's driver as it is.
   if (config.shouldShowDialects() || config.shouldListPasses() ||
       !config.shouldVerifyOnParsing())
     return mlir::asMainReturnCode(
