@@ -152,7 +152,7 @@ distopt_rt_status Communicator::execute(const Collective &c) {
   What what(describe);
   distopt_rt_status status = DISTOPT_RT_OK;
   if (device)
-    status = device->execute(c, what.str());
+    status = device->execute(c, what);
   else
     switch (c.kind) {
     case Collective::AllReduce:

@@ -89,8 +89,7 @@ public:
   virtual ~DeviceCollectives() = default;
   /// Runs `c` to completion or fails naming `what` (rank, operation, sizes),
   /// with DISTOPT_RT_TIMEOUT after the communicator's timeout.
-  virtual distopt_rt_status execute(const Collective &c,
-                                    const std::string &what) = 0;
+  virtual distopt_rt_status execute(const Collective &c, const What &what) = 0;
 };
 
 /// NCCL over the ranks of `bootstrap`, which carries its unique id. Null

@@ -164,17 +164,16 @@ public:
   ~NcclCollectives() override;
 
   distopt_rt_status init(Transport &transport);
-  distopt_rt_status execute(const Collective &c,
-                            const std::string &what) override;
+  distopt_rt_status execute(const Collective &c, const What &what) override;
 
 private:
   /// Fails with the NCCL error `result` of `call`.
-  distopt_rt_status ncclFailure(ncclResult_t result, const std::string &what,
+  distopt_rt_status ncclFailure(ncclResult_t result, const What &what,
                                 const char *call);
   /// Waits until the communicator is no longer in progress (after a
   /// non-blocking call) and `done` (if any) has completed.
   distopt_rt_status await(CUevent done, Clock::time_point deadline,
-                          const std::string &what);
+                          const What &what);
   ncclResult_t enqueue(const Collective &c, ncclRedOp_t op);
   Clock::time_point deadlineFromNow() const {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -205,15 +204,15 @@ NcclCollectives::~NcclCollectives() {
 }
 
 distopt_rt_status NcclCollectives::ncclFailure(ncclResult_t result,
-                                               const std::string &what,
+                                               const What &what,
                                                const char *call) {
-  return fail(DISTOPT_RT_BACKEND_ERROR,
-              what + ": " + call + " failed: " + nccl.getErrorString(result));
+  return fail(DISTOPT_RT_BACKEND_ERROR, what.str() + ": " + call + " failed: " +
+                                            nccl.getErrorString(result));
 }
 
 distopt_rt_status NcclCollectives::await(CUevent done,
                                          Clock::time_point deadline,
-                                         const std::string &what) {
+                                         const What &what) {
   const cuda::Driver *d = cuda::driver();
   for (int spins = 0;; ++spins) {
     ncclResult_t state = kNcclSuccess;
@@ -231,14 +230,14 @@ distopt_rt_status NcclCollectives::await(CUevent done,
       if (query != cuda::kNotReady) {
         cuda::check(query, "cuEventQuery");
         return fail(DISTOPT_RT_BACKEND_ERROR,
-                    what + ": " + cuda::stickyError());
+                    what.str() + ": " + cuda::stickyError());
       }
     }
     if (Clock::now() > deadline) {
       nccl.commAbort(comm);
       comm = nullptr;
       aborted = true;
-      return fail(DISTOPT_RT_TIMEOUT, what + ": timed out after " +
+      return fail(DISTOPT_RT_TIMEOUT, what.str() + ": timed out after " +
                                           std::to_string(timeout) +
                                           " s (NCCL communicator aborted)");
     }
@@ -253,9 +252,11 @@ distopt_rt_status NcclCollectives::init(Transport &transport) {
   if (!d)
     return fail(DISTOPT_RT_UNAVAILABLE,
                 "the nccl backend needs CUDA: " + cuda::stickyError());
-  std::string what = "rank " + std::to_string(rank) + " of " +
-                     std::to_string(size) + ": NCCL initialization";
-  auto describe = [&] { return what; };
+  auto describe = [&] {
+    return "rank " + std::to_string(rank) + " of " + std::to_string(size) +
+           ": NCCL initialization";
+  };
+  What what(describe);
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (rank == 0) {
@@ -277,7 +278,8 @@ distopt_rt_status NcclCollectives::init(Transport &transport) {
                    "cuEventCreate") ||
       !cuda::check(d->cuEventCreate(&commDone, cuda::kEventDisableTiming),
                    "cuEventCreate"))
-    return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + cuda::stickyError());
+    return fail(DISTOPT_RT_BACKEND_ERROR,
+                what.str() + ": " + cuda::stickyError());
   ncclConfig config;
   config.blocking = 0;
   ncclResult_t r = nccl.commInitRankConfig(&comm, static_cast<int>(size), id,
@@ -308,15 +310,18 @@ ncclResult_t NcclCollectives::enqueue(const Collective &c, ncclRedOp_t op) {
 }
 
 distopt_rt_status NcclCollectives::execute(const Collective &c,
-                                           const std::string &what) {
+                                           const What &what) {
   if (!comm)
-    return fail(DISTOPT_RT_FAILED, what + ": the NCCL communicator was "
-                                          "aborted after an earlier timeout");
+    return fail(DISTOPT_RT_FAILED, what.str() +
+                                       ": the NCCL communicator was "
+                                       "aborted after an earlier timeout");
   if (c.wire != c.type)
     return fail(DISTOPT_RT_UNAVAILABLE,
-                what + ": the nccl backend does not compress on the wire yet");
+                what.str() +
+                    ": the nccl backend does not compress on the wire yet");
   if (!cuda::bindContext())
-    return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + cuda::stickyError());
+    return fail(DISTOPT_RT_BACKEND_ERROR,
+                what.str() + ": " + cuda::stickyError());
   if (c.count == 0)
     return DISTOPT_RT_OK;
   const cuda::Driver *d = cuda::driver();
@@ -328,7 +333,8 @@ distopt_rt_status NcclCollectives::execute(const Collective &c,
                    "cuEventRecord") ||
       !cuda::check(d->cuStreamWaitEvent(stream, computeDone, 0),
                    "cuStreamWaitEvent"))
-    return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + cuda::stickyError());
+    return fail(DISTOPT_RT_BACKEND_ERROR,
+                what.str() + ": " + cuda::stickyError());
 
   bool reduces = c.kind == Collective::AllReduce ||
                  c.kind == Collective::ReduceScatter ||
@@ -355,7 +361,8 @@ distopt_rt_status NcclCollectives::execute(const Collective &c,
                     static_cast<size_t>(c.count) * elementSize(c.type), stream),
                 "cuMemcpyAsync");
   if (!cuda::check(d->cuEventRecord(commDone, stream), "cuEventRecord"))
-    return fail(DISTOPT_RT_BACKEND_ERROR, what + ": " + cuda::stickyError());
+    return fail(DISTOPT_RT_BACKEND_ERROR,
+                what.str() + ": " + cuda::stickyError());
   distopt_rt_status status = await(commDone, deadline, what);
   if (premul && comm)
     nccl.redOpDestroy(op, comm);
