@@ -1040,24 +1040,29 @@ struct LowerLocalOpsPass
 
 } // namespace
 
-/// The argument result `result` updates (docs/step-abi.md), if it has a
+/// Per result, the argument it updates (abi::updatesArgument), if it has a
 /// role: the one whose buffer the driver reads it from when it stays there.
-static BlockArgument updatedArgument(func::FuncOp func, unsigned result) {
-  if (abi::getResultRole(func, result).empty())
-    return {};
+/// One lookup per result (steps have tens of thousands of both).
+static SmallVector<BlockArgument> updatedArguments(func::FuncOp func) {
+  DenseMap<std::pair<StringRef, Attribute>, BlockArgument> byRoleAndName;
   for (BlockArgument arg : func.getArguments())
-    if (abi::updatesArgument(func, result, arg.getArgNumber()))
-      return arg;
-  return {};
+    byRoleAndName.try_emplace({abi::getArgRole(func, arg.getArgNumber()),
+                               func.getArgAttr(arg.getArgNumber(), abi::kName)},
+                              arg);
+  SmallVector<BlockArgument> updated(func.getNumResults());
+  for (unsigned j = 0, e = func.getNumResults(); j < e; ++j)
+    if (StringRef role = abi::getResultRole(func, j); !role.empty())
+      updated[j] =
+          byRoleAndName.lookup({role, func.getResultAttr(j, abi::kName)});
+  return updated;
 }
 
 /// A result copied from a view into a new buffer (a parameter unpacked from
 /// the all-gathered flat buffer, ZeRO) is copied into the buffer of the
 /// argument it updates instead, when nothing uses that argument after the
 /// copy: the result then stays in place, and no buffer is added.
-static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
+static void copyIntoArgument(OpOperand &operand, BlockArgument arg) {
   auto alloc = operand.get().getDefiningOp<memref::AllocOp>();
-  BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
   if (!alloc || !arg ||
       std::distance(alloc->use_begin(), alloc->use_end()) != 2)
     return;
@@ -1080,10 +1085,9 @@ static void copyIntoArgument(func::FuncOp func, OpOperand &operand) {
 /// before the return. Returned, the view would keep the whole buffer alive
 /// into the next step, which then allocates another (twice the memory, and
 /// page faults in the second step of every run).
-static void copyViewIntoArgument(func::FuncOp func, OpOperand &operand) {
+static void copyViewIntoArgument(OpOperand &operand, BlockArgument arg) {
   Value view = operand.get();
   Value root = rootBuffer(view);
-  BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
   if (!arg || root == view || !root.getDefiningOp<memref::AllocOp>() ||
       arg.getType() != view.getType())
     return;
@@ -1097,33 +1101,14 @@ static void copyViewIntoArgument(func::FuncOp func, OpOperand &operand) {
   operand.set(arg);
 }
 
-/// The runtime call whose pointer argument `pointer` computes, and which
-/// argument: RuntimeCalls::pointer's chain from the aligned pointer of a
-/// buffer (offset added, cast to an integer, then to a pointer).
-static std::pair<func::CallOp, unsigned>
-pointerUse(memref::ExtractAlignedPointerAsIndexOp pointer) {
-  Value value = pointer.getResult();
-  while (value.hasOneUse()) {
-    OpOperand &use = *value.use_begin();
-    Operation *user = use.getOwner();
-    if (auto call = dyn_cast<func::CallOp>(user))
-      return {call, use.getOperandNumber()};
-    if (!isa<arith::AddIOp, arith::IndexCastOp, LLVM::IntToPtrOp>(user))
-      break;
-    value = user->getResult(0);
-  }
-  return {};
-}
-
 /// A result all-gathered into a buffer of its own (ZeRO-1/2's updated flat
 /// parameters, --distopt-param-as-bucket-view) is gathered into the buffer
 /// of the argument it updates instead, when nothing uses that argument after
 /// the gather. This rank's chunk usually lies in its slot there already (the
 /// update wrote the shard, a view of the argument, in place): the runtime
 /// leaves it, and checks that the send buffer overlaps nothing else.
-static void gatherIntoArgument(func::FuncOp func, OpOperand &operand) {
+static void gatherIntoArgument(OpOperand &operand, BlockArgument arg) {
   auto alloc = operand.get().getDefiningOp<memref::AllocOp>();
-  BlockArgument arg = updatedArgument(func, operand.getOperandNumber());
   if (!alloc || !arg || arg.getType() != alloc.getType())
     return;
   // The gather writing the buffer, found through its receive pointer (an
@@ -1132,7 +1117,7 @@ static void gatherIntoArgument(func::FuncOp func, OpOperand &operand) {
   func::CallOp gather;
   for (Operation *user : alloc->getUsers())
     if (auto pointer = dyn_cast<memref::ExtractAlignedPointerAsIndexOp>(user)) {
-      auto [call, index] = pointerUse(pointer);
+      auto [call, index] = RuntimeCalls::pointerUser(pointer);
       if (call && index == 2 &&
           (call.getCallee() == "distopt_rt_all_gather" ||
            call.getCallee() == "distopt_rt_all_gather_start"))
@@ -1190,10 +1175,12 @@ struct MarkInPlaceResultsPass
           dyn_cast<func::ReturnOp>(func.getBody().front().getTerminator());
       if (!ret)
         return;
+      SmallVector<BlockArgument> updated = updatedArguments(func);
       for (OpOperand &operand : ret->getOpOperands()) {
-        gatherIntoArgument(func, operand);
-        copyIntoArgument(func, operand);
-        copyViewIntoArgument(func, operand);
+        BlockArgument arg = updated[operand.getOperandNumber()];
+        gatherIntoArgument(operand, arg);
+        copyIntoArgument(operand, arg);
+        copyViewIntoArgument(operand, arg);
       }
       SmallVector<int64_t> inPlace;
       llvm::BitVector dropped(ret.getNumOperands());

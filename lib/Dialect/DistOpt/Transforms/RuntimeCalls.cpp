@@ -114,6 +114,22 @@ Value RuntimeCalls::pointer(Value buffer) {
       b, loc, LLVM::LLVMPointerType::get(b.getContext()), asInt);
 }
 
+std::pair<func::CallOp, unsigned>
+RuntimeCalls::pointerUser(memref::ExtractAlignedPointerAsIndexOp address) {
+  // pointer()'s chain: the offset added, cast to an integer, then a pointer.
+  Value value = address.getResult();
+  while (value.hasOneUse()) {
+    OpOperand &use = *value.use_begin();
+    Operation *user = use.getOwner();
+    if (auto call = dyn_cast<func::CallOp>(user))
+      return {call, use.getOperandNumber()};
+    if (!isa<arith::AddIOp, arith::IndexCastOp, LLVM::IntToPtrOp>(user))
+      break;
+    value = user->getResult(0);
+  }
+  return {};
+}
+
 Value RuntimeCalls::requestSlot() {
   return slot(LLVM::LLVMPointerType::get(b.getContext()));
 }

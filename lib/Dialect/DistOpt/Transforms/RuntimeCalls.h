@@ -13,6 +13,7 @@
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir::distopt {
@@ -28,6 +29,10 @@ public:
   Value rank(Value comm);
   /// A pointer to the first element of `buffer`, which must be contiguous.
   Value pointer(Value buffer);
+  /// The call that takes the pointer pointer() built from `address` (its
+  /// first op), and the operand it is; null when it is not one.
+  static std::pair<func::CallOp, unsigned>
+  pointerUser(memref::ExtractAlignedPointerAsIndexOp address);
   /// A stack slot for a `distopt_rt_request *`, and loading it.
   Value requestSlot();
   Value load(Value slot);
