@@ -156,10 +156,7 @@ def harness(module, steps):
 
     def initial_param(arg):
         if arg.layout and arg.shard_of:  # this rank's chunk of a flat layout
-            flat = np.zeros(arg.shard_of, np.float32)
-            for name, offset, _, shape in arg.layout:
-                n = int(np.prod(shape)) if shape else 1
-                flat[offset:offset + n] = pattern(name, n)
+            flat = laid_out(arg, arg.shard_of, "")
             whole = fresh("flat")
             lines.append(f"  {whole} = arith.constant {dense(flat, [len(flat)], arg.element)}")
             v = fresh("shard")
