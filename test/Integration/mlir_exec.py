@@ -37,6 +37,13 @@ def dense(values, dtype="f32"):
     return f"dense<{nest(array)}> : tensor<{shape}x{dtype}>"
 
 
+def bf16(values):
+    """float32 values rounded to the nearest bf16 (ties to even), as float32."""
+    bits = np.asarray(values, np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return rounded.view(np.float32)
+
+
 def print_bits(name, value, shape, dtype="f32"):
     """MLIR lines printing `value` (a tensor of `shape`) as i32 bit patterns,
     widening bf16/f16 to f32 (exactly) first."""

@@ -25,11 +25,7 @@ N = 64
 SCALE = 1024.0
 
 
-def bf16(values):
-    """float32 values rounded to bf16 (what the step holds), as float32."""
-    bits = np.asarray(values, np.float32).view(np.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    return rounded.view(np.float32)
+bf16 = mlir_exec.bf16  # float32 values rounded to bf16 (what the step holds)
 
 
 def step_function(form, ranks):
