@@ -2,10 +2,9 @@
 //
 // Whatever parses and verifies goes through distopt's passes in several
 // configurations (the pipeline at each ZeRO stage and strategy, PowerSGD,
-// gradients and parameters as bucket views, the shard conversion, the CPU
-// lowering's own passes). A pass may reject
-// its input with a diagnostic; it must not crash, and what it accepts must
-// verify afterwards.
+// wider reductions, gradients and parameters as bucket views, the shard
+// conversion, the CPU lowering's own passes). A pass may reject its input with
+// a diagnostic; it must not crash, and what it accepts must verify afterwards.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,12 +21,13 @@
 static const char *const kPipelines[] = {
     "builtin.module(distopt-pipeline)",
     "builtin.module(distopt-pipeline{zero-stage=1 zero-strategy=greedy})",
-    "builtin.module(distopt-pipeline{zero-stage=2 powersgd-rank=2})",
+    "builtin.module(distopt-pipeline{zero-stage=2 powersgd-rank=2 "
+    "reduce-dtype=f32})",
     "builtin.module(distopt-pipeline{zero-stage=3 bucket-cap-mb=0.001})",
     "builtin.module(distopt-pipeline{zero-stage=2 grad-as-bucket-view "
     "param-as-bucket-view})",
-    "builtin.module(func.func(distopt-grad-as-bucket-view),"
-    "distopt-report{output=/dev/null})",
+    "builtin.module(func.func(distopt-widen-reductions{dtype=f64},"
+    "distopt-grad-as-bucket-view),distopt-report{output=/dev/null})",
     "builtin.module(convert-shard-to-distopt,distopt-report{output=/dev/null})",
     "builtin.module(func.func(distopt-lower-optimizers))",
     "builtin.module(distopt-lower-local-ops)",

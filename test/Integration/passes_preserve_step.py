@@ -3,8 +3,8 @@
 
 For each spec and rank count, imports the step, applies each variant of the
 pipeline (division fusion, bucketing, ZeRO-1/2/3 flat, ZeRO-1/2 greedy,
-gradients and parameters as bucket views, the whole pipeline with
-asynchronous collectives), compiles it with
+gradients and parameters as bucket views, bf16 reduced in f32, the whole
+pipeline with asynchronous collectives), compiles it with
 --distopt-lower-to-cpu, runs 3 steps under
 mpirun, and compares the parameters every rank ends with:
   - with the untransformed step's, bit for bit. The harness's gradients are
@@ -55,6 +55,8 @@ VARIANTS = {
     "zero2-flat-both-views": [FUSE, "--distopt-shard-optimizer=stage=2",
                               "--distopt-grad-as-bucket-view",
                               "--distopt-param-as-bucket-view"],
+    "widened-zero2-flat": [FUSE, "--distopt-widen-reductions",
+                           "--distopt-shard-optimizer=stage=2"],
     "pipeline": ["--distopt-pipeline"],
     "pipeline-zero1": ["--distopt-pipeline=zero-stage=1"],
     "pipeline-zero2": ["--distopt-pipeline=zero-stage=2"],
@@ -62,6 +64,7 @@ VARIANTS = {
     "pipeline-views": ["--distopt-pipeline=grad-as-bucket-view"],
     "pipeline-zero1-views": ["--distopt-pipeline=zero-stage=1 grad-as-bucket-view "
                              "param-as-bucket-view"],
+    "pipeline-widened-zero1": ["--distopt-pipeline=reduce-dtype=f32 zero-stage=1"],
 }
 # Greedy sharding of main parameters needs a per-owner initial layout that
 # the harness does not build.

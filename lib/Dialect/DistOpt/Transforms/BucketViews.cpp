@@ -76,6 +76,26 @@ static Value returnedBucket(OpBuilder &builder, const View &view,
 /// argument of that role named `prefix`<i>, and with `unpacked`, each bucket
 /// unpacked into results of that role only, when the step does not read
 /// their arguments; returns how many.
+/// A bucket of arguments extended before they are packed (gradients reduced
+/// in f32 by --distopt-widen-reductions) cannot be a view of them: says so,
+/// rather than leaving the copy unexplained.
+static void warnIfExtended(BucketPackOp pack, Value input, StringRef role) {
+  auto extend = input.getDefiningOp<arith::ExtFOp>();
+  auto arg = extend ? dyn_cast<BlockArgument>(extend.getIn()) : BlockArgument();
+  if (!arg || !arg.getOwner()->isEntryBlock())
+    return;
+  auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  if (abi::getArgRole(func, arg.getArgNumber()) != role)
+    return;
+  Type wide = getElementTypeOrSelf(extend.getType());
+  pack.emitWarning() << "bucket left as a copy: " << role << " '"
+                     << abi::getArgName(func, arg.getArgNumber())
+                     << "' is extended to " << wide
+                     << " before it is packed (--distopt-widen-reductions); "
+                        "handed in as "
+                     << wide << ", it could be a view of the bucket";
+}
+
 static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
                                    StringRef prefix, bool unpacked) {
   if (func.isExternal())
@@ -115,6 +135,8 @@ static int64_t viewPackedArguments(func::FuncOp func, StringRef role,
     bool ok = !pack.getInputs().empty(); // as the verifier ensures
     for (Value input : pack.getInputs()) {
       auto arg = dyn_cast<BlockArgument>(input);
+      if (!arg)
+        warnIfExtended(pack, input, role);
       ok = arg && arg.getOwner() == &entry &&
            abi::getArgRole(func, arg.getArgNumber()) == role &&
            packReads[arg] == 1;

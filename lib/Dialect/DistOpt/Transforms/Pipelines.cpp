@@ -36,6 +36,9 @@ void mlir::distopt::buildDistOptPipeline(
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createFuseDivIntoAllReducePass(
       FuseDivIntoAllReducePassOptions{options.backend}));
+  if (!options.reduceDtype.empty())
+    func.addPass(createWidenReductionsPass(
+        WidenReductionsPassOptions{options.reduceDtype}));
   // Stage 0 means no sharding; any other value goes to the pass, which
   // rejects what it does not support.
   if (options.zeroStage != 0)

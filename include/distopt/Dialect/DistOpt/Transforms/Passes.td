@@ -192,6 +192,49 @@ def FuseDivIntoAllReducePass
                            "::mlir::arith::ArithDialect"];
 }
 
+def WidenReductionsPass
+    : Pass<"distopt-widen-reductions", "::mlir::func::FuncOp"> {
+  let summary = "Reduce bf16/f16 data in f32 (reduction precision control)";
+  let description = [{
+    A ring reduction of bf16 or f16 data rounds each partial sum to the
+    data's type at every hop, so its error grows with the number of ranks
+    (Megatron-LM's `grad_reduce_in_fp32` and FSDP's `reduce_dtype` exist
+    for this). The pass makes every `sum`, `avg` or `premul_sum`
+    `all_reduce`, `reduce_scatter` and `reduce` (and their `*_start`
+    forms, with their `wait`) of a float type narrower than `dtype` work in
+    `dtype`: the input is extended, the partial sums travel and accumulate
+    in `dtype`, and the result is rounded once. Where the result was
+    extended to `dtype` anyway (the gradient of an fp32 main parameter) it
+    is used as it is, never rounded; other uses get it rounded to the data's
+    type. Twice the bytes travel (the report counts them).
+
+    ```mlir
+    %r = distopt.all_reduce avg %g on @dp : tensor<1024xbf16>
+    %g32 = arith.extf %r : tensor<1024xbf16> to tensor<1024xf32>
+    // becomes
+    %w = arith.extf %g : tensor<1024xbf16> to tensor<1024xf32>
+    %g32 = distopt.all_reduce avg %w on @dp : tensor<1024xf32>
+    ```
+
+    An f16 average that `--distopt-fuse-div-into-allreduce` split to keep
+    the sum from overflowing (`premul_sum(1/a)`, then a division by `b`)
+    becomes one `avg` again: the wide sum cannot overflow. Left as they
+    are: `max`/`min` (exact in any precision), integer data, and
+    collectives with a `wire` type (a choice of bytes on the wire, warned
+    about). Run it after `--distopt-fuse-div-into-allreduce` and before the
+    passes that shard, compress or bucket (which then work in `dtype`).
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"f32\"",
+           "Type to reduce in: f32 or f64">
+  ];
+  let statistics = [
+    Statistic<"numWidened", "num-widened", "Collectives made to reduce wider">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def ShardOptimizerPass
     : Pass<"distopt-shard-optimizer", "::mlir::func::FuncOp"> {
   let summary = "Shard optimizer state, gradients and parameters (ZeRO)";

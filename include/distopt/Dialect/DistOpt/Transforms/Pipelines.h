@@ -18,6 +18,11 @@ struct DistOptPipelineOptions
       *this, "backend",
       llvm::cl::desc("Collective backend: nccl, mpi or sum-only"),
       llvm::cl::init("nccl")};
+  Option<std::string> reduceDtype{
+      *this, "reduce-dtype",
+      llvm::cl::desc("Reduce bf16/f16 gradients in this type (f32 or f64; "
+                     "empty: in their own type)"),
+      llvm::cl::init("")};
   Option<int64_t> zeroStage{
       *this, "zero-stage",
       llvm::cl::desc("ZeRO stage: 0 (no sharding), 1, 2 or 3"),
@@ -68,7 +73,8 @@ struct DistOptPipelineOptions
                       llvm::cl::init(true)};
 };
 
-/// Adds canonicalization, division fusion, ZeRO sharding, PowerSGD,
+/// Adds canonicalization, division fusion, wider reductions, ZeRO sharding,
+/// PowerSGD,
 /// bucketing, gradients and parameters as bucket views,
 /// overlap and the cross-rank checks to
 /// `pm` (a module pass manager), as `options` asks.
