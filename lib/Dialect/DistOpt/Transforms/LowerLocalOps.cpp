@@ -74,6 +74,30 @@ Value slice1d(OpBuilder &b, Location loc, Value source, OpFoldResult offset,
                                         strides);
 }
 
+/// A pack input, flattened. An arith.extf that produces it for the pack
+/// alone (gradients reduced wider, --distopt-widen-reductions) extends the
+/// flattened source instead: with no reshape between the conversion and the
+/// bucket's slot, empty-tensor elimination lets it write there directly
+/// rather than into a temporary that is copied.
+Value flattenForPack(OpBuilder &b, Location loc, Value input) {
+  auto extend = input.getDefiningOp<arith::ExtFOp>();
+  if (!extend || !extend->hasOneUse() ||
+      !isa<RankedTensorType>(extend.getType()))
+    return flatten(b, loc, input);
+  Value source = flatten(b, loc, extend.getIn());
+  auto sourceType = cast<RankedTensorType>(source.getType());
+  return arith::ExtFOp::create(
+      b, loc, sourceType.clone(getElementTypeOrSelf(extend.getType())), source);
+}
+
+/// Erases the conversions flattenForPack replaced, once `pack` is gone.
+void eraseReplacedConversions(ValueRange inputs) {
+  for (Value input : inputs)
+    if (auto extend = input.getDefiningOp<arith::ExtFOp>();
+        extend && extend->use_empty())
+      extend.erase();
+}
+
 /// Elements [begin, end) of the bucket that packs `inputs` at `offsets`
 /// into `total` elements, written into `range` (end - begin elements): the
 /// parts of the tensors in that range, zeros where no tensor goes
@@ -106,7 +130,7 @@ Value packRange(OpBuilder &b, Location loc, ValueRange inputs,
     int64_t size = cast<RankedTensorType>(input.getType()).getNumElements();
     int64_t lo = std::max(offset, begin), hi = std::min(offset + size, end);
     if (lo < hi) {
-      Value flat = flatten(b, loc, input);
+      Value flat = flattenForPack(b, loc, input);
       if (hi - lo < size)
         flat = slice1d(b, loc, flat, b.getIndexAttr(lo - offset), hi - lo);
       insert(flat, lo, hi - lo);
@@ -125,7 +149,9 @@ void lowerPack(BucketPackOp op) {
                                          bucketType.getElementType());
   op.replaceAllUsesWith(packRange(b, op.getLoc(), op.getInputs(),
                                   op.getOffsets(), total, 0, total, bucket));
+  SmallVector<Value> inputs = op.getInputs();
   op.erase();
+  eraseReplacedConversions(inputs);
 }
 
 void lowerUnpack(BucketUnpackOp op) {
@@ -191,8 +217,11 @@ void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack) {
   scf::YieldOp::create(inDefault, loc, shard);
   op.replaceAllUsesWith(perRank.getResult(0));
   op.erase();
-  if (pack->use_empty())
+  if (pack->use_empty()) {
+    SmallVector<Value> inputs = pack.getInputs();
     pack.erase();
+    eraseReplacedConversions(inputs);
+  }
 }
 
 void lowerOwnedBy(OwnedByOp op) {

@@ -69,6 +69,10 @@ static void buildBufferizedStepPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createLowerOptimizersPass());
   pm.addPass(createLowerLocalOpsPass());
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
+  // Element-wise results that are packed into a bucket (gradients extended
+  // to f32 by --distopt-widen-reductions) are computed in the bucket's slot
+  // instead of a temporary copied there.
+  pm.addPass(bufferization::createEmptyTensorEliminationPass());
   bufferization::OneShotBufferizePassOptions bufferize;
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =

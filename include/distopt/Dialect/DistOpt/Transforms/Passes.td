@@ -199,7 +199,7 @@ def WidenReductionsPass
     A ring reduction of bf16 or f16 data rounds each partial sum to the
     data's type at every hop, so its error grows with the number of ranks
     (Megatron-LM's `grad_reduce_in_fp32` and FSDP's `reduce_dtype` exist
-    for this). The pass makes every `sum`, `avg` or `premul_sum`
+    for this). The pass makes every `sum`, `avg`, `premul_sum` or `prod`
     `all_reduce`, `reduce_scatter` and `reduce` (and their `*_start`
     forms, with their `wait`) of a float type narrower than `dtype` work in
     `dtype`: the input is extended, the partial sums travel and accumulate
