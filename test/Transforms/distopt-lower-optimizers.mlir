@@ -32,6 +32,27 @@ func.func @sgd_bf16(%p: tensor<16xbf16>, %g: tensor<16xbf16>, %b: tensor<16xbf16
   return %a, %c : tensor<16xbf16>, tensor<16xbf16>
 }
 
+// An fp32 main parameter with a bf16 gradient: the loop reads the bf16
+// gradient and extends it itself (no f32 copy of the gradient); an
+// extension with another use stays for it.
+// CHECK-LABEL: func.func @main_param_bf16_grad
+// CHECK-SAME: (%[[P:[^:]*]]: tensor<16xf32>, %[[G:[^:]*]]: tensor<16xbf16>
+// CHECK-NOT: arith.extf %[[G]]
+// CHECK: linalg.generic {{.*}} ins(%[[G]] : tensor<16xbf16>) outs(%[[P]] : tensor<16xf32>)
+// CHECK: ^bb0(%[[IN:.*]]: bf16, %{{.*}}: f32):
+// CHECK: arith.extf %[[IN]] : bf16 to f32
+// CHECK: linalg.yield
+// CHECK: %[[KEPT:.*]] = arith.extf %[[G]] : tensor<16xbf16> to tensor<16xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[G]] : tensor<16xbf16>)
+// CHECK: return %{{.*}}, %{{.*}}, %[[KEPT]]
+func.func @main_param_bf16_grad(%p: tensor<16xf32>, %g: tensor<16xbf16>, %q: tensor<16xf32>, %lr: f32, %t: i64) -> (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) {
+  %g32 = arith.extf %g : tensor<16xbf16> to tensor<16xf32>
+  %a = distopt.sgd_update %p, %g32 lr(%lr) step(%t) : tensor<16xf32>, f32
+  %kept = arith.extf %g : tensor<16xbf16> to tensor<16xf32>
+  %b = distopt.sgd_update %q, %kept lr(%lr) step(%t) : tensor<16xf32>, f32
+  return %a, %b, %kept : tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+}
+
 // Every optimizer lowers, and nothing else is touched.
 // CHECK-LABEL: func.func @all
 // CHECK-NOT: distopt.{{.*}}_update

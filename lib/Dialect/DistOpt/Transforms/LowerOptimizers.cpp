@@ -69,6 +69,14 @@ public:
   emit(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, ValueRange)>
            body) {
     Value grad = op->getOperand(1);
+    // A gradient extended for the update (the bf16 gradient of an fp32 main
+    // parameter) is read as it is and extended in the loop, as `load` does
+    // anyway: no f32 copy of it is written and read back.
+    auto extend = grad.getDefiningOp<arith::ExtFOp>();
+    if (extend &&
+        getElementTypeOrSelf(extend.getType()).getIntOrFloatBitWidth() <=
+            compute.getIntOrFloatBitWidth())
+      grad = extend.getIn();
     SmallVector<Value> outputs = {op->getOperand(0)};
     for (unsigned i = 2, e = op->getNumOperands() - 2; i < e; ++i)
       outputs.push_back(op->getOperand(i));
@@ -97,6 +105,8 @@ public:
         });
     op->replaceAllUsesWith(generic.getResults());
     op->erase();
+    if (extend && extend->use_empty())
+      extend.erase();
   }
 
   OpBuilder &b;
