@@ -105,6 +105,8 @@ static void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator) {
   // The runtime's allocator caches large blocks across steps.
   memrefToLLVM.useGenericFunctions = runtimeAllocator;
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
+  // Debian 12's libgcc has no __truncdfbf2 for LLVM to call.
+  pm.addPass(createExpandBF16TruncationsPass());
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
@@ -156,6 +158,7 @@ void mlir::distopt::buildDistOptLowerToGPUPipeline(
   pm.addPass(createLowerAffinePass());
   pm.addPass(createGpuToLLVMConversionPass());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createExpandBF16TruncationsPass()); // host code, as on the CPU
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());

@@ -391,6 +391,28 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def ExpandBF16TruncationsPass : Pass<"distopt-expand-bf16-truncations"> {
+  let summary = "Round to bf16 without compiler-rt's builtins";
+  let description = [{
+    Unless the CPU converts to bf16 itself (AVX512-BF16), LLVM turns a
+    scalar `arith.truncf` to bf16 into a call of `__truncsfbf2` (from f32)
+    or `__truncdfbf2` (from f64), which compiler-rt provides and libgcc 12
+    (Debian 12's, which compiled steps are loaded with) does not: a step
+    compiled for a portable CPU (`distopt-compile --cpu=x86-64`), or on a
+    CPU without AVX512-BF16, would not load. Arithmetic in bf16 (which LLVM
+    computes in f32 and rounds back the same way) is made to compute in f32
+    explicitly, and every rounding to bf16 is done on the bits, to nearest
+    even, NaNs kept quiet NaNs. From f64 it first
+    rounds to f32 to odd (toward zero, with the lowest bit set when
+    anything was dropped), which makes the two roundings one: rounding to
+    nearest f32 first would round twice, and a value just above half way
+    between two bf16 numbers could end on the lower one. The CPU lowering
+    runs it on loops, before the LLVM dialect.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
 def MarkInPlaceResultsPass
     : Pass<"distopt-mark-in-place-results", "::mlir::ModuleOp"> {
   let summary = "Drop the results of a bufferized step that are its arguments";
