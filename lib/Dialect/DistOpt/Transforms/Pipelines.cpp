@@ -105,7 +105,7 @@ static void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator) {
   // The runtime's allocator caches large blocks across steps.
   memrefToLLVM.useGenericFunctions = runtimeAllocator;
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
-  // Debian 12's libgcc has no __truncdfbf2 for LLVM to call.
+  // Debian 12's libgcc has no __truncsfbf2 or __truncdfbf2 for LLVM to call.
   pm.addPass(createExpandBF16TruncationsPass());
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
