@@ -13,6 +13,11 @@
 // RUN: distopt-translate --import-param-spec %S/Inputs/mixed.json \
 // RUN:   | distopt-opt --distopt-pipeline="reduce-dtype=f32 grad-as-bucket-view" -o /dev/null 2>&1 | FileCheck %s --check-prefix=VIEW
 // VIEW: warning: bucket left as a copy: grad 'w' is extended to 'f32' before it is packed (--distopt-widen-reductions); handed in as 'f32', it could be a view of the bucket
+// The warning looks at the step's own arguments only (a loop's once crashed it).
+// RUN: distopt-opt %S/Inputs/extended-loop-argument.mlir --distopt-grad-as-bucket-view 2>&1 | FileCheck %s --check-prefix=LOOP
+// LOOP: warning: bucket left as a copy: grad 'g' is extended to 'f32'
+// LOOP-NOT: warning
+// LOOP: func.func @step
 
 // DTYPE: --distopt-widen-reductions: dtype must be f32 or f64, got 'f16'
 

@@ -82,10 +82,10 @@ static Value returnedBucket(OpBuilder &builder, const View &view,
 static void warnIfExtended(BucketPackOp pack, Value input, StringRef role) {
   auto extend = input.getDefiningOp<arith::ExtFOp>();
   auto arg = extend ? dyn_cast<BlockArgument>(extend.getIn()) : BlockArgument();
-  if (!arg || !arg.getOwner()->isEntryBlock())
-    return;
-  auto func = cast<func::FuncOp>(arg.getOwner()->getParentOp());
-  if (abi::getArgRole(func, arg.getArgNumber()) != role)
+  // The function's own argument, not a loop's or a region's.
+  auto func = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                  : func::FuncOp();
+  if (!func || abi::getArgRole(func, arg.getArgNumber()) != role)
     return;
   Type wide = getElementTypeOrSelf(extend.getType());
   pack.emitWarning() << "bucket left as a copy: " << role << " '"

@@ -80,7 +80,8 @@ struct ExpandBF16TruncationsPass
     // builtin. The same here, with the rounding expanded below.
     SmallVector<Operation *> arithmetic;
     getOperation()->walk([&](Operation *op) {
-      if (isa<arith::ArithDialect, math::MathDialect>(op->getDialect()) &&
+      Dialect *dialect = op->getDialect(); // null if unregistered
+      if (isa_and_nonnull<arith::ArithDialect, math::MathDialect>(dialect) &&
           !isa<arith::ExtFOp, arith::TruncFOp, arith::BitcastOp,
                arith::ConstantOp, arith::SelectOp, arith::NegFOp,
                arith::CmpFOp>(op) &&
