@@ -12,8 +12,6 @@
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/TypeSwitch.h"
 
-#include <cmath>
-
 namespace mlir::distopt {
 #define GEN_PASS_DEF_WIDENREDUCTIONSPASS
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h.inc"
@@ -91,17 +89,23 @@ static void replaceWithWide(Value narrow, Value wide) {
 }
 
 /// The split f16 average of --distopt-fuse-div-into-allreduce:
-/// `premul_sum(1/a)` whose only use divides it by a splat constant `b`.
-static arith::DivFOp matchSplitAverage(Value reduced) {
+/// `premul_sum(scale)` whose only use divides it by a splat constant. Returns
+/// the division and the one factor that replaces both, when that factor is
+/// a valid premul_sum factor in the `wide` type.
+static std::optional<std::pair<arith::DivFOp, double>>
+matchSplitAverage(Value reduced, double scale, FloatType wide) {
   if (!reduced.hasOneUse())
-    return {};
+    return std::nullopt;
   auto divide = dyn_cast<arith::DivFOp>(*reduced.getUsers().begin());
   DenseFPElementsAttr divisor;
   if (!divide || divide.getLhs() != reduced ||
       !matchPattern(divide.getRhs(), m_Constant(&divisor)) ||
       !divisor.isSplat())
-    return {};
-  return divide;
+    return std::nullopt;
+  double factor = scale / divisor.getSplatValue<APFloat>().convertToDouble();
+  if (!isRepresentableScale(APFloat(factor), wide))
+    return std::nullopt;
+  return std::make_pair(divide, factor);
 }
 
 template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
@@ -140,38 +144,25 @@ template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
       withElementType(op->getResult(0).getType(), wide));
 
   // A wide sum cannot overflow: the split f16 average is one average again
-  // (its division is folded into the collective's factor).
-  // (Not for reduce: its other ranks keep their input, which the division
-  // still divides.)
+  // (its division is folded into the collective's factor). Not for reduce:
+  // its other ranks keep their input, which the division still divides.
   constexpr bool toRoot =
       std::is_same_v<OpTy, ReduceOp> || std::is_same_v<OpTy, ReduceStartOp>;
   arith::DivFOp split;
-  double factor = 0;
   if (!toRoot && kind == ReductionKind::PremulSum && op.getScale())
-    split = matchSplitAverage(reduced);
-  if (split) {
-    DenseFPElementsAttr divisor;
-    (void)matchPattern(split.getRhs(), m_Constant(&divisor));
-    factor = op.getScale()->convertToDouble() /
-             divisor.getSplatValue<APFloat>().convertToDouble();
-    // The folded factor must be a valid premul_sum factor in the wide type.
-    APFloat inWide(factor);
-    bool lost;
-    (void)inWide.convert(wide.getFloatSemantics(), APFloat::rmNearestTiesToEven,
-                         &lost);
-    if (!std::isfinite(factor) || inWide.isZero() || inWide.isInfinity())
-      split = {};
-  }
-  if (split) {
-    ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
-    if (group && factor == 1.0 / static_cast<double>(group.getSize())) {
-      widened.setReduction(ReductionKind::Avg);
-      widened.removeScaleAttr();
-    } else {
-      widened.setScaleAttr(builder.getF64FloatAttr(factor));
+    if (auto match = matchSplitAverage(
+            reduced, op.getScale()->convertToDouble(), wide)) {
+      auto [divide, factor] = *match;
+      ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+      if (group && factor == 1.0 / static_cast<double>(group.getSize())) {
+        widened.setReduction(ReductionKind::Avg);
+        widened.removeScaleAttr();
+      } else {
+        widened.setScaleAttr(builder.getF64FloatAttr(factor));
+      }
+      split = divide;
+      reduced = divide.getResult();
     }
-    reduced = split.getResult();
-  }
 
   Value wideResult = widened->getResult(0);
   if (wait) {
