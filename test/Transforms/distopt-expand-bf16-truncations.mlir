@@ -1,5 +1,5 @@
 // Rounding to bf16 on the bits (no __truncsfbf2 or __truncdfbf2 calls), f64
-// through f32 rounded to odd.
+// through f32 rounded to odd, and bf16 arithmetic in f32.
 // RUN: distopt-opt %s --distopt-expand-bf16-truncations | FileCheck %s
 // Execution: test/Integration/f64-to-bf16.test.
 
@@ -29,16 +29,21 @@ func.func @from_f64(%x: f64) -> bf16 {
   return %r : bf16
 }
 
-// Left alone: other types, a rounding mode asked for explicitly, and bf16
-// arithmetic (the lowering has upstream's arith-emulate-unsupported-floats
-// compute it in f32 first).
-// CHECK-LABEL: func.func @left_alone
-// CHECK: arith.addf %{{.*}}, %{{.*}} : bf16
+// CHECK-LABEL: func.func @arithmetic
+// CHECK: %[[A:.*]] = arith.extf %{{.*}} : bf16 to f32
+// CHECK: %[[B:.*]] = arith.extf %{{.*}} : bf16 to f32
+// CHECK: arith.addf %[[A]], %[[B]] : f32
+// CHECK: math.sqrt %{{.*}} : f32
+// CHECK-NOT: arith.truncf
+// CHECK: arith.cmpf olt, %{{.*}}, %{{.*}} : bf16
+// Left alone: other types, and a rounding mode asked for explicitly.
 // CHECK: arith.truncf %{{.*}} : f32 to f16
 // CHECK: arith.truncf %{{.*}} toward_zero : f32 to bf16
-func.func @left_alone(%x: bf16, %y: bf16, %h: f32) -> (bf16, f16, bf16) {
+func.func @arithmetic(%x: bf16, %y: bf16, %h: f32) -> (bf16, i1, f16, bf16) {
   %s = arith.addf %x, %y : bf16
+  %q = math.sqrt %s : bf16
+  %c = arith.cmpf olt, %x, %y : bf16
   %f = arith.truncf %h : f32 to f16
   %z = arith.truncf %h toward_zero : f32 to bf16
-  return %s, %f, %z : bf16, f16, bf16
+  return %q, %c, %f, %z : bf16, i1, f16, bf16
 }

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_EXPANDBF16TRUNCATIONSPASS
@@ -75,6 +76,34 @@ struct ExpandBF16TruncationsPass
     : public distopt::impl::ExpandBF16TruncationsPassBase<
           ExpandBF16TruncationsPass> {
   void runOnOperation() override {
+    // Arithmetic in bf16: LLVM computes it in f32 and rounds back with the
+    // builtin. The same here, with the rounding expanded below.
+    SmallVector<Operation *> arithmetic;
+    getOperation()->walk([&](Operation *op) {
+      Dialect *dialect = op->getDialect(); // null if unregistered
+      if (isa_and_nonnull<arith::ArithDialect, math::MathDialect>(dialect) &&
+          !isa<arith::ExtFOp, arith::TruncFOp, arith::BitcastOp,
+               arith::ConstantOp, arith::SelectOp, arith::NegFOp,
+               arith::CmpFOp>(op) &&
+          op->getNumResults() == 1 && op->getResult(0).getType().isBF16() &&
+          llvm::all_of(op->getOperandTypes(),
+                       [](Type type) { return type.isBF16(); }))
+        arithmetic.push_back(op);
+    });
+    for (Operation *op : arithmetic) {
+      OpBuilder b(op);
+      IRMapping extended;
+      for (Value operand : op->getOperands())
+        extended.map(operand, arith::ExtFOp::create(b, op->getLoc(),
+                                                    b.getF32Type(), operand));
+      Operation *wide = b.clone(*op, extended);
+      wide->getResult(0).setType(b.getF32Type());
+      b.setInsertionPointAfter(wide);
+      op->getResult(0).replaceAllUsesWith(arith::TruncFOp::create(
+          b, op->getLoc(), op->getResult(0).getType(), wide->getResult(0)));
+      op->erase();
+    }
+
     SmallVector<arith::TruncFOp> truncations;
     getOperation()->walk([&](arith::TruncFOp op) {
       Type from = op.getIn().getType();

@@ -16,13 +16,11 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/SCFToGPU/SCFToGPUPass.h"
-#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/Passes.h"
-#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -96,19 +94,6 @@ static void buildBufferizedStepPipeline(OpPassManager &pm) {
   pm.addPass(createConvertBufferizationToMemRefPass());
 }
 
-/// bf16 arithmetic computed in f32 and every rounding to bf16 done on the
-/// bits, before the LLVM dialect: LLVM would call compiler-rt's
-/// __truncsfbf2/__truncdfbf2 for them (on CPUs without AVX512-BF16, and
-/// from f64 on any), and Debian 12's libgcc has neither.
-static void addBF16WithoutBuiltins(OpPassManager &pm) {
-  pm.addPass(arith::createArithEmulateUnsupportedFloats(
-      arith::ArithEmulateUnsupportedFloatsOptions{{"bf16"}, "f32"}));
-  // f16 stays: libgcc has its conversions.
-  pm.addPass(math::createMathExtendToSupportedTypes(
-      math::MathExtendToSupportedTypesOptions{{"f16"}, "f32"}));
-  pm.addPass(createExpandBF16TruncationsPass());
-}
-
 /// The CPU lowering's second half: loops on buffers to the LLVM dialect.
 static void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator) {
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
@@ -120,7 +105,8 @@ static void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator) {
   // The runtime's allocator caches large blocks across steps.
   memrefToLLVM.useGenericFunctions = runtimeAllocator;
   pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
-  addBF16WithoutBuiltins(pm);
+  // Debian 12's libgcc has no __truncsfbf2 or __truncdfbf2 for LLVM to call.
+  pm.addPass(createExpandBF16TruncationsPass());
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
@@ -172,7 +158,7 @@ void mlir::distopt::buildDistOptLowerToGPUPipeline(
   pm.addPass(createLowerAffinePass());
   pm.addPass(createGpuToLLVMConversionPass());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
-  addBF16WithoutBuiltins(pm); // host code, as on the CPU
+  pm.addPass(createExpandBF16TruncationsPass()); // host code, as on the CPU
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());

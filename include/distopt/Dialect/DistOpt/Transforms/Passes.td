@@ -399,16 +399,15 @@ def ExpandBF16TruncationsPass : Pass<"distopt-expand-bf16-truncations"> {
     or `__truncdfbf2` (from f64), which compiler-rt provides and libgcc 12
     (Debian 12's, which compiled steps are loaded with) does not: a step
     compiled for a portable CPU (`distopt-compile --cpu=x86-64`), or on a
-    CPU without AVX512-BF16, would not load. The pass rounds to bf16 on the
-    bits, to nearest even, NaNs kept quiet NaNs. From f64 it first
+    CPU without AVX512-BF16, would not load. Arithmetic in bf16 (which LLVM
+    computes in f32 and rounds back the same way) is made to compute in f32
+    explicitly, and every rounding to bf16 is done on the bits, to nearest
+    even, NaNs kept quiet NaNs. From f64 it first
     rounds to f32 to odd (toward zero, with the lowest bit set when
     anything was dropped), which makes the two roundings one: rounding to
     nearest f32 first would round twice, and a value just above half way
     between two bf16 numbers could end on the lower one. The CPU lowering
-    runs it on loops, before the LLVM dialect, after upstream's
-    `arith-emulate-unsupported-floats` and `math-extend-to-supported-types`
-    have made bf16 arithmetic compute in f32 (which LLVM would round back
-    with the same builtin).
+    runs it on loops, before the LLVM dialect.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::math::MathDialect"];
