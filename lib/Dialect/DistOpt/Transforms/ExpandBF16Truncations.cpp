@@ -77,7 +77,10 @@ struct ExpandBF16TruncationsPass
           ExpandBF16TruncationsPass> {
   void runOnOperation() override {
     // Arithmetic in bf16: LLVM computes it in f32 and rounds back with the
-    // builtin. The same here, with the rounding expanded below.
+    // builtin. The same here, with the rounding expanded below. (Upstream's
+    // arith-emulate-unsupported-floats does this too, but tags its
+    // extensions with #arith.fastmath, which outlives the conversion to
+    // LLVM and leaves IR that mlir-runner cannot parse.)
     SmallVector<Operation *> arithmetic;
     getOperation()->walk([&](Operation *op) {
       Dialect *dialect = op->getDialect(); // null if unregistered
