@@ -14,6 +14,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/MathExtras.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace mlir::distopt {
@@ -77,11 +79,28 @@ struct Bucket {
 
 struct OpenBuckets {
   BucketKey key;
+  double firstCapBytes;
+  double capBytes;
   Bucket current;
   unsigned closed = 0; // buckets of this key closed so far
 };
 
+BucketKey keyOf(AllReduceOp op) {
+  return {op.getGroupAttr(),
+          cast<RankedTensorType>(op.getType()).getElementType(),
+          op.getReduction(), op.getScaleAttr(), op.getWireTypeAttr()};
+}
+
 } // namespace
+
+int64_t mlir::distopt::bucketCountForLink(double totalBytes,
+                                          double latencySeconds,
+                                          double bytesPerSecond) {
+  double count = std::sqrt(totalBytes / (latencySeconds * bytesPerSecond));
+  // Beyond any real number of tensors; keeps the conversion defined.
+  return std::clamp<int64_t>(std::llround(std::min(count, 1e15)), 1,
+                             std::numeric_limits<int64_t>::max());
+}
 
 /// Emits one bucket before `insertBefore` and redirects its members' uses.
 static void emitBucket(Bucket &bucket, Operation *insertBefore,
@@ -123,8 +142,15 @@ mlir::distopt::bucketizeBlock(Block &block,
   if (options.reverse)
     std::reverse(candidates.begin(), candidates.end());
 
-  auto capBytes = [&](unsigned bucketIndex) {
-    return bucketIndex == 0 ? options.firstCapBytes : options.capBytes;
+  bool fromLink = options.latencySeconds > 0 && options.bytesPerSecond > 0;
+  // With a link model, the n buckets of a kind share its bytes evenly.
+  auto linkCap = [&](const BucketKey &key) {
+    double total = 0;
+    for (const Candidate &c : candidates)
+      if (keyOf(c.op) == key)
+        total += c.bytes;
+    return total / bucketCountForLink(total, options.latencySeconds,
+                                      options.bytesPerSecond);
   };
 
   SmallVector<OpenBuckets> open;
@@ -136,20 +162,20 @@ mlir::distopt::bucketizeBlock(Block &block,
     ++entry.closed;
   };
   for (Candidate &c : candidates) {
-    AllReduceOp op = c.op;
-    BucketKey key{op.getGroupAttr(),
-                  cast<RankedTensorType>(op.getType()).getElementType(),
-                  op.getReduction(), op.getScaleAttr(), op.getWireTypeAttr()};
+    BucketKey key = keyOf(c.op);
     auto it = llvm::find_if(
         open, [&](const OpenBuckets &entry) { return entry.key == key; });
     if (it == open.end()) {
-      open.push_back({key, Bucket(), 0});
+      double cap = fromLink ? linkCap(key) : options.capBytes;
+      open.push_back(
+          {key, fromLink ? cap : options.firstCapBytes, cap, Bucket(), 0});
       it = std::prev(open.end());
     }
     if (!it->current.members.empty() && !it->current.canAdd(c))
       close(*it);
     it->current.add(c);
-    if (static_cast<double>(it->current.bytes) >= capBytes(it->closed))
+    double cap = it->closed == 0 ? it->firstCapBytes : it->capBytes;
+    if (static_cast<double>(it->current.bytes) >= cap)
       close(*it);
   }
   for (OpenBuckets &entry : open)
@@ -226,6 +252,18 @@ struct BucketizePass : public distopt::impl::BucketizePassBase<BucketizePass> {
       return emitError(loc) << "--distopt-bucketize: first-bucket-cap-mb must "
                                "be positive, got "
                             << firstBucketCapMb.getValue();
+    if (!(latencyUs >= 0) || !(bandwidthGbPerS >= 0))
+      return emitError(loc) << "--distopt-bucketize: latency-us and "
+                               "bandwidth-gb-per-s must not be negative";
+    if ((latencyUs > 0) != (bandwidthGbPerS > 0))
+      return emitError(loc)
+             << "--distopt-bucketize: latency-us and bandwidth-gb-per-s go "
+                "together (distopt-calibrate prints both)";
+    // The link model chooses the caps; a cap given as well would be ignored.
+    if (latencyUs > 0 && (capMb.hasValue() || firstBucketCapMb.hasValue()))
+      return emitError(loc)
+             << "--distopt-bucketize: give cap-mb and first-bucket-cap-mb, "
+                "or latency-us and bandwidth-gb-per-s, not both";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment))
       return emitError(loc) << "--distopt-bucketize: alignment must be a "
                                "positive power of two, got "
@@ -239,6 +277,8 @@ struct BucketizePass : public distopt::impl::BucketizePassBase<BucketizePass> {
     options.firstCapBytes = firstBucketCapMb * (1 << 20);
     options.reverse = reverse;
     options.alignment = alignment;
+    options.latencySeconds = latencyUs * 1e-6;
+    options.bytesPerSecond = bandwidthGbPerS * 1e9;
     SmallVector<Block *> blocks;
     getOperation().walk([&](Block *block) { blocks.push_back(block); });
     for (Block *block : blocks) {

@@ -24,9 +24,37 @@
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/Support/Format.h"
 
 using namespace mlir;
 using namespace mlir::distopt;
+
+/// The bucketing pass as the pipeline's options ask. With a link model it
+/// is configured from text, so that it sees which options were given and
+/// refuses caps given as well (every option of an options struct counts as
+/// given).
+static std::unique_ptr<Pass>
+createPipelineBucketizePass(const DistOptPipelineOptions &options) {
+  if (options.bucketLatencyUs == 0 && options.bucketBandwidthGbPerS == 0)
+    return createBucketizePass(BucketizePassOptions{
+        options.bucketCapMb, options.firstBucketCapMb, /*reverse=*/true,
+        /*alignment=*/64});
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto print = [&](StringRef name, double value) {
+    os << name << "=" << llvm::format("%.17g", value) << " ";
+  };
+  print("latency-us", options.bucketLatencyUs);
+  print("bandwidth-gb-per-s", options.bucketBandwidthGbPerS);
+  if (options.bucketCapMb.hasValue())
+    print("cap-mb", options.bucketCapMb);
+  if (options.firstBucketCapMb.hasValue())
+    print("first-bucket-cap-mb", options.firstBucketCapMb);
+  std::unique_ptr<Pass> pass = createBucketizePass();
+  // Numbers printed in full always parse; the pass checks their values.
+  (void)pass->initializeOptions(text, [](const Twine &) { return failure(); });
+  return pass;
+}
 
 void mlir::distopt::buildDistOptPipeline(
     OpPassManager &pm, const DistOptPipelineOptions &options) {
@@ -49,9 +77,7 @@ void mlir::distopt::buildDistOptPipeline(
         PowerSGDPassOptions{options.powersgdRank, options.minCompressionRate,
                             options.errorFeedback, options.warmStart}));
   if (options.bucketize)
-    func.addPass(createBucketizePass(BucketizePassOptions{
-        options.bucketCapMb, options.firstBucketCapMb, /*reverse=*/true,
-        /*alignment=*/64}));
+    func.addPass(createPipelineBucketizePass(options));
   if (options.gradAsBucketView)
     func.addPass(createGradAsBucketViewPass());
   if (options.paramAsBucketView)

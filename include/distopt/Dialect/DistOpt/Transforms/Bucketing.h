@@ -22,7 +22,20 @@ struct BucketingOptions {
   bool reverse = true;
   /// Byte alignment of each tensor in a bucket.
   int64_t alignment = 64;
+  /// The link's all_reduce latency and bandwidth (distopt-calibrate). Where
+  /// both are set, each kind of bucket gets the cap of bucketCountForLink
+  /// instead of the two caps above.
+  double latencySeconds = 0;
+  double bytesPerSecond = 0;
 };
+
+/// How many buckets `totalBytes` of gradients are best split into on a link
+/// where an all_reduce of b bytes takes latency + b / bandwidth, while the
+/// buckets overlap other work: n buckets pay n latencies, and the last one's
+/// transfer cannot be hidden, so n = sqrt(totalBytes / (latency *
+/// bandwidth)), at least 1.
+int64_t bucketCountForLink(double totalBytes, double latencySeconds,
+                           double bytesPerSecond);
 
 struct BucketingResult {
   unsigned buckets = 0;

@@ -29,6 +29,14 @@ def BucketizePass : Pass<"distopt-bucketize", "::mlir::func::FuncOp"> {
     already reduce a bucket are not bucketed again, so the pass is
     idempotent.
 
+    Caps chosen for the hardware: given the link's all_reduce `latency-us`
+    and `bandwidth-gb-per-s` (which `distopt-calibrate` measures on the
+    ranks the step will run on), the caps come from a model instead. n
+    buckets reduced while other work runs pay n latencies, and the last
+    bucket's transfer cannot be hidden; for S bytes of one kind of bucket
+    n = round(sqrt(S / (latency * bandwidth))), at least 1, buckets of S/n
+    bytes (docs/bucketing.md). The caps are then not given.
+
     ```mlir
     %a = distopt.all_reduce sum %ga on @dp : tensor<16xf32>
     %b = distopt.all_reduce sum %gb on @dp : tensor<8xf32>
@@ -46,7 +54,13 @@ def BucketizePass : Pass<"distopt-bucketize", "::mlir::func::FuncOp"> {
     Option<"reverse", "reverse", "bool", "true",
            "Visit collectives in reverse program order (DDP's order)">,
     Option<"alignment", "alignment", "int64_t", "64",
-           "Byte alignment of each tensor in a bucket (a power of two)">
+           "Byte alignment of each tensor in a bucket (a power of two)">,
+    Option<"latencyUs", "latency-us", "double", "0.0",
+           "All-reduce latency in microseconds (distopt-calibrate); with "
+           "bandwidth-gb-per-s, bucket caps come from the link model">,
+    Option<"bandwidthGbPerS", "bandwidth-gb-per-s", "double", "0.0",
+           "All-reduce bandwidth in GB/s, 10^9 bytes per second "
+           "(distopt-calibrate)">
   ];
   let statistics = [
     Statistic<"numBuckets", "num-buckets", "Buckets created">,

@@ -54,6 +54,16 @@ struct DistOptPipelineOptions
       *this, "first-bucket-cap-mb",
       llvm::cl::desc("Capacity of the first bucket in MB"),
       llvm::cl::init(1.0)};
+  Option<double> bucketLatencyUs{
+      *this, "bucket-latency-us",
+      llvm::cl::desc("All-reduce latency in microseconds (distopt-calibrate); "
+                     "with bucket-bandwidth-gb-per-s, bucket caps come from "
+                     "the link model instead of the two caps"),
+      llvm::cl::init(0.0)};
+  Option<double> bucketBandwidthGbPerS{
+      *this, "bucket-bandwidth-gb-per-s",
+      llvm::cl::desc("All-reduce bandwidth in GB/s (distopt-calibrate)"),
+      llvm::cl::init(0.0)};
   Option<bool> gradAsBucketView{
       *this, "grad-as-bucket-view",
       llvm::cl::desc("Gradients as views of flat bucket arguments (changes "
