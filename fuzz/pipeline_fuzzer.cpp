@@ -24,6 +24,9 @@ static const char *const kPipelines[] = {
     "builtin.module(distopt-pipeline{zero-stage=2 powersgd-rank=2 "
     "reduce-dtype=f32})",
     "builtin.module(distopt-pipeline{zero-stage=3 bucket-cap-mb=0.001})",
+    // Caps from a link model: 10 bytes of latency, so many small buckets.
+    "builtin.module(distopt-pipeline{bucket-latency-us=0.01 "
+    "bucket-bandwidth-gb-per-s=1 grad-as-bucket-view})",
     "builtin.module(distopt-pipeline{zero-stage=2 grad-as-bucket-view "
     "param-as-bucket-view})",
     "builtin.module(func.func(distopt-widen-reductions{dtype=f64},"

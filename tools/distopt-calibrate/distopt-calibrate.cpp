@@ -161,30 +161,38 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
   bool onDevice = deviceOption == "cuda";
   if (!onDevice && deviceOption != "cpu")
     fail("--device must be cpu or cuda, not '" + deviceOption + "'");
+  // Checked before any communicator starts; 64 GiB bounds the conversions.
+  if (!(minKb > 0) || !(maxMb > 0) || !(poolMb >= 0) || !(secondsPerSize > 0) ||
+      minKb > 65536.0 * 1024 || maxMb > 65536 || poolMb > 65536)
+    fail("--min-kb, --max-mb and --seconds-per-size must be positive, "
+         "--pool-mb not negative, and sizes at most 65536 MiB");
+  std::vector<int64_t> sizes;
+  int64_t top = static_cast<int64_t>(maxMb * (1 << 20));
+  for (int64_t bytes =
+           std::max<int64_t>(static_cast<int64_t>(minKb * 1024), 4) / 4 * 4;
+       bytes <= top; bytes *= 2)
+    sizes.push_back(bytes);
+  if (sizes.size() < 2)
+    fail("--min-kb to --max-mb must span at least two sizes");
   bool underMpi =
       std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
   // The host communicator agrees on the times; with --device=cuda the
   // measured one is NCCL's on device buffers, as a compiled step's is.
   distopt_rt_comm *host = nullptr, *measured = nullptr;
+  const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
+  double timeout = timeoutText ? std::atof(timeoutText) : 300.0;
   *backend = underMpi ? "mpi" : "single";
   if (onDevice) {
     check(distopt_rt_cuda_init(-1), "starting CUDA");
-    check(distopt_rt_comm_create("nccl", 0, 300, &measured), "starting NCCL");
+    check(distopt_rt_comm_create("nccl", 0, timeout, &measured),
+          "starting NCCL");
     *backend = "nccl";
   }
-  check(distopt_rt_comm_create(underMpi ? "mpi" : "single", 0, 300, &host),
+  check(distopt_rt_comm_create(underMpi ? "mpi" : "single", 0, timeout, &host),
         "starting the communicator");
   if (!onDevice)
     measured = host;
   check(distopt_rt_comm_size(host, worldSize), "size");
-
-  std::vector<int64_t> sizes;
-  int64_t top = static_cast<int64_t>(maxMb * (1 << 20));
-  for (int64_t bytes = std::max<int64_t>(minKb * 1024, 4); bytes <= top;
-       bytes *= 2)
-    sizes.push_back(bytes);
-  if (sizes.size() < 2)
-    fail("--min-kb to --max-mb must span at least two sizes");
 
   int64_t poolBytes =
       std::max<int64_t>(static_cast<int64_t>(poolMb * (1 << 20)), top);

@@ -267,6 +267,11 @@ def ShardOptimizerPass
     gradients; the chunk is updated and `all_gather`ed into every parameter
     (at stage 3 only rounded and kept: parameters stay sharded, and where
     the step itself uses one, it is gathered just before the first use).
+    Stage 1 thus sends about 1.5x the bytes of stage 2: every rank
+    receives every reduced gradient, as with torch's
+    ZeroRedundancyOptimizer, and that all_reduce is what
+    `--distopt-powersgd` can compress. Stage 2 sends the ZeRO paper's
+    2 x (N-1)/N bytes per gradient byte (`--distopt-report` counts both).
 
     `strategy=greedy` (ZeroRedundancyOptimizer, fairscale OSS; stages 1 and
     2, stage 3 is an error): whole parameters go to ranks largest first, each to the least loaded
