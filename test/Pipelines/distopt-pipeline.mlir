@@ -9,16 +9,18 @@
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="powersgd-rank=-1" 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="bucket-cap-mb=0" 2>&1 | FileCheck %s --check-prefix=CAP
 
-// Plain data parallelism: averaged, bucketed; no division left. The large
-// tensors (each its own bucket) are reduced asynchronously while the rest
-// runs; a small bucket unpacked right after its reduction has nothing to
-// overlap with, so it stays synchronous (a start would only add a copy).
+// Plain data parallelism: averaged, bucketed; no division left. Every
+// matrix is at least a bucket's 25 MB, so none is packed: each is reduced
+// in place, asynchronously while the rest runs. The 65 norm vectors share
+// one bucket, which has nothing to overlap with, so it stays synchronous
+// (a start would only add a copy).
 // DP-LABEL: func.func @step
 // DP-NOT: arith.divf
 // DP: distopt.all_reduce_start avg
-// DP: %[[BUCKET:.*]] = distopt.bucket_pack
+// DP: %[[BUCKET:.*]] = distopt.bucket_pack {{.*}} -> tensor<266240xbf16>
 // DP-NEXT: %[[SUM:.*]] = distopt.all_reduce avg %[[BUCKET]]
-// DP-NEXT: distopt.bucket_unpack %[[SUM]]
+// DP-NOT: distopt.bucket_pack
+// DP: distopt.bucket_unpack %[[SUM]] : tensor<266240xbf16> -> tensor<4096xbf16>
 // DP: distopt.wait
 // DP: return
 

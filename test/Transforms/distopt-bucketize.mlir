@@ -101,6 +101,28 @@ func.func @late_input(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
 
 distopt.process_group @dp size 2
 
+// A tensor at least as large as a bucket's cap (25 MB) would fill one alone:
+// it is reduced in place, not copied into a bucket and out again, and the
+// small ones around it still share a bucket (DDP would add the large one to
+// the open bucket and close it).
+// CHECK-LABEL: func.func @large
+// CHECK-SAME: (%[[S1:[^:]*]]: tensor<16xf32>, %[[BIG:[^:]*]]: tensor<6553600xf32>, %[[S2:[^:]*]]: tensor<16xf32>)
+// CHECK: distopt.bucket_pack %[[S2]], %[[S1]] : tensor<16xf32>, tensor<16xf32> -> tensor<32xf32>
+// CHECK-NOT: distopt.bucket_pack
+// CHECK: distopt.all_reduce sum %[[BIG]] on @dp : tensor<6553600xf32>
+// SMALL-LABEL: func.func @large
+// SMALL-NOT: distopt.bucket_pack
+func.func @large(%s1: tensor<16xf32>, %big: tensor<6553600xf32>, %s2: tensor<16xf32>) -> (tensor<16xf32>, tensor<6553600xf32>, tensor<16xf32>) {
+  %0 = distopt.all_reduce sum %s1 on @dp : tensor<16xf32>
+  %1 = distopt.all_reduce sum %big on @dp : tensor<6553600xf32>
+  %2 = distopt.all_reduce sum %s2 on @dp : tensor<16xf32>
+  return %0, %1, %2 : tensor<16xf32>, tensor<6553600xf32>, tensor<16xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+
 // Capacity: the first bucket closes at 1 MB, later ones at 25 MB. Reverse
 // order: %d (0.5 MB) and %c (0.75 MB) fill the first bucket; %b and %a
 // (1 MB each) share the second.

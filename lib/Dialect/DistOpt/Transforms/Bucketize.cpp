@@ -171,11 +171,19 @@ mlir::distopt::bucketizeBlock(Block &block,
           {key, fromLink ? cap : options.firstCapBytes, cap, Bucket(), 0});
       it = std::prev(open.end());
     }
+    auto cap = [&] {
+      return it->closed == 0 ? it->firstCapBytes : it->capBytes;
+    };
+    // A collective as large as a (later) bucket's cap would fill one
+    // alone: it stays as it is, so its tensor is not copied into a bucket
+    // and out again, and the open bucket stays open for the smaller ones
+    // around it (DDP would add it and close the bucket).
+    if (static_cast<double>(c.bytes) >= it->capBytes)
+      continue;
     if (!it->current.members.empty() && !it->current.canAdd(c))
       close(*it);
     it->current.add(c);
-    double cap = it->closed == 0 ? it->firstCapBytes : it->capBytes;
-    if (static_cast<double>(it->current.bytes) >= cap)
+    if (static_cast<double>(it->current.bytes) >= cap())
       close(*it);
   }
   for (OpenBuckets &entry : open)

@@ -16,6 +16,7 @@ namespace mlir::distopt {
 
 struct BucketingOptions {
   /// Capacity of each bucket after the first, and of the first, in bytes.
+  /// A collective of at least `capBytes` is left unbucketed.
   double capBytes = 25.0 * (1 << 20);
   double firstCapBytes = 1.0 * (1 << 20);
   /// Visit collectives in reverse program order (DDP's order).

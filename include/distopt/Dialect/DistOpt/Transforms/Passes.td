@@ -22,7 +22,10 @@ def BucketizePass : Pass<"distopt-bucketize", "::mlir::func::FuncOp"> {
     `reverse=false`. A bucket only holds collectives with the same group,
     element type, reduction (and scale) and wire type. It is closed once it
     reaches its capacity: `first-bucket-cap-mb` for the first bucket of each
-    kind, `cap-mb` after that (MB = 2^20 bytes, as in DDP). A collective
+    kind, `cap-mb` after that (MB = 2^20 bytes, as in DDP). A collective at
+    least as large as `cap-mb` would fill a bucket alone, so it is left as
+    it is: reduced in place rather than copied into a bucket and out again
+    (DDP adds it to the open bucket and closes that). A collective
     joins a bucket only where the bucket can be placed after every input is
     computed and before any result is used; otherwise a new bucket starts.
     A bucket of one collective is left as it was, and collectives that
