@@ -27,7 +27,6 @@ spread is the lowest 10th and highest 90th percentile of the launches.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -35,8 +34,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import (Timing, compile_step, gpt2_f32_spec, launch, reduce_only_step,  # noqa: E402
-                    report, run_timing)
+from common import (Timing, collectives_per_step, compile_step, gpt2_f32_spec, launch,  # noqa: E402
+                    reduce_only_step, report, run_timing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS, LAUNCHES = 2, 3
@@ -75,8 +74,7 @@ def measure(build, step, cases, steps, tmp):
     result = {}
     for name, options in cases:
         text = report(build, step, options)
-        collectives = int(re.search(r"communication per rank.*?\n\s+total\s+(\d+)", text,
-                                        re.S).group(1))
+        collectives = collectives_per_step(text)
         result[name] = (options, Timing(statistics.median(r.median for r in runs[name]),
                                         min(r.lo for r in runs[name]),
                                         max(r.hi for r in runs[name])), collectives)

@@ -24,7 +24,6 @@ docs/img/b3-bucketing.png.
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 
@@ -32,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import compile_and_run, reduce_only_step, report  # noqa: E402
+from common import collectives_per_step, compile_and_run, reduce_only_step, report  # noqa: E402
 
 RANKS = 2
 VARIANTS = [
@@ -91,8 +90,7 @@ def main():
                 ms = compile_and_run(args.build, step, options, RANKS, steps, tmp, launches)
                 baseline = baseline or ms
                 results.setdefault(case, []).append((name, ms))
-                count = (len(params) if "bucketize=false" in options else
-                         int(re.search(r"buckets: (\d+)", report(args.build, step, options)).group(1)))
+                count = collectives_per_step(report(args.build, step, options))
                 lines.append(f"| {case} | {name} | {count} | {ms.fmt(3)} "
                              f"| {baseline.median / ms.median:.2f} |")
                 print(lines[-1], flush=True)

@@ -102,6 +102,13 @@ def report(build, step, options):
                            "-o", "/dev/null"], check=True, capture_output=True, text=True).stdout
 
 
+def collectives_per_step(report_text):
+    """How many collectives a step issues: the total of --distopt-report's
+    communication table."""
+    return int(re.search(r"communication per rank.*?\n\s+total\s+(\d+)", report_text,
+                         re.S).group(1))
+
+
 def slowest_timing(dist, torch, times):
     """The Timing (ms), after the first iteration, of each iteration's
     slowest rank; `times` are this rank's seconds; a collective, so every
