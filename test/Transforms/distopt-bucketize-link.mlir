@@ -11,12 +11,14 @@
 // RUN: distopt-opt %s --distopt-bucketize="latency-us=1 bandwidth-gb-per-s=1" | FileCheck %s --check-prefix=NONE
 // RUN: not distopt-opt %s --distopt-bucketize="latency-us=1" 2>&1 | FileCheck %s --check-prefix=ALONE
 // RUN: not distopt-opt %s --distopt-bucketize="latency-us=-1 bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: not distopt-opt %s --distopt-bucketize="latency-us=1 bandwidth-gb-per-s=inf" 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: not distopt-opt %s --distopt-pipeline="bucket-latency-us=nan bucket-bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=NEG
 // RUN: not distopt-opt %s --distopt-bucketize="latency-us=1 bandwidth-gb-per-s=1 cap-mb=3" 2>&1 | FileCheck %s --check-prefix=BOTH
 // RUN: not distopt-opt %s --distopt-bucketize="latency-us=1 bandwidth-gb-per-s=1 first-bucket-cap-mb=3" 2>&1 | FileCheck %s --check-prefix=BOTH
 // RUN: not distopt-opt %s --distopt-pipeline="bucket-latency-us=1 bucket-bandwidth-gb-per-s=1 bucket-cap-mb=3" 2>&1 | FileCheck %s --check-prefix=BOTH
 
 // ALONE: --distopt-bucketize: latency-us and bandwidth-gb-per-s go together
-// NEG: --distopt-bucketize: latency-us and bandwidth-gb-per-s must not be negative
+// NEG: --distopt-bucketize: latency-us and bandwidth-gb-per-s must be finite and not negative
 // BOTH: --distopt-bucketize: give cap-mb and first-bucket-cap-mb, or latency-us and bandwidth-gb-per-s, not both
 
 distopt.process_group @dp size 2

@@ -15,6 +15,7 @@
 
 #include "distopt_rt.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
@@ -135,9 +136,11 @@ std::vector<Sample> readTimes(const std::string &path) {
     llvm::StringRef line = raw.split('#').first.trim();
     if (line.empty())
       continue;
-    auto [bytesText, rest] = line.split(' ');
+    llvm::SmallVector<llvm::StringRef> fields;
+    llvm::SplitString(line, fields); // spaces or tabs
     double bytes, micros;
-    if (bytesText.trim().getAsDouble(bytes) || rest.trim().getAsDouble(micros))
+    if (fields.size() != 2 || fields[0].getAsDouble(bytes) ||
+        fields[1].getAsDouble(micros))
       fail(path + ":" + std::to_string(index + 1) +
            ": expected 'bytes microseconds', got '" + line.str() + "'");
     samples.push_back({bytes, micros * 1e-6});

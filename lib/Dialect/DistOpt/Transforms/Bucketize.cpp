@@ -260,9 +260,11 @@ struct BucketizePass : public distopt::impl::BucketizePassBase<BucketizePass> {
       return emitError(loc) << "--distopt-bucketize: first-bucket-cap-mb must "
                                "be positive, got "
                             << firstBucketCapMb.getValue();
-    if (!(latencyUs >= 0) || !(bandwidthGbPerS >= 0))
+    if (!std::isfinite(latencyUs) || latencyUs < 0 ||
+        !std::isfinite(bandwidthGbPerS) || bandwidthGbPerS < 0)
       return emitError(loc) << "--distopt-bucketize: latency-us and "
-                               "bandwidth-gb-per-s must not be negative";
+                               "bandwidth-gb-per-s must be finite and not "
+                               "negative";
     if ((latencyUs > 0) != (bandwidthGbPerS > 0))
       return emitError(loc)
              << "--distopt-bucketize: latency-us and bandwidth-gb-per-s go "
