@@ -109,11 +109,11 @@ LinkFit fit(const std::vector<Sample> &samples) {
   if (!(perByte > 0))
     fail("the times do not grow with the size; measure larger sizes "
          "(--max-mb)");
-  if (latency < 0) {
-    // A latency under the noise: fit the slope alone, through the origin.
-    latency = 0;
-    perByte = swxt / swxx;
-  }
+  // No latency to balance: the model would give no buckets, and the pass
+  // refuses a zero latency, so say what to measure instead.
+  if (!(latency > 0))
+    fail("the fit finds no latency (small sizes cost only their bytes); "
+         "measure smaller sizes (--min-kb)");
   LinkFit result{latency, 1 / perByte, 0, 0};
   for (const Sample &s : samples) {
     double error = std::abs(result.predict(s.bytes) - s.seconds) / s.seconds;
