@@ -1,5 +1,4 @@
-//===- distopt-calibrate.cpp - measure the link for bucket sizes -*- C++
-//-*-===//
+//===- distopt-calibrate.cpp - measure links for buckets --------*- C++ -*-===//
 //
 // mpirun -np N distopt-calibrate [--device=cuda]
 // distopt-calibrate --from-times=times.txt
@@ -179,22 +178,24 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
     fail("--min-kb to --max-mb must span at least two sizes");
   bool underMpi =
       std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
-  // The host communicator agrees on the times; with --device=cuda the
-  // measured one is NCCL's on device buffers, as a compiled step's is.
-  distopt_rt_comm *host = nullptr, *measured = nullptr;
-  const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
-  double timeout = timeoutText ? std::atof(timeoutText) : 300.0;
-  *backend = underMpi ? "mpi" : "single";
-  if (onDevice) {
+  *backend = onDevice ? "nccl" : underMpi ? "mpi" : "single";
+  // The measured communicator is the one a compiled step gets: the
+  // runtime's world (under mpirun MPI, or with --device=cuda NCCL on device
+  // buffers; DISTOPT_RT_TIMEOUT bounds it). With NCCL the times are agreed
+  // on a host communicator, as distopt-run does.
+  distopt_rt_comm *measured = nullptr, *host = nullptr;
+  if (onDevice)
     check(distopt_rt_cuda_init(-1), "starting CUDA");
-    check(distopt_rt_comm_create("nccl", 0, timeout, &measured),
-          "starting NCCL");
-    *backend = "nccl";
+  check(distopt_rt_world(0, &measured), "starting the communicator");
+  if (onDevice) {
+    const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
+    check(distopt_rt_comm_create(underMpi ? "mpi" : "single", 0,
+                                 timeoutText ? std::atof(timeoutText) : 300.0,
+                                 &host),
+          "starting the host communicator");
+  } else {
+    host = measured;
   }
-  check(distopt_rt_comm_create(underMpi ? "mpi" : "single", 0, timeout, &host),
-        "starting the communicator");
-  if (!onDevice)
-    measured = host;
   check(distopt_rt_comm_size(host, worldSize), "size");
 
   int64_t poolBytes =
@@ -249,11 +250,11 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
   }
   if (onDevice) {
     check(distopt_rt_cuda_free(pool), "freeing");
-    check(distopt_rt_comm_destroy(measured), "closing NCCL");
+    check(distopt_rt_comm_destroy(host), "closing the host communicator");
   }
+  // The world closes at exit (and finalises MPI).
   int64_t rank;
-  check(distopt_rt_comm_rank(host, &rank), "rank");
-  check(distopt_rt_comm_destroy(host), "closing the communicator");
+  check(distopt_rt_comm_rank(measured, &rank), "rank");
   if (rank != 0)
     std::exit(0);
   return samples;

@@ -1,5 +1,4 @@
-//===- ExpandBF16Truncations.cpp - bf16 rounding without builtins -*- C++
-//-*-===//
+//===- ExpandBF16Truncations.cpp - bf16 without builtins --------*- C++ -*-===//
 //
 // --distopt-expand-bf16-truncations: scalar arith.truncf to bf16 becomes
 // integer arithmetic on the bits, so that the compiled step calls none of
