@@ -6,7 +6,8 @@ bucket-latency-us and bucket-bandwidth-gb-per-s then choose the caps
 same steps with DDP's fixed caps (the peer's default: 1 MB first, then
 25 MB), a sweep of fixed caps, and no buckets.
 
-Two steps, gradients as bucket views (nothing copied into buckets):
+Three cases, two with gradients as bucket views (nothing copied into
+buckets):
 - GPT-2 small's reduce + AdamW update (f32, as B7), with overlap (the
   pipeline's default): each bucket's all-reduce runs while earlier buckets'
   parameters are updated. The model's setting. Again with the gradients
