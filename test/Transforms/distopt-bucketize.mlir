@@ -167,3 +167,21 @@ func.func @regions(%c: i1, %a: tensor<4xf32>) -> tensor<2xf32> {
   %s = distopt.reduce_scatter sum %r on @dp : tensor<4xf32> -> tensor<2xf32>
   return %s : tensor<2xf32>
 }
+
+// -----
+
+distopt.process_group @dp size 2
+
+// An all_reduce of another's result cannot share its bucket (one collective
+// cannot take its own output): each stays alone, in order. Their positions
+// alone would allow it, the bucket going after the first.
+// CHECK-LABEL: func.func @chained
+// CHECK-NOT: distopt.bucket_pack
+// CHECK: %[[A:.*]] = distopt.all_reduce sum %arg0
+// CHECK: distopt.all_reduce sum %[[A]]
+// CHECK-NOT: distopt.bucket_pack
+func.func @chained(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = distopt.all_reduce sum %x on @dp : tensor<4xf32>
+  %b = distopt.all_reduce sum %a on @dp : tensor<4xf32>
+  return %b : tensor<4xf32>
+}

@@ -43,13 +43,46 @@ struct BucketKey {
   }
 };
 
-/// A collective with the block positions that constrain where it can go.
+/// An op with the block positions that constrain where it can move to.
 struct Candidate {
-  AllReduceOp op;
+  Operation *op;
   int64_t position;
-  int64_t lastDef;  // position of its input's definition, or -1
-  int64_t firstUse; // position of its first user, or INT64_MAX
+  int64_t lastDef;  // position of its operands' last definition, or -1
+  int64_t firstUse; // position of its results' first user, or INT64_MAX
   int64_t bytes;
+};
+
+/// The position of every op of a block, fixed before the block changes.
+class BlockPositions {
+public:
+  explicit BlockPositions(Block &block) : block(block) {
+    for (Operation &op : block) {
+      position[&op] = ops.size();
+      ops.push_back(&op);
+    }
+  }
+
+  /// `op` (in the block) with the positions of what it reads and what reads
+  /// it; `bytes` is left at 0.
+  Candidate candidate(Operation *op) const {
+    Candidate c{op, position.lookup(op), -1,
+                std::numeric_limits<int64_t>::max(), 0};
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        if (Operation *inBlock = block.findAncestorOpInBlock(*def))
+          c.lastDef = std::max(c.lastDef, position.lookup(inBlock));
+    for (Operation *user : op->getUsers())
+      if (Operation *inBlock = block.findAncestorOpInBlock(*user))
+        c.firstUse = std::min(c.firstUse, position.lookup(inBlock));
+    return c;
+  }
+
+  Operation *at(int64_t index) const { return ops[index]; }
+
+private:
+  Block &block;
+  llvm::DenseMap<Operation *, int64_t> position;
+  SmallVector<Operation *> ops;
 };
 
 struct Bucket {
@@ -66,7 +99,19 @@ struct Bucket {
   bool canAdd(const Candidate &c) const {
     int64_t place = std::max(std::max(lastDef, c.lastDef) + 1,
                              std::min(firstMember, c.position));
-    return place <= std::min(firstUse, c.firstUse);
+    return place <= std::min(firstUse, c.firstUse) && !feeds(c);
+  }
+  /// Whether `c` reads a member's result or a member reads `c`'s: the
+  /// positions alone allow that (a member is not at the bucket's place),
+  /// but the two cannot be in one collective.
+  bool feeds(const Candidate &c) const {
+    return llvm::any_of(members, [&](const Candidate *member) {
+      auto reads = [](Operation *user, Operation *def) {
+        return llvm::any_of(user->getOperands(),
+                            [&](Value v) { return v.getDefiningOp() == def; });
+      };
+      return reads(c.op, member->op) || reads(member->op, c.op);
+    });
   }
   void add(Candidate &c) {
     members.push_back(&c);
@@ -85,7 +130,8 @@ struct OpenBuckets {
   unsigned closed = 0; // buckets of this key closed so far
 };
 
-BucketKey keyOf(AllReduceOp op) {
+BucketKey keyOf(Operation *collective) {
+  auto op = cast<AllReduceOp>(collective);
   return {op.getGroupAttr(),
           cast<RankedTensorType>(op.getType()).getElementType(),
           op.getReduction(), op.getScaleAttr(), op.getWireTypeAttr()};
@@ -111,27 +157,13 @@ mlir::distopt::bucketizeBlock(Block &block,
                               llvm::function_ref<bool(AllReduceOp)> select,
                               const BucketingOptions &options) {
   BucketingResult result;
-  llvm::DenseMap<Operation *, int64_t> position;
-  int64_t index = 0;
-  for (Operation &op : block)
-    position[&op] = index++;
-  SmallVector<Operation *> opsByPosition;
-  for (Operation &op : block)
-    opsByPosition.push_back(&op);
-
+  BlockPositions positions(block);
   SmallVector<Candidate> candidates;
   for (Operation &op : block) {
     auto allReduce = dyn_cast<AllReduceOp>(&op);
     if (!allReduce || !select(allReduce))
       continue;
-    Candidate c{allReduce, position[&op], -1,
-                std::numeric_limits<int64_t>::max(), 0};
-    if (Operation *def = allReduce.getInput().getDefiningOp())
-      if (Operation *inBlock = block.findAncestorOpInBlock(*def))
-        c.lastDef = position[inBlock];
-    for (Operation *user : allReduce->getUsers())
-      if (Operation *inBlock = block.findAncestorOpInBlock(*user))
-        c.firstUse = std::min(c.firstUse, position[inBlock]);
+    Candidate c = positions.candidate(allReduce);
     auto type = cast<RankedTensorType>(allReduce.getType());
     c.bytes = type.getNumElements() *
               llvm::divideCeil(type.getElementTypeBitWidth(), 8);
@@ -202,7 +234,7 @@ mlir::distopt::bucketizeBlock(Block &block,
     if (place > bucket.firstUse)
       place = bucket.insertionPosition();
     previous = place;
-    placed.push_back({&bucket, opsByPosition[place]});
+    placed.push_back({&bucket, positions.at(place)});
   }
   for (auto [bucket, insertBefore] : placed) {
     emitBucket(*bucket, insertBefore, options.alignment);
@@ -217,15 +249,16 @@ mlir::distopt::bucketizeBlock(Block &block,
 
 static void emitBucket(Bucket &bucket, Operation *insertBefore,
                        int64_t alignment) {
-  AllReduceOp first = bucket.members.front()->op;
+  auto first = cast<AllReduceOp>(bucket.members.front()->op);
   OpBuilder builder(insertBefore);
   SmallVector<Location> locs;
   SmallVector<Value> inputs;
   SmallVector<Type> types;
   for (Candidate *member : bucket.members) {
-    locs.push_back(member->op.getLoc());
-    inputs.push_back(member->op.getInput());
-    types.push_back(member->op.getType());
+    auto op = cast<AllReduceOp>(member->op);
+    locs.push_back(op.getLoc());
+    inputs.push_back(op.getInput());
+    types.push_back(op.getType());
   }
   Location loc = builder.getFusedLoc(locs);
   int64_t packed;
@@ -242,7 +275,7 @@ static void emitBucket(Bucket &bucket, Operation *insertBefore,
                                        builder.getI64IntegerAttr(alignment));
   for (auto [member, result] :
        llvm::zip_equal(bucket.members, unpack.getResults()))
-    member->op.getResult().replaceAllUsesWith(result);
+    member->op->getResult(0).replaceAllUsesWith(result);
 }
 
 namespace {
