@@ -20,16 +20,24 @@ The matrix products and dot products sum in a different order than torch's
 BLAS (blocked, vectorised), and Gram-Schmidt carries those roundings through
 r columns; observed: at most 5e-7.
 
-Then on several ranks: the hook in DDP over gloo in 2 and 4 processes, each
-with its own data, and the op under mpirun on as many ranks, each given its
-process's gradient and error and the shared Q. Every rank's result, P, Q
-and error are compared with its process's (same tolerance: the sums over
-ranks add in a different order than gloo's too).
+Then on several ranks, with two layers, so that the lowering batches the
+two ops (both P factors summed in one all_reduce, both Q factors averaged
+in another, as the hook does for the tensors of its bucket): the hook in DDP
+over gloo in 2 and 4 processes, each with its own data, and the ops under
+mpirun on as many ranks, each given its process's gradients and errors and
+the shared Qs. Every rank's results, Ps, Qs and errors are compared with its
+process's (same tolerance: the sums over ranks add in a different order than
+gloo's too). The same two ops with each one's results used before the next
+(so that the lowering cannot batch them: 4 all_reduces instead of 2, which
+the check counts) must give the same bits: the factors are far below the
+runtime's 64 KiB, where recursive doubling adds every element in the same
+order wherever it sits in the buffer.
 
 usage: powersgd_vs_torch.py DISTOPT_OPT MLIR_RUNNER LIB_DIR RUNTIME_LIB MPIRUN
 """
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 
@@ -42,83 +50,127 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mlir_exec import PRINT_DECL, Tally, dense, print_bits, run  # noqa: E402
 
-N, M, BATCH = 16, 8, 8
+N, M, K, BATCH = 16, 8, 12, 8
+ONE_LAYER = ((N, M),)
+TWO_LAYERS = ((N, M), (K, N))  # Linear(M, N) then Linear(N, K): weights N x M, K x N
 TOLERANCE = 1e-5
 
 
-def hook_reference(rank, error_feedback, data_seed=7):
-    """The hook's Q and error before step 4, step 4's gradient, and what the
-    hook made of it: the result, P, Q and the error (in this process's
-    process group; `data_seed` picks this process's data)."""
+def split(flat, shapes, order):
+    """`flat` (the hook's memory for one bucket: the tensors in bucket order,
+    each of its shape) as a list in parameter order."""
+    pieces, at = {}, 0
+    for i in order:
+        size = int(np.prod(shapes[i]))
+        pieces[i] = flat[at:at + size].clone().view(shapes[i])
+        at += size
+    assert at == flat.numel()
+    return [pieces[i] for i in range(len(shapes))]
+
+
+def hook_reference(rank, error_feedback, data_seed=7, layers=ONE_LAYER):
+    """The hook's Qs and errors before step 4, step 4's gradients, and what
+    the hook made of them: for each weight (layers: (out, in) each, chained),
+    the result, P, Q and the error (in this process's process group;
+    `data_seed` picks this process's data)."""
     torch.manual_seed(rank)
-    model = torch.nn.Linear(M, N, bias=False)
-    plain = torch.nn.Linear(M, N, bias=False)
+
+    def mlp():
+        return torch.nn.Sequential(*[torch.nn.Linear(i, o, bias=False) for o, i in layers])
+    model, plain = mlp(), mlp()
     plain.load_state_dict(model.state_dict())
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     state = powersgd.PowerSGDState(
         process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
         min_compression_rate=0, use_error_feedback=error_feedback, warm_start=True,
         orthogonalization_epsilon=0)
-    ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    index = {id(p): i for i, p in enumerate(model.parameters())}
+    order = []  # the bucket's tensors, as parameter indices
+
+    def hook(state, bucket):
+        order[:] = [index[id(p)] for p in bucket.parameters()]
+        return powersgd.powerSGD_hook(state, bucket)
+    ddp.register_comm_hook(state, hook)
     rng = np.random.default_rng(data_seed)
+    pshapes = [(o, rank) for o, _ in layers]
+    qshapes = [(i, rank) for _, i in layers]
     for step in range(4):
-        x = torch.tensor(rng.standard_normal((BATCH, M)), dtype=torch.float32)
-        d = torch.tensor(rng.standard_normal((BATCH, N)), dtype=torch.float32)
+        x = torch.tensor(rng.standard_normal((BATCH, layers[0][1])), dtype=torch.float32)
+        d = torch.tensor(rng.standard_normal((BATCH, layers[-1][0])), dtype=torch.float32)
         if step == 3:
-            q = state.q_memory_dict[0].clone().view(M, rank)
-            e = (state.error_dict[0].clone().view(N, M) if error_feedback
-                 else torch.zeros(N, M))
+            assert len(state.q_memory_dict) == 1, "one DDP bucket expected"
+            qs = split(state.q_memory_dict[0], qshapes, order)
+            es = (split(state.error_dict[0], layers, order) if error_feedback
+                  else [torch.zeros(shape) for shape in layers])
             plain.zero_grad()
             (plain(x) * d).sum().backward()
-            grad = plain.weight.grad.clone()
+            grads = [p.grad.clone() for p in plain.parameters()]
         model.zero_grad()
         (ddp(x) * d).sum().backward()
-    want = [model.weight.grad, state.p_memory_dict[0].view(N, rank),
-            state.q_memory_dict[0].view(M, rank)]
+    want = [[p.grad.clone()] for p in model.parameters()]
+    for w, p, q in zip(want, split(state.p_memory_dict[0], pshapes, order),
+                       split(state.q_memory_dict[0], qshapes, order)):
+        w += [p, q]
     if error_feedback:
-        want.append(state.error_dict[0].view(N, M))
-    return grad.numpy(), q.numpy(), e.numpy(), [w.numpy().copy() for w in want]
+        for w, e in zip(want, split(state.error_dict[0], layers, order)):
+            w.append(e)
+    numpy = [[t.numpy() for t in w] for w in want]
+    return ([g.numpy() for g in grads], [q.numpy() for q in qs], [e.numpy() for e in es],
+            numpy)
 
 
-def ours(opt, runner, libdir, rtlib, grad, q, e, rank, error_feedback):
-    gt, pt, qt = f"tensor<{N}x{M}xf32>", f"tensor<{N}x{rank}xf32>", f"tensor<{M}x{rank}xf32>"
-    lines = ["distopt.process_group @world size 1", PRINT_DECL, "func.func @main() {",
-             f"  %g = arith.constant {dense(grad)}",
-             f"  %q = arith.constant {dense(q)}",
-             f"  %p = arith.constant {dense(np.zeros((N, rank)))}"]
-    if error_feedback:
-        lines += [f"  %e = arith.constant {dense(e)}",
-                  f"  %r, %p1, %q1, %e1 = distopt.powersgd_all_reduce %g, %p, %q, %e on @world "
-                  f"rank {rank} : {gt}, {pt}, {qt}"]
-    else:
-        lines += [f"  %r, %p1, %q1 = distopt.powersgd_all_reduce %g, %p, %q on @world "
-                  f"rank {rank} : {gt}, {pt}, {qt}"]
-    shapes = [(N, M), (N, rank), (M, rank)]
-    lines += print_bits("r", "%r", shapes[0]) + print_bits("p", "%p1", shapes[1])
-    lines += print_bits("q", "%q1", shapes[2])
-    if error_feedback:
-        lines += print_bits("e", "%e1", (N, M))
-        shapes.append((N, M))
-    lines += ["  return", "}"]
-    return run(opt, runner, libdir, "\n".join(lines) + "\n", shapes, extra_libs=[rtlib])
+def types(shape, rank):
+    n, m = shape
+    return f"tensor<{n}x{m}xf32>", f"tensor<{n}x{rank}xf32>", f"tensor<{m}x{rank}xf32>"
 
 
-def hook_process(process, world, init_file, rank, error_feedback, queue):
+def ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback):
+    """The ops on one process; per weight: result, P, Q (and error)."""
+    lines = ["distopt.process_group @world size 1", PRINT_DECL, "func.func @main() {"]
+    shapes, prints = [], []
+    for t, (grad, q, e) in enumerate(zip(grads, qs, es)):
+        gt, pt, qt = types(grad.shape, rank)
+        n, m = grad.shape
+        lines += [f"  %g{t} = arith.constant {dense(grad)}",
+                  f"  %q{t} = arith.constant {dense(q)}",
+                  f"  %p{t} = arith.constant {dense(np.zeros((n, rank)))}"]
+        tensor_shapes = [(n, m), (n, rank), (m, rank)]
+        if error_feedback:
+            lines += [f"  %e{t} = arith.constant {dense(e)}",
+                      f"  %r{t}, %p{t}n, %q{t}n, %e{t}n = distopt.powersgd_all_reduce "
+                      f"%g{t}, %p{t}, %q{t}, %e{t} on @world rank {rank} : {gt}, {pt}, {qt}"]
+            tensor_shapes.append((n, m))
+        else:
+            lines += [f"  %r{t}, %p{t}n, %q{t}n = distopt.powersgd_all_reduce "
+                      f"%g{t}, %p{t}, %q{t} on @world rank {rank} : {gt}, {pt}, {qt}"]
+        for name, value, shape in zip("rpqe", [f"%r{t}", f"%p{t}n", f"%q{t}n", f"%e{t}n"],
+                                      tensor_shapes):
+            prints += print_bits(f"{name}{t}", value, shape)
+            shapes.append(shape)
+    lines += prints + ["  return", "}"]
+    got = run(opt, runner, libdir, "\n".join(lines) + "\n", shapes, extra_libs=[rtlib])
+    per = 4 if error_feedback else 3
+    return [got[t * per:(t + 1) * per] for t in range(len(grads))]
+
+
+def hook_process(process, world, init_file, rank, error_feedback, layers, queue):
     """One DDP process of a multi-rank reference run."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=process,
                             world_size=world)
-    queue.put((process, hook_reference(rank, error_feedback, data_seed=7 + 101 * process)))
+    queue.put((process, hook_reference(rank, error_feedback, data_seed=7 + 101 * process,
+                                       layers=layers)))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def hook_reference_ranks(world, rank, error_feedback):
+def hook_reference_ranks(world, rank, error_feedback, layers):
     """hook_reference on `world` gloo processes, in process order."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         procs = [ctx.Process(target=hook_process,
-                             args=(p, world, os.path.join(tmp, "init"), rank, error_feedback, queue))
+                             args=(p, world, os.path.join(tmp, "init"), rank, error_feedback,
+                                   layers, queue))
                  for p in range(world)]
         for p in procs:
             p.start()
@@ -130,38 +182,62 @@ def hook_reference_ranks(world, rank, error_feedback):
     return [results[p] for p in range(world)]
 
 
-def ours_ranks(opt, runner, libdir, rtlib, mpirun, grads, q, errors, rank):
-    """The op on len(grads) ranks (error feedback on), each with its own
-    gradient and error; every rank's result, P, Q and error, gathered to
-    rank 0 and printed, as [world, ...] arrays."""
-    world = len(grads)
-    shapes = [(N, M), (N, rank), (M, rank), (N, M)]
+def ranks_text(world, grads, qs, errors, rank, batched):
+    """The ops (error feedback on) on `world` ranks, rank k taking
+    grads[k][t] and errors[k][t] for weight t and the shared qs[t]; every
+    rank's result, P, Q and error gathered to rank 0 and printed, weight by
+    weight. Unless `batched`, each op's results are gathered before the next
+    op, which keeps the lowering from batching them. Returns the text and
+    the printed shapes."""
     lines = [f"distopt.process_group @world size {world}", PRINT_DECL, "func.func @main() {",
              "  %rank = distopt.rank @world : index",
-             "  %zero = arith.constant 0 : index",
-             f"  %gs = arith.constant {dense(np.stack(grads))}",
-             f"  %es = arith.constant {dense(np.stack(errors))}",
-             f"  %g = tensor.extract_slice %gs[%rank, 0, 0] [1, {N}, {M}] [1, 1, 1]"
-             f" : tensor<{world}x{N}x{M}xf32> to tensor<{N}x{M}xf32>",
-             f"  %e = tensor.extract_slice %es[%rank, 0, 0] [1, {N}, {M}] [1, 1, 1]"
-             f" : tensor<{world}x{N}x{M}xf32> to tensor<{N}x{M}xf32>",
-             f"  %q = arith.constant {dense(q)}",
-             f"  %p = arith.constant {dense(np.zeros((N, rank)))}",
-             f"  %r, %p1, %q1, %e1 = distopt.powersgd_all_reduce %g, %p, %q, %e on @world "
-             f"rank {rank} : tensor<{N}x{M}xf32>, tensor<{N}x{rank}xf32>, tensor<{M}x{rank}xf32>"]
-    printed = []
-    for name, value, (a, b) in zip("rpqe", ["%r", "%p1", "%q1", "%e1"], shapes):
-        lines += [f"  %{name}x = tensor.expand_shape {value} [[0, 1], [2]] output_shape [1, {a}, {b}]"
-                  f" : tensor<{a}x{b}xf32> into tensor<1x{a}x{b}xf32>",
-                  f"  %{name}all = distopt.all_gather %{name}x on @world"
-                  f" : tensor<1x{a}x{b}xf32> -> tensor<{world}x{a}x{b}xf32>"]
-        printed.append((world, a, b))
-    lines += ["  %first = arith.cmpi eq, %rank, %zero : index", "  scf.if %first {"]
-    for name, shape in zip("rpqe", printed):
-        lines += ["  " + line for line in print_bits(name + "o", f"%{name}all", shape)]
+             "  %zero = arith.constant 0 : index"]
+    gathered, printed = [], []
+    for t, q in enumerate(qs):
+        n, m = grads[0][t].shape
+        gt, pt, qt = types((n, m), rank)
+        lines += [f"  %gs{t} = arith.constant {dense(np.stack([g[t] for g in grads]))}",
+                  f"  %es{t} = arith.constant {dense(np.stack([e[t] for e in errors]))}",
+                  f"  %g{t} = tensor.extract_slice %gs{t}[%rank, 0, 0] [1, {n}, {m}] [1, 1, 1]"
+                  f" : tensor<{world}x{n}x{m}xf32> to {gt}",
+                  f"  %e{t} = tensor.extract_slice %es{t}[%rank, 0, 0] [1, {n}, {m}] [1, 1, 1]"
+                  f" : tensor<{world}x{n}x{m}xf32> to {gt}",
+                  f"  %q{t} = arith.constant {dense(q)}",
+                  f"  %p{t} = arith.constant {dense(np.zeros((n, rank)))}",
+                  f"  %r{t}, %p{t}n, %q{t}n, %e{t}n = distopt.powersgd_all_reduce "
+                  f"%g{t}, %p{t}, %q{t}, %e{t} on @world rank {rank} : {gt}, {pt}, {qt}"]
+        gather = []
+        for name, (a, b) in zip("rpqe", [(n, m), (n, rank), (m, rank), (n, m)]):
+            value, out = f"%{name}{t}" if name == "r" else f"%{name}{t}n", f"%{name}{t}all"
+            gather += [f"  %{name}{t}x = tensor.expand_shape {value} [[0, 1], [2]]"
+                       f" output_shape [1, {a}, {b}] : tensor<{a}x{b}xf32> into tensor<1x{a}x{b}xf32>",
+                       f"  {out} = distopt.all_gather %{name}{t}x on @world"
+                       f" : tensor<1x{a}x{b}xf32> -> tensor<{world}x{a}x{b}xf32>"]
+            printed.append((f"{name}{t}o", out, (world, a, b)))
+        if batched:
+            gathered += gather
+        else:
+            lines += gather
+    lines += gathered + ["  %first = arith.cmpi eq, %rank, %zero : index", "  scf.if %first {"]
+    for name, value, shape in printed:
+        lines += ["  " + line for line in print_bits(name, value, shape)]
     lines += ["  }", "  return", "}"]
-    return run(opt, runner, libdir, "\n".join(lines) + "\n", printed, extra_libs=[rtlib],
-               launcher=[*shlex.split(mpirun), "-np", str(world)])
+    return "\n".join(lines) + "\n", [shape for _, _, shape in printed]
+
+
+def all_reduces(opt, text):
+    """How many all_reduces the lowering of `text` issues."""
+    lowered = subprocess.run([opt, "--distopt-lower-local-ops"], input=text, check=True,
+                             capture_output=True, text=True).stdout
+    return lowered.count("distopt.all_reduce ")
+
+
+def ours_ranks(opt, runner, libdir, rtlib, mpirun, text, shapes, world):
+    """`text` under mpirun on `world` ranks: per weight, [world, ...] arrays
+    of every rank's result, P, Q and error."""
+    got = run(opt, runner, libdir, text, shapes, extra_libs=[rtlib],
+              launcher=[*shlex.split(mpirun), "-np", str(world)])
+    return [got[t:t + 4] for t in range(0, len(got), 4)]
 
 
 def compare(got, want, rank):
@@ -181,31 +257,46 @@ def main():
     init = tempfile.NamedTemporaryFile(delete=False)
     dist.init_process_group("gloo", init_method=f"file://{init.name}", rank=0, world_size=1)
     tally = Tally()
-    for rank in (1, 2, 4):
-        for error_feedback in (True, False):
-            grad, q, e, want = hook_reference(rank, error_feedback)
-            got = ours(opt, runner, libdir, rtlib, grad, q, e, rank, error_feedback)
-            names = ["result", "P", "Q", "error"]
-            worst = compare(got, want, rank)
-            ok = worst <= TOLERANCE and len(got) == len(want)
-            label = f"rank {rank}, error feedback {'on' if error_feedback else 'off'}"
-            tally.check(ok, f"{label}: {', '.join(names[:len(want)])} "
-                  f"within {worst:.1e} of their largest magnitude")
+    names = ["result", "P", "Q", "error"]
+    cases = [(rank, ef, ONE_LAYER) for rank in (1, 2, 4) for ef in (True, False)]
+    cases.append((2, True, TWO_LAYERS))
+    for rank, error_feedback, layers in cases:
+        grads, qs, es, want = hook_reference(rank, error_feedback, layers=layers)
+        got = ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback)
+        worst = max(compare(g, w, rank) for g, w in zip(got, want))
+        ok = len(got) == len(want) and all(len(g) == len(w) for g, w in zip(got, want))
+        ok = ok and worst <= TOLERANCE
+        label = (f"rank {rank}, error feedback {'on' if error_feedback else 'off'}"
+                 + (f", {len(layers)} weights" if len(layers) > 1 else ""))
+        tally.check(ok, f"{label}: {', '.join(names[:len(want[0])])} "
+              f"within {worst:.1e} of their largest magnitude")
     dist.destroy_process_group()
 
     for world in (2, 4):
         for rank in (1, 2):
-            processes = hook_reference_ranks(world, rank, error_feedback=True)
+            processes = hook_reference_ranks(world, rank, True, TWO_LAYERS)
             grads = [g for g, _, _, _ in processes]
             errors = [e for _, _, e, _ in processes]
             qs = [q for _, q, _, _ in processes]
-            # Warm start: the hook's Q is the same on every process.
-            assert all(np.array_equal(q, qs[0]) for q in qs)
-            got = ours_ranks(opt, runner, libdir, rtlib, mpirun, grads, qs[0], errors, rank)
-            worst = max(compare([t[r] for t in got], processes[r][3], rank) for r in range(world))
-            ok = worst <= TOLERANCE
-            tally.check(ok, f"{world} ranks, rank {rank}, error feedback on: "
-                  f"every rank's result, P, Q, error within {worst:.1e} of their largest magnitude")
+            # Warm start: the hook's Qs are the same on every process.
+            assert all(np.array_equal(a, b) for q in qs for a, b in zip(q, qs[0]))
+            text, shapes = ranks_text(world, grads, qs[0], errors, rank, batched=True)
+            got = ours_ranks(opt, runner, libdir, rtlib, mpirun, text, shapes, world)
+            worst = max(compare([t[r] for t in got[w]], processes[r][3][w], rank)
+                        for r in range(world) for w in range(len(TWO_LAYERS)))
+            tally.check(worst <= TOLERANCE and all_reduces(opt, text) == 2,
+                        f"{world} ranks, rank {rank}, 2 weights in one batch (2 all_reduces): "
+                        f"every rank's results, Ps, Qs, errors within {worst:.1e} of their "
+                        f"largest magnitude")
+            if rank != 1:
+                continue
+            text, shapes = ranks_text(world, grads, qs[0], errors, rank, batched=False)
+            alone = ours_ranks(opt, runner, libdir, rtlib, mpirun, text, shapes, world)
+            same = all(np.array_equal(a.view(np.int32), b.view(np.int32))
+                       for x, y in zip(got, alone) for a, b in zip(x, y))
+            tally.check(same and all_reduces(opt, text) == 4,
+                        f"{world} ranks, rank {rank}: batched == one op at a time "
+                        f"(4 all_reduces), bit for bit")
     return tally.finish()
 
 

@@ -126,6 +126,85 @@ func.func @powersgd_no_error(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tenso
 
 // -----
 
+// PowerSGD ops of one block are lowered as a batch: both first products,
+// then their P factors (16 + 64 elements, packed without padding) summed in
+// one all_reduce, then both second products, then the Q factors (8 + 8)
+// averaged in one, then both approximations. The bf16 one is a batch of its
+// own (a bucket holds one element type).
+// CHECK-LABEL: func.func @powersgd_batch
+// CHECK-NOT: distopt.all_reduce
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[0] [16] [1] : tensor<16xf32> into tensor<80xf32>
+// CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[16] [64] [1] : tensor<64xf32> into tensor<80xf32>
+// CHECK: %[[PS:.*]] = distopt.all_reduce sum %{{.*}} on @dp : tensor<80xf32>
+// CHECK-NOT: distopt.all_reduce
+// CHECK: tensor.extract_slice %[[PS]][0] [16] [1]
+// CHECK: tensor.extract_slice %[[PS]][16] [64] [1]
+// CHECK-NOT: distopt.all_reduce
+// CHECK: math.sqrt
+// CHECK: %[[QS:.*]] = distopt.all_reduce avg %{{.*}} on @dp : tensor<16xf32>
+// CHECK-NOT: distopt.all_reduce {{.*}}f32>
+// CHECK: distopt.all_reduce sum %{{.*}} on @dp : tensor<8x1xbf16>
+// CHECK: distopt.all_reduce avg %{{.*}} on @dp : tensor<1x4xbf16>
+// CHECK-NOT: distopt.all_reduce
+// CHECK: return
+distopt.process_group @dp size 2
+func.func @powersgd_batch(%g0: tensor<16x8xf32>, %p0: tensor<16x1xf32>, %q0: tensor<8x1xf32>,
+                          %g1: tensor<32x4xf32>, %p1: tensor<32x2xf32>, %q1: tensor<4x2xf32>,
+                          %g2: tensor<8x4xbf16>, %p2: tensor<8x1xbf16>, %q2: tensor<4x1xbf16>)
+    -> (tensor<16x8xf32>, tensor<32x4xf32>, tensor<8x4xbf16>) {
+  %r0:3 = distopt.powersgd_all_reduce %g0, %p0, %q0 on @dp rank 1 : tensor<16x8xf32>, tensor<16x1xf32>, tensor<8x1xf32>
+  %r2:3 = distopt.powersgd_all_reduce %g2, %p2, %q2 on @dp rank 1 : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
+  %r1:3 = distopt.powersgd_all_reduce %g1, %p1, %q1 on @dp rank 2 : tensor<32x4xf32>, tensor<32x2xf32>, tensor<4x2xf32>
+  return %r0#0, %r1#0, %r2#0 : tensor<16x8xf32>, tensor<32x4xf32>, tensor<8x4xbf16>
+}
+
+// -----
+
+// Interleaved kinds: the bf16 batch goes first (before %b0), the f32 batch
+// before %b1, the first op after the f32 gradient %g1 is computed; each
+// batch's ops are erased only once every batch is lowered.
+// CHECK-LABEL: func.func @powersgd_interleaved
+// CHECK: distopt.all_reduce sum %{{.*}} : tensor<16xbf16>
+// CHECK: distopt.all_reduce avg %{{.*}} : tensor<8xbf16>
+// CHECK: arith.addf %{{.*}} : tensor<8x4xf32>
+// CHECK: distopt.all_reduce sum %{{.*}} : tensor<16xf32>
+// CHECK: distopt.all_reduce avg %{{.*}} : tensor<8xf32>
+// CHECK-NOT: distopt.all_reduce
+distopt.process_group @dp size 2
+func.func @powersgd_interleaved(
+    %gb0: tensor<8x4xbf16>, %pb0: tensor<8x1xbf16>, %qb0: tensor<4x1xbf16>,
+    %g0: tensor<8x4xf32>, %p0: tensor<8x1xf32>, %q0: tensor<4x1xf32>,
+    %h: tensor<8x4xf32>, %p1: tensor<8x1xf32>, %q1: tensor<4x1xf32>,
+    %gb1: tensor<8x4xbf16>, %pb1: tensor<8x1xbf16>, %qb1: tensor<4x1xbf16>)
+    -> (tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>) {
+  %b0:3 = distopt.powersgd_all_reduce %gb0, %pb0, %qb0 on @dp rank 1 : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
+  %a0:3 = distopt.powersgd_all_reduce %g0, %p0, %q0 on @dp rank 1 : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
+  %g1 = arith.addf %h, %h : tensor<8x4xf32>
+  %b1:3 = distopt.powersgd_all_reduce %gb1, %pb1, %qb1 on @dp rank 1 : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
+  %a1:3 = distopt.powersgd_all_reduce %g1, %p1, %q1 on @dp rank 1 : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
+  return %b0#0, %a0#0, %a1#0, %b1#0 : tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>
+}
+
+// -----
+
+// A result used before the next op (here the next op's gradient depends on
+// it) ends the batch: two all_reduces per op, in program order.
+// CHECK-LABEL: func.func @powersgd_dependent
+// CHECK: distopt.all_reduce sum %{{.*}} : tensor<8x1xf32>
+// CHECK: distopt.all_reduce avg %{{.*}} : tensor<1x8xf32>
+// CHECK: distopt.all_reduce sum %{{.*}} : tensor<8x1xf32>
+// CHECK: distopt.all_reduce avg %{{.*}} : tensor<1x8xf32>
+// CHECK-NOT: distopt.all_reduce
+distopt.process_group @dp size 2
+func.func @powersgd_dependent(%g: tensor<8x8xf32>, %p: tensor<8x1xf32>, %q: tensor<8x1xf32>)
+    -> tensor<8x8xf32> {
+  %r0:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank 1 : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %r1:3 = distopt.powersgd_all_reduce %r0#0, %r0#1, %r0#2 on @dp rank 1 : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  return %r1#0 : tensor<8x8xf32>
+}
+
+// -----
+
 // Top-K: the threshold searched bit by bit (31 counts for f32), one pass
 // selecting k = 4 pairs, both halves all-gathered (2 ranks x 4), added into
 // zeros in order, then averaged.

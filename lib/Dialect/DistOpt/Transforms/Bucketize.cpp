@@ -247,6 +247,46 @@ mlir::distopt::bucketizeBlock(Block &block,
   return result;
 }
 
+SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
+  BlockPositions positions(block);
+  SmallVector<Candidate> candidates;
+  for (Operation &op : block)
+    if (isa<PowerSGDAllReduceOp>(op))
+      candidates.push_back(positions.candidate(&op));
+  // In program order, one open batch per group and element type: a member
+  // that has no place in common with the open batch closes it.
+  using Key = std::pair<Attribute, Type>;
+  auto keyOf = [](const Candidate &c) -> Key {
+    auto op = cast<PowerSGDAllReduceOp>(c.op);
+    return {op.getGroupAttr(), op.getP().getType().getElementType()};
+  };
+  SmallVector<std::pair<Key, Bucket>> open;
+  SmallVector<Bucket> done;
+  for (Candidate &c : candidates) {
+    Key key = keyOf(c);
+    auto it =
+        llvm::find_if(open, [&](auto &entry) { return entry.first == key; });
+    if (it == open.end()) {
+      open.push_back({key, Bucket()});
+      it = std::prev(open.end());
+    } else if (!it->second.canAdd(c)) {
+      done.push_back(std::move(it->second));
+      it->second = Bucket();
+    }
+    it->second.add(c);
+  }
+  for (auto &entry : open)
+    done.push_back(std::move(entry.second));
+  SmallVector<PowerSGDBatch> batches;
+  for (Bucket &bucket : done) {
+    PowerSGDBatch &batch = batches.emplace_back();
+    for (Candidate *member : bucket.members)
+      batch.members.push_back(cast<PowerSGDAllReduceOp>(member->op));
+    batch.insertBefore = positions.at(bucket.insertionPosition());
+  }
+  return batches;
+}
+
 static void emitBucket(Bucket &bucket, Operation *insertBefore,
                        int64_t alignment) {
   auto first = cast<AllReduceOp>(bucket.members.front()->op);

@@ -12,6 +12,7 @@
 #include "RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Dialect/DistOpt/Transforms/Bucketing.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -19,6 +20,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <cmath>
 
@@ -154,7 +156,8 @@ void lowerPack(BucketPackOp op) {
   eraseReplacedConversions(inputs);
 }
 
-void lowerUnpack(BucketUnpackOp op) {
+/// Returns what replaces the unpacked tensors.
+SmallVector<Value> lowerUnpack(BucketUnpackOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   SmallVector<Value> results;
@@ -167,6 +170,7 @@ void lowerUnpack(BucketUnpackOp op) {
   }
   op.replaceAllUsesWith(results);
   op.erase();
+  return results;
 }
 
 Value rankOf(OpBuilder &b, Location loc, Operation *at,
@@ -708,60 +712,106 @@ SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p, Value qT,
   return SmallVector<Value>(generic.getResults());
 }
 
-/// powersgd_all_reduce as its description (and the hook) computes it: two
-/// matrix products, each followed by an all_reduce of the small factor.
-void lowerPowerSGD(PowerSGDAllReduceOp op) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  double epsilon = op.getOrthogonalizationEpsilon().convertToDouble();
-  FlatSymbolRefAttr group = op.getGroupAttr();
-  auto gradType = cast<RankedTensorType>(op.getGrad().getType());
-  auto pType = cast<RankedTensorType>(op.getP().getType());
-  auto qType = cast<RankedTensorType>(op.getQ().getType());
-  // M = G + E is written over E, the new error over M and R over G, each
-  // where nothing else reads the old value: state and gradients then keep
-  // their buffers from step to step (in place).
-  Value m = op.getGrad(), error = op.getError();
-  Value rInit = m.hasOneUse() ? m : Value();
-  Value qInit = op.getQ().hasOneUse() ? op.getQ() : Value();
-  if (error)
-    m = elementwise(
-        b, loc, m, error,
-        [](OpBuilder &nb, Location l, Value g, Value e) -> Value {
-          return arith::AddFOp::create(nb, l, g, e);
-        },
-        /*overRhs=*/error.hasOneUse());
-  auto allReduce = [&](Value value, ReductionKind kind) -> Value {
-    return AllReduceOp::create(b, loc, value.getType(), value, group,
-                               /*wire_type=*/nullptr,
-                               ReductionKindAttr::get(b.getContext(), kind),
-                               /*scale=*/nullptr);
+/// The powersgd_all_reduce ops of a batch as their description (and the
+/// hook) computes them: every member's first product, the P factors summed
+/// in one all_reduce, every member's second product, the Q factors averaged
+/// in one all_reduce, then every member's approximation. Packing the small
+/// factors costs a copy of (n + m) r elements; a collective per tensor costs
+/// the link's latency twice per tensor. The members are left without uses,
+/// for the caller to erase.
+void lowerPowerSGD(PowerSGDBatch &batch) {
+  OpBuilder b(batch.insertBefore);
+  Location loc = batch.members.size() == 1
+                     ? batch.members.front().getLoc()
+                     : b.getFusedLoc(llvm::map_to_vector(
+                           batch.members,
+                           [](PowerSGDAllReduceOp op) { return op.getLoc(); }));
+  PowerSGDAllReduceOp first = batch.members.front();
+  // All-reduces the factors, packed into one bucket when there are several
+  // (1-D, no padding needed: the alignment is one element).
+  auto allReduce = [&](ArrayRef<Value> factors,
+                       ReductionKind kind) -> SmallVector<Value> {
+    auto reduce = [&](Value value) -> Value {
+      return AllReduceOp::create(b, loc, value.getType(), value,
+                                 first.getGroupAttr(), /*wire_type=*/nullptr,
+                                 ReductionKindAttr::get(b.getContext(), kind),
+                                 /*scale=*/nullptr);
+    };
+    if (factors.size() == 1)
+      return {reduce(factors.front())};
+    auto element =
+        cast<RankedTensorType>(factors.front().getType()).getElementType();
+    int64_t alignment = llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+    int64_t total;
+    computeBucketOffsets(ValueRange(factors).getTypes(), alignment, &total);
+    auto pack =
+        BucketPackOp::create(b, loc, RankedTensorType::get({total}, element),
+                             factors, b.getI64IntegerAttr(alignment));
+    auto unpack =
+        BucketUnpackOp::create(b, loc, ValueRange(factors).getTypes(),
+                               reduce(pack), b.getI64IntegerAttr(alignment));
+    lowerPack(pack);
+    return lowerUnpack(unpack);
   };
+
   // Loops (i, j, k) for M (n x m, row i), P (n x r), Q^T (r x m): every
   // product walks M's rows, and Q is used transposed (small: m x r) so that
   // its columns are contiguous like M's rows.
-  Value qT = transpose(b, loc, orthogonalize(b, loc, op.getQ(), epsilon));
-  // P = M Q, summed (its scale is removed by the orthogonalization): dot
-  // products of rows, vectorized.
-  Value p = contract(b, loc, m, qT, dims(b, 0, 2), dims(b, 1, 2), dims(b, 0, 1),
-                     /*reduction=*/2, pType.getShape(),
-                     /*reassociate=*/true);
-  p = orthogonalize(b, loc, allReduce(p, ReductionKind::Sum), epsilon);
-  // Q'^T = (M^T P)^T, averaged: row i of M scaled into each row of Q'^T,
-  // rows in order.
-  Value newQT =
-      contract(b, loc, m, p, dims(b, 0, 2), dims(b, 0, 1), dims(b, 1, 2),
-               /*reduction=*/0, {qType.getDimSize(1), qType.getDimSize(0)});
-  newQT = allReduce(newQT, ReductionKind::Avg);
-  // R = P Q'^T and the new error M - R, one pass.
-  SmallVector<Value> approximation =
-      approximate(b, loc, p, newQT, error ? m : Value(), gradType, rInit);
-  SmallVector<Value> results = {approximation[0], p,
-                                transpose(b, loc, newQT, qInit)};
-  if (op.getError())
-    results.push_back(approximation[1]);
-  op.replaceAllUsesWith(results);
-  op.erase();
+  struct Member {
+    Value m, error, rInit, qInit;
+  };
+  SmallVector<Member> members;
+  SmallVector<Value> ps;
+  for (PowerSGDAllReduceOp op : batch.members) {
+    double epsilon = op.getOrthogonalizationEpsilon().convertToDouble();
+    // M = G + E is written over E, the new error over M and R over G, each
+    // where nothing else reads the old value: state and gradients then keep
+    // their buffers from step to step (in place).
+    Member &member = members.emplace_back();
+    member.m = op.getGrad();
+    member.error = op.getError();
+    member.rInit = member.m.hasOneUse() ? member.m : Value();
+    member.qInit = op.getQ().hasOneUse() ? op.getQ() : Value();
+    if (member.error)
+      member.m = elementwise(
+          b, loc, member.m, member.error,
+          [](OpBuilder &nb, Location l, Value g, Value e) -> Value {
+            return arith::AddFOp::create(nb, l, g, e);
+          },
+          /*overRhs=*/member.error.hasOneUse());
+    Value qT = transpose(b, loc, orthogonalize(b, loc, op.getQ(), epsilon));
+    // P = M Q, summed (its scale is removed by the orthogonalization): dot
+    // products of rows, vectorized.
+    ps.push_back(contract(b, loc, member.m, qT, dims(b, 0, 2), dims(b, 1, 2),
+                          dims(b, 0, 1), /*reduction=*/2,
+                          op.getP().getType().getShape(),
+                          /*reassociate=*/true));
+  }
+  ps = allReduce(ps, ReductionKind::Sum);
+  SmallVector<Value> qTs;
+  for (auto [op, member, p] : llvm::zip_equal(batch.members, members, ps)) {
+    p = orthogonalize(b, loc, p,
+                      op.getOrthogonalizationEpsilon().convertToDouble());
+    // Q'^T = (M^T P)^T, averaged: row i of M scaled into each row of Q'^T,
+    // rows in order.
+    ArrayRef<int64_t> qShape = op.getQ().getType().getShape();
+    qTs.push_back(contract(b, loc, member.m, p, dims(b, 0, 2), dims(b, 0, 1),
+                           dims(b, 1, 2), /*reduction=*/0,
+                           {qShape[1], qShape[0]}));
+  }
+  qTs = allReduce(qTs, ReductionKind::Avg);
+  for (auto [op, member, p, qT] :
+       llvm::zip_equal(batch.members, members, ps, qTs)) {
+    // R = P Q'^T and the new error M - R, one pass.
+    SmallVector<Value> approximation = approximate(
+        b, loc, p, qT, member.error ? member.m : Value(),
+        cast<RankedTensorType>(op.getGrad().getType()), member.rInit);
+    SmallVector<Value> results = {approximation[0], p,
+                                  transpose(b, loc, qT, member.qInit)};
+    if (member.error)
+      results.push_back(approximation[1]);
+    op.replaceAllUsesWith(results);
+  }
 }
 
 /// topk_all_reduce: A = G + E; the k entries of largest |A| (ties: lower
@@ -955,6 +1005,7 @@ struct LowerLocalOpsPass
   void runOnOperation() override {
     bool ok = true;
     SmallVector<Operation *> ops;
+    llvm::SetVector<Block *> powerSGDBlocks;
     // The runtime's communicator is the world: a group of another size
     // would fail at run time with a misleading world-size mismatch.
     int64_t world = 0;
@@ -985,9 +1036,10 @@ struct LowerLocalOpsPass
       }
       if (isa<RankOp, GroupSizeOp, ShardSliceOp, OwnedByOp, BucketPackOp,
               BucketUnpackOp, UnscaleOp, AllFiniteOp, LossScaleUpdateOp,
-              ClipGradNormOp, PowerSGDAllReduceOp, OrthogonalizeOp,
-              TopKAllReduceOp>(op))
+              ClipGradNormOp, OrthogonalizeOp, TopKAllReduceOp>(op))
         ops.push_back(op);
+      if (isa<PowerSGDAllReduceOp>(op))
+        powerSGDBlocks.insert(op->getBlock());
     });
     if (!ok)
       return signalPassFailure();
@@ -1007,6 +1059,17 @@ struct LowerLocalOpsPass
     getOperation().walk([](ProcessGroupOp group) {
       SymbolTable::setSymbolVisibility(group, SymbolTable::Visibility::Private);
     });
+    // PowerSGD in batches, each block's at once (its factors all-reduced
+    // together); before the packs its results may go into.
+    for (Block *block : powerSGDBlocks) {
+      SmallVector<PowerSGDBatch> batches = batchPowerSGD(*block);
+      for (PowerSGDBatch &batch : batches)
+        lowerPowerSGD(batch);
+      // Erased only now: a batch may be placed before another's member.
+      for (PowerSGDBatch &batch : batches)
+        for (PowerSGDAllReduceOp op : batch.members)
+          op.erase();
+    }
     // A shard of a pack is built directly (before the pack is lowered).
     llvm::SmallPtrSet<Operation *, 16> lowered;
     for (Operation *op : ops) {
@@ -1042,8 +1105,6 @@ struct LowerLocalOpsPass
         lowerLossScaleUpdate(update);
       else if (auto clip = dyn_cast<ClipGradNormOp>(op))
         lowerClipGradNorm(clip);
-      else if (auto powerSGD = dyn_cast<PowerSGDAllReduceOp>(op))
-        lowerPowerSGD(powerSGD);
       else if (auto orthogonal = dyn_cast<OrthogonalizeOp>(op))
         lowerOrthogonalize(orthogonal);
       else if (auto topK = dyn_cast<TopKAllReduceOp>(op))

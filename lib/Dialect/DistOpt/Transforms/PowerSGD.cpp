@@ -72,6 +72,7 @@ private:
 
   func::FuncOp func;
   SmallVector<std::pair<Value, DictionaryAttr>> newResults;
+  SmallVector<tensor::ExpandShapeOp> reshaped; // averages back in shape
   unsigned unnamed = 0;
 };
 
@@ -152,9 +153,12 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
     newResults.push_back(
         {op->getResult(1 + k), func.getArgAttrDict(plan.firstArg + k)});
   Value reduced = op.getResult();
-  if (type.getRank() > 2)
-    reduced =
+  if (type.getRank() > 2) {
+    auto expand =
         tensor::ExpandShapeOp::create(builder, loc, type, reduced, toMatrix);
+    reshaped.push_back(expand);
+    reduced = expand;
+  }
   return reduced;
 }
 
@@ -250,6 +254,21 @@ void PowerSGDPass::runOnOperation() {
     scatter.erase();
     pack.erase();
   }
+
+  // Each average goes back to its shape where it is first used, not right
+  // after its op: the lowering all-reduces the factors of a block's PowerSGD
+  // ops together, which needs a place after all of them and before any use.
+  for (tensor::ExpandShapeOp expand : reshaped) {
+    Block *block = expand->getBlock();
+    Operation *first = nullptr;
+    for (Operation *user : expand->getUsers())
+      if (Operation *inBlock = block->findAncestorOpInBlock(*user))
+        if (!first || inBlock->isBeforeInBlock(first))
+          first = inBlock;
+    if (first)
+      expand->moveBefore(first);
+  }
+  reshaped.clear();
 
   // What is not worth compressing goes in one plain all_reduce per block.
   BucketingOptions batch;

@@ -8,10 +8,12 @@
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Dialect/DistOpt/Transforms/Bucketing.h"
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -63,6 +65,9 @@ struct StepReport {
   llvm::MapVector<StringRef, CollectiveRow> collectives;
   int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
   int64_t uncompressed = 0, compressed = 0;
+  /// Tensors PowerSGD compresses, and the batches their factors are
+  /// all-reduced in (two all_reduces each: P, then Q).
+  int64_t powerSGDTensors = 0, powerSGDBatches = 0;
 };
 
 /// Bytes each rank sends for one collective of `payload` bytes on `n` ranks,
@@ -216,7 +221,9 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       payload = k * (bytesOf(topk.getGrad().getType()) / numel + 4) * n;
     }
     CollectiveRow &row = report.collectives[kind];
-    ++row.count;
+    // PowerSGD's collectives are counted by batch, below.
+    if (!isa<PowerSGDAllReduceOp>(op))
+      ++row.count;
     row.payload += payload;
     row.sent += isa<TopKAllReduceOp>(op) ? ringBytes("all_gather", payload, n)
                                          : ringBytes(kind, payload, n);
@@ -233,6 +240,16 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       report.compressed += payload;
     }
   });
+  llvm::SetVector<Block *> powerSGDBlocks;
+  func.walk([&](PowerSGDAllReduceOp op) {
+    ++report.powerSGDTensors;
+    powerSGDBlocks.insert(op->getBlock());
+  });
+  for (Block *block : powerSGDBlocks)
+    report.powerSGDBatches += batchPowerSGD(*block).size();
+  if (report.powerSGDBatches > 0)
+    report.collectives["powersgd_all_reduce"].count +=
+        2 * report.powerSGDBatches;
   return report;
 }
 
@@ -273,6 +290,11 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
   os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n", "total",
                      (long long)total.count, (long long)total.payload,
                      total.sent, psi > 0 ? total.sent / psi : 0.0);
+  if (r.powerSGDTensors > 0)
+    os << "  (powersgd_all_reduce: " << r.powerSGDTensors
+       << " tensors, their P and Q factors all-reduced in " << r.powerSGDBatches
+       << (r.powerSGDBatches == 1 ? " batch" : " batches")
+       << " of 2 all_reduces)\n";
 
   os << "\nmodel state per rank\n";
   os << llvm::format("  %-34s %16s %10s\n", "", "bytes", "per param");

@@ -379,6 +379,10 @@ def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
     `orthogonalization_epsilon` is as in `distopt.orthogonalize`. The result
     is an average over the group, like the hook's.
 
+    `--distopt-lower-local-ops` lowers the ops of a block (same group and
+    element type) together, as the hook treats a bucket: one `all_reduce`
+    for all their P factors and one for all their Q' factors.
+
     ```mlir
     %r, %p1, %q1, %e1 = distopt.powersgd_all_reduce %g, %p, %q, %e on @dp rank 2
         : tensor<64x32xf32>, tensor<64x2xf32>, tensor<32x2xf32>

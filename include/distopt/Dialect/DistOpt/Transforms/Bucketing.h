@@ -1,7 +1,8 @@
 //===- Bucketing.h - pack all_reduces into buckets --------------*- C++ -*-===//
 //
 // The bucketing that --distopt-bucketize performs, for other passes too
-// (PowerSGD batches the tensors it does not compress into one bucket).
+// (PowerSGD batches the tensors it does not compress into one bucket), and
+// the batches in which PowerSGD's factors are all-reduced.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +49,21 @@ struct BucketingResult {
 BucketingResult bucketizeBlock(Block &block,
                                llvm::function_ref<bool(AllReduceOp)> select,
                                const BucketingOptions &options);
+
+/// PowerSGD ops that are lowered together: their P factors all-reduced in
+/// one collective, their Q factors in another (as PyTorch's hook does for
+/// the tensors of a bucket).
+struct PowerSGDBatch {
+  SmallVector<PowerSGDAllReduceOp> members; // in program order
+  Operation *insertBefore; // after every member's operands, before any use
+};
+
+/// Groups the powersgd_all_reduce ops of `block` into batches: the same
+/// group and element type, and a place in the block after the definitions
+/// of all their operands and before the first use of any of their results.
+/// In program order, a member with no such place in common with the open
+/// batch starts a new one. The ops are not changed.
+SmallVector<PowerSGDBatch> batchPowerSGD(Block &block);
 
 } // namespace mlir::distopt
 

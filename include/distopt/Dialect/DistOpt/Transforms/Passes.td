@@ -330,7 +330,9 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
     gradients packed into an `avg` `reduce_scatter` are compressed the same
     way; each rank then takes its chunk of the repacked averages with
     `distopt.shard_slice`. Sum reductions are left alone (PowerSGD yields
-    an average).
+    an average). A gradient viewed as a matrix is reshaped back where its
+    average is first used, so that nothing stands between the block's
+    PowerSGD ops and the place where the lowering batches their factors.
   }];
   let options = [
     Option<"rank", "rank", "int64_t", "1",
@@ -392,8 +394,13 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
 
     `powersgd_all_reduce` becomes its matrix products (`linalg.generic`),
     modified Gram-Schmidt unrolled over the rank (norms in f64, as torch's
-    CPU norm) and two `all_reduce`s: P summed, Q' averaged;
-    `orthogonalize` the same Gram-Schmidt. `topk_all_reduce` finds the
+    CPU norm) and two `all_reduce`s: P summed, Q' averaged. The ops of a
+    block with the same group and element type are lowered as one batch,
+    as PyTorch's hook treats the tensors of a bucket: every P goes into one
+    packed `all_reduce`, every Q' into another (two collectives for the
+    batch, not two per tensor), where a place exists after all their
+    operands and before any use of their results; an op without one starts
+    the next batch. `orthogonalize` is the same Gram-Schmidt. `topk_all_reduce` finds the
     k-th largest magnitude bit by bit (a count per bit, no sort), selects in
     index order (ties: lower index), all-gathers the (value, index) pairs
     and adds them into zeros in rank order: the same bits on every rank.
@@ -596,10 +603,11 @@ def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
   let summary = "Print what each step communicates and stores per rank";
   let description = [{
     Prints a table for each function: its buckets (tensors, elements, bytes,
-    alignment padding); per collective kind, the bytes each rank contributes
-    and sends per step under ring algorithms (all-reduce 2(n-1)/n of the
-    payload, the others (n-1)/n; wire types and PowerSGD's P and Q counted
-    as sent); the model-state bytes each rank holds (parameter arguments,
+    alignment padding); per collective kind, how many the step issues and
+    the bytes each rank contributes and sends per step under ring algorithms
+    (all-reduce 2(n-1)/n of the payload, the others (n-1)/n; wire types and
+    PowerSGD's P and Q counted as sent; PowerSGD's collectives counted as
+    the lowering issues them, two per batch of tensors); the model-state bytes each rank holds (parameter arguments,
     gradients after reduction, optimizer state with main parameters), per
     parameter of the model (`distopt.num_parameters`); and the compression
     ratio. The IR is unchanged.
