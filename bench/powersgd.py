@@ -7,7 +7,10 @@ DDP's uncompressed average (gloo) in the same run.
 distopt: a step that only averages the f32 gradients, compiled with
 `powersgd-rank=R` (PyTorch's eligibility rule, error feedback, warm start;
 the rest bucketed) or without compression, run with distopt-run; median ms
-per step after the first. Ratio: --distopt-report's compression.
+per step after the first. Ratio: --distopt-report's compression; the
+collectives a step issues are the report's too. At rank 1 also with the
+factors batched (`powersgd-batch-mb`): in batches of 25 MiB of gradients
+(the hook's DDP bucket) and all in one.
 
 torch 1.13: DDP over gloo around a module of the same parameter shapes, and
 DDP with PyTorch's powerSGD_hook at the same ranks (same rule, error
@@ -32,11 +35,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import (backward_step_timing, compile_and_run, reduce_only_step, report,  # noqa: E402
-                    shaped_module, spawn_gloo)
+from common import (backward_step_timing, collectives_per_step, compile_and_run,  # noqa: E402
+                    reduce_only_step, report, shaped_module, spawn_gloo)
 
 WORLD = 2
 RANKS = (1, 2, 4)
+# Rank-1 variants with the factors batched: label -> powersgd-batch-mb.
+BATCHES = {"1, 25 MiB batches": 25, "1, one batch": 1e6}
 
 
 def torch_worker(rank, init_file, spec, steps, queue):
@@ -78,7 +83,7 @@ def plot(results, path):
     labels = ["none"] + [str(r) for r in RANKS]
     for ax, (model, (plain, ours, ddp, hook)) in zip(axes, results.items()):
         plots.ranged_bars(ax, [i - 0.2 for i in range(len(labels))],
-                          [plain] + [ours[r][1] for r in RANKS], "distopt", 0.4)
+                          [plain] + [ours[r][2] for r in RANKS], "distopt", 0.4)
         plots.ranged_bars(ax, [i + 0.2 for i in range(len(labels))],
                           [ddp] + [hook[r] for r in RANKS], "torch DDP / powerSGD_hook", 0.4)
         ax.set_xticks(range(len(labels)), labels)
@@ -98,11 +103,11 @@ def main():
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update).", "",
-             "| model | PowerSGD rank | compression | distopt ms (p10-p90) "
+             "| model | PowerSGD rank | compression | collectives | distopt ms (p10-p90) "
              "| uncompressed / compressed | torch DDP uncompressed ms (p10-p90) "
              "| DDP uncompressed / distopt compressed | torch powerSGD_hook ms (p10-p90) "
              "| hook / distopt |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     results = {}  # model -> (plain, ours, ddp, hook)
     for model in ("resnet18-cifar", "resnet50"):
         spec = json.load(open(os.path.join(ROOT, "examples", "specs", f"{model}.json")))
@@ -110,24 +115,28 @@ def main():
             step = os.path.join(tmp, "reduce.mlir")
             with open(step, "w") as f:
                 f.write(reduce_only_step(spec["parameters"], WORLD))
+            plain_count = collectives_per_step(report(args.build, step, "overlap=false"))
             plain = compile_and_run(args.build, step, "overlap=false", WORLD, args.steps, tmp)
-            ours = {}
-            for r in RANKS:
-                options = f"overlap=false powersgd-rank={r}"
-                ratio = float(re.search(r"compression: ([\d.]+)x",
-                                        report(args.build, step, options)).group(1))
-                ours[r] = (ratio, compile_and_run(args.build, step, options, WORLD, args.steps, tmp))
+            ours = {}  # rank or batch label -> (ratio, collectives, Timing)
+            variants = {r: f"overlap=false powersgd-rank={r}" for r in RANKS}
+            variants.update({label: f"overlap=false powersgd-rank=1 powersgd-batch-mb={mb:g}"
+                             for label, mb in BATCHES.items()})
+            for key, options in variants.items():
+                text = report(args.build, step, options)
+                ratio = float(re.search(r"compression: ([\d.]+)x", text).group(1))
+                ours[key] = (ratio, collectives_per_step(text),
+                             compile_and_run(args.build, step, options, WORLD, args.steps, tmp))
         ddp, hook = spawn_gloo(torch_worker, WORLD, spec, args.steps)
         results[model] = (plain, ours, ddp, hook)
-        lines.append(f"| {model} | none | 1.0x | {plain.fmt(2)} | 1.00 | {ddp.fmt(2)} "
-                     f"| {ddp.median / plain.median:.2f} | | |")
-        for r in RANKS:
-            ratio, ms = ours[r]
-            lines.append(f"| {model} | {r} | {ratio:.1f}x | {ms.fmt(2)} "
+        lines.append(f"| {model} | none | 1.0x | {plain_count} | {plain.fmt(2)} | 1.00 "
+                     f"| {ddp.fmt(2)} | {ddp.median / plain.median:.2f} | | |")
+        for key, (ratio, count, ms) in ours.items():
+            hook_ms = hook[key if key in hook else 1]
+            lines.append(f"| {model} | {key} | {ratio:.1f}x | {count} | {ms.fmt(2)} "
                          f"| {plain.median / ms.median:.2f} | {ddp.fmt(2)} "
-                         f"| {ddp.median / ms.median:.2f} | {hook[r].fmt(2)} "
-                         f"| {hook[r].median / ms.median:.2f} |")
-        print("\n".join(lines[-1 - len(RANKS):]), flush=True)
+                         f"| {ddp.median / ms.median:.2f} | {hook_ms.fmt(2)} "
+                         f"| {hook_ms.median / ms.median:.2f} |")
+        print("\n".join(lines[-1 - len(ours):]), flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:

@@ -23,6 +23,9 @@ static const char *const kPipelines[] = {
     "builtin.module(distopt-pipeline{zero-stage=1 zero-strategy=greedy})",
     "builtin.module(distopt-pipeline{zero-stage=2 powersgd-rank=2 "
     "reduce-dtype=f32})",
+    // PowerSGD's factors batched, through the lowering that batches them.
+    "builtin.module(distopt-pipeline{powersgd-rank=1 powersgd-batch-mb=1},"
+    "func.func(distopt-lower-optimizers),distopt-lower-local-ops)",
     "builtin.module(distopt-pipeline{zero-stage=3 bucket-cap-mb=0.001})",
     // Caps from a link model: 10 bytes of latency, so many small buckets.
     "builtin.module(distopt-pipeline{bucket-latency-us=0.01 "

@@ -20,18 +20,18 @@ The matrix products and dot products sum in a different order than torch's
 BLAS (blocked, vectorised), and Gram-Schmidt carries those roundings through
 r columns; observed: at most 5e-7.
 
-Then on several ranks, with two layers, so that the lowering batches the
-two ops (both P factors summed in one all_reduce, both Q factors averaged
-in another, as the hook does for the tensors of its bucket): the hook in DDP
-over gloo in 2 and 4 processes, each with its own data, and the ops under
-mpirun on as many ranks, each given its process's gradients and errors and
-the shared Qs. Every rank's results, Ps, Qs and errors are compared with its
-process's (same tolerance: the sums over ranks add in a different order than
-gloo's too). The same two ops with each one's results used before the next
-(so that the lowering cannot batch them: 4 all_reduces instead of 2, which
-the check counts) must give the same bits: the factors are far below the
-runtime's 64 KiB, where recursive doubling adds every element in the same
-order wherever it sits in the buffer.
+Then on several ranks, with two layers whose ops share a batch number, so
+that the lowering batches them (both P factors summed in one all_reduce,
+both Q factors averaged in another, as the hook does for the tensors of its
+bucket): the hook in DDP over gloo in 2 and 4 processes, each with its own
+data, and the ops under mpirun on as many ranks, each given its process's
+gradients and errors and the shared Qs. Every rank's results, Ps, Qs and
+errors are compared with its process's (same tolerance: the sums over ranks
+add in a different order than gloo's too). The same two ops without a batch
+number (4 all_reduces instead of 2; the check counts them) must give the
+same bits: the factors are far below the runtime's 64 KiB, where recursive
+doubling adds every element in the same order wherever it sits in the
+buffer.
 
 usage: powersgd_vs_torch.py DISTOPT_OPT MLIR_RUNNER LIB_DIR RUNTIME_LIB MPIRUN
 """
@@ -184,11 +184,10 @@ def hook_reference_ranks(world, rank, error_feedback, layers):
 
 def ranks_text(world, grads, qs, errors, rank, batched):
     """The ops (error feedback on) on `world` ranks, rank k taking
-    grads[k][t] and errors[k][t] for weight t and the shared qs[t]; every
-    rank's result, P, Q and error gathered to rank 0 and printed, weight by
-    weight. Unless `batched`, each op's results are gathered before the next
-    op, which keeps the lowering from batching them. Returns the text and
-    the printed shapes."""
+    grads[k][t] and errors[k][t] for weight t and the shared qs[t], in one
+    batch if `batched`; every rank's result, P, Q and error gathered to rank
+    0 and printed, weight by weight. Returns the text and the printed
+    shapes."""
     lines = [f"distopt.process_group @world size {world}", PRINT_DECL, "func.func @main() {",
              "  %rank = distopt.rank @world : index",
              "  %zero = arith.constant 0 : index"]
@@ -205,19 +204,15 @@ def ranks_text(world, grads, qs, errors, rank, batched):
                   f"  %q{t} = arith.constant {dense(q)}",
                   f"  %p{t} = arith.constant {dense(np.zeros((n, rank)))}",
                   f"  %r{t}, %p{t}n, %q{t}n, %e{t}n = distopt.powersgd_all_reduce "
-                  f"%g{t}, %p{t}, %q{t}, %e{t} on @world rank {rank} : {gt}, {pt}, {qt}"]
-        gather = []
+                  f"%g{t}, %p{t}, %q{t}, %e{t} on @world rank {rank}"
+                  f"{' {batch = 0 : i64}' if batched else ''} : {gt}, {pt}, {qt}"]
         for name, (a, b) in zip("rpqe", [(n, m), (n, rank), (m, rank), (n, m)]):
             value, out = f"%{name}{t}" if name == "r" else f"%{name}{t}n", f"%{name}{t}all"
-            gather += [f"  %{name}{t}x = tensor.expand_shape {value} [[0, 1], [2]]"
+            gathered += [f"  %{name}{t}x = tensor.expand_shape {value} [[0, 1], [2]]"
                        f" output_shape [1, {a}, {b}] : tensor<{a}x{b}xf32> into tensor<1x{a}x{b}xf32>",
                        f"  {out} = distopt.all_gather %{name}{t}x on @world"
                        f" : tensor<1x{a}x{b}xf32> -> tensor<{world}x{a}x{b}xf32>"]
             printed.append((f"{name}{t}o", out, (world, a, b)))
-        if batched:
-            gathered += gather
-        else:
-            lines += gather
     lines += gathered + ["  %first = arith.cmpi eq, %rank, %zero : index", "  scf.if %first {"]
     for name, value, shape in printed:
         lines += ["  " + line for line in print_bits(name, value, shape)]
@@ -295,7 +290,7 @@ def main():
             same = all(np.array_equal(a.view(np.int32), b.view(np.int32))
                        for x, y in zip(got, alone) for a, b in zip(x, y))
             tally.check(same and all_reduces(opt, text) == 4,
-                        f"{world} ranks, rank {rank}: batched == one op at a time "
+                        f"{world} ranks, rank {rank}: batched == unbatched "
                         f"(4 all_reduces), bit for bit")
     return tally.finish()
 

@@ -126,7 +126,8 @@ func.func @powersgd_no_error(%g: tensor<8x4xf32>, %p: tensor<8x2xf32>, %q: tenso
 
 // -----
 
-// PowerSGD ops of one block are lowered as a batch: both first products,
+// PowerSGD ops of one block with the same batch number are lowered as a
+// batch: both first products,
 // then their P factors (16 + 64 elements, packed without padding) summed in
 // one all_reduce, then both second products, then the Q factors (8 + 8)
 // averaged in one, then both approximations. The bf16 one is a batch of its
@@ -152,9 +153,9 @@ func.func @powersgd_batch(%g0: tensor<16x8xf32>, %p0: tensor<16x1xf32>, %q0: ten
                           %g1: tensor<32x4xf32>, %p1: tensor<32x2xf32>, %q1: tensor<4x2xf32>,
                           %g2: tensor<8x4xbf16>, %p2: tensor<8x1xbf16>, %q2: tensor<4x1xbf16>)
     -> (tensor<16x8xf32>, tensor<32x4xf32>, tensor<8x4xbf16>) {
-  %r0:3 = distopt.powersgd_all_reduce %g0, %p0, %q0 on @dp rank 1 : tensor<16x8xf32>, tensor<16x1xf32>, tensor<8x1xf32>
-  %r2:3 = distopt.powersgd_all_reduce %g2, %p2, %q2 on @dp rank 1 : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
-  %r1:3 = distopt.powersgd_all_reduce %g1, %p1, %q1 on @dp rank 2 : tensor<32x4xf32>, tensor<32x2xf32>, tensor<4x2xf32>
+  %r0:3 = distopt.powersgd_all_reduce %g0, %p0, %q0 on @dp rank 1 {batch = 0 : i64} : tensor<16x8xf32>, tensor<16x1xf32>, tensor<8x1xf32>
+  %r2:3 = distopt.powersgd_all_reduce %g2, %p2, %q2 on @dp rank 1 {batch = 0 : i64} : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
+  %r1:3 = distopt.powersgd_all_reduce %g1, %p1, %q1 on @dp rank 2 {batch = 0 : i64} : tensor<32x4xf32>, tensor<32x2xf32>, tensor<4x2xf32>
   return %r0#0, %r1#0, %r2#0 : tensor<16x8xf32>, tensor<32x4xf32>, tensor<8x4xbf16>
 }
 
@@ -177,18 +178,19 @@ func.func @powersgd_interleaved(
     %h: tensor<8x4xf32>, %p1: tensor<8x1xf32>, %q1: tensor<4x1xf32>,
     %gb1: tensor<8x4xbf16>, %pb1: tensor<8x1xbf16>, %qb1: tensor<4x1xbf16>)
     -> (tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>) {
-  %b0:3 = distopt.powersgd_all_reduce %gb0, %pb0, %qb0 on @dp rank 1 : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
-  %a0:3 = distopt.powersgd_all_reduce %g0, %p0, %q0 on @dp rank 1 : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
+  %b0:3 = distopt.powersgd_all_reduce %gb0, %pb0, %qb0 on @dp rank 1 {batch = 0 : i64} : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
+  %a0:3 = distopt.powersgd_all_reduce %g0, %p0, %q0 on @dp rank 1 {batch = 0 : i64} : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
   %g1 = arith.addf %h, %h : tensor<8x4xf32>
-  %b1:3 = distopt.powersgd_all_reduce %gb1, %pb1, %qb1 on @dp rank 1 : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
-  %a1:3 = distopt.powersgd_all_reduce %g1, %p1, %q1 on @dp rank 1 : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
+  %b1:3 = distopt.powersgd_all_reduce %gb1, %pb1, %qb1 on @dp rank 1 {batch = 0 : i64} : tensor<8x4xbf16>, tensor<8x1xbf16>, tensor<4x1xbf16>
+  %a1:3 = distopt.powersgd_all_reduce %g1, %p1, %q1 on @dp rank 1 {batch = 0 : i64} : tensor<8x4xf32>, tensor<8x1xf32>, tensor<4x1xf32>
   return %b0#0, %a0#0, %a1#0, %b1#0 : tensor<8x4xbf16>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xbf16>
 }
 
 // -----
 
 // A result used before the next op (here the next op's gradient depends on
-// it) ends the batch: two all_reduces per op, in program order.
+// it) ends the batch, whatever the numbers say: two all_reduces per op, in
+// program order.
 // CHECK-LABEL: func.func @powersgd_dependent
 // CHECK: distopt.all_reduce sum %{{.*}} : tensor<8x1xf32>
 // CHECK: distopt.all_reduce avg %{{.*}} : tensor<1x8xf32>
@@ -198,9 +200,26 @@ func.func @powersgd_interleaved(
 distopt.process_group @dp size 2
 func.func @powersgd_dependent(%g: tensor<8x8xf32>, %p: tensor<8x1xf32>, %q: tensor<8x1xf32>)
     -> tensor<8x8xf32> {
-  %r0:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank 1 : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
-  %r1:3 = distopt.powersgd_all_reduce %r0#0, %r0#1, %r0#2 on @dp rank 1 : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %r0:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank 1 {batch = 0 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %r1:3 = distopt.powersgd_all_reduce %r0#0, %r0#1, %r0#2 on @dp rank 1 {batch = 0 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
   return %r1#0 : tensor<8x8xf32>
+}
+
+// -----
+
+// Without a batch number, or with different numbers, each op all-reduces
+// its own factors.
+// CHECK-LABEL: func.func @powersgd_unbatched
+// CHECK-COUNT-6: distopt.all_reduce {{(sum|avg)}} %{{.*}} : tensor<{{8x1|1x8}}xf32>
+// CHECK-NOT: distopt.all_reduce
+distopt.process_group @dp size 2
+func.func @powersgd_unbatched(%g0: tensor<8x8xf32>, %g1: tensor<8x8xf32>, %g2: tensor<8x8xf32>,
+                              %p: tensor<8x1xf32>, %q: tensor<8x1xf32>)
+    -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>) {
+  %r0:3 = distopt.powersgd_all_reduce %g0, %p, %q on @dp rank 1 : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %r1:3 = distopt.powersgd_all_reduce %g1, %p, %q on @dp rank 1 {batch = 0 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %r2:3 = distopt.powersgd_all_reduce %g2, %p, %q on @dp rank 1 {batch = 1 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  return %r0#0, %r1#0, %r2#0 : tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>
 }
 
 // -----

@@ -3,6 +3,8 @@
 // RUN: distopt-opt %s -split-input-file --distopt-powersgd --distopt-verify-collectives > /dev/null
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=rank=0 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=min-compression-rate=0 2>&1 | FileCheck %s --check-prefix=RATE
+// RUN: not distopt-opt %s -split-input-file --distopt-powersgd=batch-mb=-1 2>&1 | FileCheck %s --check-prefix=BATCH-MB
+// RUN: not distopt-opt %s -split-input-file --distopt-pipeline="powersgd-rank=1 powersgd-batch-mb=inf" 2>&1 | FileCheck %s --check-prefix=BATCH-MB-INF
 //
 // PyTorch's compression ratios on ResNet-18 (CIFAR) gradients: 243x at rank
 // 1, 136x at 2, 72x at 4, 37x at 8.
@@ -10,20 +12,31 @@
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=2 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-2
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=4 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-4
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=8 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-8
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd="rank=1 batch-mb=25" --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-25MB
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-pipeline="powersgd-rank=1 powersgd-batch-mb=1000" --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-ONE
 //
 // Compression together with ZeRO-2 sharding.
 // RUN: distopt-translate --import-param-spec %examples/specs/gpt2-small.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-powersgd --distopt-verify-collectives | FileCheck %s --check-prefix=ZERO2
 
 // RANK: --distopt-powersgd: rank must be at least 1, got 0
 // RATE: --distopt-powersgd: min-compression-rate must be positive, got 0
-// Its 21 compressed tensors issue 2 collectives, their factors batched (the
-// lowering's batches, which distopt-lower-local-ops.mlir checks), and the
-// uncompressed tensors one.
-// R18-1: powersgd_all_reduce{{ +}}2{{ }}
+// BATCH-MB: --distopt-powersgd: batch-mb must be finite and not negative, got -1
+// BATCH-MB-INF: --distopt-powersgd: batch-mb must be finite and not negative, got INF
+// Its 21 compressed tensors issue 2 collectives each by default; with
+// batch-mb their factors share them (the lowering's batches, which
+// distopt-lower-local-ops.mlir checks): 44 MB of them in 2 batches of up to
+// 25 MiB, or in one. The uncompressed tensors share one all_reduce.
+// R18-1: powersgd_all_reduce{{ +}}42{{ }}
 // R18-1: all_reduce{{ +}}1{{ }}
-// R18-1: total{{ +}}3{{ }}
-// R18-1: (powersgd_all_reduce: 21 tensors, their P and Q factors all-reduced in 1 batch of 2 all_reduces)
+// R18-1: total{{ +}}43{{ }}
+// R18-1: (powersgd_all_reduce: 21 tensors, each all-reducing its P and Q factors)
 // R18-1: compression: 243.
+// R18-25MB: powersgd_all_reduce{{ +}}4{{ }}
+// R18-25MB: (powersgd_all_reduce: 21 tensors, their P and Q factors all-reduced in 2 batches of 2 all_reduces)
+// R18-25MB: compression: 243.
+// R18-ONE: powersgd_all_reduce{{ +}}2{{ }}
+// R18-ONE: total{{ +}}3{{ }}
+// R18-ONE: (powersgd_all_reduce: 21 tensors, their P and Q factors all-reduced in 1 batch of 2 all_reduces)
 // R18-2: compression: 135.8
 // R18-4: compression: 72.
 // R18-8: compression: 37.

@@ -106,12 +106,20 @@ struct Bucket {
   /// but the two cannot be in one collective.
   bool feeds(const Candidate &c) const {
     return llvm::any_of(members, [&](const Candidate *member) {
-      auto reads = [](Operation *user, Operation *def) {
-        return llvm::any_of(user->getOperands(),
-                            [&](Value v) { return v.getDefiningOp() == def; });
-      };
       return reads(c.op, member->op) || reads(member->op, c.op);
     });
+  }
+  /// Whether a member reads a result of one of `other`'s members.
+  bool readsFrom(const Bucket &other) const {
+    return llvm::any_of(members, [&](const Candidate *member) {
+      return llvm::any_of(other.members, [&](const Candidate *theirs) {
+        return reads(member->op, theirs->op);
+      });
+    });
+  }
+  static bool reads(Operation *user, Operation *def) {
+    return llvm::any_of(user->getOperands(),
+                        [&](Value v) { return v.getDefiningOp() == def; });
   }
   void add(Candidate &c) {
     members.push_back(&c);
@@ -253,16 +261,23 @@ SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
   for (Operation &op : block)
     if (isa<PowerSGDAllReduceOp>(op))
       candidates.push_back(positions.candidate(&op));
-  // In program order, one open batch per group and element type: a member
-  // that has no place in common with the open batch closes it.
-  using Key = std::pair<Attribute, Type>;
+  // Buckets point into `candidates`, complete from here on.
+  SmallVector<Bucket> done;
+  for (Candidate &c : candidates)
+    if (!cast<PowerSGDAllReduceOp>(c.op).getBatch()) // alone, where it is
+      done.emplace_back().add(c);
+  // In program order, one open batch per number, group and element type: a
+  // member that has no place in common with the open batch closes it.
+  using Key = std::tuple<int64_t, Attribute, Type>;
   auto keyOf = [](const Candidate &c) -> Key {
     auto op = cast<PowerSGDAllReduceOp>(c.op);
-    return {op.getGroupAttr(), op.getP().getType().getElementType()};
+    return {static_cast<int64_t>(*op.getBatch()), op.getGroupAttr(),
+            op.getP().getType().getElementType()};
   };
   SmallVector<std::pair<Key, Bucket>> open;
-  SmallVector<Bucket> done;
   for (Candidate &c : candidates) {
+    if (!cast<PowerSGDAllReduceOp>(c.op).getBatch())
+      continue;
     Key key = keyOf(c);
     auto it =
         llvm::find_if(open, [&](auto &entry) { return entry.first == key; });
@@ -277,12 +292,30 @@ SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
   }
   for (auto &entry : open)
     done.push_back(std::move(entry.second));
+  // In the order of their places; batches placed before the same op go in
+  // the order their results are read (no two read each other's).
+  SmallVector<Bucket *> order;
+  for (Bucket &bucket : done)
+    order.push_back(&bucket);
+  llvm::stable_sort(order, [](const Bucket *a, const Bucket *b) {
+    return a->insertionPosition() < b->insertionPosition();
+  });
+  for (size_t i = 0; i < order.size(); ++i)
+    for (size_t j = i + 1;
+         j < order.size() &&
+         order[j]->insertionPosition() == order[i]->insertionPosition();
+         ++j)
+      if (order[i]->readsFrom(*order[j])) {
+        std::rotate(order.begin() + i, order.begin() + j,
+                    order.begin() + j + 1);
+        j = i; // order[i] changed: look again from the next one
+      }
   SmallVector<PowerSGDBatch> batches;
-  for (Bucket &bucket : done) {
+  for (Bucket *bucket : order) {
     PowerSGDBatch &batch = batches.emplace_back();
-    for (Candidate *member : bucket.members)
+    for (Candidate *member : bucket->members)
       batch.members.push_back(cast<PowerSGDAllReduceOp>(member->op));
-    batch.insertBefore = positions.at(bucket.insertionPosition());
+    batch.insertBefore = positions.at(bucket->insertionPosition());
   }
   return batches;
 }

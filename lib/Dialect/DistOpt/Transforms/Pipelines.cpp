@@ -73,9 +73,9 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createShardOptimizerPass(ShardOptimizerPassOptions{
         options.zeroStage, options.zeroStrategy, /*alignment=*/64}));
   if (options.powersgdRank != 0)
-    func.addPass(createPowerSGDPass(
-        PowerSGDPassOptions{options.powersgdRank, options.minCompressionRate,
-                            options.errorFeedback, options.warmStart}));
+    func.addPass(createPowerSGDPass(PowerSGDPassOptions{
+        options.powersgdRank, options.minCompressionRate, options.errorFeedback,
+        options.warmStart, options.powersgdBatchMb}));
   if (options.bucketize)
     func.addPass(createPipelineBucketizePass(options));
   if (options.gradAsBucketView)

@@ -19,6 +19,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <cmath>
 #include <limits>
 
 namespace mlir::distopt {
@@ -44,6 +45,10 @@ struct PowerSGDPass : public distopt::impl::PowerSGDPassBase<PowerSGDPass> {
       return emitError(loc) << "--distopt-powersgd: min-compression-rate must "
                                "be positive, got "
                             << minCompressionRate.getValue();
+    if (!std::isfinite(batchMb) || batchMb < 0)
+      return emitError(loc) << "--distopt-powersgd: batch-mb must be finite "
+                               "and not negative, got "
+                            << batchMb.getValue();
     return success();
   }
 
@@ -69,10 +74,13 @@ private:
   Value compress(OpBuilder &builder, Location loc, const Plan &plan,
                  FlatSymbolRefAttr group);
   std::string nameOf(Value grad);
+  /// Numbers the PowerSGD ops of `block` into batches of batch-mb.
+  void numberBatches(Block &block);
 
   func::FuncOp func;
   SmallVector<std::pair<Value, DictionaryAttr>> newResults;
   SmallVector<tensor::ExpandShapeOp> reshaped; // averages back in shape
+  int64_t nextBatch = 0;
   unsigned unnamed = 0;
 };
 
@@ -162,10 +170,43 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
   return reduced;
 }
 
+void PowerSGDPass::numberBatches(Block &block) {
+  double capBytes = batchMb * (1 << 20);
+  // The open batch of each group and element type: its number and bytes.
+  SmallVector<std::tuple<Attribute, Type, int64_t, double>> open;
+  for (auto op : block.getOps<PowerSGDAllReduceOp>()) {
+    if (op.getBatch()) // numbered before
+      continue;
+    auto type = cast<RankedTensorType>(op.getGrad().getType());
+    double bytes = static_cast<double>(type.getNumElements()) *
+                   llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+    Attribute group = op.getGroupAttr();
+    Type element = type.getElementType();
+    auto it = llvm::find_if(open, [&](auto &entry) {
+      return std::get<0>(entry) == group && std::get<1>(entry) == element;
+    });
+    if (it == open.end()) {
+      open.push_back({group, element, nextBatch++, 0.0});
+      it = std::prev(open.end());
+    } else if (std::get<3>(*it) > 0 && std::get<3>(*it) + bytes > capBytes) {
+      std::get<2>(*it) = nextBatch++;
+      std::get<3>(*it) = 0;
+    }
+    std::get<3>(*it) += bytes;
+    op.setBatch(std::get<2>(*it));
+  }
+}
+
 void PowerSGDPass::runOnOperation() {
   func = getOperation();
   if (func.isExternal())
     return;
+  // New batch numbers follow any the step already has.
+  nextBatch = 0;
+  func.walk([&](PowerSGDAllReduceOp op) {
+    if (op.getBatch())
+      nextBatch = std::max(nextBatch, static_cast<int64_t>(*op.getBatch()) + 1);
+  });
   // Averages: those of single gradients, and reduce-scatters of packed ones.
   SmallVector<AllReduceOp> averages;
   SmallVector<ReduceScatterOp> scatters;
@@ -269,6 +310,12 @@ void PowerSGDPass::runOnOperation() {
       expand->moveBefore(first);
   }
   reshaped.clear();
+  if (batchMb > 0) {
+    SmallVector<Block *> blocks;
+    func.walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *block : blocks)
+      numberBatches(*block);
+  }
 
   // What is not worth compressing goes in one plain all_reduce per block.
   BucketingOptions batch;

@@ -379,9 +379,11 @@ def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
     `orthogonalization_epsilon` is as in `distopt.orthogonalize`. The result
     is an average over the group, like the hook's.
 
-    `--distopt-lower-local-ops` lowers the ops of a block (same group and
-    element type) together, as the hook treats a bucket: one `all_reduce`
-    for all their P factors and one for all their Q' factors.
+    Ops of a block with the same `batch` number (and group and element
+    type) are lowered together, as the hook treats a bucket: one
+    `all_reduce` for all their P factors and one for all their Q' factors
+    (`--distopt-powersgd` numbers them with `batch-mb`). Without `batch`,
+    an op all-reduces its own two factors.
 
     ```mlir
     %r, %p1, %q1, %e1 = distopt.powersgd_all_reduce %g, %p, %q, %e on @dp rank 2
@@ -392,7 +394,8 @@ def DistOpt_PowerSGDAllReduceOp : DistOpt_GroupOp<"powersgd_all_reduce", [
                        DistOpt_FloatTensor:$q,
                        Optional<DistOpt_FloatTensor>:$error,
                        FlatSymbolRefAttr:$group, DistOpt_I64Attr:$rank,
-                       DefaultValuedAttr<F64Attr, "0.0">:$orthogonalization_epsilon);
+                       DefaultValuedAttr<F64Attr, "0.0">:$orthogonalization_epsilon,
+                       OptionalAttr<I64Attr>:$batch);
   let results = (outs DistOpt_FloatTensor:$result, DistOpt_FloatTensor:$new_p,
                       DistOpt_FloatTensor:$new_q,
                       Optional<DistOpt_FloatTensor>:$new_error);

@@ -59,10 +59,11 @@ struct PowerSGDBatch {
 };
 
 /// Groups the powersgd_all_reduce ops of `block` into batches: the same
-/// group and element type, and a place in the block after the definitions
-/// of all their operands and before the first use of any of their results.
-/// In program order, a member with no such place in common with the open
-/// batch starts a new one. The ops are not changed.
+/// `batch` number, group and element type, and a place in the block after
+/// the definitions of all their operands and before the first use of any
+/// of their results. In program order, a member with no such place in
+/// common with the open batch starts a new one. An op without a `batch`
+/// number is a batch of its own, where it is. The ops are not changed.
 SmallVector<PowerSGDBatch> batchPowerSGD(Block &block);
 
 } // namespace mlir::distopt

@@ -330,9 +330,19 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
     gradients packed into an `avg` `reduce_scatter` are compressed the same
     way; each rank then takes its chunk of the repacked averages with
     `distopt.shard_slice`. Sum reductions are left alone (PowerSGD yields
-    an average). A gradient viewed as a matrix is reshaped back where its
-    average is first used, so that nothing stands between the block's
-    PowerSGD ops and the place where the lowering batches their factors.
+    an average).
+
+    With `batch-mb`, the compressed gradients of a block are numbered into
+    batches of up to that many MiB (in program order, per group and element
+    type; a larger one alone), and the lowering all-reduces the P factors of
+    a batch in one collective and its Q' factors in another, as the hook
+    does for the tensors of a DDP bucket: two collectives per batch instead
+    of two per tensor. That saves a latency per tensor and costs a pass over
+    each gradient that no longer stays in cache between the two products
+    (measured in docs/benchmarks.md, B6): worth it on links with a high
+    latency per collective, not on shared memory. A gradient viewed as a
+    matrix is reshaped back where its average is first used, so that
+    nothing stands between the PowerSGD ops of a batch.
   }];
   let options = [
     Option<"rank", "rank", "int64_t", "1",
@@ -342,7 +352,10 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
     Option<"errorFeedback", "error-feedback", "bool", "true",
            "Keep the local compression error and add it next step">,
     Option<"warmStart", "warm-start", "bool", "true",
-           "Start each step from the previous step's Q">
+           "Start each step from the previous step's Q">,
+    Option<"batchMb", "batch-mb", "double", "0",
+           "MiB of compressed gradients whose factors share two all_reduces "
+           "(0: two per tensor)">
   ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect",
                            "::mlir::tensor::TensorDialect"];
@@ -395,12 +408,13 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     `powersgd_all_reduce` becomes its matrix products (`linalg.generic`),
     modified Gram-Schmidt unrolled over the rank (norms in f64, as torch's
     CPU norm) and two `all_reduce`s: P summed, Q' averaged. The ops of a
-    block with the same group and element type are lowered as one batch,
-    as PyTorch's hook treats the tensors of a bucket: every P goes into one
-    packed `all_reduce`, every Q' into another (two collectives for the
-    batch, not two per tensor), where a place exists after all their
-    operands and before any use of their results; an op without one starts
-    the next batch. `orthogonalize` is the same Gram-Schmidt. `topk_all_reduce` finds the
+    block with the same `batch` number, group and element type are lowered
+    as one batch, as PyTorch's hook treats the tensors of a bucket: every P
+    goes into one packed `all_reduce`, every Q' into another (two
+    collectives for the batch, not two per tensor), where a place exists
+    after all their operands and before any use of their results; an op
+    without one starts the next batch. `orthogonalize` is the same
+    Gram-Schmidt. `topk_all_reduce` finds the
     k-th largest magnitude bit by bit (a count per bit, no sort), selects in
     index order (ties: lower index), all-gathers the (value, index) pairs
     and adds them into zeros in rank order: the same bits on every rank.

@@ -44,6 +44,11 @@ struct DistOptPipelineOptions
   Option<bool> warmStart{*this, "warm-start",
                          llvm::cl::desc("PowerSGD warm start"),
                          llvm::cl::init(true)};
+  Option<double> powersgdBatchMb{
+      *this, "powersgd-batch-mb",
+      llvm::cl::desc("PowerSGD: MiB of compressed gradients whose factors "
+                     "share two all_reduces (0: two per tensor)"),
+      llvm::cl::init(0)};
   Option<bool> bucketize{*this, "bucketize",
                          llvm::cl::desc("Bucket the remaining all_reduces"),
                          llvm::cl::init(true)};
