@@ -3,6 +3,7 @@
 // RUN: distopt-opt %s -split-input-file --distopt-powersgd --distopt-verify-collectives > /dev/null
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=rank=0 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=min-compression-rate=0 2>&1 | FileCheck %s --check-prefix=RATE
+// RUN: distopt-opt %s -split-input-file --distopt-powersgd=batch-mb=1 | FileCheck %s --check-prefix=BATCH
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=batch-mb=-1 2>&1 | FileCheck %s --check-prefix=BATCH-MB
 // RUN: not distopt-opt %s -split-input-file --distopt-pipeline="powersgd-rank=1 powersgd-batch-mb=inf" 2>&1 | FileCheck %s --check-prefix=BATCH-MB-INF
 //
@@ -95,6 +96,30 @@ func.func @left_alone(%w: tensor<64x32xf32>, %i: tensor<64x32xi32>) -> (tensor<6
   %0 = distopt.all_reduce sum %w on @dp : tensor<64x32xf32>
   %1 = distopt.all_reduce avg %i on @dp : tensor<64x32xi32>
   return %0, %1 : tensor<64x32xf32>, tensor<64x32xi32>
+}
+
+// -----
+
+distopt.process_group @dp size 4
+
+// With batch-mb=1, the two gradients it compresses (8 KiB each) share a
+// batch, numbered after those the step has; PowerSGD ops it did not make
+// keep their numbers, or their lack of one.
+// CHECK-LABEL: func.func @numbered
+// BATCH-LABEL: func.func @numbered
+// BATCH: distopt.powersgd_all_reduce %arg0, {{.*}} rank 1 {batch = 3 : i64} :
+// BATCH: distopt.powersgd_all_reduce %arg1, {{.*}} rank 1 :
+// BATCH: distopt.powersgd_all_reduce %arg2, {{.*}} rank 1 {batch = 4 : i64} :
+// BATCH: distopt.powersgd_all_reduce %arg3, {{.*}} rank 1 {batch = 4 : i64} :
+func.func @numbered(%h0: tensor<8x8xf32>, %h1: tensor<8x8xf32>,
+                    %w0: tensor<64x32xf32>, %w1: tensor<64x32xf32>,
+                    %p: tensor<8x1xf32>, %q: tensor<8x1xf32>)
+    -> (tensor<8x8xf32>, tensor<8x8xf32>, tensor<64x32xf32>, tensor<64x32xf32>) {
+  %r0:3 = distopt.powersgd_all_reduce %h0, %p, %q on @dp rank 1 {batch = 3 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %r1:3 = distopt.powersgd_all_reduce %h1, %p, %q on @dp rank 1 : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %0 = distopt.all_reduce avg %w0 on @dp : tensor<64x32xf32>
+  %1 = distopt.all_reduce avg %w1 on @dp : tensor<64x32xf32>
+  return %r0#0, %r1#0, %0, %1 : tensor<8x8xf32>, tensor<8x8xf32>, tensor<64x32xf32>, tensor<64x32xf32>
 }
 
 // ZeRO-2 on GPT-2: the reduce_scatters are gone; the matrices go through

@@ -74,12 +74,14 @@ private:
   Value compress(OpBuilder &builder, Location loc, const Plan &plan,
                  FlatSymbolRefAttr group);
   std::string nameOf(Value grad);
-  /// Numbers the PowerSGD ops of `block` into batches of batch-mb.
+  /// Numbers the PowerSGD ops this run made in `block` into batches of
+  /// batch-mb.
   void numberBatches(Block &block);
 
   func::FuncOp func;
   SmallVector<std::pair<Value, DictionaryAttr>> newResults;
   SmallVector<tensor::ExpandShapeOp> reshaped; // averages back in shape
+  llvm::DenseSet<Operation *> created;         // this run's PowerSGD ops
   int64_t nextBatch = 0;
   unsigned unnamed = 0;
 };
@@ -157,6 +159,7 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
   attrs.set("rank", builder.getI64IntegerAttr(plan.rank));
   auto op = PowerSGDAllReduceOp::create(builder, loc, types, operands,
                                         attrs.getAttrs());
+  created.insert(op);
   for (unsigned k = 0; k < numState; ++k)
     newResults.push_back(
         {op->getResult(1 + k), func.getArgAttrDict(plan.firstArg + k)});
@@ -175,7 +178,7 @@ void PowerSGDPass::numberBatches(Block &block) {
   // The open batch of each group and element type: its number and bytes.
   SmallVector<std::tuple<Attribute, Type, int64_t, double>> open;
   for (auto op : block.getOps<PowerSGDAllReduceOp>()) {
-    if (op.getBatch()) // numbered before
+    if (!created.contains(op))
       continue;
     auto type = cast<RankedTensorType>(op.getGrad().getType());
     double bytes = static_cast<double>(type.getNumElements()) *
@@ -297,7 +300,7 @@ void PowerSGDPass::runOnOperation() {
   }
 
   // Each average goes back to its shape where it is first used, not right
-  // after its op: the lowering all-reduces the factors of a block's PowerSGD
+  // after its op: the lowering all-reduces the factors of a batch's PowerSGD
   // ops together, which needs a place after all of them and before any use.
   for (tensor::ExpandShapeOp expand : reshaped) {
     Block *block = expand->getBlock();
@@ -316,6 +319,7 @@ void PowerSGDPass::runOnOperation() {
     for (Block *block : blocks)
       numberBatches(*block);
   }
+  created.clear();
 
   // What is not worth compressing goes in one plain all_reduce per block.
   BucketingOptions batch;
