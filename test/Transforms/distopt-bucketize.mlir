@@ -185,3 +185,46 @@ func.func @chained(%x: tensor<4xf32>) -> tensor<4xf32> {
   %b = distopt.all_reduce sum %a on @dp : tensor<4xf32>
   return %b : tensor<4xf32>
 }
+
+// -----
+
+distopt.process_group @node size 2
+distopt.process_group @cross size 2
+
+// Reductions on two groups, one of a result of the other: the @node bucket
+// goes after %x, where %a1 is now reduced, so the @cross bucket that reads
+// %a1 goes there too, after it (positions alone would put it before %x).
+// CHECK-LABEL: func.func @across_buckets
+// CHECK: %[[X:.*]] = arith.addf
+// CHECK: %[[N:.*]] = distopt.all_reduce sum %{{.*}} on @node : tensor<20xf32>
+// CHECK: %[[NU:.*]]:2 = distopt.bucket_unpack %[[N]]
+// CHECK: distopt.bucket_pack %[[NU]]#1, %arg1
+// CHECK: distopt.all_reduce sum %{{.*}} on @cross : tensor<20xf32>
+func.func @across_buckets(%g1: tensor<4xf32>, %g0: tensor<4xf32>, %h: tensor<4xf32>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %a1 = distopt.all_reduce sum %g1 on @node : tensor<4xf32>
+  %b0 = distopt.all_reduce sum %g0 on @cross : tensor<4xf32>
+  %x = arith.addf %h, %h : tensor<4xf32>
+  %a2 = distopt.all_reduce sum %x on @node : tensor<4xf32>
+  %b1 = distopt.all_reduce sum %a1 on @cross : tensor<4xf32>
+  return %a2, %b0, %b1 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+distopt.process_group @node size 2
+distopt.process_group @cross size 2
+
+// Two buckets that would each wait for the other (%a reads %b1, %b2 reads
+// %a2): one is left out, its collectives as they were.
+// CHECK-LABEL: func.func @waiting_for_each_other
+// CHECK-COUNT-1: distopt.bucket_pack
+// CHECK-NOT: distopt.bucket_pack
+func.func @waiting_for_each_other(%g0: tensor<4xf32>, %g1: tensor<4xf32>)
+    -> (tensor<4xf32>, tensor<4xf32>) {
+  %b1 = distopt.all_reduce sum %g0 on @cross : tensor<4xf32>
+  %a2 = distopt.all_reduce sum %g1 on @node : tensor<4xf32>
+  %a = distopt.all_reduce sum %b1 on @node : tensor<4xf32>
+  %b2 = distopt.all_reduce sum %a2 on @cross : tensor<4xf32>
+  return %a, %b2 : tensor<4xf32>, tensor<4xf32>
+}

@@ -207,6 +207,25 @@ func.func @powersgd_dependent(%g: tensor<8x8xf32>, %p: tensor<8x1xf32>, %q: tens
 
 // -----
 
+// Batches that would each wait for the other (%a reads %b1 of batch 1, %b2
+// reads %a2 of batch 0): one falls apart into ops alone (2 all_reduces
+// each), the other keeps its 2.
+// CHECK-LABEL: func.func @powersgd_waiting_for_each_other
+// CHECK-COUNT-6: distopt.all_reduce
+// CHECK-NOT: distopt.all_reduce
+distopt.process_group @dp size 2
+func.func @powersgd_waiting_for_each_other(%g0: tensor<8x8xf32>, %g1: tensor<8x8xf32>,
+                                           %p: tensor<8x1xf32>, %q: tensor<8x1xf32>)
+    -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %b1:3 = distopt.powersgd_all_reduce %g0, %p, %q on @dp rank 1 {batch = 1 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %a2:3 = distopt.powersgd_all_reduce %g1, %p, %q on @dp rank 1 {batch = 0 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %a:3 = distopt.powersgd_all_reduce %b1#0, %p, %q on @dp rank 1 {batch = 0 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  %b2:3 = distopt.powersgd_all_reduce %a2#0, %p, %q on @dp rank 1 {batch = 1 : i64} : tensor<8x8xf32>, tensor<8x1xf32>, tensor<8x1xf32>
+  return %a#0, %b2#0 : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
 // Without a batch number, or with different numbers, each op all-reduces
 // its own factors.
 // CHECK-LABEL: func.func @powersgd_unbatched

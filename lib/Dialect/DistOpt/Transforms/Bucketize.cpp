@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 
 namespace mlir::distopt {
@@ -109,14 +110,6 @@ struct Bucket {
       return reads(c.op, member->op) || reads(member->op, c.op);
     });
   }
-  /// Whether a member reads a result of one of `other`'s members.
-  bool readsFrom(const Bucket &other) const {
-    return llvm::any_of(members, [&](const Candidate *member) {
-      return llvm::any_of(other.members, [&](const Candidate *theirs) {
-        return reads(member->op, theirs->op);
-      });
-    });
-  }
   static bool reads(Operation *user, Operation *def) {
     return llvm::any_of(user->getOperands(),
                         [&](Value v) { return v.getDefiningOp() == def; });
@@ -159,6 +152,74 @@ int64_t mlir::distopt::bucketCountForLink(double totalBytes,
 /// Emits one bucket before `insertBefore` and redirects its members' uses.
 static void emitBucket(Bucket &bucket, Operation *insertBefore,
                        int64_t alignment);
+
+namespace {
+struct Placement {
+  Bucket *bucket;
+  int64_t place; // the bucket goes before the op at this position
+};
+} // namespace
+
+/// Where the buckets go, in the order to emit them, from the place each
+/// would take alone (`preferred`). A member that reads another bucket's
+/// member reads it where that bucket goes, so its own bucket goes there or
+/// later; a bucket that then comes after its first use, or that would wait
+/// for itself through others, is left out (in `dropped`: its members stay
+/// where they are). Buckets placed before the same op go producers first.
+static SmallVector<Placement> placeBuckets(ArrayRef<Bucket *> buckets,
+                                           ArrayRef<int64_t> preferred,
+                                           SmallVectorImpl<Bucket *> &dropped) {
+  size_t n = buckets.size();
+  llvm::DenseMap<Operation *, size_t> bucketOf;
+  for (auto [i, bucket] : llvm::enumerate(buckets))
+    for (Candidate *member : bucket->members)
+      bucketOf[member->op] = i;
+  SmallVector<SmallVector<size_t>> producers(n);
+  for (auto [i, bucket] : llvm::enumerate(buckets))
+    for (Candidate *member : bucket->members)
+      for (Value operand : member->op->getOperands())
+        if (Operation *def = operand.getDefiningOp()) {
+          auto it = bucketOf.find(def);
+          if (it != bucketOf.end() && it->second != i)
+            producers[i].push_back(it->second);
+        }
+  SmallVector<int64_t> place(preferred);
+  SmallVector<size_t> depth(n, 0); // the longest chain of producers
+  SmallVector<bool> kept(n, true);
+  // Places and depths only grow, and a depth beyond n is a cycle: this ends.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (!kept[i])
+        continue;
+      int64_t at = place[i];
+      size_t chain = 0;
+      for (size_t j : producers[i])
+        if (kept[j]) {
+          at = std::max(at, place[j]);
+          chain = std::max(chain, depth[j] + 1);
+        }
+      if (at > buckets[i]->firstUse || chain > n) {
+        kept[i] = false;
+        dropped.push_back(buckets[i]);
+        changed = true;
+      } else if (at != place[i] || chain != depth[i]) {
+        place[i] = at;
+        depth[i] = chain;
+        changed = true;
+      }
+    }
+  }
+  SmallVector<size_t> order;
+  for (size_t i = 0; i < n; ++i)
+    if (kept[i])
+      order.push_back(i);
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    return std::tie(place[a], depth[a]) < std::tie(place[b], depth[b]);
+  });
+  return llvm::map_to_vector(
+      order, [&](size_t i) { return Placement{buckets[i], place[i]}; });
+}
 
 BucketingResult
 mlir::distopt::bucketizeBlock(Block &block,
@@ -233,7 +294,8 @@ mlir::distopt::bucketizeBlock(Block &block,
   // original ops, which stay until the end. Buckets are issued in the order
   // they were formed (DDP's first bucket first) unless a later bucket's
   // results are needed sooner.
-  SmallVector<std::pair<Bucket *, Operation *>> placed;
+  SmallVector<Bucket *> buckets;
+  SmallVector<int64_t> preferred;
   int64_t previous = 0;
   for (Bucket &bucket : done) {
     if (bucket.members.size() < 2)
@@ -242,15 +304,18 @@ mlir::distopt::bucketizeBlock(Block &block,
     if (place > bucket.firstUse)
       place = bucket.insertionPosition();
     previous = place;
-    placed.push_back({&bucket, positions.at(place)});
+    buckets.push_back(&bucket);
+    preferred.push_back(place);
   }
-  for (auto [bucket, insertBefore] : placed) {
-    emitBucket(*bucket, insertBefore, options.alignment);
+  SmallVector<Bucket *> dropped; // their collectives stay as they are
+  SmallVector<Placement> placed = placeBuckets(buckets, preferred, dropped);
+  for (Placement &p : placed) {
+    emitBucket(*p.bucket, positions.at(p.place), options.alignment);
     ++result.buckets;
-    result.bucketed += bucket->members.size();
+    result.bucketed += p.bucket->members.size();
   }
-  for (auto [bucket, insertBefore] : placed)
-    for (Candidate *member : bucket->members)
+  for (Placement &p : placed)
+    for (Candidate *member : p.bucket->members)
       member->op->erase();
   return result;
 }
@@ -292,30 +357,33 @@ SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
   }
   for (auto &entry : open)
     done.push_back(std::move(entry.second));
-  // In the order of their places; batches placed before the same op go in
-  // the order their results are read (no two read each other's).
-  SmallVector<Bucket *> order;
-  for (Bucket &bucket : done)
-    order.push_back(&bucket);
-  llvm::stable_sort(order, [](const Bucket *a, const Bucket *b) {
-    return a->insertionPosition() < b->insertionPosition();
-  });
-  for (size_t i = 0; i < order.size(); ++i)
-    for (size_t j = i + 1;
-         j < order.size() &&
-         order[j]->insertionPosition() == order[i]->insertionPosition();
-         ++j)
-      if (order[i]->readsFrom(*order[j])) {
-        std::rotate(order.begin() + i, order.begin() + j,
-                    order.begin() + j + 1);
-        j = i; // order[i] changed: look again from the next one
+  // A batch left out by the placement falls apart into ops alone (each of
+  // which has a place: where it is).
+  std::deque<Bucket> singles;
+  SmallVector<Placement> placed;
+  SmallVector<Bucket *> buckets =
+      llvm::map_to_vector(done, [](Bucket &bucket) { return &bucket; });
+  while (true) {
+    SmallVector<int64_t> preferred = llvm::map_to_vector(
+        buckets, [](Bucket *bucket) { return bucket->insertionPosition(); });
+    SmallVector<Bucket *> dropped;
+    placed = placeBuckets(buckets, preferred, dropped);
+    if (dropped.empty())
+      break;
+    for (Bucket *bucket : dropped) {
+      llvm::erase(buckets, bucket);
+      for (Candidate *member : bucket->members) {
+        singles.emplace_back().add(*member);
+        buckets.push_back(&singles.back());
       }
+    }
+  }
   SmallVector<PowerSGDBatch> batches;
-  for (Bucket *bucket : order) {
+  for (Placement &p : placed) {
     PowerSGDBatch &batch = batches.emplace_back();
-    for (Candidate *member : bucket->members)
+    for (Candidate *member : p.bucket->members)
       batch.members.push_back(cast<PowerSGDAllReduceOp>(member->op));
-    batch.insertBefore = positions.at(bucket->insertionPosition());
+    batch.insertBefore = positions.at(p.place);
   }
   return batches;
 }
