@@ -28,6 +28,10 @@ def BucketizePass : Pass<"distopt-bucketize", "::mlir::func::FuncOp"> {
     (DDP adds it to the open bucket and closes that). A collective
     joins a bucket only where the bucket can be placed after every input is
     computed and before any result is used; otherwise a new bucket starts.
+    An input that another bucket reduces is computed where that bucket
+    goes, so a bucket reading one goes there or later, and is left out if
+    that is after its first use. A collective never shares a bucket with
+    one whose result it reads.
     A bucket of one collective is left as it was, and collectives that
     already reduce a bucket are not bucketed again, so the pass is
     idempotent.
