@@ -23,7 +23,9 @@
 // CHECK-NEXT: all_reduce 2 5184 5184 5.0625
 // CHECK-NEXT: all_finite 1 4 4 0.0039
 // CHECK-NEXT: total 3 5188 5188 5.0664
-// CHECK: model state per rank
+// No PowerSGD, so no line about its batches.
+// CHECK-EMPTY:
+// CHECK-NEXT: model state per rank
 // params 4096 B; reduced gradients 4160 + 2048; state (m, v) 8192.
 // CHECK: parameters 4096 4.0000
 // CHECK-NEXT: gradients (after reduction) 6208 6.0625

@@ -290,14 +290,15 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
   os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n", "total",
                      (long long)total.count, (long long)total.payload,
                      total.sent, psi > 0 ? total.sent / psi : 0.0);
-  if (r.powerSGDTensors == r.powerSGDBatches)
-    os << "  (powersgd_all_reduce: " << r.powerSGDTensors
-       << " tensors, each all-reducing its P and Q factors)\n";
-  else if (r.powerSGDTensors > 0)
-    os << "  (powersgd_all_reduce: " << r.powerSGDTensors
-       << " tensors, their P and Q factors all-reduced in " << r.powerSGDBatches
-       << (r.powerSGDBatches == 1 ? " batch" : " batches")
-       << " of 2 all_reduces)\n";
+  if (r.powerSGDTensors > 0) {
+    os << "  (powersgd_all_reduce: " << r.powerSGDTensors << " tensors, ";
+    if (r.powerSGDTensors == r.powerSGDBatches)
+      os << "each all-reducing its P and Q factors)\n";
+    else
+      os << "their P and Q factors all-reduced in " << r.powerSGDBatches
+         << (r.powerSGDBatches == 1 ? " batch" : " batches")
+         << " of 2 all_reduces)\n";
+  }
 
   os << "\nmodel state per rank\n";
   os << llvm::format("  %-34s %16s %10s\n", "", "bytes", "per param");
