@@ -12,6 +12,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
@@ -88,6 +89,7 @@ private:
 
 struct Bucket {
   SmallVector<Candidate *> members;
+  llvm::SmallPtrSet<Operation *, 8> memberOps;
   int64_t bytes = 0;
   int64_t lastDef = -1;
   int64_t firstMember = std::numeric_limits<int64_t>::max();
@@ -106,16 +108,17 @@ struct Bucket {
   /// positions alone allow that (a member is not at the bucket's place),
   /// but the two cannot be in one collective.
   bool feeds(const Candidate &c) const {
-    return llvm::any_of(members, [&](const Candidate *member) {
-      return reads(c.op, member->op) || reads(member->op, c.op);
-    });
-  }
-  static bool reads(Operation *user, Operation *def) {
-    return llvm::any_of(user->getOperands(),
-                        [&](Value v) { return v.getDefiningOp() == def; });
+    return llvm::any_of(c.op->getOperands(),
+                        [&](Value v) {
+                          return memberOps.contains(v.getDefiningOp());
+                        }) ||
+           llvm::any_of(c.op->getUsers(), [&](Operation *user) {
+             return memberOps.contains(user);
+           });
   }
   void add(Candidate &c) {
     members.push_back(&c);
+    memberOps.insert(c.op);
     bytes += c.bytes;
     lastDef = std::max(lastDef, c.lastDef);
     firstMember = std::min(firstMember, c.position);
