@@ -175,28 +175,33 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
 
 void PowerSGDPass::numberBatches(Block &block) {
   double capBytes = batchMb * (1 << 20);
-  // The open batch of each group and element type: its number and bytes.
-  SmallVector<std::tuple<Attribute, Type, int64_t, double>> open;
+  // The open batch of each group and element type.
+  struct OpenBatch {
+    Attribute group;
+    Type element;
+    int64_t number;
+    double bytes;
+  };
+  SmallVector<OpenBatch> open;
   for (auto op : block.getOps<PowerSGDAllReduceOp>()) {
     if (!created.contains(op))
       continue;
     auto type = cast<RankedTensorType>(op.getGrad().getType());
     double bytes = static_cast<double>(type.getNumElements()) *
                    llvm::divideCeil(type.getElementTypeBitWidth(), 8);
-    Attribute group = op.getGroupAttr();
-    Type element = type.getElementType();
-    auto it = llvm::find_if(open, [&](auto &entry) {
-      return std::get<0>(entry) == group && std::get<1>(entry) == element;
+    auto it = llvm::find_if(open, [&](const OpenBatch &batch) {
+      return batch.group == op.getGroupAttr() &&
+             batch.element == type.getElementType();
     });
     if (it == open.end()) {
-      open.push_back({group, element, nextBatch++, 0.0});
+      open.push_back(
+          {op.getGroupAttr(), type.getElementType(), nextBatch++, 0});
       it = std::prev(open.end());
-    } else if (std::get<3>(*it) > 0 && std::get<3>(*it) + bytes > capBytes) {
-      std::get<2>(*it) = nextBatch++;
-      std::get<3>(*it) = 0;
+    } else if (it->bytes + bytes > capBytes) { // full: the next one opens
+      *it = {it->group, it->element, nextBatch++, 0};
     }
-    std::get<3>(*it) += bytes;
-    op.setBatch(std::get<2>(*it));
+    it->bytes += bytes;
+    op.setBatch(it->number);
   }
 }
 
