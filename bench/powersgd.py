@@ -10,7 +10,8 @@ the rest bucketed) or without compression, run with distopt-run; median ms
 per step after the first. Ratio: --distopt-report's compression; the
 collectives a step issues are the report's too. At rank 1 also with the
 factors batched (`powersgd-batch-mb`): in batches of 25 MiB of gradients
-(the hook's DDP bucket) and all in one.
+(the hook's DDP bucket) and all in one; their hook column is the hook at
+rank 1 (which batches its one bucket's factors too).
 
 torch 1.13: DDP over gloo around a module of the same parameter shapes, and
 DDP with PyTorch's powerSGD_hook at the same ranks (same rule, error
