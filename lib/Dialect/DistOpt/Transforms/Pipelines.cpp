@@ -174,6 +174,7 @@ void mlir::distopt::buildDistOptLowerToGPUPipeline(
   device.addPass(createSCFToControlFlowPass());
   device.addPass(memref::createExpandStridedMetadataPass());
   device.addPass(createLowerAffinePass());
+  device.addPass(createExactGPUSqrtPass());
   device.addPass(createConvertGpuOpsToNVVMOps());
   device.addPass(createCanonicalizerPass());
   device.addPass(createCSEPass());

@@ -460,6 +460,23 @@ def ExpandBF16TruncationsPass : Pass<"distopt-expand-bf16-truncations"> {
                            "::mlir::math::MathDialect"];
 }
 
+def ExactGPUSqrtPass : Pass<"distopt-exact-gpu-sqrt"> {
+  let summary = "Correctly rounded square roots in GPU kernels";
+  let description = [{
+    The NVVM conversion calls libdevice's `__nv_sqrtf` for an f32
+    `math.sqrt`, which is an approximation (`sqrt.approx.f32`) unless the
+    `__CUDA_PREC_SQRT` reflection is set, and MLIR gives no way to set it.
+    torch's CUDA kernels, built with nvcc's default `-prec-sqrt=true`, round
+    correctly. This pass rewrites a scalar f32 or f64 `math.sqrt` as a call
+    of NVVM's `llvm.nvvm.sqrt.rn.f` (`.d`), emitted as `sqrt.rn.f32`
+    (`sqrt.rn.f64`), so that Adam's,
+    RMSprop's and Adagrad's denominators are the IEEE square roots the CPU
+    lowering and torch compute. distopt-lower-to-gpu runs it on the kernels'
+    `gpu.module`, before the NVVM conversion.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 def MarkInPlaceResultsPass
     : Pass<"distopt-mark-in-place-results", "::mlir::ModuleOp"> {
   let summary = "Drop the results of a bufferized step that are its arguments";
