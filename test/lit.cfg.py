@@ -13,7 +13,7 @@ config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py",
-                   "step_harness.py", "passes_preserve_step.py",
+                   "step_harness.py", "passes_preserve_step.py", "compiled_step.py",
                    "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py", "snippets.py", "overflow_skip.py", "checkpoint_corruption.py", "clip_sharded_vs_torch.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))

@@ -12,6 +12,8 @@
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Support/JSON.h"
+#include "distopt/Support/Limits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -26,6 +28,7 @@
 
 using namespace mlir;
 using namespace mlir::distopt;
+using ::distopt::parseJSON;
 namespace json = llvm::json;
 
 namespace {
@@ -43,7 +46,6 @@ struct Optimizer {
   double lr = 1e-3;
   NamedAttrList hyperparameters;
   SmallVector<std::string> stateNames;
-  std::optional<double> initialAccumulator;
 };
 
 class SpecReader {
@@ -169,6 +171,10 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
   };
 
   FailureOr<double> lr = number("lr", 1e-3);
+  if (succeeded(lr) && *lr < 0)
+    return error("optimizer.lr") << "must be non-negative (torch.optim's "
+                                    "rule), got "
+                                 << *lr;
   if (failed(lr) || failed(flag("maximize")) ||
       failed(optionalF64("weight_decay", "weight_decay")))
     return failure();
@@ -239,13 +245,9 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
         failed(optionalF64("lr_decay", "lr_decay")) ||
         failed(optionalF64("eps", "eps")))
       return failure();
-    FailureOr<double> initial = number("initial_accumulator_value", 0.0);
-    if (failed(initial))
+    if (failed(optionalF64("initial_accumulator_value",
+                           "initial_accumulator_value")))
       return failure();
-    if (*initial < 0)
-      return error("optimizer.initial_accumulator_value")
-             << "must be non-negative";
-    optimizer.initialAccumulator = *initial;
     optimizer.opName = AdagradUpdateOp::getOperationName();
     optimizer.stateNames = {"sum"};
     return success();
@@ -277,6 +279,9 @@ LogicalResult SpecReader::readParameter(const json::Value &value,
       return error(path + ".shape") << "expected a list of positive integers";
     param.shape.push_back(*size);
   }
+  if (::distopt::checkedNumElements(param.shape) < 0)
+    return error(path + ".shape")
+           << "more than 2^53 elements (the most a tensor may have)";
   FailureOr<FloatType> type = parseDType(object->get("dtype"), path + ".dtype");
   if (failed(type))
     return failure();
@@ -286,7 +291,7 @@ LogicalResult SpecReader::readParameter(const json::Value &value,
 }
 
 OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
-  llvm::Expected<json::Value> parsed = json::parse(text);
+  llvm::Expected<json::Value> parsed = parseJSON(text);
   if (!parsed) {
     error("JSON") << llvm::toString(parsed.takeError());
     return nullptr;
@@ -302,8 +307,9 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
     return nullptr;
   modelName = root->getString("model").value_or("model").str();
   std::optional<int64_t> world = root->getInteger("world_size");
-  if (!world || *world < 1) {
-    error("world_size") << "expected a positive integer";
+  if (!world || *world < 1 || *world > ::distopt::kMaxWorldSize) {
+    error("world_size") << "expected an integer from 1 to "
+                        << ::distopt::kMaxWorldSize;
     return nullptr;
   }
   worldSize = *world;
@@ -324,9 +330,17 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
     return nullptr;
   }
   llvm::StringSet<> names;
+  int64_t total = 0;
   for (auto [index, value] : llvm::enumerate(*params)) {
     if (failed(readParameter(value, index)))
       return nullptr;
+    total += ShapedType::getNumElements(parameters.back().shape);
+    if (total > ::distopt::kMaxElements) {
+      error("parameters[" + Twine(index) + "]")
+          << "the parameters up to here have more than 2^53 elements (the "
+             "most a model may have)";
+      return nullptr;
+    }
     if (!names.insert(parameters.back().name).second) {
       error("parameters[" + Twine(index) + "].name")
           << "duplicate parameter name '" << parameters.back().name << "'";
@@ -349,10 +363,6 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     numParameters += ShapedType::getNumElements(p.shape);
   module->getOperation()->setAttr(abi::kNumParameters,
                                   builder.getI64IntegerAttr(numParameters));
-  if (optimizer.initialAccumulator)
-    module->getOperation()->setAttr(
-        "distopt.initial_accumulator_value",
-        builder.getF64FloatAttr(*optimizer.initialAccumulator));
   builder.setInsertionPointToEnd(module->getBody());
   StringRef groupName = "world";
   ProcessGroupOp::create(builder, loc, groupName, worldSize);
@@ -394,7 +404,9 @@ OwningOpRef<ModuleOp> SpecReader::build() {
       stateArgs[i].push_back(addArg(tensorType(p, stateElement), abi::kState,
                                     p.name + "." + state));
   }
-  size_t lrArg = addArg(f32, abi::kLearningRate, "");
+  // f64, as torch.optim keeps it (a Python float): a rate rounded to f32
+  // would move every update away from torch's.
+  size_t lrArg = addArg(builder.getF64Type(), abi::kLearningRate, "");
   size_t stepArg = addArg(builder.getI64Type(), abi::kStep, "");
 
   // Results mirror the updated arguments: parameters, main parameters, state.

@@ -29,12 +29,14 @@ def dense(values, dtype="f32"):
         return hex(int(np.array(v, dtype=np.float16).view(np.uint16)))
 
     def nest(a):
+        if a.ndim == 0:
+            return literal(a)
         if a.ndim == 1:
             return "[" + ", ".join(literal(v) for v in a) + "]"
         return "[" + ", ".join(nest(sub) for sub in a) + "]"
 
-    shape = "x".join(map(str, array.shape))
-    return f"dense<{nest(array)}> : tensor<{shape}x{dtype}>"
+    shape = "".join(f"{d}x" for d in array.shape)
+    return f"dense<{nest(array)}> : tensor<{shape}{dtype}>"
 
 
 def bf16(values):

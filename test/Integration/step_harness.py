@@ -222,7 +222,7 @@ def harness(module, steps):
                 operands.append(gradient(a, k))
             elif a.role == "lr":
                 v = fresh("lr")
-                lines.append(f"  {v} = arith.constant 1.250000e-01 : f32")
+                lines.append(f"  {v} = arith.constant 1.250000e-01 : {a.type}")
                 operands.append(v)
             elif a.role == "step":
                 v = fresh("t")

@@ -66,3 +66,23 @@ func.func @all(%p: tensor<8xf32>, %g: tensor<8xf32>, %s: tensor<8xf32>, %lr: f32
   return %r, %b, %d, %e : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
 distopt.process_group @dp size 2
+
+// torch's roundings: addcmul is `v * g` rounded, then one fused multiply-add
+// (s + g * g here); addcdiv is (v * g) / d, then the add. Adagrad's sum
+// starts at initial_accumulator_value at step 1, as torch creates it.
+// CHECK-LABEL: func.func @adagrad_order
+// CHECK: %[[FIRST:.*]] = arith.cmpi eq, %{{.*}}, %{{.*}} : i64
+// CHECK: ^bb0(%[[G:.*]]: f32, %[[P:.*]]: f32, %[[S:.*]]: f32):
+// CHECK: %[[START:.*]] = arith.select %[[FIRST]], %{{.*}}, %[[S]] : f32
+// CHECK: %[[ONE_G:.*]] = arith.mulf %{{.*}}, %[[G]] : f32
+// CHECK: %[[SUM:.*]] = math.fma %[[ONE_G]], %[[G]], %[[START]] : f32
+// CHECK: %[[ROOT:.*]] = math.sqrt %[[SUM]] : f32
+// CHECK: %[[STD:.*]] = arith.addf %[[ROOT]], %{{.*}} : f32
+// CHECK: %[[NUM:.*]] = arith.mulf %{{.*}}, %[[G]] : f32
+// CHECK: %[[QUOT:.*]] = arith.divf %[[NUM]], %[[STD]] : f32
+// CHECK: %[[NEW:.*]] = arith.addf %[[P]], %[[QUOT]] : f32
+// CHECK: linalg.yield %[[NEW]], %[[SUM]] : f32, f32
+func.func @adagrad_order(%p: tensor<8xf32>, %g: tensor<8xf32>, %s: tensor<8xf32>, %lr: f64, %t: i64) -> (tensor<8xf32>, tensor<8xf32>) {
+  %a, %b = distopt.adagrad_update %p, %g state(%s) lr(%lr) step(%t) {initial_accumulator_value = 0.25} : tensor<8xf32>, f64
+  return %a, %b : tensor<8xf32>, tensor<8xf32>
+}

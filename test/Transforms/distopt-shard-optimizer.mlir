@@ -70,7 +70,7 @@
 // FLAT1: %[[PW:.*]] = distopt.bucket_pack %[[RW]] {alignment = 32 : i64} : tensor<8x4xbf16> -> tensor<64xbf16>
 // FLAT1: %[[SW:.*]] = distopt.shard_slice %[[PW]] on @world : tensor<64xbf16> -> tensor<16xbf16>
 // FLAT1: %[[GW:.*]] = arith.extf %[[SW]] : tensor<16xbf16> to tensor<16xf32>
-// FLAT1: %[[NEW:.*]], %{{.*}}:2 = distopt.adamw_update %{{.*}}, %[[GW]] state(%{{.*}}, %{{.*}}) {{.*}} : tensor<16xf32>, f32
+// FLAT1: %[[NEW:.*]], %{{.*}}:2 = distopt.adamw_update %{{.*}}, %[[GW]] state(%{{.*}}, %{{.*}}) {{.*}} : tensor<16xf32>, f64
 // FLAT1: %[[MODEL:.*]] = arith.truncf %[[NEW]] : tensor<16xf32> to tensor<16xbf16>
 // FLAT1: %[[ALL:.*]] = distopt.all_gather %[[MODEL]] on @world : tensor<16xbf16> -> tensor<64xbf16>
 // FLAT1: distopt.bucket_unpack %[[ALL]] {alignment = 32 : i64} : tensor<64xbf16> -> tensor<8x4xbf16>

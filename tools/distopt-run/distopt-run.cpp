@@ -51,7 +51,7 @@ static cl::opt<unsigned> steps("steps", cl::desc("Steps to run"), cl::init(10),
                                cl::cat(runCategory));
 static cl::opt<double> lrOption("lr",
                                 cl::desc("Learning rate (default: the spec's)"),
-                                cl::init(-1), cl::cat(runCategory));
+                                cl::cat(runCategory));
 static cl::opt<unsigned> printEvery("print-every",
                                     cl::desc("Print progress every N steps "
                                              "(0: every --progress-seconds)"),
@@ -678,7 +678,13 @@ int main(int argc, char **argv) {
   }
   check(distopt_rt_comm_rank(comm, &myRank), "rank");
   check(distopt_rt_comm_size(comm, &worldSize), "size");
-  double lr = lrOption >= 0 ? lrOption : root.getNumber("lr").value_or(1e-3);
+  double lr = lrOption.getNumOccurrences()
+                  ? lrOption
+                  : root.getNumber("lr").value_or(1e-3);
+  // torch.optim's rule: a learning rate is a finite, non-negative number.
+  if (!std::isfinite(lr) || lr < 0)
+    die("the learning rate must be finite and non-negative, got " +
+        std::to_string(lr));
   checkSameCollectives(comm, root);
 
   std::vector<Slot> args, results;
@@ -763,6 +769,7 @@ int main(int argc, char **argv) {
     std::vector<std::vector<int64_t>> descriptors(args.size());
     std::vector<void *> descriptorPtrs(args.size());
     std::vector<float> floats(args.size());
+    std::vector<double> doubles(args.size());
     std::vector<int64_t> ints(args.size());
     std::vector<void *> packedArgs(1 + args.size());
     size_t resultBytes = 0;
@@ -781,7 +788,10 @@ int main(int argc, char **argv) {
                                             : buffers[i]);
         descriptorPtrs[i] = descriptors[i].data();
         packedArgs[1 + i] = &descriptorPtrs[i];
-      } else if (slot.role == "lr") {
+      } else if (slot.role == "lr" && slot.dtype == "f64") {
+        doubles[i] = lr;
+        packedArgs[1 + i] = &doubles[i];
+      } else if (slot.role == "lr" && slot.dtype == "f32") {
         floats[i] = static_cast<float>(lr);
         packedArgs[1 + i] = &floats[i];
       } else if (slot.role == "step") {

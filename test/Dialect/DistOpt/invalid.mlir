@@ -500,6 +500,14 @@ func.func @adagrad_lr_decay(%p: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<4xf
 
 // -----
 
+func.func @adagrad_initial_accumulator(%p: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<4xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'initial_accumulator_value' must be non-negative, got -1}}
+  %r:2 = distopt.adagrad_update %p, %g state(%s) lr(%lr) step(%t) {initial_accumulator_value = -1.0} : tensor<4xf32>, f32
+  return
+}
+
+// -----
+
 func.func @adagrad_state(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64) {
   // expected-error @+1 {{expects 1 state tensors (the sum of squares) for these hyperparameters, got 0}}
   %r = distopt.adagrad_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32

@@ -791,7 +791,9 @@ unsigned AdagradUpdateOp::getExpectedNumState() { return 1; }
 LogicalResult AdagradUpdateOp::verify() {
   if (failed(checkRange(*this, "lr_decay", getLrDecay(), 0)) ||
       failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
-      failed(checkRange(*this, "eps", getEps(), 0)))
+      failed(checkRange(*this, "eps", getEps(), 0)) ||
+      failed(checkRange(*this, "initial_accumulator_value",
+                        getInitialAccumulatorValue(), 0)))
     return failure();
   return verifyOptimizer(*this, "the sum of squares");
 }

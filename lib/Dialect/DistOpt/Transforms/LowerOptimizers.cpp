@@ -53,6 +53,13 @@ public:
       return v;
     return arith::ExtFOp::create(b, loc, b.getF64Type(), v);
   }
+  /// Whether this is the first step (1-based), when torch creates the state.
+  Value isFirstStep() {
+    Value stepArg = op->getOperand(op->getNumOperands() - 1);
+    return arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, stepArg,
+        arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(1)));
+  }
   /// A prologue scalar, in the compute type, for use in the body.
   Value scalar(Value v64) {
     if (compute.isF64())
@@ -142,13 +149,15 @@ struct Body {
       g = neg(g);
     return weightDecay ? axpy(g, weightDecay, p) : g;
   }
-  /// torch's x.addcmul(y, z, value=a): x + a * y * z.
+  /// torch's x.addcmul(y, z, value=a): `a * y` rounded, then one fused
+  /// multiply-add with z and x (GCC contracts torch's `x + a * y * z` so in
+  /// the AVX2 kernels Debian's torch 1.13 runs; docs/lowering.md).
   Value addcmul(Value x, Value a, Value y, Value z) {
-    return add(x, mul(mul(a, y), z));
+    return math::FmaOp::create(b, loc, mul(a, y), z, x);
   }
-  /// torch's x.addcdiv(y, z, value=a): x + a * (y / z).
+  /// torch's x.addcdiv(y, z, value=a): x + (a * y) / z, three roundings.
   Value addcdiv(Value x, Value a, Value y, Value z) {
-    return add(x, mul(a, div(y, z)));
+    return add(x, div(mul(a, y), z));
   }
 };
 
@@ -161,10 +170,7 @@ void lowerSGD(OpBuilder &builder, SGDUpdateOp op) {
   Value wdC = u.scalar(wd), mu = u.scalar(momentum),
         damp = u.scalar(1.0 - f(op.getDampening()));
   // The first step copies the gradient into the momentum buffer.
-  Value first = arith::CmpIOp::create(
-      builder, op.getLoc(), arith::CmpIPredicate::eq, op.getStep(),
-      arith::ConstantOp::create(builder, op.getLoc(),
-                                builder.getI64IntegerAttr(1)));
+  Value first = u.isFirstStep();
   bool maximize = op.getMaximize(), nesterov = op.getNesterov();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, op.getLoc()};
@@ -279,12 +285,16 @@ void lowerAdagrad(OpBuilder &builder, AdagradUpdateOp op) {
                             arith::MulFOp::create(builder, loc, stepsBefore,
                                                   u.f64(f(op.getLrDecay())))));
   Value negClr = u.scalar(arith::NegFOp::create(builder, loc, clr));
-  Value eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd), one = u.scalar(1.0);
+  Value eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd), one = u.scalar(1.0),
+        initial = u.scalar(f(op.getInitialAccumulatorValue()));
+  // torch fills the sum with initial_accumulator_value at the first step.
+  Value first = u.isFirstStep();
   bool maximize = op.getMaximize();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, loc};
     g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
-    Value sum = m.addcmul(state[0], one, g, g);
+    Value previous = arith::SelectOp::create(nb, loc, first, initial, state[0]);
+    Value sum = m.addcmul(previous, one, g, g);
     Value std = m.add(m.sqrt(sum), eps);
     return SmallVector<Value>{m.addcdiv(p, negClr, g, std), sum};
   });

@@ -661,7 +661,8 @@ def DistOpt_RMSpropUpdateOp : DistOpt_OptimizerOp<"rmsprop_update", (ins
 def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", (ins
     DefaultValuedAttr<F64Attr, "0.0">:$lr_decay,
     DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
-    DefaultValuedAttr<F64Attr, "1e-10">:$eps)> {
+    DefaultValuedAttr<F64Attr, "1e-10">:$eps,
+    DefaultValuedAttr<F64Attr, "0.0">:$initial_accumulator_value)> {
   let summary = "the update of torch.optim.Adagrad";
   let description = [{
     With `g = grad` (negated if `maximize`):
@@ -669,9 +670,14 @@ def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", (ins
     ```
     g   = g + weight_decay * p                     (if weight_decay != 0)
     clr = lr / (1 + (step - 1) * lr_decay)
+    s   = initial_accumulator_value                (if step == 1)
     s   = s + g * g                                (state: s, the sum)
     p   = p - clr * g / (sqrt(s) + eps)
     ```
+
+    As torch creates the sum filled with `initial_accumulator_value` when it
+    first updates a parameter, the state operand is not read at step 1 (as
+    SGD's momentum buffer is not).
 
     ```mlir
     %p1, %s1 = distopt.adagrad_update %p, %g state(%s) lr(%lr) step(%t) : tensor<1024xf32>, f32
