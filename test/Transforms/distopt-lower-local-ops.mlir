@@ -1,5 +1,6 @@
 // RUN: distopt-opt %s -split-input-file --distopt-lower-local-ops -verify-diagnostics | FileCheck %s
 // RUN: distopt-opt %s -split-input-file --distopt-lower-local-ops -verify-diagnostics --distopt-lower-to-cpu | FileCheck %s --check-prefix=LLVM
+// RUN: distopt-opt %s -split-input-file --distopt-lower-local-ops=max-shard-cases=1 -verify-diagnostics | FileCheck %s --check-prefix=RUNTIME
 
 distopt.process_group @dp size 2
 
@@ -9,10 +10,13 @@ distopt.process_group @dp size 2
 // CHECK: %[[E:.*]] = tensor.empty() : tensor<32xf32>
 // CHECK: %[[FA:.*]] = tensor.collapse_shape %[[A]] {{\[\[}}0, 1]] : tensor<3x3xf32> into tensor<9xf32>
 // CHECK: %[[I0:.*]] = tensor.insert_slice %[[FA]] into %[[E]][0] [9] [1]
-// CHECK: %[[Z:.*]] = arith.constant dense<0.000000e+00> : tensor<7xf32>
+// Zeros are fills (a constant would become a global as large as the gap).
+// CHECK: %[[ZE:.*]] = tensor.empty() : tensor<7xf32>
+// CHECK: %[[Z:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%[[ZE]] : tensor<7xf32>)
 // CHECK: %[[I1:.*]] = tensor.insert_slice %[[Z]] into %[[I0]][9] [7] [1]
 // CHECK: %[[I2:.*]] = tensor.insert_slice %[[B]] into %[[I1]][16] [5] [1]
-// CHECK: %[[T:.*]] = arith.constant dense<0.000000e+00> : tensor<11xf32>
+// CHECK: %[[TE:.*]] = tensor.empty() : tensor<11xf32>
+// CHECK: %[[T:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%[[TE]] : tensor<11xf32>)
 // CHECK: %[[P:.*]] = tensor.insert_slice %[[T]] into %[[I2]][21] [11] [1]
 // CHECK: %[[R:.*]] = distopt.all_reduce sum %[[P]]
 // CHECK: %[[SA:.*]] = tensor.extract_slice %[[R]][0] [9] [1]
@@ -54,6 +58,33 @@ func.func @ownership(%x: tensor<8xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, te
   }
   %n = distopt.group_size @dp : index
   return %s, %o, %n : tensor<4xf32>, tensor<4xf32>, index
+}
+
+// A shard of a pack (ZeRO's own parameter shard) packs only this rank's
+// chunk: a case per rank with static slices, or, beyond max-shard-cases
+// ranks, each input's overlap with the chunk computed at run time.
+// CHECK-LABEL: func.func @shard_of_pack
+// CHECK: scf.index_switch
+// CHECK: case 0 {
+// CHECK: case 1 {
+// RUNTIME-LABEL: func.func @shard_of_pack
+// RUNTIME-NOT: scf.index_switch
+// RUNTIME: %[[FILLED:.*]] = linalg.fill
+// RUNTIME: %[[BEGIN:.*]] = arith.muli %{{.*}}, %{{.*}} : index
+// RUNTIME: %[[LO:.*]] = arith.maxsi %{{.*}}, %[[BEGIN]] : index
+// RUNTIME: %[[HI:.*]] = arith.minsi
+// RUNTIME: %[[OVERLAPS:.*]] = arith.cmpi slt, %[[LO]], %[[HI]] : index
+// RUNTIME: %[[A:.*]] = scf.if %[[OVERLAPS]] -> (tensor<16xf32>) {
+// RUNTIME:   tensor.extract_slice %{{.*}}[%{{.*}}] [%{{.*}}] [1] : tensor<9xf32> to tensor<?xf32>
+// RUNTIME:   tensor.insert_slice %{{.*}} into %[[FILLED]][%{{.*}}] [%{{.*}}] [1] : tensor<?xf32> into tensor<16xf32>
+// RUNTIME: } else {
+// RUNTIME:   scf.yield %[[FILLED]] : tensor<16xf32>
+// RUNTIME: scf.if %{{.*}} -> (tensor<16xf32>) {
+// RUNTIME: tensor.insert_slice %{{.*}} into %[[A]]
+func.func @shard_of_pack(%a: tensor<3x3xf32>, %b: tensor<5xf32>) -> tensor<16xf32> {
+  %p = distopt.bucket_pack %a, %b : tensor<3x3xf32>, tensor<5xf32> -> tensor<32xf32>
+  %s = distopt.shard_slice %p on @dp : tensor<32xf32> -> tensor<16xf32>
+  return %s : tensor<16xf32>
 }
 
 // -----

@@ -120,11 +120,12 @@ Value packRange(OpBuilder &b, Location loc, ValueRange inputs,
     to = std::min(to, end);
     if (to <= from)
       return;
-    auto gapType = RankedTensorType::get({to - from}, element);
-    insert(arith::ConstantOp::create(b, loc,
-                                     cast<TypedAttr>(DenseElementsAttr::get(
-                                         gapType, b.getZeroAttr(element)))),
-           from, to - from);
+    // A fill, not a dense constant: the tail of a flat buffer padded for
+    // many ranks can be large, and a constant would become a global.
+    Value gap = tensor::EmptyOp::create(b, loc, {to - from}, element);
+    Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(element));
+    insert(linalg::FillOp::create(b, loc, zero, gap).getResult(0), from,
+           to - from);
   };
   int64_t previousEnd = 0;
   for (auto [input, offset] : llvm::zip_equal(inputs, offsets)) {
@@ -190,10 +191,58 @@ void lowerShardSlice(ShardSliceOp op) {
   op.erase();
 }
 
+/// This rank's chunk, elements [rank * chunk, (rank + 1) * chunk), of the
+/// bucket that packs `inputs` at `offsets`, with the rank known only at run
+/// time: zeros, then each input's part of the chunk under an scf.if. The
+/// code grows with the inputs, not with the ranks.
+Value packChunkAtRuntime(OpBuilder &b, Location loc, ValueRange inputs,
+                         ArrayRef<int64_t> offsets, Value rank, int64_t chunk,
+                         Value shard) {
+  auto type = cast<RankedTensorType>(shard.getType());
+  auto index = [&](int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(b, loc, v);
+  };
+  Value zero =
+      arith::ConstantOp::create(b, loc, b.getZeroAttr(type.getElementType()));
+  Value range = linalg::FillOp::create(b, loc, zero, shard).getResult(0);
+  Value begin = arith::MulIOp::create(b, loc, rank, index(chunk));
+  Value end = arith::AddIOp::create(b, loc, begin, index(chunk));
+  for (auto [input, offset] : llvm::zip_equal(inputs, offsets)) {
+    int64_t size = cast<RankedTensorType>(input.getType()).getNumElements();
+    Value start = index(offset);
+    Value lo = arith::MaxSIOp::create(b, loc, start, begin);
+    Value hi = arith::MinSIOp::create(b, loc, index(offset + size), end);
+    Value overlaps =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, lo, hi);
+    auto ifOp = scf::IfOp::create(b, loc, TypeRange{type}, overlaps,
+                                  /*withElseRegion=*/true);
+    OpBuilder inThen = ifOp.getThenBodyBuilder();
+    Value flat = flattenForPack(inThen, loc, input);
+    Value count = arith::SubIOp::create(inThen, loc, hi, lo);
+    OpFoldResult one = inThen.getIndexAttr(1);
+    Value piece = tensor::ExtractSliceOp::create(
+        inThen, loc, flat,
+        ArrayRef<OpFoldResult>{
+            arith::SubIOp::create(inThen, loc, lo, start).getResult()},
+        ArrayRef<OpFoldResult>{count}, ArrayRef<OpFoldResult>{one});
+    Value inserted = tensor::InsertSliceOp::create(
+        inThen, loc, piece, range,
+        ArrayRef<OpFoldResult>{
+            arith::SubIOp::create(inThen, loc, lo, begin).getResult()},
+        ArrayRef<OpFoldResult>{count}, ArrayRef<OpFoldResult>{one});
+    scf::YieldOp::create(inThen, loc, inserted);
+    OpBuilder inElse = ifOp.getElseBodyBuilder();
+    scf::YieldOp::create(inElse, loc, range);
+    range = ifOp.getResult(0);
+  }
+  return range;
+}
+
 /// shard_slice(bucket_pack(xs)) (a ZeRO step's own parameter shard): only
-/// this rank's chunk is packed, one case per rank with static slices,
-/// instead of packing everything (N times the copying) and slicing.
-void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack) {
+/// this rank's chunk is packed, instead of packing everything (N times the
+/// copying) and slicing: one case per rank with static slices, or, for
+/// more than `maxCases` ranks, slices computed at run time.
+void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack, int64_t maxCases) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   int64_t chunk = op.getType().getDimSize(0);
@@ -205,6 +254,18 @@ void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack) {
   // Every case fills one buffer, so that the result has no layout of its
   // own (which would cost a copy before the next collective).
   Value shard = tensor::EmptyOp::create(b, loc, {chunk}, element);
+  auto finish = [&](Value result) {
+    op.replaceAllUsesWith(result);
+    op.erase();
+    if (pack->use_empty()) {
+      SmallVector<Value> inputs = pack.getInputs();
+      pack.erase();
+      eraseReplacedConversions(inputs);
+    }
+  };
+  if (ranks > maxCases)
+    return finish(packChunkAtRuntime(b, loc, pack.getInputs(), offsets, rank,
+                                     chunk, shard));
   auto cases = llvm::to_vector(llvm::seq<int64_t>(0, ranks));
   auto perRank = scf::IndexSwitchOp::create(b, loc, TypeRange{op.getType()},
                                             rank, cases, ranks);
@@ -219,13 +280,7 @@ void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack) {
   OpBuilder inDefault =
       OpBuilder::atBlockEnd(&perRank.getDefaultRegion().emplaceBlock());
   scf::YieldOp::create(inDefault, loc, shard);
-  op.replaceAllUsesWith(perRank.getResult(0));
-  op.erase();
-  if (pack->use_empty()) {
-    SmallVector<Value> inputs = pack.getInputs();
-    pack.erase();
-    eraseReplacedConversions(inputs);
-  }
+  finish(perRank.getResult(0));
 }
 
 void lowerOwnedBy(OwnedByOp op) {
@@ -1002,6 +1057,7 @@ void lowerTopK(TopKAllReduceOp op) {
 
 struct LowerLocalOpsPass
     : public distopt::impl::LowerLocalOpsPassBase<LowerLocalOpsPass> {
+  using LowerLocalOpsPassBase::LowerLocalOpsPassBase;
   void runOnOperation() override {
     bool ok = true;
     SmallVector<Operation *> ops;
@@ -1080,7 +1136,7 @@ struct LowerLocalOpsPass
         continue;
       lowered.insert(slice);
       bool onlyUse = pack->hasOneUse();
-      lowerShardOfPack(slice, pack);
+      lowerShardOfPack(slice, pack, maxShardCases);
       if (onlyUse)
         lowered.insert(pack);
     }

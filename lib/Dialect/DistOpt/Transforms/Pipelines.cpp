@@ -89,12 +89,15 @@ void mlir::distopt::buildDistOptPipeline(
 }
 
 /// The lowering's common half: a step on buffers, runtime calls for the
-/// collectives, deallocations for its temporaries.
-static void buildBufferizedStepPipeline(OpPassManager &pm) {
+/// collectives, deallocations for its temporaries. `maxShardCases`: see
+/// --distopt-lower-local-ops.
+static void buildBufferizedStepPipeline(OpPassManager &pm,
+                                        int64_t maxShardCases = 64) {
   pm.addPass(createCanonicalizerPass());
   pm.addNestedPass<func::FuncOp>(createLowerOptimizersPass());
-  pm.addPass(createLowerLocalOpsPass());
+  pm.addPass(createLowerLocalOpsPass(LowerLocalOpsPassOptions{maxShardCases}));
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
+  pm.addPass(createFoldSplatInputsPass());
   // Element-wise results that are packed into a bucket (gradients extended
   // to f32 by --distopt-widen-reductions) are computed in the bucket's slot
   // instead of a temporary copied there.
@@ -209,6 +212,14 @@ void mlir::distopt::registerDistOptPipeline() {
         // valid affine dimensions.
         pm.addPass(createLowerAffinePass());
         pm.addNestedPass<func::FuncOp>(createEmulateGPUOnHostPass());
+        buildLoopsToLLVMPipeline(pm, /*runtimeAllocator=*/false);
+      });
+  PassPipelineRegistration<>(
+      "distopt-test-lower-to-cpu-runtime-shards",
+      "Testing: distopt-lower-to-cpu with every shard of a pack cut at run "
+      "time (as beyond 64 ranks)",
+      [](OpPassManager &pm) {
+        buildBufferizedStepPipeline(pm, /*maxShardCases=*/0);
         buildLoopsToLLVMPipeline(pm, /*runtimeAllocator=*/false);
       });
   PassPipelineRegistration<DistOptLowerToGPUOptions>(
