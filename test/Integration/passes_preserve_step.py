@@ -65,10 +65,22 @@ VARIANTS = {
     "pipeline-zero1-views": ["--distopt-pipeline=zero-stage=1 grad-as-bucket-view "
                              "param-as-bucket-view"],
     "pipeline-widened-zero1": ["--distopt-pipeline=reduce-dtype=f32 zero-stage=1"],
+    # Reduced in f64, every ZeRO stage and strategy.
+    "f64-zero1-flat": [FUSE, "--distopt-widen-reductions=dtype=f64",
+                       "--distopt-shard-optimizer=stage=1"],
+    "f64-zero2-flat": [FUSE, "--distopt-widen-reductions=dtype=f64",
+                       "--distopt-shard-optimizer=stage=2"],
+    "f64-zero3-flat": [FUSE, "--distopt-widen-reductions=dtype=f64",
+                       "--distopt-shard-optimizer=stage=3"],
+    "f64-zero1-greedy": [FUSE, "--distopt-widen-reductions=dtype=f64",
+                         "--distopt-shard-optimizer=stage=1 strategy=greedy"],
+    "f64-zero2-greedy": [FUSE, "--distopt-widen-reductions=dtype=f64",
+                         "--distopt-shard-optimizer=stage=2 strategy=greedy"],
+    "pipeline-f64-zero2": ["--distopt-pipeline=reduce-dtype=f64 zero-stage=2"],
 }
 # Greedy sharding of main parameters needs a per-owner initial layout that
 # the harness does not build.
-SKIP = {"mixed.json": {"zero1-greedy", "zero2-greedy"}}
+SKIP = {"mixed.json": {"zero1-greedy", "zero2-greedy", "f64-zero1-greedy", "f64-zero2-greedy"}}
 
 
 def run_harness(step_text, ranks, harness_args, tmp):

@@ -154,7 +154,18 @@ def harness(module, steps):
             lines.append(f"  {r} = tensor.expand_shape {v} [[{dims}]] output_shape [{', '.join(map(str, shape))}] : {flat_type} into {full}")
         return r
 
+    def writable(value, type_):
+        """A copy of `value` in a buffer of its own: the step may update its
+        parameters and state in place (docs/step-abi.md), which a constant's
+        read-only global does not allow."""
+        v = fresh("w")
+        lines.append(f"  {v} = bufferization.alloc_tensor() copy({value}) : {type_}")
+        return v
+
     def initial_param(arg):
+        return writable(initial_value(arg), arg.type)
+
+    def initial_value(arg):
         if arg.layout and arg.shard_of:  # this rank's chunk of a flat layout
             flat = laid_out(arg, arg.shard_of, "")
             whole = fresh("flat")
@@ -214,7 +225,7 @@ def harness(module, steps):
                 raise SystemExit(f"harness: state init '{a.init}' is not supported")
             z = fresh("zero")
             lines.append(f"  {z} = arith.constant dense<0.0> : {a.type}")
-            current[key] = z
+            current[key] = writable(z, a.type)
     for k in range(steps):
         operands, types = [], []
         for a in args:

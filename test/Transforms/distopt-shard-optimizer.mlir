@@ -17,6 +17,9 @@
 // RUN: distopt-translate --import-param-spec %S/Inputs/sgd3.json \
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives \
 // RUN:   | FileCheck %s --check-prefix=GREEDY2
+// RUN: distopt-translate --import-param-spec %S/Inputs/mixed.json \
+// RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-widen-reductions=dtype=f64 --distopt-shard-optimizer=stage=2 --distopt-verify-collectives \
+// RUN:   | FileCheck %s --check-prefix=F64
 //
 // RUN: distopt-translate --import-param-spec %examples/specs/gpt2-small.json \
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-report -o /dev/null | FileCheck %s --check-prefix=GPT2-DP
@@ -63,6 +66,18 @@
 //
 // Stage 1: full gradients, this rank's chunk updated, parameters gathered
 // (the model copy of w in bf16).
+// Gradients reduced in f64 (--distopt-widen-reductions=dtype=f64): the
+// f64 bucket is reduce-scattered and each shard rounded once, to the main
+// parameter's f32 or the f32 parameter's own type.
+// F64: %[[WB:.*]] = distopt.bucket_pack %{{.*}} : tensor<8x4xf64> -> tensor<64xf64>
+// F64: %[[WS:.*]] = distopt.reduce_scatter avg %[[WB]] on @world : tensor<64xf64> -> tensor<16xf64>
+// F64: %[[WT:.*]] = arith.truncf %[[WS]] : tensor<16xf64> to tensor<16xf32>
+// F64: distopt.adamw_update %{{.*}}, %[[WT]]
+// F64: %[[BB:.*]] = distopt.bucket_pack %{{.*}} : tensor<8xf64> -> tensor<64xf64>
+// F64: %[[BS:.*]] = distopt.reduce_scatter avg %[[BB]] on @world : tensor<64xf64> -> tensor<16xf64>
+// F64: %[[BT:.*]] = arith.truncf %[[BS]] : tensor<16xf64> to tensor<16xf32>
+// F64: distopt.adamw_update %{{.*}}, %[[BT]]
+
 // FLAT1-LABEL: func.func @step
 // FLAT1-SAME: distopt.name = "flat0.main_param", distopt.role = "main_param", distopt.shard_of = 64
 // FLAT1-SAME: -> (tensor<8x4xbf16> {distopt.name = "w", distopt.role = "param"}, tensor<8xf32> {distopt.name = "b", distopt.role = "param"}
@@ -134,7 +149,7 @@
 
 distopt.process_group @dp size 2
 func.func @unreduced(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient must come straight from a distopt.all_reduce (possibly through arith.extf): run --distopt-fuse-div-into-allreduce before this pass and --distopt-bucketize after it}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient must come straight from a distopt.all_reduce (possibly through arith.extf or arith.truncf): run --distopt-fuse-div-into-allreduce before this pass and --distopt-bucketize after it}}
   %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }

@@ -30,9 +30,15 @@
 // CHECK: %[[T:.*]] = arith.truncf %[[R]] : tensor<8xf32> to tensor<8xbf16>
 // CHECK-NOT: distopt.all_reduce
 // CHECK: return %[[R]], %[[T]]
+// In f64 the main parameter's gradient is rounded once, to f32 (not to
+// bf16 first): both results round the f64 average once.
 // F64-LABEL: func.func @main_param_gradient
-// F64: arith.extf %{{.*}} : tensor<8xbf16> to tensor<8xf64>
-// F64: distopt.all_reduce avg %{{.*}} : tensor<8xf64>
+// F64: %[[W:.*]] = arith.extf %{{.*}} : tensor<8xbf16> to tensor<8xf64>
+// F64: %[[R:.*]] = distopt.all_reduce avg %[[W]] on @dp : tensor<8xf64>
+// F64-DAG: %[[T:.*]] = arith.truncf %[[R]] : tensor<8xf64> to tensor<8xbf16>
+// F64-DAG: %[[M:.*]] = arith.truncf %[[R]] : tensor<8xf64> to tensor<8xf32>
+// F64-NOT: arith.extf
+// F64: return %[[M]], %[[T]]
 distopt.process_group @dp size 4
 func.func @main_param_gradient(%g: tensor<8xbf16>) -> (tensor<8xf32>, tensor<8xbf16>) {
   %r = distopt.all_reduce avg %g on @dp : tensor<8xbf16>

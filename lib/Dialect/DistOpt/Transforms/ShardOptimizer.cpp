@@ -45,7 +45,10 @@ struct Update {
   BlockArgument param;      // role param or main_param
   bool paramIsMain = false; // the update works on an fp32 main copy
   AllReduceOp reduction;    // reduces the gradient
-  arith::ExtFOp upcast;     // optional: reduced gradient -> main precision
+  /// Optional: the reduced gradient converted to the update's precision
+  /// (arith.extf to an fp32 main parameter, arith.truncf from a reduction
+  /// widened by --distopt-widen-reductions).
+  Operation *convert = nullptr;
   SmallVector<BlockArgument> state;
   SmallVector<arith::TruncFOp> downcasts; // new main param -> model param
   BlockArgument modelParam; // with main params: the model copy (stage 3)
@@ -63,6 +66,17 @@ int64_t elementBytes(Type type) {
 
 RankedTensorType flatType(int64_t size, Type element) {
   return RankedTensorType::get({size}, element);
+}
+
+/// `value` converted, as Update::convert does, to `type`'s element type.
+Value convertGradient(OpBuilder &b, Location loc, Value value,
+                      RankedTensorType type) {
+  Type from = getElementTypeOrSelf(value.getType());
+  auto target =
+      cast<RankedTensorType>(value.getType()).clone(type.getElementType());
+  if (from.getIntOrFloatBitWidth() < type.getElementTypeBitWidth())
+    return arith::ExtFOp::create(b, loc, target, value);
+  return arith::TruncFOp::create(b, loc, target, value);
 }
 
 struct ShardOptimizerPass
@@ -156,15 +170,17 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
     return fail("its main parameter has other uses than the update");
 
   Value grad = op->getOperand(1);
-  if ((u.upcast = grad.getDefiningOp<arith::ExtFOp>()))
-    grad = u.upcast.getIn();
+  if (isa_and_present<arith::ExtFOp, arith::TruncFOp>(grad.getDefiningOp())) {
+    u.convert = grad.getDefiningOp();
+    grad = u.convert->getOperand(0);
+  }
   u.reduction = grad.getDefiningOp<AllReduceOp>();
   if (!u.reduction)
     return fail("its gradient must come straight from a distopt.all_reduce "
-                "(possibly through arith.extf): run "
+                "(possibly through arith.extf or arith.truncf): run "
                 "--distopt-fuse-div-into-allreduce before this pass and "
                 "--distopt-bucketize after it");
-  if (!u.reduction->hasOneUse() || (u.upcast && !u.upcast->hasOneUse()))
+  if (!u.reduction->hasOneUse() || (u.convert && !u.convert->hasOneUse()))
     return fail("its reduced gradient has other uses than the update");
 
   unsigned numState = op->getNumOperands() - 4;
@@ -297,9 +313,9 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
     gradShard = ShardSliceOp::create(builder, loc, flatType(shard, gradElement),
                                      bucket, groupRef);
   }
-  if (first.upcast)
-    gradShard = arith::ExtFOp::create(builder, loc,
-                                      flatType(shard, paramElement), gradShard);
+  if (first.convert)
+    gradShard =
+        convertGradient(builder, loc, gradShard, flatType(shard, paramElement));
 
   // Parameters: main parameters are state; plain ones are sharded at stage 3.
   Value paramShard;
@@ -439,8 +455,8 @@ LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
     for (arith::TruncFOp trunc : u->downcasts)
       toErase.push_back(trunc);
     toErase.push_back(u->op);
-    if (u->upcast)
-      toErase.push_back(u->upcast);
+    if (u->convert)
+      toErase.push_back(u->convert);
     if (stage >= 2)
       toErase.push_back(u->reduction);
   }
@@ -552,8 +568,8 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
     if (u->paramIsMain)
       mapping.map(u->op->getOperand(0), slot(buffers[b++]));
     Value g = grad;
-    if (u->upcast)
-      g = arith::ExtFOp::create(inner, ploc, u->upcast.getType(), g);
+    if (u->convert)
+      g = convertGradient(inner, ploc, g, u->paramType());
     mapping.map(u->op->getOperand(1), g);
     for (unsigned k = 0; k < u->state.size(); ++k)
       mapping.map(u->op->getOperand(2 + k), slot(buffers[b + k]));
@@ -591,8 +607,8 @@ LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
     for (arith::TruncFOp trunc : u->downcasts)
       toErase.push_back(trunc);
     toErase.push_back(u->op);
-    if (u->upcast)
-      toErase.push_back(u->upcast);
+    if (u->convert)
+      toErase.push_back(u->convert);
     if (stage == 2)
       toErase.push_back(u->reduction);
   }
@@ -656,7 +672,8 @@ void ShardOptimizerPass::runOnOperation() {
            a.paramType().getElementType() == b.paramType().getElementType() &&
            a.reduction.getType().getElementType() ==
                b.reduction.getType().getElementType() &&
-           a.paramIsMain == b.paramIsMain && bool(a.upcast) == bool(b.upcast) &&
+           a.paramIsMain == b.paramIsMain &&
+           bool(a.convert) == bool(b.convert) &&
            a.downcasts.size() == b.downcasts.size() &&
            a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
            a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&

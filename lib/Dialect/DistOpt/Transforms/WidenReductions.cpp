@@ -67,14 +67,28 @@ static Type withElementType(Type type, Type element) {
 }
 
 /// Hands `wide`, the widened value of `narrow`, to narrow's users: an
-/// arith.extf to the wide type takes it as it is (nothing rounds in
-/// between), every other user gets it rounded once to the narrow type.
+/// arith.extf to the wide type takes it as it is, one to a type between
+/// the two (an f32 main parameter's gradient reduced in f64) gets it
+/// rounded once to that type (nothing rounds to the narrow type first);
+/// every other user gets it rounded once to the narrow type.
 static void replaceWithWide(Value narrow, Value wide) {
   Value rounded;
+  unsigned wideBits =
+      getElementTypeOrSelf(wide.getType()).getIntOrFloatBitWidth();
   for (OpOperand &use : llvm::make_early_inc_range(narrow.getUses())) {
     auto extend = dyn_cast<arith::ExtFOp>(use.getOwner());
     if (extend && extend.getType() == wide.getType()) {
       extend.replaceAllUsesWith(wide);
+      extend.erase();
+      continue;
+    }
+    if (extend &&
+        getElementTypeOrSelf(extend.getType()).getIntOrFloatBitWidth() <
+            wideBits) {
+      OpBuilder builder(extend);
+      Value once = arith::TruncFOp::create(builder, extend.getLoc(),
+                                           extend.getType(), wide);
+      extend.replaceAllUsesWith(once);
       extend.erase();
       continue;
     }
