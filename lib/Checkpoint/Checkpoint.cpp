@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Checkpoint/Checkpoint.h"
+#include "distopt/Support/JSON.h"
+#include "distopt/Support/Limits.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CRC.h"
@@ -24,6 +26,7 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
 #include <set>
 #include <tuple>
 #include <unistd.h>
@@ -86,6 +89,41 @@ struct Writer {
     return true;
   }
 };
+
+/// State that differs per rank (PowerSGD's error feedback) is saved once per
+/// rank of the run that saved it: every rank exactly once, all copies of one
+/// dtype and shape, and no whole copy beside them. A header that says
+/// another world size than its copies hold would drop or invent a rank's
+/// state on resume.
+Error checkPerRankCopies(const Checkpoint &checkpoint) {
+  std::map<std::pair<std::string, std::string>, std::vector<const Tensor *>>
+      copies;
+  std::set<std::pair<std::string, std::string>> whole;
+  for (const Tensor &t : checkpoint.tensors) {
+    if (t.rank < 0)
+      whole.insert({t.role, t.name});
+    else
+      copies[{t.role, t.name}].push_back(&t);
+  }
+  for (auto &[key, list] : copies) {
+    std::string what = "tensor '" + key.first + " " + key.second + "'";
+    if (whole.count(key))
+      return createStringError(inconvertibleErrorCode(),
+                               what + " is saved both whole and per rank");
+    if (static_cast<int64_t>(list.size()) != checkpoint.worldSize)
+      return createStringError(
+          inconvertibleErrorCode(),
+          what + " has " + Twine(list.size()) + " per-rank copies for " +
+              Twine(checkpoint.worldSize) + " ranks (the header's world size)");
+    for (const Tensor *t : list)
+      if (t->dtype != list.front()->dtype || t->shape != list.front()->shape)
+        return createStringError(
+            inconvertibleErrorCode(),
+            what + ": the copies of ranks " + Twine(list.front()->rank) +
+                " and " + Twine(t->rank) + " differ in dtype or shape");
+  }
+  return Error::success();
+}
 
 } // namespace
 
@@ -197,15 +235,20 @@ Error write(StringRef path, const Checkpoint &checkpoint,
 }
 
 Expected<Checkpoint> read(StringRef path) {
-  auto fail = [&](const Twine &what) -> Error {
-    return createStringError(inconvertibleErrorCode(), path + ": " + what);
-  };
   ErrorOr<std::unique_ptr<MemoryBuffer>> file =
       MemoryBuffer::getFile(path, /*IsText=*/false,
                             /*RequiresNullTerminator=*/false);
   if (!file)
-    return fail("cannot read: " + file.getError().message());
-  StringRef bytes = (*file)->getBuffer();
+    return createStringError(inconvertibleErrorCode(),
+                             path +
+                                 ": cannot read: " + file.getError().message());
+  return decode((*file)->getBuffer(), path);
+}
+
+Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
+  auto fail = [&](const Twine &what) -> Error {
+    return createStringError(inconvertibleErrorCode(), path + ": " + what);
+  };
   uint64_t size = bytes.size();
   if (size < kPreambleBytes)
     return fail("truncated: " + Twine(size) +
@@ -229,7 +272,7 @@ Expected<Checkpoint> read(StringRef path) {
   if (crcOf(headerText.data(), headerText.size()) != headerCrc)
     return fail("the header's checksum does not match (corrupted)");
 
-  Expected<json::Value> parsed = json::parse(headerText);
+  Expected<json::Value> parsed = parseJSON(headerText);
   if (!parsed)
     return fail("malformed header: " + toString(parsed.takeError()));
   const json::Object *header = parsed->getAsObject();
@@ -260,10 +303,11 @@ Expected<Checkpoint> read(StringRef path) {
       !header->getArray("tensors"))
     return fail("malformed header: format, world_size, step, model, "
                 "data_bytes and tensors are required");
-  if (checkpoint.worldSize < 1 || checkpoint.step < 0 || dataBytes < 0)
+  if (checkpoint.worldSize < 1 || checkpoint.worldSize > kMaxWorldSize ||
+      checkpoint.step < 0 || dataBytes < 0)
     return fail("malformed header: world_size " + Twine(checkpoint.worldSize) +
-                ", step " + Twine(checkpoint.step) + ", data_bytes " +
-                Twine(dataBytes));
+                " (1 to " + Twine(kMaxWorldSize) + "), step " +
+                Twine(checkpoint.step) + ", data_bytes " + Twine(dataBytes));
   uint64_t dataStart = alignTo(kPreambleBytes + headerBytes, kAlignment);
   if (dataStart + static_cast<uint64_t>(dataBytes) != size)
     return fail(
@@ -293,21 +337,28 @@ Expected<Checkpoint> read(StringRef path) {
       return fail("malformed header: a tensor needs role, name, dtype, "
                   "shape, offset, bytes and crc32");
     std::string what = "tensor '" + t.role + " " + t.name + "'";
-    if (std::optional<int64_t> rank = entry->getInteger("rank"))
-      t.rank = *rank;
+    if (const json::Value *rank = entry->get("rank")) {
+      std::optional<int64_t> value = rank->getAsInteger();
+      if (!value || *value < 0 || *value >= checkpoint.worldSize)
+        return fail(what + ": rank must be an integer from 0 to " +
+                    Twine(checkpoint.worldSize - 1) +
+                    " (the checkpoint's world size is " +
+                    Twine(checkpoint.worldSize) + ")");
+      t.rank = *value;
+    }
     size_t element = elementBytes(t.dtype);
     if (!element)
       return fail(what + ": unknown dtype '" + t.dtype + "'");
-    uint64_t expected = element;
     for (const json::Value &d : *entry->getArray("shape")) {
       std::optional<int64_t> dim = d.getAsInteger();
       if (!dim || *dim < 0)
         return fail(what + ": a shape holds non-negative integers");
-      if (*dim != 0 && expected > UINT64_MAX / static_cast<uint64_t>(*dim))
-        return fail(what + ": its shape overflows");
-      expected *= static_cast<uint64_t>(*dim);
       t.shape.push_back(*dim);
     }
+    int64_t numel = checkedNumElements(t.shape);
+    if (numel < 0)
+      return fail(what + ": more than 2^53 elements (corrupted)");
+    uint64_t expected = element * static_cast<uint64_t>(numel);
     if (length < 0 || static_cast<uint64_t>(length) != expected)
       return fail(what + ": " + Twine(length) + " bytes for " +
                   Twine(expected) + " bytes of shape and dtype");
@@ -340,6 +391,8 @@ Expected<Checkpoint> read(StringRef path) {
   }
   if (!zero(dataStart + covered, size))
     return fail("nonzero bytes after the last tensor (corrupted)");
+  if (Error error = checkPerRankCopies(checkpoint))
+    return fail(toString(std::move(error)));
   return checkpoint;
 }
 

@@ -7,7 +7,9 @@ file (header, padding and data); preambles with a wrong magic, a future
 version, a header length over the 16 MiB limit or beyond the file; bytes
 appended; and headers rewritten (with a valid checksum) to lie: data out of
 the file, a shape that does not match the bytes, a dtype no one knows, a
-negative dimension, an overflowing shape, a duplicate tensor. Each variant
+negative dimension, an overflowing shape, a duplicate tensor, a world size
+or rank out of range, per-rank copies that do not match the world size, a
+header nested 100000 levels deep. Each variant
 goes through `distopt-checkpoint info`, which must exit 1 with a message
 naming the file; the original must still read.
 
@@ -26,13 +28,14 @@ def run(tool, path):
     return proc.returncode, proc.stderr.strip()
 
 
-def with_header(original, edit):
-    """The checkpoint with its header JSON edited, re-checksummed, and the
-    data moved to where the new header length puts it."""
+def with_header(original, edit, rewrite=lambda text: text):
+    """The checkpoint with its header JSON edited (then its text rewritten),
+    re-checksummed, and the data moved to where the new header length puts
+    it."""
     length = struct.unpack_from("<Q", original, 16)[0]
     header = json.loads(original[24:24 + length])
     edit(header)
-    text = json.dumps(header, separators=(",", ":")).encode()
+    text = rewrite(json.dumps(header, separators=(",", ":"))).encode()
     align = lambda n: (n + 63) // 64 * 64
     data = original[align(24 + length):]
     preamble = (original[:12] + struct.pack("<I", zlib.crc32(text))
@@ -80,11 +83,19 @@ def main():
         ("missing crc32", lambda h: h["tensors"][0].pop("crc32")),
         ("duplicate tensor", lambda h: h["tensors"].__setitem__(1, dict(h["tensors"][0]))),
         ("world size 0", lambda h: h.__setitem__("world_size", 0)),
+        ("world size 2^40", lambda h: h.__setitem__("world_size", 1 << 40)),
+        ("a rank beyond the world size", tensor_edit("rank", 9)),
+        ("a negative rank", tensor_edit("rank", -2)),
+        ("per-rank copies for another world size", tensor_edit("rank", 0)),
         ("no tensors list", lambda h: h.pop("tensors")),
         ("another format", lambda h: h.__setitem__("format", "safetensors")),
     ]
     for name, edit in lies:
         variants.append((f"header lies: {name}", with_header(original, edit)))
+    # The parser recursed once per level: a stack overflow, not an error.
+    variants.append(("header nested 100000 deep", with_header(
+        original, lambda h: h.__setitem__("model", "DEEP"),
+        lambda text: text.replace('"DEEP"', "[" * 100000 + "]" * 100000))))
 
     passed = failed = 0
     path = os.path.join(workdir, "damaged.ckpt")

@@ -52,6 +52,10 @@ llvm::Error write(llvm::StringRef path, const Checkpoint &checkpoint,
 /// Reads and validates `path`; every error names the file and what is wrong.
 llvm::Expected<Checkpoint> read(llvm::StringRef path);
 
+/// Validates and decodes a checkpoint's bytes (as read() does a file's);
+/// errors are prefixed with `name`.
+llvm::Expected<Checkpoint> decode(llvm::StringRef bytes, llvm::StringRef name);
+
 } // namespace distopt::checkpoint
 
 #endif // DISTOPT_CHECKPOINT_CHECKPOINT_H
