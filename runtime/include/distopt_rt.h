@@ -32,6 +32,7 @@ typedef enum distopt_rt_status {
   DISTOPT_RT_BACKEND_ERROR = 4,       /* MPI reported an error */
   DISTOPT_RT_UNAVAILABLE = 5,         /* backend not built in */
   DISTOPT_RT_FAILED = 6, /* the communicator failed earlier and is unusable */
+  DISTOPT_RT_PEER_DIED = 7, /* a peer process on this machine has exited */
 } distopt_rt_status;
 
 typedef enum distopt_rt_dtype {
@@ -190,6 +191,9 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_world(int64_t expected_size,
 /* For compiled steps: reports the last error of this thread on stderr and
  * ends the run (MPI_Abort when MPI is up, so no rank is left waiting). */
 DISTOPT_RT_API void distopt_rt_fatal(distopt_rt_status status);
+/* Ends the run like distopt_rt_fatal, for a driver that has printed its own
+ * message: prints nothing. */
+DISTOPT_RT_API void distopt_rt_abort(void);
 
 /* Completes and frees the request; returns the collective's status. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_wait(distopt_rt_request *request);

@@ -352,6 +352,8 @@ void distopt_rt_fatal(distopt_rt_status status) {
   abortRun();
 }
 
+void distopt_rt_abort(void) { abortRun(); }
+
 distopt_rt_status distopt_rt_wait(distopt_rt_request *request) {
   if (!request || !request->impl)
     return invalid("distopt_rt_wait", "the request is null");

@@ -9,7 +9,7 @@ LLVM_PREFIX=/usr/lib/llvm-22
 # MLIR's CMake config although libmlir-22-dev does not depend on it; OpenMPI
 # runs the multi-rank tests; python3-torch (CPU) is the numerical reference.
 DISTOPT_PACKAGES=(
-  cmake ninja-build g++ python3
+  cmake ninja-build gcc g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   clang-format-22 liblld-22-dev zlib1g-dev libzstd-dev
   libopenmpi-dev openmpi-bin

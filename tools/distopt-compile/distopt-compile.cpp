@@ -24,6 +24,7 @@
 #include "distopt/Dialect/DistOpt/Transforms/Passes.h"
 #include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
 #include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
+#include "distopt/StepInterface/StepInterface.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -60,6 +61,7 @@ LLD_HAS_DRIVER(elf)
 
 using namespace mlir;
 namespace abi = mlir::distopt::abi;
+namespace si = ::distopt::step;
 
 namespace cl = llvm::cl;
 
@@ -108,47 +110,68 @@ static cl::opt<std::string>
                  "features) or an LLVM CPU name such as x86-64"),
         cl::init("native"), cl::cat(compileCategory));
 
-static llvm::json::Value typeJson(Type type) {
-  llvm::json::Object object;
+/// One argument or result of the step, as the driver needs it; a located
+/// error for what an interface cannot say (an element type no driver knows,
+/// an unknown role or init).
+static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
+                                          Type type, DictionaryAttr attrs) {
+  si::Value value;
   Type element = getElementTypeOrSelf(type);
   std::string name;
   llvm::raw_string_ostream os(name);
   element.print(os);
-  object["dtype"] = name;
+  value.dtype = si::lookupDType(name);
+  if (!value.dtype || (!isa<RankedTensorType>(type) && !type.isIntOrFloat()))
+    return step->emitError() << what << " has type " << type
+                             << ", which no driver can pass: tensors and "
+                                "scalars of f32, f64, bf16, f16, i32, i64 "
+                                "and i1 can be";
   if (auto tensor = dyn_cast<RankedTensorType>(type))
-    object["shape"] = llvm::json::Array(tensor.getShape());
-  return object;
-}
-
-/// One argument or result of the step, as the runtime driver needs it.
-static llvm::json::Value valueJson(Type type, DictionaryAttr attrs) {
-  llvm::json::Object object = *typeJson(type).getAsObject();
+    value.shape.emplace(tensor.getShape().begin(), tensor.getShape().end());
   if (!attrs)
-    return object;
-  for (StringRef key : {StringRef(abi::kRole), StringRef(abi::kName),
-                        StringRef("distopt.init")})
-    if (auto value = attrs.getAs<StringAttr>(key))
-      object[key.drop_front(strlen("distopt."))] = value.getValue();
-  if (attrs.get(abi::kPerRank))
-    object["per_rank"] = true;
-  if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
-    object["shard_of"] = shardOf.getInt();
-  if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
-    llvm::json::Array entries;
-    for (Attribute entry : layout) {
-      auto dict = cast<DictionaryAttr>(entry);
-      llvm::json::Object e;
-      e["name"] = dict.getAs<StringAttr>("name").getValue();
-      e["offset"] = dict.getAs<IntegerAttr>("offset").getInt();
-      e["shape"] = llvm::json::Array(
-          dict.getAs<DenseI64ArrayAttr>("shape").asArrayRef());
-      if (auto owner = dict.getAs<IntegerAttr>("owner"))
-        e["owner"] = owner.getInt();
-      entries.push_back(std::move(e));
-    }
-    object["layout"] = std::move(entries);
+    return value;
+  if (auto role = attrs.getAs<StringAttr>(abi::kRole)) {
+    std::optional<si::Role> parsed = si::parseRole(role.getValue());
+    if (!parsed)
+      return step->emitError() << what << " has an unknown distopt.role "
+                               << role << " (docs/step-abi.md)";
+    value.role = *parsed;
   }
-  return object;
+  if (auto name = attrs.getAs<StringAttr>(abi::kName))
+    value.name = name.getValue().str();
+  if (auto init = attrs.getAs<StringAttr>("distopt.init")) {
+    if (init.getValue() == "randn")
+      value.init = si::Init::Randn;
+    else if (init.getValue() == "randn_each_step")
+      value.init = si::Init::RandnEachStep;
+    else if (init.getValue() != "zeros")
+      return step->emitError() << what << " has an unknown distopt.init "
+                               << init << " (zeros, randn, randn_each_step)";
+  }
+  value.perRank = bool(attrs.get(abi::kPerRank));
+  if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
+    value.shardOf = shardOf.getInt();
+  if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
+    for (Attribute entry : layout) {
+      auto dict = dyn_cast<DictionaryAttr>(entry);
+      auto entryName = dict ? dict.getAs<StringAttr>("name") : StringAttr();
+      auto offset = dict ? dict.getAs<IntegerAttr>("offset") : IntegerAttr();
+      auto shape =
+          dict ? dict.getAs<DenseI64ArrayAttr>("shape") : DenseI64ArrayAttr();
+      if (!entryName || !offset || !shape)
+        return step->emitError()
+               << what << " has a malformed distopt.layout entry " << entry
+               << " (name, offset and shape are required)";
+      si::LayoutEntry e{entryName.getValue().str(), offset.getInt(),
+                        std::vector<int64_t>(shape.asArrayRef().begin(),
+                                             shape.asArrayRef().end()),
+                        std::nullopt};
+      if (auto owner = dict.getAs<IntegerAttr>("owner"))
+        e.owner = owner.getInt();
+      value.layout.push_back(std::move(e));
+    }
+  }
+  return value;
 }
 
 /// What every rank must agree on before it runs: the step's collectives in
@@ -165,7 +188,7 @@ static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
     }
   };
   step.walk<WalkOrder::PreOrder>([&](Operation *op) {
-    if (!distopt::communicates(op) || isa<distopt::WaitOp>(op))
+    if (!mlir::distopt::communicates(op) || isa<mlir::distopt::WaitOp>(op))
       return;
     std::string text;
     llvm::raw_string_ostream os(text);
@@ -175,7 +198,8 @@ static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
     llvm::interleaveComma(op->getResultTypes(), os);
     os << ")";
     if (auto name = op->getAttrOfType<FlatSymbolRefAttr>("group"))
-      if (distopt::ProcessGroupOp group = distopt::lookupProcessGroup(op, name))
+      if (mlir::distopt::ProcessGroupOp group =
+              mlir::distopt::lookupProcessGroup(op, name))
         os << " size " << group.getSize();
     os << ";";
     mix(text);
@@ -184,56 +208,40 @@ static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
   return {hash, count};
 }
 
-static FailureOr<std::string> describeStep(ModuleOp module, func::FuncOp step,
-                                           StringRef device) {
-  llvm::json::Object abiJson;
-  abiJson["version"] = 1;
+static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
+                                             StringRef device) {
+  si::Interface abiInfo;
   // Where the step's buffers live: host memory (cpu) or device memory (cuda).
-  abiJson["device"] = device;
+  abiInfo.device = device.str();
   if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
-    abiJson["world_size"] = world.getInt();
+    abiInfo.worldSize = world.getInt();
+  else
+    step.walk([&](mlir::distopt::ProcessGroupOp group) {
+      abiInfo.worldSize = std::max(abiInfo.worldSize, group.getSize());
+    });
   if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
-    abiJson["lr"] = lr.getValueAsDouble();
+    abiInfo.lr = lr.getValueAsDouble();
   if (auto model = module->getAttrOfType<StringAttr>(abi::kModelName))
-    abiJson["model"] = model.getValue();
-  llvm::json::Array args, results;
-  for (unsigned i = 0; i < step.getNumArguments(); ++i)
-    args.push_back(
-        valueJson(step.getArgumentTypes()[i], step.getArgAttrDict(i)));
-  for (unsigned i = 0; i < step.getNumResults(); ++i)
-    results.push_back(
-        valueJson(step.getResultTypes()[i], step.getResultAttrDict(i)));
-  abiJson["args"] = std::move(args);
-  abiJson["results"] = std::move(results);
-  auto [fingerprint, count] = collectiveFingerprint(step);
-  abiJson["collectives"] = llvm::json::Object{
-      {"count", count},
-      {"fingerprint", llvm::formatv("{0:x16}", fingerprint).str()}};
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << llvm::json::Value(std::move(abiJson));
-  return text;
-}
-
-/// Records, for each result, the argument whose buffer holds it after the
-/// call (`in_place_arg`), or that it is returned in the results' storage.
-static FailureOr<std::string> addInPlace(StringRef text,
-                                         ArrayRef<int64_t> inPlace) {
-  llvm::Expected<llvm::json::Value> abiJson = llvm::json::parse(text);
-  if (!abiJson) {
-    llvm::consumeError(abiJson.takeError());
-    return failure();
+    abiInfo.model = model.getValue().str();
+  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
+    FailureOr<si::Value> value =
+        describeValue(step, "argument #" + std::to_string(i),
+                      step.getArgumentTypes()[i], step.getArgAttrDict(i));
+    if (failed(value))
+      return failure();
+    abiInfo.args.push_back(std::move(*value));
   }
-  llvm::json::Array *results = abiJson->getAsObject()->getArray("results");
-  if (!results || results->size() != inPlace.size())
-    return failure();
-  for (auto [result, arg] : llvm::zip_equal(*results, inPlace))
-    if (arg >= 0)
-      (*result.getAsObject())["in_place_arg"] = arg;
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << *abiJson;
-  return out;
+  for (unsigned i = 0; i < step.getNumResults(); ++i) {
+    FailureOr<si::Value> value =
+        describeValue(step, "result #" + std::to_string(i),
+                      step.getResultTypes()[i], step.getResultAttrDict(i));
+    if (failed(value))
+      return failure();
+    abiInfo.results.push_back(std::move(*value));
+  }
+  std::tie(abiInfo.collectiveFingerprint, abiInfo.collectiveCount) =
+      collectiveFingerprint(step);
+  return abiInfo;
 }
 
 /// Adds `distopt_step_packed(void **args)`, which loads each parameter of
@@ -318,7 +326,7 @@ int main(int argc, char **argv) {
   if (target != "cpu" && target != "cuda")
     return fail("unknown --target '" + target + "' (cpu or cuda)");
   bool cuda = target == "cuda";
-  distopt::DistOptLowerToGPUOptions gpuOptions;
+  mlir::distopt::DistOptLowerToGPUOptions gpuOptions;
   if (cuda) {
     gpuOptions.chip = gpuChip;
     std::string toolkit = findCudaToolkit();
@@ -345,8 +353,8 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   registerAllDialects(registry);
   registerAllExtensions(registry);
-  registry.insert<distopt::DistOptDialect>();
-  distopt::registerBufferizableOpInterfaceExternalModels(registry);
+  registry.insert<mlir::distopt::DistOptDialect>();
+  mlir::distopt::registerBufferizableOpInterfaceExternalModels(registry);
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
   registerAllGPUToLLVMIRTranslations(registry);
@@ -363,15 +371,15 @@ int main(int argc, char **argv) {
   ParserConfig parserConfig(&context, /*verifyAfterParse=*/false);
   OwningOpRef<ModuleOp> module =
       parseSourceFile<ModuleOp>(sourceMgr, parserConfig);
-  if (!module || failed(distopt::verifyInput(*module)))
+  if (!module || failed(mlir::distopt::verifyInput(*module)))
     return 1;
 
   PassManager pm(&context);
   if (runPipeline || !pipeline.empty()) {
-    distopt::DistOptPipelineOptions options;
+    mlir::distopt::DistOptPipelineOptions options;
     if (failed(options.parseFromString(pipeline)))
       return fail("bad --pipeline options '" + pipeline + "'");
-    distopt::buildDistOptPipeline(pm, options);
+    mlir::distopt::buildDistOptPipeline(pm, options);
     if (failed(pm.run(*module)))
       return 1;
     pm.clear();
@@ -379,15 +387,16 @@ int main(int argc, char **argv) {
   auto step = module->lookupSymbol<func::FuncOp>("step");
   if (!step || step.isExternal())
     return fail("the module has no @step function to compile");
-  FailureOr<std::string> abiJson = describeStep(*module, step, target);
-  if (failed(abiJson))
-    return fail("the step's interface cannot be described");
+  FailureOr<si::Interface> abiInfo = describeStep(*module, step, target);
+  if (failed(abiInfo))
+    return 1;
   unsigned numStepArgs = step.getNumArguments();
   step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
   if (cuda)
-    distopt::buildDistOptLowerToGPUPipeline(pm, gpuOptions);
+    mlir::distopt::buildDistOptLowerToGPUPipeline(pm, gpuOptions);
   else
-    distopt::buildDistOptLowerToCPUPipeline(pm, /*runtimeAllocator=*/true);
+    mlir::distopt::buildDistOptLowerToCPUPipeline(pm,
+                                                  /*runtimeAllocator=*/true);
   if (failed(pm.run(*module)))
     return 1;
   // Which results the step updated in its arguments' buffers (and no longer
@@ -399,9 +408,19 @@ int main(int argc, char **argv) {
   if (!inPlace)
     return fail("@step is called inside the module: distopt-compile needs it "
                 "to be the entry point that the driver calls");
-  FailureOr<std::string> abiText = addInPlace(*abiJson, inPlace.asArrayRef());
-  if (failed(abiText))
+  // Which results the step left in an argument's buffer (`in_place_arg`),
+  // and which it returns in the results' storage.
+  if (inPlace.size() != static_cast<int64_t>(abiInfo->results.size()))
     return fail("the step's results do not match its interface");
+  for (auto [result, arg] :
+       llvm::zip_equal(abiInfo->results, inPlace.asArrayRef()))
+    if (arg >= 0)
+      result.inPlaceArg = arg;
+  std::string abiText;
+  llvm::raw_string_ostream(abiText) << si::toJSON(*abiInfo);
+  // What distopt-run reads back must be valid: a check of the writer.
+  if (llvm::Error error = si::parseInterface(abiText).takeError())
+    return fail(llvm::toString(std::move(error)));
   // The interface is in the JSON now; LLVM has no use for these attributes.
   module->walk([](LLVM::LLVMFuncOp func) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
@@ -425,7 +444,7 @@ int main(int argc, char **argv) {
     return fail("translation to LLVM IR failed");
   if (failed(addPackedEntry(*llvmModule, numStepArgs)))
     return fail("no C interface for @step was generated");
-  addAbiString(*llvmModule, *abiText);
+  addAbiString(*llvmModule, abiText);
   // Only the entry point and the interface are exported: an exported `step`
   // would be preempted by libc's legacy regexp step() when loaded.
   for (llvm::Function &function : *llvmModule)

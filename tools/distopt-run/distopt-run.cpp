@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Checkpoint/Checkpoint.h"
+#include "distopt/StepInterface/StepInterface.h"
 #include "distopt_rt.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -40,7 +41,6 @@
 #include <vector>
 
 namespace cl = llvm::cl;
-namespace json = llvm::json;
 
 static cl::OptionCategory runCategory("distopt-run options");
 
@@ -89,6 +89,11 @@ static cl::opt<bool> printMemory(
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
                                  cl::init(false), cl::cat(runCategory));
+static cl::opt<bool>
+    describeOnly("describe",
+                 cl::desc("Print the step's interface (each argument's and "
+                          "result's role, name, type and layout) and exit"),
+                 cl::init(false), cl::cat(runCategory));
 
 namespace checkpoint = distopt::checkpoint;
 
@@ -99,8 +104,7 @@ int64_t myRank = 0, worldSize = 1;
 [[noreturn]] void die(const std::string &message) {
   llvm::errs() << "distopt-run: rank " << myRank << ": " << message << "\n";
   llvm::errs().flush();
-  distopt_rt_fatal(DISTOPT_RT_INVALID_ARGUMENT);
-  std::exit(1); // not reached
+  distopt_rt_abort(); // every rank ends, none waits for this one
 }
 
 void check(distopt_rt_status status, const char *what) {
@@ -111,17 +115,10 @@ void check(distopt_rt_status status, const char *what) {
 /// Ranks running different compiled steps would issue different collectives
 /// and hang or compute garbage: every rank compares the fingerprint of its
 /// step's collective sequence (distopt-compile) with the others' first.
-void checkSameCollectives(distopt_rt_comm *comm, const json::Object &abi) {
-  const json::Object *collectives = abi.getObject("collectives");
-  if (!collectives)
-    die("the step's interface has no collective fingerprint: recompile it "
-        "with this distopt-compile");
-  uint64_t fingerprint = 0;
-  if (collectives->getString("fingerprint")
-          .value_or("")
-          .getAsInteger(0, fingerprint))
-    die("malformed collective fingerprint in the step's interface");
-  int64_t count = collectives->getInteger("count").value_or(-1);
+void checkSameCollectives(distopt_rt_comm *comm,
+                          const distopt::step::Interface &abi) {
+  uint64_t fingerprint = abi.collectiveFingerprint;
+  int64_t count = abi.collectiveCount;
   int64_t mine[2] = {static_cast<int64_t>(fingerprint), count};
   int64_t lowest[2], highest[2];
   check(distopt_rt_all_reduce(comm, mine, lowest, 2, DISTOPT_RT_I64,
@@ -170,34 +167,22 @@ struct Slot {
   size_t bytes() const { return numel() * elementBytes(); }
 };
 
-Slot parseSlot(const json::Value &value) {
-  const json::Object *object = value.getAsObject();
-  if (!object)
-    die("malformed step interface");
+/// The driver's view of an argument or result, from the validated
+/// interface (distopt/StepInterface).
+Slot toSlot(const distopt::step::Value &value) {
   Slot slot;
-  slot.role = object->getString("role").value_or("").str();
-  slot.name = object->getString("name").value_or("").str();
-  slot.dtype = object->getString("dtype").value_or("").str();
-  slot.init = object->getString("init").value_or("zeros").str();
-  slot.perRank = object->getBoolean("per_rank").value_or(false);
-  if (const json::Array *shape = object->getArray("shape")) {
-    slot.tensor = true;
-    for (const json::Value &d : *shape)
-      slot.shape.push_back(*d.getAsInteger());
-  }
-  slot.shardOf = object->getInteger("shard_of").value_or(0);
-  slot.inPlaceArg = object->getInteger("in_place_arg").value_or(-1);
-  if (const json::Array *layout = object->getArray("layout"))
-    for (const json::Value &e : *layout) {
-      const json::Object *o = e.getAsObject();
-      Entry entry{o->getString("name")->str(),
-                  *o->getInteger("offset"),
-                  o->getInteger("owner").value_or(-1),
-                  {}};
-      for (const json::Value &d : *o->getArray("shape"))
-        entry.shape.push_back(*d.getAsInteger());
-      slot.layout.push_back(entry);
-    }
+  slot.role = distopt::step::roleName(value.role).str();
+  slot.name = value.name;
+  slot.dtype = value.dtype->name.str();
+  slot.init = distopt::step::initName(value.init).str();
+  slot.perRank = value.perRank;
+  slot.tensor = value.isTensor();
+  if (value.shape)
+    slot.shape = *value.shape;
+  slot.shardOf = value.shardOf;
+  slot.inPlaceArg = value.inPlaceArg.value_or(-1);
+  for (const distopt::step::LayoutEntry &e : value.layout)
+    slot.layout.push_back({e.name, e.offset, e.owner.value_or(-1), e.shape});
   return slot;
 }
 
@@ -393,6 +378,28 @@ std::vector<int64_t> descriptor(const Slot &slot, const Buffer &buffer) {
   }
   words.insert(words.end(), strides.begin(), strides.end());
   return words;
+}
+
+/// The elements of a floating-point slot that are inf or NaN (0 for
+/// integers).
+int64_t countNonFinite(const Slot &slot, const void *data) {
+  int64_t count = 0;
+  auto bits = [&](auto word, unsigned exponentShift, uint64_t exponentMask) {
+    using Word = decltype(word);
+    const Word *p = static_cast<const Word *>(data);
+    for (int64_t i = 0, n = slot.numel(); i < n; ++i)
+      count += ((static_cast<uint64_t>(p[i]) >> exponentShift) &
+                exponentMask) == exponentMask;
+  };
+  if (slot.dtype == "f32")
+    bits(uint32_t(), 23, 0xff);
+  else if (slot.dtype == "f64")
+    bits(uint64_t(), 52, 0x7ff);
+  else if (slot.dtype == "bf16")
+    bits(uint16_t(), 7, 0xff);
+  else if (slot.dtype == "f16")
+    bits(uint16_t(), 10, 0x1f);
+  return count;
 }
 
 uint64_t hashBytes(const void *data, size_t bytes) {
@@ -611,6 +618,50 @@ struct DeviceMirror {
   }
 };
 
+/// --describe: what a driver needs to know to call the step.
+void describe(const distopt::step::Interface &abi) {
+  llvm::raw_ostream &os = llvm::outs();
+  os << "step for " << abi.worldSize << " ranks on " << abi.device;
+  if (!abi.model.empty())
+    os << ", model '" << abi.model << "'";
+  if (abi.lr)
+    os << ", lr " << *abi.lr;
+  os << ", " << abi.collectiveCount << " collectives\n";
+  auto print = [&](const char *kind, size_t i, const distopt::step::Value &v) {
+    os << "  " << kind << " #" << i << ": "
+       << (v.role == distopt::step::Role::None
+               ? "(no role)"
+               : distopt::step::roleName(v.role))
+       << (v.name.empty() ? "" : " '" + v.name + "'") << " " << v.dtype->name;
+    if (v.shape) {
+      os << "[";
+      llvm::interleave(*v.shape, os, "x");
+      os << "]";
+    }
+    if (v.init != distopt::step::Init::Zeros)
+      os << " init " << distopt::step::initName(v.init);
+    if (v.perRank)
+      os << " per rank";
+    if (v.shardOf)
+      os << " shard of " << v.shardOf;
+    if (v.inPlaceArg)
+      os << " in argument #" << *v.inPlaceArg;
+    os << "\n";
+    for (const distopt::step::LayoutEntry &e : v.layout) {
+      os << "    '" << e.name << "' at " << e.offset << " [";
+      llvm::interleave(e.shape, os, "x");
+      os << "]";
+      if (e.owner)
+        os << " on rank " << *e.owner;
+      os << "\n";
+    }
+  };
+  for (auto [i, v] : llvm::enumerate(abi.args))
+    print("argument", i, v);
+  for (auto [i, v] : llvm::enumerate(abi.results))
+    print("result", i, v);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -636,15 +687,19 @@ int main(int argc, char **argv) {
                  << " is not a step compiled by distopt-compile\n";
     return 1;
   }
-  llvm::Expected<json::Value> abi = json::parse(abiText);
+  llvm::Expected<distopt::step::Interface> abi =
+      distopt::step::parseInterface(abiText);
   if (!abi) {
-    llvm::errs() << "distopt-run: malformed step interface: "
+    llvm::errs() << "distopt-run: " << library << ": "
                  << llvm::toString(abi.takeError()) << "\n";
     return 1;
   }
-  const json::Object &root = *abi->getAsObject();
-  int64_t compiledSize = root.getInteger("world_size").value_or(0);
-  std::string compiledFor = root.getString("device").value_or("cpu").str();
+  if (describeOnly) {
+    describe(*abi);
+    return 0;
+  }
+  int64_t compiledSize = abi->worldSize;
+  std::string compiledFor = abi->device;
   if (deviceOption != "auto" && deviceOption != compiledFor) {
     llvm::errs() << "distopt-run: " << library << " was compiled for "
                  << compiledFor << " (distopt-compile --target=" << compiledFor
@@ -678,20 +733,18 @@ int main(int argc, char **argv) {
   }
   check(distopt_rt_comm_rank(comm, &myRank), "rank");
   check(distopt_rt_comm_size(comm, &worldSize), "size");
-  double lr = lrOption.getNumOccurrences()
-                  ? lrOption
-                  : root.getNumber("lr").value_or(1e-3);
+  double lr = lrOption.getNumOccurrences() ? lrOption : abi->lr.value_or(1e-3);
   // torch.optim's rule: a learning rate is a finite, non-negative number.
   if (!std::isfinite(lr) || lr < 0)
     die("the learning rate must be finite and non-negative, got " +
         std::to_string(lr));
-  checkSameCollectives(comm, root);
+  checkSameCollectives(comm, *abi);
 
   std::vector<Slot> args, results;
-  for (const json::Value &v : *root.getArray("args"))
-    args.push_back(parseSlot(v));
-  for (const json::Value &v : *root.getArray("results"))
-    results.push_back(parseSlot(v));
+  for (const distopt::step::Value &v : abi->args)
+    args.push_back(toSlot(v));
+  for (const distopt::step::Value &v : abi->results)
+    results.push_back(toSlot(v));
 
   // Argument buffers, by position; results map back by (role, name).
   std::vector<Buffer> buffers(args.size());
@@ -731,7 +784,7 @@ int main(int argc, char **argv) {
 
   // A resumed run continues the saved one: its state, its step count.
   int64_t firstStep = 1;
-  std::string model = root.getString("model").value_or("").str();
+  std::string model = abi->model;
   if (!resumePath.empty()) {
     llvm::Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(resumePath);
     if (!ckpt)
@@ -962,6 +1015,28 @@ int main(int argc, char **argv) {
       llvm::outs() << "param " << r.name << " "
                    << llvm::format_hex(static_cast<uint64_t>(hash), 18) << "\n";
   }
+  // Non-finite values never agree: a NaN on every rank hashes the same, but
+  // the run has diverged. Every parameter this rank holds is checked, its
+  // shards too.
+  int64_t nonFinite = 0;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].tensor &&
+        (args[i].role == "param" || args[i].role == "main_param")) {
+      int64_t count = countNonFinite(args[i], buffers[i].aligned);
+      if (count && myRank == 0 && args[i].layout.empty())
+        llvm::errs() << "distopt-run: parameter '" << args[i].name << "' has "
+                     << count << " non-finite elements (inf or NaN)\n";
+      nonFinite += count;
+    }
+  int64_t anyNonFinite = 0;
+  check(distopt_rt_all_reduce(comm, &nonFinite, &anyNonFinite, 1,
+                              DISTOPT_RT_I64, DISTOPT_RT_SUM, 1,
+                              DISTOPT_RT_I64),
+        "checking the parameters are finite");
+  if (anyNonFinite && myRank == 0)
+    llvm::errs() << "distopt-run: " << anyNonFinite
+                 << " parameter elements are inf or NaN on some rank: the "
+                    "run diverged (check the learning rate)\n";
   if (printMemory) {
     // Host memory: the argument buffers (what the step keeps between steps
     // and is handed each step) by role, and the peak of everything
@@ -1016,7 +1091,7 @@ int main(int argc, char **argv) {
                    << llvm::format("%.6f", losses.front()) << " at step "
                    << firstStep << ", " << llvm::format("%.6f", losses.back())
                    << " at step " << lastStep << "\n";
-    if (differing == 0 && compared > 0)
+    if (differing == 0 && compared > 0 && !anyNonFinite)
       llvm::outs() << "distopt-run: replicas agree on " << compared
                    << " parameter tensors\n";
     else if (compared == 0 && returnsParameters)
@@ -1065,5 +1140,5 @@ int main(int argc, char **argv) {
     owned.swap(device.bases);
     device.release(owned);
   }
-  return differing ? 1 : 0;
+  return differing || anyNonFinite ? 1 : 0;
 }

@@ -1,0 +1,122 @@
+//===- StepInterface.h - what a compiled step takes and returns -*- C++ -*-===//
+//
+// The one definition of a compiled step's interface (docs/step-abi.md): the
+// role of each argument and result, its element type, shape and flat layout,
+// and the JSON that distopt-compile embeds in the library and that
+// distopt-run (or any driver) reads back. LLVMSupport only, no MLIR: the
+// runtime's drivers use it where LLVM is not installed.
+//
+// The reader checks every field before anything is computed from it: a
+// malformed or inconsistent interface (a missing dtype, a negative offset, a
+// layout entry outside its buffer, a shard whose length does not match the
+// world size) is an error naming the field by its JSON path.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_STEPINTERFACE_STEPINTERFACE_H
+#define DISTOPT_STEPINTERFACE_STEPINTERFACE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace distopt::step {
+
+/// What an argument or result is to the driver (docs/step-abi.md).
+enum class Role {
+  None,         // no distopt.role: the driver cannot know what to pass
+  Param,        // a model parameter
+  Grad,         // this rank's local gradient
+  MainParam,    // an fp32 main copy of a bf16/f16 parameter
+  State,        // optimizer state
+  LearningRate, // the learning rate, a float scalar
+  Step,         // the 1-based step number, i64
+  Loss,         // a loss the step computes (results only)
+};
+
+/// The spelling of `role` in IR attributes and the interface ("param", ...);
+/// "" for Role::None.
+llvm::StringRef roleName(Role role);
+/// The role spelled `name`, or std::nullopt.
+std::optional<Role> parseRole(llvm::StringRef name);
+
+/// An element type, spelled as MLIR prints it, with its size and the
+/// runtime's code for it (distopt_rt_dtype; -1 where the runtime has none).
+struct DType {
+  llvm::StringLiteral name;
+  unsigned bytes;
+  bool isFloat;
+  int runtimeCode;
+};
+/// Every element type a step's interface may use.
+llvm::ArrayRef<DType> dtypes();
+/// The element type spelled `name`, or null.
+const DType *lookupDType(llvm::StringRef name);
+
+/// How the driver fills a state argument before the first step.
+enum class Init {
+  Zeros,
+  Randn,         // a standard normal draw, the same on every rank
+  RandnEachStep, // a fresh such draw before every step
+};
+llvm::StringRef initName(Init init);
+
+/// Where one tensor lies in a flat buffer (docs/step-abi.md).
+struct LayoutEntry {
+  std::string name;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  std::optional<int64_t> owner; // greedy sharding: the rank holding it
+  int64_t numel() const;
+};
+
+/// One argument or result.
+struct Value {
+  Role role = Role::None;
+  std::string name;
+  const DType *dtype = nullptr;
+  /// Tensors have a shape ({} for 0-d); scalars have none.
+  std::optional<std::vector<int64_t>> shape;
+  Init init = Init::Zeros;
+  bool perRank = false;
+  /// A flat ZeRO shard: the padded length of the whole flat buffer, of
+  /// which rank r holds elements [r * S, (r + 1) * S); 0 otherwise.
+  int64_t shardOf = 0;
+  /// Results: the argument whose buffer holds the result after the call.
+  std::optional<int64_t> inPlaceArg;
+  std::vector<LayoutEntry> layout;
+
+  bool isTensor() const { return shape.has_value(); }
+  int64_t numel() const;
+  uint64_t bytes() const;
+};
+
+/// A compiled step's interface.
+struct Interface {
+  static constexpr int64_t kVersion = 1;
+  std::string device = "cpu"; // where its buffers live: cpu or cuda
+  int64_t worldSize = 1;
+  std::optional<double> lr; // the spec's learning rate
+  std::string model;
+  std::vector<Value> args, results;
+  /// Every rank compares these before the first step: ranks running
+  /// different steps would issue different collectives.
+  int64_t collectiveCount = 0;
+  uint64_t collectiveFingerprint = 0;
+};
+
+/// Reads and validates an interface; errors name the JSON path.
+llvm::Expected<Interface> parseInterface(llvm::StringRef text);
+
+/// The interface as JSON (what parseInterface reads).
+llvm::json::Value toJSON(const Interface &interface);
+
+} // namespace distopt::step
+
+#endif // DISTOPT_STEPINTERFACE_STEPINTERFACE_H

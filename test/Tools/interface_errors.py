@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Every field of a step's interface, missing or of the wrong type, and
+values that are out of range or inconsistent: distopt-run must refuse the
+library with an error that names the field's JSON path, never crash, and
+accept a missing field only where the interface allows it to be absent.
+
+Each variant is embedded as `distopt_step_abi` in a small shared library
+built with the system C compiler, and read by `distopt-run --describe`.
+
+usage: interface_errors.py DISTOPT_RUN CC TMPDIR
+"""
+import concurrent.futures
+import copy
+import json
+import os
+import subprocess
+import sys
+
+VALID = {
+    "version": 1, "device": "cpu", "world_size": 4, "lr": 0.001, "model": "m",
+    "args": [
+        {"role": "param", "name": "w", "dtype": "f32", "shape": [4, 4]},
+        {"role": "grad", "name": "w", "dtype": "f32", "shape": [4, 4]},
+        {"role": "state", "name": "flat0.exp_avg", "dtype": "f32", "shape": [8],
+         "shard_of": 32, "init": "zeros", "per_rank": False,
+         "layout": [{"name": "w", "offset": 0, "shape": [4, 4]}]},
+        {"role": "state", "name": "owned0.exp_avg", "dtype": "f32", "shape": [16],
+         "layout": [{"name": "w", "offset": 0, "shape": [4, 4], "owner": 2}]},
+        {"role": "lr", "dtype": "f64"},
+        {"role": "step", "dtype": "i64"},
+    ],
+    "results": [
+        {"role": "param", "name": "w", "dtype": "f32", "shape": [4, 4], "in_place_arg": 0},
+    ],
+    "collectives": {"count": 2, "fingerprint": "0x00000000deadbeef"},
+}
+OPTIONAL = {"device", "lr", "model", "role", "name", "shape", "init", "per_rank",
+            "shard_of", "layout", "owner", "in_place_arg"}
+# Inside a layout entry only the owner may be missing.
+OPTIONAL_IN_LAYOUT = {"owner"}
+WRONG = [None, "text", -1, [1], {"a": 1}]
+
+
+def paths(value, prefix=()):
+    """Every (path, key) in the document: dict keys and list elements."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            yield prefix + (key,)
+            yield from paths(sub, prefix + (key,))
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield prefix + (i,)
+            yield from paths(sub, prefix + (i,))
+
+
+def spell(path):
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + p)
+    return out
+
+
+def at(doc, path):
+    for p in path[:-1]:
+        doc = doc[p]
+    return doc, path[-1]
+
+
+def main():
+    run, cc, tmp = sys.argv[1:4]
+    cases = []  # (label, document, expected path or None when valid)
+    for path in paths(VALID):
+        if isinstance(path[-1], int):
+            continue
+        doc = copy.deepcopy(VALID)
+        parent, key = at(doc, path)
+        del parent[key]
+        optional = OPTIONAL_IN_LAYOUT if "layout" in path[:-1] else OPTIONAL
+        cases.append((f"without {spell(path)}", doc,
+                      None if key in optional else spell(path)))
+        original = at(VALID, path)[0][key]
+        for wrong in WRONG:
+            if type(wrong) is type(original) or (isinstance(original, bool) != isinstance(wrong, bool)
+                                                 and isinstance(wrong, (int, float)) and
+                                                 isinstance(original, (int, float)) and
+                                                 not isinstance(original, bool) and wrong >= 0):
+                continue
+            doc = copy.deepcopy(VALID)
+            parent, key = at(doc, path)
+            parent[key] = wrong
+            cases.append((f"{spell(path)} = {json.dumps(wrong)}", doc, spell(path)))
+    # Values of the right type that are out of range or inconsistent.
+    def case(label, expect, edit):
+        doc = copy.deepcopy(VALID)
+        edit(doc)
+        cases.append((label, doc, expect))
+    case("version 2", "version", lambda d: d.update(version=2))
+    case("world size 0", "world_size", lambda d: d.update(world_size=0))
+    case("world size 2^40", "world_size", lambda d: d.update(world_size=2 ** 40))
+    case("negative lr", "lr", lambda d: d.update(lr=-1))
+    case("unknown dtype", "args[0].dtype", lambda d: d["args"][0].update(dtype="f8"))
+    case("unknown role", "args[0].role", lambda d: d["args"][0].update(role="weights"))
+    case("unknown init", "args[2].init", lambda d: d["args"][2].update(init="ones"))
+    case("negative dimension", "args[0].shape[1]", lambda d: d["args"][0].update(shape=[4, -4]))
+    case("2^62 x 8 elements", "args[0].shape", lambda d: d["args"][0].update(shape=[2 ** 62, 8]))
+    case("shard of another world size", "args[2].shard_of",
+         lambda d: d["args"][2].update(shard_of=48))
+    case("entry outside the shard", "args[2].layout[0]",
+         lambda d: d["args"][2]["layout"][0].update(offset=30))
+    case("entry outside the buffer", "args[3].layout[0]",
+         lambda d: d["args"][3]["layout"][0].update(offset=8))
+    case("owner beyond the ranks", "args[3].layout[0].owner",
+         lambda d: d["args"][3]["layout"][0].update(owner=4))
+    case("overlapping entries", "args[3].layout",
+         lambda d: d["args"][3]["layout"].append({"name": "v", "offset": 8, "shape": [4], "owner": 2}))
+    case("in place in a missing argument", "results[0].in_place_arg",
+         lambda d: d["results"][0].update(in_place_arg=6))
+    case("an argument in place", "args[0].in_place_arg",
+         lambda d: d["args"][0].update(in_place_arg=0))
+    case("a shaped learning rate", "args[4].shape", lambda d: d["args"][4].update(shape=[1]))
+    case("a scalar with a layout", "args[5]",
+         lambda d: d["args"][5].update(layout=[{"name": "x", "offset": 0, "shape": []}]))
+    case("nested 100000 deep", "nested deeper than 64", lambda d: d.update(model=None))
+
+    def check(i, label, doc, expect):
+        text = json.dumps(doc)
+        if label == "nested 100000 deep":
+            text = text.replace('"model": null', '"model": ' + "[" * 100000 + "]" * 100000)
+        source = os.path.join(tmp, f"abi{i}.c")
+        library = os.path.join(tmp, f"abi{i}.so")
+        with open(source, "w") as f:
+            f.write("const char distopt_step_abi[] = " + json.dumps(text) + ";\n"
+                    "void distopt_step_packed(void **args) { (void)args; }\n")
+        subprocess.run([cc, "-shared", "-fPIC", "-nostdlib", "-o", library, source], check=True)
+        out = subprocess.run([run, "--describe", library], capture_output=True, text=True)
+        if out.returncode < 0:
+            ok, why = False, f"crashed with signal {-out.returncode}"
+        elif expect is None:
+            # An optional field may be missing; what it leaves inconsistent
+            # (a shard without its layout) is still a clear error.
+            ok = out.returncode == 0 or (out.returncode == 1 and "step interface: args" in out.stderr)
+            why = out.stderr.strip()
+        else:
+            ok = out.returncode == 1 and expect in out.stderr and "step interface" in out.stderr
+            why = out.stderr.strip() or "accepted"
+        return None if ok else f"FAIL: {label}: {why}"
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        results = list(pool.map(lambda c: check(*c), [(i, *c) for i, c in enumerate(cases)]))
+    failures = [r for r in results if r]
+    for r in failures:
+        print(r)
+    print(f"{len(cases) - len(failures)} of {len(cases)} variants handled")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
