@@ -1,7 +1,11 @@
 //===- MpiTransport.cpp - point-to-point over MPI ---------------*- C++ -*-===//
 //
 // Non-blocking sends and receives polled against a deadline, so that a dead
-// or stuck peer is an error naming it rather than a hang. MPI is initialised
+// or stuck peer is an error naming it rather than a hang. A peer process on
+// the same machine that has exited (killed, crashed) fails the collective
+// within milliseconds: while it waits, the transport checks that the
+// processes of its local peers still run. A peer on another machine, or one
+// alive but stuck, is caught by the deadline. MPI is initialised
 // (MPI_THREAD_SERIALIZED: one collective at a time, from the caller or the
 // communicator's worker thread) unless the application already did.
 //
@@ -9,10 +13,17 @@
 
 #include "Comm.h"
 
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #ifdef DISTOPT_RT_HAVE_MPI
@@ -38,10 +49,68 @@ std::string mpiError(int code) {
   return std::string(text, length);
 }
 
+/// Who a process is, as its peers on the same machine can check it: the
+/// kernel's boot id and PID namespace (the same machine and PID space), its
+/// PID and its start time (which a reused PID would not share).
+struct ProcessIdentity {
+  char bootId[40] = {};
+  uint64_t pidNamespace = 0;
+  int64_t pid = 0;
+  uint64_t startTime = 0;
+};
+
+/// The start time (field 22 of /proc/PID/stat, in clock ticks) of `pid`;
+/// 0 if it has no entry, or is a zombie (it has exited and awaits its
+/// parent).
+uint64_t startTimeOf(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  // The command may hold spaces and parentheses: fields follow the last ')'.
+  size_t close = text.rfind(')');
+  if (close == std::string::npos)
+    return 0;
+  std::istringstream fields(text.substr(close + 1));
+  std::string state, field;
+  fields >> state;
+  if (state == "Z" || state == "X")
+    return 0;
+  for (int i = 4; i < 22 && fields >> field; ++i) {
+  }
+  uint64_t start = 0;
+  fields >> start;
+  return start;
+}
+
+ProcessIdentity thisProcess() {
+  ProcessIdentity me;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  boot >> id;
+  std::snprintf(me.bootId, sizeof(me.bootId), "%s", id.c_str());
+  struct stat ns;
+  if (::stat("/proc/self/ns/pid", &ns) == 0)
+    me.pidNamespace = ns.st_ino;
+  me.pid = ::getpid();
+  me.startTime = startTimeOf(me.pid);
+  return me;
+}
+
 class MpiTransport : public Transport {
 public:
   MpiTransport(MPI_Comm comm, int rank, int size)
-      : comm(comm), myRank(rank), mySize(size) {}
+      : comm(comm), myRank(rank), mySize(size) {
+    // Which ranks run on this machine, in this PID namespace, and as what.
+    std::vector<ProcessIdentity> all(size);
+    ProcessIdentity me = thisProcess();
+    MPI_Allgather(&me, sizeof(me), MPI_BYTE, all.data(), sizeof(me), MPI_BYTE,
+                  comm);
+    for (int r = 0; r < size; ++r)
+      if (r != rank && me.bootId[0] && me.startTime &&
+          std::strncmp(all[r].bootId, me.bootId, sizeof(me.bootId)) == 0 &&
+          all[r].pidNamespace == me.pidNamespace && all[r].startTime)
+        localPeers.push_back({r, all[r].pid, all[r].startTime});
+  }
   ~MpiTransport() override {
     MPI_Comm_free(&comm);
     std::lock_guard<std::mutex> lock(initMutex);
@@ -91,13 +160,39 @@ public:
 
 private:
   static constexpr int kTag = 7117;
+  /// How often a waiting rank checks that its local peers still run.
+  static constexpr std::chrono::milliseconds kLivenessPeriod{20};
+
+  struct LocalPeer {
+    int rank;
+    int64_t pid;
+    uint64_t startTime;
+  };
+
+  /// A local peer whose process has exited, or null. Its PID is gone (or a
+  /// zombie, or reused by another process).
+  const LocalPeer *deadPeer() const {
+    for (const LocalPeer &peer : localPeers) {
+      if (::kill(static_cast<pid_t>(peer.pid), 0) != 0 && errno == ESRCH)
+        return &peer;
+      if (startTimeOf(peer.pid) != peer.startTime)
+        return &peer;
+    }
+    return nullptr;
+  }
 
   /// Polls until every request completes or the deadline passes.
   distopt_rt_status complete(std::vector<MPI_Request> &requests,
                              size_t numRecvs, size_t numSends, int64_t from,
                              int64_t to, const What &what) {
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration<double>(timeout);
+    auto now = std::chrono::steady_clock::now();
+    auto deadline = now + std::chrono::duration<double>(timeout);
+    auto nextLivenessCheck = now + kLivenessPeriod;
+    auto cancelAll = [&] {
+      for (MPI_Request &request : requests)
+        if (request != MPI_REQUEST_NULL)
+          MPI_Cancel(&request);
+    };
     for (unsigned spins = 0;; ++spins) {
       int done = 0;
       int code = MPI_Testall(static_cast<int>(requests.size()), requests.data(),
@@ -108,8 +203,20 @@ private:
       if (done)
         return DISTOPT_RT_OK;
       if ((spins & 1023) == 1023) {
-        if (std::chrono::steady_clock::now() > deadline)
+        now = std::chrono::steady_clock::now();
+        if (now > deadline)
           break;
+        if (now > nextLivenessCheck) {
+          nextLivenessCheck = now + kLivenessPeriod;
+          // Any dead rank stops the collective: the others wait on it too.
+          if (const LocalPeer *dead = deadPeer()) {
+            cancelAll();
+            std::ostringstream message;
+            message << what.str() << ": rank " << dead->rank << " (process "
+                    << dead->pid << " on this machine) has exited";
+            return fail(DISTOPT_RT_PEER_DIED, message.str());
+          }
+        }
         std::this_thread::yield();
       }
     }
@@ -131,6 +238,7 @@ private:
 
   MPI_Comm comm;
   int myRank, mySize;
+  std::vector<LocalPeer> localPeers;
 };
 
 } // namespace

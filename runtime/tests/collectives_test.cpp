@@ -21,6 +21,7 @@
 
 #include "distopt_rt.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -384,8 +385,9 @@ void invalidMode(distopt_rt_comm *comm) {
 
 /// The last rank dies by SIGKILL `killAfterMs` into a loop of 4 MiB
 /// all-reduces, so at a different point of a collective in every trial;
-/// every survivor must fail with an error naming itself and the operation,
-/// within twice the timeout of its last completed collective.
+/// every survivor must fail with an error naming itself, the operation and
+/// the dead rank, long before the timeout (a dead process on this machine
+/// is noticed while waiting, not by the deadline).
 void killMode(distopt_rt_comm *comm, double timeout, int killAfterMs) {
   std::vector<float> data(1 << 20, 0.0f);
   if (myRank == worldSize - 1)
@@ -411,11 +413,13 @@ void killMode(distopt_rt_comm *comm, double timeout, int killAfterMs) {
               (long long)myRank, completed, waited, message.c_str());
   std::string me = "rank " + std::to_string(myRank) + " of " +
                    std::to_string(worldSize) + ": all_reduce of 1048576 f32";
-  expect(status == DISTOPT_RT_TIMEOUT || status == DISTOPT_RT_FAILED,
-         "a timeout or failure status");
+  expect(status == DISTOPT_RT_PEER_DIED, "the dead-peer status");
   expect(message.find(me) != std::string::npos,
          "the error names the rank and the operation");
-  expect(waited < 2 * timeout, "failed within twice the timeout");
+  expect(message.find("rank " + std::to_string(worldSize - 1) + " (process") !=
+             std::string::npos,
+         "the error names the dead rank");
+  expect(waited < timeout / 4, "failed long before the timeout");
 }
 
 int main(int argc, char **argv) {
@@ -494,12 +498,14 @@ int main(int argc, char **argv) {
     // fail: report and leave, as a program that handles the error would.
     // mpirun ends the job when the victim dies (unless run with --mca
     // orte_abort_on_non_zero_status 0) and when the first survivor leaves
-    // without MPI_Finalize: give every other survivor (each fails within 2x
-    // the timeout of its last collective) the time to report first.
+    // without MPI_Finalize: give every other survivor the time to report
+    // first. Each must fail within a quarter of the timeout (killMode), in
+    // practice well under a second; 5 s covers a loaded machine.
     std::printf("rank %lld: %d passed, %d failed\n", (long long)myRank, passed,
                 failed);
     std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::duration<double>(2 * timeout));
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(std::min(timeout / 4, 5.0)));
     std::_Exit(failed ? 1 : 0);
   } else if (mode != "mismatch") {
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
