@@ -3,10 +3,11 @@
 #ifndef DISTOPT_FUZZ_FUZZCOMMON_H
 #define DISTOPT_FUZZ_FUZZCOMMON_H
 
+#include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
+#include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
-#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
-#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
-#include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
+#include "distopt/Transforms/Passes.h"
+#include "distopt/Transforms/VerifyInput.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"

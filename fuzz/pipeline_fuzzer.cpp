@@ -10,7 +10,8 @@
 
 #include "FuzzCommon.h"
 
-#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
+#include "TestPasses.h"
+#include "distopt/Pipelines/Pipelines.h"
 
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
@@ -57,6 +58,8 @@ struct VerifyAfterEachPass : public mlir::PassInstrumentation {
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
   mlir::distopt::registerDistOptPasses();
   mlir::distopt::registerDistOptPipeline();
+  mlir::distopt::test::registerDistOptTestPasses();
+  mlir::distopt::test::registerDistOptTestPipelines();
   return 0;
 }
 

@@ -9,9 +9,10 @@
 
 #include "CompressWire.h"
 
+#include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
-#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
-#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
+#include "distopt/Pipelines/Pipelines.h"
+#include "distopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -2,10 +2,11 @@
 
 #include "distopt-c/DistOpt.h"
 
+#include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
+#include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
-#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
-#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
-#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
+#include "distopt/Pipelines/Pipelines.h"
+#include "distopt/Transforms/Passes.h"
 
 #include "mlir/CAPI/IR.h"
 #include "mlir/CAPI/Registration.h"

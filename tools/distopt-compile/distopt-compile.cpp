@@ -17,15 +17,17 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
+#include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
-#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
-#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
-#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
-#include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
+#include "distopt/Pipelines/Pipelines.h"
 #include "distopt/StepInterface/StepInterface.h"
+#include "distopt/Transforms/Passes.h"
+#include "distopt/Transforms/VerifyInput.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"

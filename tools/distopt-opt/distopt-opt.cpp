@@ -7,11 +7,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestPasses.h"
+#include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
+#include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
-#include "distopt/Dialect/DistOpt/Transforms/BufferizableOpInterfaceImpl.h"
-#include "distopt/Dialect/DistOpt/Transforms/Passes.h"
-#include "distopt/Dialect/DistOpt/Transforms/Pipelines.h"
-#include "distopt/Dialect/DistOpt/Transforms/VerifyInput.h"
+#include "distopt/Pipelines/Pipelines.h"
+#include "distopt/Transforms/Passes.h"
+#include "distopt/Transforms/VerifyInput.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -55,6 +57,9 @@ int main(int argc, char **argv) {
   mlir::registerAllPasses();
   mlir::distopt::registerDistOptPasses();
   mlir::distopt::registerDistOptPipeline();
+  // Passes only lit tests use (test/lib).
+  mlir::distopt::test::registerDistOptTestPasses();
+  mlir::distopt::test::registerDistOptTestPipelines();
 
   mlir::DialectRegistry registry;
   registry.insert<mlir::distopt::DistOptDialect, mlir::arith::ArithDialect,

@@ -1,0 +1,64 @@
+//===- RuntimeCalls.h - calls of the runtime's C ABI ------------*- C++ -*-===//
+//
+// How compiled code calls runtime/include/distopt_rt.h: declarations made on
+// demand, the world communicator, pointers into buffers, and a check of
+// every returned status (a failure ends the run with the runtime's message,
+// which names the rank and the operation).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_CONVERSION_DISTOPTTORUNTIME_RUNTIMECALLS_H
+#define DISTOPT_CONVERSION_DISTOPTTORUNTIME_RUNTIMECALLS_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::distopt {
+
+class RuntimeCalls {
+public:
+  RuntimeCalls(OpBuilder &builder, Location loc, Operation *at);
+
+  /// The run's communicator (`distopt_rt_comm *`), checked to have `size`
+  /// ranks.
+  Value world(int64_t size);
+  /// This process's rank in `comm`, as an index.
+  Value rank(Value comm);
+  /// A pointer to the first element of `buffer`, which must be contiguous.
+  Value pointer(Value buffer);
+  /// The call that takes the pointer pointer() built from `address` (its
+  /// first op), and the operand it is; null when it is not one.
+  static std::pair<func::CallOp, unsigned>
+  pointerUser(memref::ExtractAlignedPointerAsIndexOp address);
+  /// A stack slot for a `distopt_rt_request *`, and loading it.
+  Value requestSlot();
+  Value load(Value slot);
+  /// Calls `name` (which returns a status) with `args` and checks it.
+  void call(StringRef name, ValueRange args);
+
+  Value i32(int64_t v);
+  Value i64(int64_t v);
+  Value f64(double v);
+
+  /// The runtime's code for an element type (distopt_rt_dtype), or -1.
+  static int64_t dtypeCode(Type type);
+  /// Whether `type` is a buffer the runtime can address with one pointer.
+  static bool isContiguous(MemRefType type);
+
+private:
+  func::FuncOp declare(StringRef name, FunctionType type);
+  /// A stack slot in the function's entry block.
+  Value slot(Type element);
+  void check(Value status);
+
+  OpBuilder &b;
+  Location loc;
+  Operation *at;
+};
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_CONVERSION_DISTOPTTORUNTIME_RUNTIMECALLS_H

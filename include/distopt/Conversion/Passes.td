@@ -1,0 +1,283 @@
+//===- Passes.td - conversions out of the distopt dialect --*- tablegen -*-===//
+//
+// The passes that lower a step out of the distopt dialect: the upstream
+// shard dialect into distopt (ShardToDistOpt), optimizer and local ops to
+// linalg and tensor (DistOptToLoops), collectives to calls of the runtime
+// on buffers (DistOptToRuntime), and a bufferized step's memory work onto
+// the GPU (DistOptToGPU). Flags are part of the product: see DESIGN.md.
+// Each pass has a test file named after its flag in test/Conversion/<Name>/.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_CONVERSION_PASSES_TD
+#define DISTOPT_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LowerOptimizersPass : Pass<"distopt-lower-optimizers"> {
+  let summary = "Lower optimizer updates to one fused loop each";
+  let description = [{
+    Each `distopt.*_update` becomes a single `linalg.generic` over the
+    tensor's elements: the gradient is its input, the parameter and the state
+    tensors its outputs (so that bufferization updates them in place), and
+    its body reads each operand once and writes each result once. The body
+    follows torch.optim's single-tensor code (PyTorch 1.13) operation by
+    operation (`add(alpha=)` as a fused multiply-add, like torch's CPU
+    kernel; `addcmul`; `addcdiv`); the scalars torch keeps
+    as Python floats (bias corrections, step sizes, AdamW's decay factor,
+    Adagrad's decayed rate) are computed once before the loop, in f64, from
+    the learning rate and the step. bf16/f16 tensors are computed in f32 and
+    rounded once when stored (torch rounds after every operation).
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect"];
+}
+
+def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
+  let summary = "Lower the ops that do not communicate, for CPU code";
+  let description = [{
+    Lowers, on tensors, what does not communicate: `bucket_pack` to slices
+    of one tensor (zeros only in the alignment gaps, each input copied
+    once), `bucket_unpack` to slices and reshapes, `shard_slice` to a slice
+    at this rank's offset, `owned_by` to an `scf.if` on the rank,
+    `distopt.rank` to a runtime call and `group_size` to a constant. The
+    synchronous collectives stay: one-shot bufferization turns them into
+    runtime calls on buffers (in place where legal). Process groups become
+    private, so that `symbol-dce` removes them once nothing refers to them.
+
+    The asynchronous forms bufferize too: a `*_start` copies its input into
+    a buffer its request owns (the analysis cannot see that the request
+    still uses it until the wait) and starts the runtime collective; the
+    `wait` completes the request and yields that buffer.
+
+    Mixed precision and clipping follow torch: `unscale` multiplies by the
+    reciprocal taken once; `all_finite` is an AND over the elements (and a
+    min over the ranks with a group); `loss_scale_update` is GradScaler's
+    update; `clip_grad_norm` takes each tensor's p-norm (accumulated in f64,
+    rounded to f32 as torch stacks them), the p-norm of those (combined over
+    the ranks with a group) and scales by min(1, max_norm / (norm + 1e-6)).
+
+    `powersgd_all_reduce` becomes its matrix products (`linalg.generic`),
+    modified Gram-Schmidt unrolled over the rank (norms in f64, as torch's
+    CPU norm) and two `all_reduce`s: P summed, Q' averaged. The ops of a
+    block with the same `batch` number, group and element type are lowered
+    as one batch, as PyTorch's hook treats the tensors of a bucket: every P
+    goes into one packed `all_reduce`, every Q' into another (two
+    collectives for the batch, not two per tensor), where a place exists
+    after all their operands and before any use of their results; an op
+    without one starts the next batch. `orthogonalize` is the same
+    Gram-Schmidt. `topk_all_reduce` finds the
+    k-th largest magnitude bit by bit (a count per bit, no sort), selects in
+    index order (ties: lower index), all-gathers the (value, index) pairs
+    and adds them into zeros in rank order: the same bits on every rank.
+
+    A ZeRO step's own parameter shard (`shard_slice` of a `bucket_pack`)
+    packs only this rank's chunk: one `scf.index_switch` case per rank with
+    static slices, or beyond `max-shard-cases` ranks (so that the code does
+    not grow with the ranks) each input's overlap with the chunk computed at
+    run time, under an `scf.if`.
+
+    Optimizer updates left for `--distopt-lower-optimizers` are errors at
+    the op, as is any op on a process group whose size is not the world's
+    (`distopt.world_size`, else the largest group): the runtime runs every
+    collective on the world, so sub-groups do not run yet.
+  }];
+  let options = [
+    Option<"maxShardCases", "max-shard-cases", "int64_t", /*default=*/"64",
+           "Beyond this many ranks, a shard of a pack is cut at run time">
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+def FoldSplatInputsPass : Pass<"distopt-fold-splat-inputs"> {
+  let summary = "Read splat constants as scalars in linalg.generic";
+  let description = [{
+    An input of a `linalg.generic` that is a splat constant (the importer's
+    division by the world size, `arith.divf %sum, dense<N>`, once converted
+    to linalg) becomes a scalar constant in the body. Bufferized, the splat
+    would be a global as large as the tensor: at 10^8 parameters a 400 MB
+    library, 1.6 GB of memory and 12 s to compile; at 10^12, out of memory.
+    The CPU and GPU lowerings run it after converting element-wise ops to
+    linalg.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
+def ExpandBF16TruncationsPass : Pass<"distopt-expand-bf16-truncations"> {
+  let summary = "Round to bf16 without compiler-rt's builtins";
+  let description = [{
+    Unless the CPU converts to bf16 itself (AVX512-BF16), LLVM turns a
+    scalar `arith.truncf` to bf16 into a call of `__truncsfbf2` (from f32)
+    or `__truncdfbf2` (from f64), which compiler-rt provides and libgcc 12
+    (Debian 12's, which compiled steps are loaded with) does not: a step
+    compiled for a portable CPU (`distopt-compile --cpu=x86-64`), or on a
+    CPU without AVX512-BF16, would not load. Arithmetic in bf16 (which LLVM
+    computes in f32 and rounds back the same way) is made to compute in f32
+    explicitly, and every rounding to bf16 is done on the bits, to nearest
+    even, NaNs kept quiet NaNs. From f64 it first
+    rounds to f32 to odd (toward zero, with the lowest bit set when
+    anything was dropped), which makes the two roundings one: rounding to
+    nearest f32 first would round twice, and a value just above half way
+    between two bf16 numbers could end on the lower one. The CPU lowering
+    runs it on loops, before the LLVM dialect.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
+def ExactGPUSqrtPass : Pass<"distopt-exact-gpu-sqrt"> {
+  let summary = "Correctly rounded square roots in GPU kernels";
+  let description = [{
+    The NVVM conversion calls libdevice's `__nv_sqrtf` for an f32
+    `math.sqrt`, which is an approximation (`sqrt.approx.f32`) unless the
+    `__CUDA_PREC_SQRT` reflection is set, and MLIR gives no way to set it.
+    torch's CUDA kernels, built with nvcc's default `-prec-sqrt=true`, round
+    correctly. This pass rewrites a scalar f32 or f64 `math.sqrt` as a call
+    of NVVM's `llvm.nvvm.sqrt.rn.f` (`.d`), emitted as `sqrt.rn.f32`
+    (`sqrt.rn.f64`), so that Adam's,
+    RMSprop's and Adagrad's denominators are the IEEE square roots the CPU
+    lowering and torch compute. distopt-lower-to-gpu runs it on the kernels'
+    `gpu.module`, before the NVVM conversion.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
+def MarkInPlaceResultsPass
+    : Pass<"distopt-mark-in-place-results", "::mlir::ModuleOp"> {
+  let summary = "Drop the results of a bufferized step that are its arguments";
+  let description = [{
+    After bufferization, a step updates its parameter and state buffers in
+    place and returns them. For each function that nothing calls, records in
+    `distopt.in_place_results` (one entry per original result) the index of
+    the argument a result returns, or -1 for a new buffer, and drops the
+    results returned in the argument they replace (the same `distopt.role`
+    and `distopt.name`, or neither has them); a result returned in another
+    argument's buffer stays a result, which the deallocation pipeline
+    copies. Returned, they would be copied every step by
+    the deallocation pipeline, which must own what a function returns;
+    distopt-compile tells the driver which results live in their argument's
+    buffer (`in_place_arg`, docs/step-abi.md). A result that bufferization
+    copied out of a view into a new buffer (a parameter unpacked from a ZeRO
+    all-gather) is copied into its argument's buffer instead, when nothing
+    uses that argument after the copy, and so stays in place. A result
+    all-gathered into a new buffer (ZeRO's flat parameters, under
+    `--distopt-param-as-bucket-view`) is gathered into its argument's
+    buffer instead, under the same condition: the gather then sends this
+    rank's chunk from its own slot there when the update wrote it in place.
+    A result that is a view, in its argument's type, of a buffer the step
+    allocates is copied into the argument before the return (returned, it
+    would keep the whole buffer alive into the next step). Functions with
+    callers keep their results.
+  }];
+}
+
+def AsyncInPlacePass : Pass<"distopt-async-in-place", "::mlir::ModuleOp"> {
+  let summary = "Let asynchronous collectives work in their input's buffer";
+  let description = [{
+    After bufferization, a `*_start` collective first copies its input into
+    a buffer its request owns (marked `distopt.request_input`): the one-shot
+    analysis cannot see that the request keeps using the buffer until its
+    wait. This pass drops that copy, and the request works in the input's
+    own buffer, where nothing else can notice: the buffer is an allocation
+    in the same block, or an argument of a function nothing calls that the
+    step ABI lets it update (a parameter, main parameter, state or gradient,
+    docs/step-abi.md), and no view of it is used after the copy. The
+    collective's result then lies in that buffer, as a synchronous one's
+    would; a gradient bucket handed in (`--distopt-grad-as-bucket-view`) is
+    reduced where the caller wrote it. Every marker is removed.
+  }];
+}
+
+def OffloadToGPUPass
+    : Pass<"distopt-offload-to-gpu", "::mlir::func::FuncOp"> {
+  let summary = "Put a bufferized step's memory work on the GPU";
+  let description = [{
+    Runs on a step after bufferization, before the GPU lowering: every
+    buffer lives in device memory and only kernels touch it; the host keeps
+    the control flow, the runtime calls (collectives on device buffers) and
+    the scalars it needs.
+
+    - `memref.copy` and linalg ops become parallel loops; each outermost
+      `scf.parallel` is collapsed to one dimension and tiled by
+      `block-size`, the tiles mapped to blocks and the elements to threads
+      (`convert-parallel-loops-to-gpu` then makes them launches);
+    - the remaining host ops that read or write buffers (reductions over a
+      whole tensor, scalar loads and stores) are grouped, consecutive ones
+      together, into one-thread `gpu.launch`es; a scalar such a group
+      computes for the host goes through a device buffer and a
+      device-to-host copy;
+    - `memref.alloc`/`dealloc` become `gpu.alloc`/`dealloc`; constants
+      (`memref.get_global`) and host `memref.alloca`s get device copies.
+  }];
+  let options = [
+    Option<"blockSize", "block-size", "int64_t", "256",
+           "Threads per block of the element-wise kernels">,
+  ];
+  let dependentDialects = ["::mlir::affine::AffineDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
+def ConvertShardToDistOptPass
+    : Pass<"convert-shard-to-distopt", "::mlir::ModuleOp"> {
+  let summary = "Turn the upstream shard dialect's collectives into distopt's";
+  let description = [{
+    Takes a program partitioned by upstream MLIR (`--sharding-propagation`,
+    `--shard-partition`) and expresses its communication in distopt, so
+    that distopt's fusion, bucketing and MPI/NCCL lowering apply to it,
+    including the average reduction, `all_gather` and `reduce_scatter` that
+    upstream's `--convert-shard-to-mpi` cannot lower.
+
+    Each `shard.grid @g(shape = AxB...)` becomes `distopt.process_group @g
+    size A*B...` (ranks are the grid's row-major linear indices). Then:
+
+    | shard | distopt |
+    |---|---|
+    | `all_reduce` sum / average / min / max / product | `all_reduce` sum / avg / min / max / prod (the input converted first where the result's element type differs) |
+    | `all_gather` along axis k | `all_gather` (dim 0), then a transpose to axis k |
+    | `reduce_scatter` along axis k | a transpose of axis k to dim 0, then `reduce_scatter` |
+    | `broadcast` root `[i, j]` | `broadcast` root (the root's linear rank) |
+    | `all_slice` along axis k | `tensor.extract_slice` at this rank's chunk |
+    | `process_linear_index`, `process_multi_index`, `grid_shape` | `distopt.rank` and index arithmetic, constants |
+
+    A collective whose `grid_axes` span only processes of size-1 axes is the
+    identity and is removed. A collective over a proper sub-grid (e.g.
+    `grid_axes = [1]` of a 2x4 grid) is an error: distopt's groups span every
+    process. So are grids with dynamic sizes, tensors with dynamic shapes,
+    collectives on memrefs, `bitwise_*` and `generic` reductions, dynamic
+    broadcast roots, gathers and scatters whose `grid_axes` are not in the
+    grid's order (the rank order would differ), and shard ops without a
+    distopt counterpart (`all_to_all`, `gather`, `scatter`, `send`, `recv`,
+    `shift`, `neighbors_linear_indices`, and `sharding`/`shard`, which
+    `--shard-partition` removes). Every error is reported before anything is
+    rewritten: on failure the module is unchanged.
+
+    ```mlir
+    shard.grid @grid(shape = 4)
+    %r = shard.all_reduce %x on @grid grid_axes = [0] reduction = average
+      : tensor<8x8xf32> -> tensor<8x8xf32>
+    // becomes
+    distopt.process_group @grid size 4
+    %r = distopt.all_reduce avg %x on @grid : tensor<8x8xf32>
+    ```
+  }];
+  let statistics = [
+    Statistic<"numConverted", "num-converted", "shard ops converted">
+  ];
+  let dependentDialects = [
+    "::mlir::distopt::DistOptDialect", "::mlir::arith::ArithDialect",
+    "::mlir::linalg::LinalgDialect", "::mlir::tensor::TensorDialect"
+  ];
+}
+
+#endif // DISTOPT_CONVERSION_PASSES_TD

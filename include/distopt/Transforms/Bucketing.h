@@ -1,0 +1,71 @@
+//===- Bucketing.h - pack all_reduces into buckets --------------*- C++ -*-===//
+//
+// The bucketing that --distopt-bucketize performs, for other passes too
+// (PowerSGD batches the tensors it does not compress into one bucket), and
+// the batches in which PowerSGD's factors are all-reduced.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_TRANSFORMS_BUCKETING_H
+#define DISTOPT_TRANSFORMS_BUCKETING_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+namespace mlir::distopt {
+
+struct BucketingOptions {
+  /// Capacity of each bucket after the first, and of the first, in bytes.
+  /// A collective of at least `capBytes` is left unbucketed.
+  double capBytes = 25.0 * (1 << 20);
+  double firstCapBytes = 1.0 * (1 << 20);
+  /// Visit collectives in reverse program order (DDP's order).
+  bool reverse = true;
+  /// Byte alignment of each tensor in a bucket.
+  int64_t alignment = 64;
+  /// The link's all_reduce latency and bandwidth (distopt-calibrate). Where
+  /// both are set, each kind of bucket gets the cap of bucketCountForLink
+  /// instead of the two caps above.
+  double latencySeconds = 0;
+  double bytesPerSecond = 0;
+};
+
+/// How many buckets `totalBytes` of gradients are best split into on a link
+/// where an all_reduce of b bytes takes latency + b / bandwidth, while the
+/// buckets overlap other work: n buckets pay n latencies, and the last one's
+/// transfer cannot be hidden, so n = sqrt(totalBytes / (latency *
+/// bandwidth)), at least 1.
+int64_t bucketCountForLink(double totalBytes, double latencySeconds,
+                           double bytesPerSecond);
+
+struct BucketingResult {
+  unsigned buckets = 0;
+  unsigned bucketed = 0; // collectives merged into buckets
+};
+
+/// Packs the all_reduces of `block` for which `select` holds into buckets
+/// (see --distopt-bucketize for the rules) and returns what it did.
+BucketingResult bucketizeBlock(Block &block,
+                               llvm::function_ref<bool(AllReduceOp)> select,
+                               const BucketingOptions &options);
+
+/// PowerSGD ops that are lowered together: their P factors all-reduced in
+/// one collective, their Q factors in another (as PyTorch's hook does for
+/// the tensors of a bucket).
+struct PowerSGDBatch {
+  SmallVector<PowerSGDAllReduceOp> members; // in program order
+  Operation *insertBefore; // after every member's operands, before any use
+};
+
+/// Groups the powersgd_all_reduce ops of `block` into batches: the same
+/// `batch` number, group and element type, and a place in the block after
+/// the definitions of all their operands and before the first use of any
+/// of their results. In program order, a member with no such place in
+/// common with the open batch starts a new one. An op without a `batch`
+/// number is a batch of its own, where it is. The ops are not changed.
+SmallVector<PowerSGDBatch> batchPowerSGD(Block &block);
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_TRANSFORMS_BUCKETING_H

@@ -1,0 +1,454 @@
+//===- Passes.td - distopt-to-distopt transformations ------*- tablegen -*-===//
+//
+// The passes that rewrite a step within the distopt dialect: bucketing,
+// the 1/N fusion, reduction precision, ZeRO sharding, PowerSGD, overlap,
+// and the checks and report. Flags are part of the product: see DESIGN.md.
+// Each pass has a test file named after its flag in test/Transforms/.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_TRANSFORMS_PASSES_TD
+#define DISTOPT_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def BucketizePass : Pass<"distopt-bucketize", "::mlir::func::FuncOp"> {
+  let summary = "Group per-tensor all_reduces into gradient buckets";
+  let description = [{
+    Replaces the `distopt.all_reduce` ops of each block by fewer, larger ones
+    over `distopt.bucket_pack`ed buffers, as PyTorch DDP buckets gradients.
+
+    Collectives are visited in reverse program order (DDP's reverse
+    parameter order: the last layers' gradients are ready first) unless
+    `reverse=false`. A bucket only holds collectives with the same group,
+    element type, reduction (and scale) and wire type. It is closed once it
+    reaches its capacity: `first-bucket-cap-mb` for the first bucket of each
+    kind, `cap-mb` after that (MB = 2^20 bytes, as in DDP). A collective at
+    least as large as `cap-mb` would fill a bucket alone, so it is left as
+    it is: reduced in place rather than copied into a bucket and out again
+    (DDP adds it to the open bucket and closes that). A collective
+    joins a bucket only where the bucket can be placed after every input is
+    computed and before any result is used; otherwise a new bucket starts.
+    An input that another bucket reduces is computed where that bucket
+    goes, so a bucket reading one goes there or later, and is left out if
+    that is after its first use. A collective never shares a bucket with
+    one whose result it reads.
+    A bucket of one collective is left as it was, and collectives that
+    already reduce a bucket are not bucketed again, so the pass is
+    idempotent.
+
+    Caps chosen for the hardware: given the link's all_reduce `latency-us`
+    and `bandwidth-gb-per-s` (which `distopt-calibrate` measures on the
+    ranks the step will run on), the caps come from a model instead. n
+    buckets reduced while other work runs pay n latencies, and the last
+    bucket's transfer cannot be hidden; for S bytes of one kind of bucket
+    n = round(sqrt(S / (latency * bandwidth))), at least 1, buckets of S/n
+    bytes (docs/bucketing.md). The caps are then not given.
+
+    ```mlir
+    %a = distopt.all_reduce sum %ga on @dp : tensor<16xf32>
+    %b = distopt.all_reduce sum %gb on @dp : tensor<8xf32>
+    // becomes
+    %p = distopt.bucket_pack %gb, %ga : tensor<8xf32>, tensor<16xf32> -> tensor<32xf32>
+    %r = distopt.all_reduce sum %p on @dp : tensor<32xf32>
+    %b, %a = distopt.bucket_unpack %r : tensor<32xf32> -> tensor<8xf32>, tensor<16xf32>
+    ```
+  }];
+  let options = [
+    Option<"capMb", "cap-mb", "double", "25.0",
+           "Capacity of a bucket in MB (2^20 bytes); must be positive">,
+    Option<"firstBucketCapMb", "first-bucket-cap-mb", "double", "1.0",
+           "Capacity of the first bucket of each kind in MB; must be positive">,
+    Option<"reverse", "reverse", "bool", "true",
+           "Visit collectives in reverse program order (DDP's order)">,
+    Option<"alignment", "alignment", "int64_t", "64",
+           "Byte alignment of each tensor in a bucket (a power of two)">,
+    Option<"latencyUs", "latency-us", "double", "0.0",
+           "All-reduce latency in microseconds (distopt-calibrate); with "
+           "bandwidth-gb-per-s, bucket caps come from the link model">,
+    Option<"bandwidthGbPerS", "bandwidth-gb-per-s", "double", "0.0",
+           "All-reduce bandwidth in GB/s, 10^9 bytes per second "
+           "(distopt-calibrate)">
+  ];
+  let statistics = [
+    Statistic<"numBuckets", "num-buckets", "Buckets created">,
+    Statistic<"numBucketed", "num-bucketed", "Collectives merged into buckets">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def GradAsBucketViewPass
+    : Pass<"distopt-grad-as-bucket-view", "::mlir::func::FuncOp"> {
+  let summary = "Make gradients views of their bucket (a flat argument)";
+  let description = [{
+    PyTorch DDP's `gradient_as_bucket_view` as a transformation of the
+    step's interface. Each `distopt.bucket_pack` whose inputs are gradient
+    arguments of the function (`distopt.role = "grad"`) becomes one flat
+    gradient argument of the bucket's type, `distopt.name = "bucket<i>"`,
+    with a `distopt.layout` giving each gradient's name, shape and offset
+    (as `--distopt-shard-optimizer` describes its flat buffers). The caller
+    writes the gradients straight into that buffer (zero padding), so the
+    step no longer copies them into the bucket, and the reduced bucket is
+    read in place: `bucket_unpack` lowers to views. Other uses of a
+    gradient read it from the bucket argument.
+
+    ```mlir
+    func.func @step(%ga: tensor<16xf32> {distopt.name = "a", distopt.role = "grad"},
+                    %gb: tensor<8xf32> {distopt.name = "b", distopt.role = "grad"}) ... {
+      %p = distopt.bucket_pack %gb, %ga : tensor<8xf32>, tensor<16xf32> -> tensor<32xf32>
+      %r = distopt.all_reduce avg %p on @dp : tensor<32xf32>
+    // becomes
+    func.func @step(%bucket: tensor<32xf32> {distopt.name = "bucket0",
+                      distopt.role = "grad", distopt.layout = [
+                      {name = "b", offset = 0 : i64, shape = array<i64: 8>},
+                      {name = "a", offset = 16 : i64, shape = array<i64: 16>} ]
+                    }) ... {
+      %r = distopt.all_reduce avg %bucket on @dp : tensor<32xf32>
+    ```
+
+    The bucket argument takes the place of its first gradient. Returned
+    gradients (results with `distopt.role = "grad"` named after the
+    bucket's gradients) become one returned bucket in the same way. A
+    bucket is left as it is when a gradient is packed into more than one
+    bucket, lacks a unique name, or only some of its gradients are
+    returned. Apply it after the passes that form buckets
+    (`--distopt-bucketize`, `--distopt-shard-optimizer` with the flat
+    strategy at stage 2 or 3, `--distopt-powersgd`, which match packs of
+    gradient arguments) and to a function without callers: like them, it
+    changes the function's signature.
+  }];
+  let statistics = [
+    Statistic<"numViews", "num-bucket-views",
+              "Buckets that became gradient arguments">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def ParamAsBucketViewPass
+    : Pass<"distopt-param-as-bucket-view", "::mlir::func::FuncOp"> {
+  let summary = "Make parameters views of their flat buffer (a flat argument)";
+  let description = [{
+    FSDP's `FlatParameter` for the flat ZeRO stages: each
+    `distopt.bucket_pack` whose inputs are parameter arguments
+    (`distopt.role = "param"`) becomes one flat parameter argument of the
+    packed type, `distopt.name = "flat_param<i>"`, with a `distopt.layout`
+    giving each parameter's name, shape and offset, exactly as
+    `--distopt-grad-as-bucket-view` does for gradients (same conditions,
+    same placement). Returned parameters that are all of one
+    `bucket_unpack` of the packed type are returned as its input: under
+    `--distopt-shard-optimizer=stage=1|2` (flat) that is the all-gathered
+    buffer. The caller keeps its parameters as views of that buffer.
+
+    Mixed precision: where the main parameters hold the values, the step
+    does not read its bf16/f16 parameters, only returns them, unpacked from
+    the all-gathered buffer. A `bucket_unpack` whose outputs are all
+    returned as parameters (each once, used nowhere else) under unique
+    names of parameter arguments that nothing reads becomes their flat
+    argument in the same way, and the unpacked buffer is returned as it.
+
+    ```mlir
+      %flat = distopt.bucket_pack %w, %b : tensor<8x4xf32>, tensor<5xf32> -> tensor<64xf32>
+      %mine = distopt.shard_slice %flat on @world : tensor<64xf32> -> tensor<32xf32>
+      %new, %m, %v = distopt.adamw_update %mine, ...
+      %all = distopt.all_gather %new on @world : tensor<32xf32> -> tensor<64xf32>
+      %w2, %b2 = distopt.bucket_unpack %all : tensor<64xf32> -> tensor<8x4xf32>, tensor<5xf32>
+      return %w2, %b2, ...
+    // becomes
+    func.func @step(%flat_param0: tensor<64xf32> {distopt.name = "flat_param0",
+                      distopt.role = "param", distopt.layout = [...]}, ...) ... {
+      %mine = distopt.shard_slice %flat_param0 on @world : tensor<64xf32> -> tensor<32xf32>
+      %new, %m, %v = distopt.adamw_update %mine, ...
+      %all = distopt.all_gather %new on @world : tensor<32xf32> -> tensor<64xf32>
+      return %all, ...
+    ```
+
+    Lowered, the shard is a view of the argument, the update writes it in
+    place, and the all-gather writes into the argument's buffer (this
+    rank's chunk is already in its slot), so a ZeRO-1/2 step copies no
+    parameter. Without it, each step copies its parameter shard out of the
+    parameters and every parameter back out of the gathered buffer.
+  }];
+  let statistics = [
+    Statistic<"numViews", "num-flat-params",
+              "Flat buffers that became parameter arguments">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def FuseDivIntoAllReducePass
+    : Pass<"distopt-fuse-div-into-allreduce", "::mlir::func::FuncOp"> {
+  let summary = "Fold a scaling by a constant into the reduction";
+  let description = [{
+    Folds a multiplication or division by a constant that follows a `sum`
+    `all_reduce` or `reduce_scatter` (its only use), or that produces its
+    input, into the collective: a factor of exactly `1/N` (`N` the group
+    size) becomes `avg`, any other factor `premul_sum(factor)`.
+
+    Recognised scalings: `arith.divf` / `arith.mulf` by a splat constant
+    (either operand order for `mulf`), and `linalg.div` / `linalg.mul` whose
+    other input is a splat constant or a `linalg.fill` of a constant.
+
+    The element type and the backend decide the form:
+    - `backend=nccl` and `backend=mpi` reduce with `avg` and `premul_sum`
+      natively (distopt's MPI runtime scales while it reduces);
+    - `backend=sum-only` (gloo-like) has neither: the pass changes nothing.
+    - For `f16`, an average is split as FSDP does, so that the sum cannot
+      overflow: `premul_sum(1/a)` before the reduction and a division by `b`
+      after it, with `a * b = N` and `a` the largest power of two with
+      `a <= N / a`.
+
+    The scaling happens exactly once: the scaling op is replaced (after the
+    collective) or bypassed (before it). Anything the pass cannot prove (a
+    non-constant or non-splat factor, a result with several uses, a factor
+    that rounds to zero or infinity in the element type, integer data) is
+    left alone.
+  }];
+  let options = [
+    Option<"backend", "backend", "std::string", "\"nccl\"",
+           "Target backend: nccl, mpi or sum-only">
+  ];
+  let statistics = [
+    Statistic<"numFused", "num-fused", "Scalings folded into collectives">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+def WidenReductionsPass
+    : Pass<"distopt-widen-reductions", "::mlir::func::FuncOp"> {
+  let summary = "Reduce bf16/f16 data in f32 (reduction precision control)";
+  let description = [{
+    A ring reduction of bf16 or f16 data rounds each partial sum to the
+    data's type at every hop, so its error grows with the number of ranks
+    (Megatron-LM's `grad_reduce_in_fp32` and FSDP's `reduce_dtype` exist
+    for this). The pass makes every `sum`, `avg`, `premul_sum` or `prod`
+    `all_reduce`, `reduce_scatter` and `reduce` (and their `*_start`
+    forms, with their `wait`) of a float type narrower than `dtype` work in
+    `dtype`: the input is extended, the partial sums travel and accumulate
+    in `dtype`, and the result is rounded once. Where the result was
+    extended to `dtype` anyway (the gradient of an fp32 main parameter) it
+    is used as it is, never rounded; other uses get it rounded to the data's
+    type. Twice the bytes travel (the report counts them).
+
+    ```mlir
+    %r = distopt.all_reduce avg %g on @dp : tensor<1024xbf16>
+    %g32 = arith.extf %r : tensor<1024xbf16> to tensor<1024xf32>
+    // becomes
+    %w = arith.extf %g : tensor<1024xbf16> to tensor<1024xf32>
+    %g32 = distopt.all_reduce avg %w on @dp : tensor<1024xf32>
+    ```
+
+    An f16 average that `--distopt-fuse-div-into-allreduce` split to keep
+    the sum from overflowing (`premul_sum(1/a)`, then a division by `b`)
+    becomes one `avg` again: the wide sum cannot overflow. Left as they
+    are: `max`/`min` (exact in any precision), integer data, and
+    collectives with a `wire` type (a choice of bytes on the wire, warned
+    about). Run it after `--distopt-fuse-div-into-allreduce` and before the
+    passes that shard, compress or bucket (which then work in `dtype`).
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", "\"f32\"",
+           "Type to reduce in: f32 or f64">
+  ];
+  let statistics = [
+    Statistic<"numWidened", "num-widened", "Collectives made to reduce wider">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
+def ShardOptimizerPass
+    : Pass<"distopt-shard-optimizer", "::mlir::func::FuncOp"> {
+  let summary = "Shard optimizer state, gradients and parameters (ZeRO)";
+  let description = [{
+    Each rank keeps and updates only its part of the optimizer state
+    (`stage=1`, with fp32 main parameters counted as state), also receives
+    only its part of the reduced gradients (`stage=2`), and also keeps only
+    its part of the parameters (`stage=3`).
+
+    `strategy=flat` (DeepSpeed, Megatron): like updates (same optimizer,
+    hyperparameters, learning rate, step, element types and reduction) share
+    one flat layout, each tensor's offset rounded up to `alignment` bytes of
+    the parameter type, padded to N equal chunks. Rank r owns chunk r:
+    stage 1 slices its chunk of the reduced gradients; stage 2 replaces the
+    per-tensor all_reduces with one `reduce_scatter` of the packed local
+    gradients; the chunk is updated and `all_gather`ed into every parameter
+    (at stage 3 only rounded and kept: parameters stay sharded, and where
+    the step itself uses one, it is gathered just before the first use).
+    Stage 1 thus sends about 1.5x the bytes of stage 2: every rank
+    receives every reduced gradient, as with torch's
+    ZeroRedundancyOptimizer, and that all_reduce is what
+    `--distopt-powersgd` can compress. Stage 2 sends the ZeRO paper's
+    2 x (N-1)/N bytes per gradient byte (`--distopt-report` counts both).
+
+    `strategy=greedy` (ZeroRedundancyOptimizer, fairscale OSS; stages 1 and
+    2, stage 3 is an error): whole parameters go to ranks largest first, each to the least loaded
+    rank. The owner updates a parameter inside `distopt.owned_by` and
+    `broadcast`s it; at stage 2 its gradient is `reduce`d to the owner only.
+    Each rank's state lives in one buffer as long as the most loaded rank's.
+
+    The signature changes: the per-parameter state (and main parameter, and
+    at stage 3 parameter) arguments and results are replaced by sharded ones,
+    appended at the end, named `flat<i>.<key>` or `owned<i>.<key>` and
+    carrying `distopt.layout` (each tensor's name, shape, offset and, for
+    greedy, owner). The step computes the same parameters as before.
+
+    The updates must have the shape the importer produces: parameter and
+    state arguments used only by the update, a gradient from an all_reduce
+    (through `arith.extf` for main parameters), results only returned
+    (through `arith.truncf` for model copies). Anything else is an error at
+    the update, never silently left unsharded. A step compiled for one rank
+    (`distopt.world_size = 1`) has nothing to shard: the pass leaves it and
+    warns.
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", "1", "ZeRO stage: 1, 2 or 3">,
+    Option<"strategy", "strategy", "std::string", "\"flat\"",
+           "flat (chunks of a flat buffer) or greedy (whole parameters)">,
+    Option<"alignment", "alignment", "int64_t", "64",
+           "Byte alignment of each tensor in the flat layout">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
+  let summary = "Compress averaged gradients with PowerSGD";
+  let description = [{
+    PyTorch's `powerSGD_hook` as a transformation. Each `avg` all_reduce of
+    a gradient that PyTorch would compress becomes a
+    `distopt.powersgd_all_reduce`: the gradient is viewed as
+    `shape[0] x (the rest)`, `r = min(rows, columns, rank)`, and it is
+    compressed when `(rows + columns) * r * min-compression-rate <
+    rows * columns`. Vectors, scalars and gradients that fail the rule are
+    batched into one plain `all_reduce` (per block and kind).
+
+    The PowerSGD state is explicit: each compressed gradient adds arguments
+    and results `<name>.powersgd_p` (storage, `distopt.init = "zeros"`),
+    `<name>.powersgd_q` (`"randn"`: a normal draw made identically on every
+    rank from a shared seed; `"randn_each_step"` without `warm-start`, when
+    the runtime draws a fresh Q every step, as the hook does) and, with
+    `error-feedback`, `<name>.powersgd_error` (`"zeros"`).
+
+    After `--distopt-shard-optimizer` with `strategy=flat stage>=2`, the
+    gradients packed into an `avg` `reduce_scatter` are compressed the same
+    way; each rank then takes its chunk of the repacked averages with
+    `distopt.shard_slice`. Sum reductions are left alone (PowerSGD yields
+    an average).
+
+    With `batch-mb`, the compressed gradients of a block are numbered into
+    batches of up to that many MiB (in program order, per group and element
+    type; a larger one alone), and the lowering all-reduces the P factors of
+    a batch in one collective and its Q' factors in another, as the hook
+    does for the tensors of a DDP bucket: two collectives per batch instead
+    of two per tensor. That saves a latency per tensor and costs a pass over
+    each gradient that no longer stays in cache between the two products
+    (measured in docs/benchmarks.md, B6): worth it on links with a high
+    latency per collective, not on shared memory. A gradient viewed as a
+    matrix is reshaped back where its average is first used, so that
+    nothing stands between the PowerSGD ops of a batch.
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", "1",
+           "Rank of the approximation (matrix_approximation_rank)">,
+    Option<"minCompressionRate", "min-compression-rate", "double", "2.0",
+           "Compress only when the compression rate exceeds this">,
+    Option<"errorFeedback", "error-feedback", "bool", "true",
+           "Keep the local compression error and add it next step">,
+    Option<"warmStart", "warm-start", "bool", "true",
+           "Start each step from the previous step's Q">,
+    Option<"batchMb", "batch-mb", "double", "0",
+           "MiB of compressed gradients whose factors share two all_reduces "
+           "(0: two per tensor)">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
+def VerifyCollectivesPass
+    : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
+  let summary = "Static cross-rank checks of the collectives of a step";
+  let description = [{
+    Reports, as errors at the offending op, programs on which ranks would
+    disagree or replicas diverge:
+
+    - a collective (any op that communicates) inside `distopt.owned_by`, or
+      under `scf.if`/`scf.for`/`scf.while`/`scf.index_switch` (or after a
+      `cf.cond_br`) whose control operands are computed from `distopt.rank`:
+      some ranks would skip it and the others would wait forever;
+    - a gradient argument (role `grad`, see docs/step-abi.md) that reaches
+      an optimizer update reduced zero times or more than once, or that is
+      never reduced at all (buckets are followed tensor by tensor); not for
+      a module compiled for one rank, where reductions fold away;
+    - the token of an asynchronous collective not waited on exactly once;
+    - a process group whose size does not divide the module's
+      `distopt.world_size`.
+
+    The IR is not changed; the pass fails if anything is reported.
+  }];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def OverlapCollectivesPass
+    : Pass<"distopt-overlap-collectives", "::mlir::func::FuncOp"> {
+  let summary = "Overlap collectives with computation (async start/wait)";
+  let description = [{
+    Turns every synchronous collective into its `*_start` form followed by a
+    `distopt.wait`. Each start is placed as early as its input allows: right
+    after the input is computed, but never above an earlier op that
+    communicates, so the order of all communication is kept. Each wait goes
+    just before the first use of the result in its block (or at the end of
+    the block when it has none). The work in between runs while the data is
+    on the wire.
+
+    A start copies its input (the request owns the copy, so nothing can
+    overwrite it in flight): a collective stays synchronous when the work
+    that would overlap it writes fewer bytes than `min-work-ratio` times its
+    input (0: always overlap).
+
+    ```mlir
+    %r = distopt.all_reduce avg %g on @dp : tensor<1024xf32>
+    // becomes
+    %t = distopt.all_reduce_start avg %g on @dp : tensor<1024xf32> -> !distopt.token<tensor<1024xf32>>
+    ...
+    %r = distopt.wait %t : !distopt.token<tensor<1024xf32>>
+    ```
+  }];
+  let options = [
+    Option<"minWorkRatio", "min-work-ratio", "double", "1.0",
+           "Overlap only when the work in between writes at least this "
+           "many times the collective's input bytes (0: always)">,
+  ];
+  let statistics = [
+    Statistic<"numOverlapped", "num-overlapped", "Collectives made asynchronous">,
+    Statistic<"numKept", "num-kept-synchronous",
+              "Collectives with too little work to overlap">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
+def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
+  let summary = "Print what each step communicates and stores per rank";
+  let description = [{
+    Prints a table for each function: its buckets (tensors, elements, bytes,
+    alignment padding); per collective kind, how many the step issues and
+    the bytes each rank contributes and sends per step under ring algorithms
+    (all-reduce 2(n-1)/n of the payload, the others (n-1)/n; wire types and
+    PowerSGD's P and Q counted as sent; PowerSGD's collectives counted as
+    the lowering issues them, two per batch of tensors); the model-state bytes each rank holds (parameter arguments,
+    gradients after reduction, optimizer state with main parameters), per
+    parameter of the model (`distopt.num_parameters`); and the compression
+    ratio. The IR is unchanged.
+
+    For a mixed-precision Adam spec these match the ZeRO paper's figures:
+    16 bytes per parameter for plain data parallelism, 4 + 12/N with ZeRO-1,
+    2 + 14/N with ZeRO-2 and 16/N with ZeRO-3 (up to alignment padding).
+  }];
+  let options = [
+    Option<"output", "output", "std::string", "\"-\"",
+           "Where to write the report (- for standard output)">
+  ];
+}
+
+#endif // DISTOPT_TRANSFORMS_PASSES_TD

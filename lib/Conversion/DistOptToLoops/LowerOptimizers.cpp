@@ -1,0 +1,329 @@
+//===- LowerOptimizers.cpp - optimizer updates to fused loops ---*- C++ -*-===//
+//
+// --distopt-lower-optimizers: each optimizer update becomes one
+// linalg.generic that reads the gradient and updates the parameter and the
+// state in the same pass (they are its outputs, so bufferization can update
+// them in place). The operations and their order follow torch.optim's
+// single-tensor code (PyTorch 1.13); the scalars torch computes as Python
+// floats (bias corrections, step sizes) are computed once, in f64, before
+// the loop. bf16/f16 tensors are computed in f32 and rounded once.
+// test/Integration/optimizers-vs-torch.test runs every optimizer against
+// torch.optim.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Conversion/Passes.h"
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_LOWEROPTIMIZERSPASS
+#include "distopt/Conversion/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// Builds the scalar prologue (f64) and the loop body (compute type).
+class UpdateBuilder {
+public:
+  UpdateBuilder(OpBuilder &builder, Location loc, Operation *op)
+      : b(builder), loc(loc), op(op) {
+    element = cast<FloatType>(
+        cast<RankedTensorType>(op->getResult(0).getType()).getElementType());
+    compute = element.getWidth() < 32 ? b.getF32Type() : element;
+    lr = toF64(op->getOperand(op->getNumOperands() - 2));
+    step = arith::SIToFPOp::create(b, loc, b.getF64Type(),
+                                   op->getOperand(op->getNumOperands() - 1));
+  }
+
+  // Prologue (outside the loop), in f64.
+  Value f64(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
+  }
+  Value toF64(Value v) {
+    if (v.getType().isF64())
+      return v;
+    return arith::ExtFOp::create(b, loc, b.getF64Type(), v);
+  }
+  /// Whether this is the first step (1-based), when torch creates the state.
+  Value isFirstStep() {
+    Value stepArg = op->getOperand(op->getNumOperands() - 1);
+    return arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, stepArg,
+        arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(1)));
+  }
+  /// A prologue scalar, in the compute type, for use in the body.
+  Value scalar(Value v64) {
+    if (compute.isF64())
+      return v64;
+    return arith::TruncFOp::create(b, loc, compute, v64);
+  }
+  Value scalar(double v) {
+    return arith::ConstantOp::create(b, loc, FloatAttr::get(compute, v));
+  }
+
+  /// Emits the linalg.generic: `grad` in, parameter and state out; `body`
+  /// gets (g, p, state...) in the compute type and returns (p', state'...).
+  void
+  emit(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, ValueRange)>
+           body) {
+    Value grad = op->getOperand(1);
+    // A gradient extended for the update (the bf16 gradient of an fp32 main
+    // parameter) is read as it is and extended in the loop, as `load` does
+    // anyway: no f32 copy of it is written and read back.
+    auto extend = grad.getDefiningOp<arith::ExtFOp>();
+    if (extend &&
+        getElementTypeOrSelf(extend.getType()).getIntOrFloatBitWidth() <=
+            compute.getIntOrFloatBitWidth())
+      grad = extend.getIn();
+    SmallVector<Value> outputs = {op->getOperand(0)};
+    for (unsigned i = 2, e = op->getNumOperands() - 2; i < e; ++i)
+      outputs.push_back(op->getOperand(i));
+    auto type = cast<RankedTensorType>(grad.getType());
+    AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
+    SmallVector<AffineMap> maps(1 + outputs.size(), identity);
+    SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                               utils::IteratorType::parallel);
+    auto generic = linalg::GenericOp::create(
+        b, loc, op->getResultTypes(), ValueRange{grad}, outputs, maps,
+        iterators, [&](OpBuilder &nb, Location nloc, ValueRange args) {
+          auto load = [&](Value v) -> Value {
+            if (v.getType() == compute)
+              return v;
+            return arith::ExtFOp::create(nb, nloc, compute, v);
+          };
+          SmallVector<Value> state;
+          for (Value v : args.drop_front(2).take_front(outputs.size() - 1))
+            state.push_back(load(v));
+          SmallVector<Value> results =
+              body(nb, load(args[0]), load(args[1]), state);
+          for (Value &v : results)
+            if (v.getType() != element)
+              v = arith::TruncFOp::create(nb, nloc, element, v);
+          linalg::YieldOp::create(nb, nloc, results);
+        });
+    op->replaceAllUsesWith(generic.getResults());
+    op->erase();
+    if (extend && extend->use_empty())
+      extend.erase();
+  }
+
+  OpBuilder &b;
+  Location loc;
+  Operation *op;
+  FloatType element;
+  Type compute;
+  Value lr, step; // f64
+};
+
+/// Arithmetic in the loop body, in torch's order of operations.
+struct Body {
+  OpBuilder &b;
+  Location loc;
+  Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value div(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
+  Value neg(Value x) { return arith::NegFOp::create(b, loc, x); }
+  Value sqrt(Value x) { return math::SqrtOp::create(b, loc, x); }
+  Value max(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  /// torch's x.add(y, alpha=a): x + a * y, one rounding (torch's CPU kernel
+  /// is a fused multiply-add; with it SGD matches torch bit for bit).
+  Value axpy(Value x, Value a, Value y) {
+    return math::FmaOp::create(b, loc, a, y, x);
+  }
+  /// The gradient as torch's SGD, RMSprop and Adagrad first adjust it:
+  /// negated with maximize, plus weight_decay * p (null: no decay).
+  Value adjustedGrad(Value g, Value p, bool maximize, Value weightDecay) {
+    if (maximize)
+      g = neg(g);
+    return weightDecay ? axpy(g, weightDecay, p) : g;
+  }
+  /// torch's x.addcmul(y, z, value=a): `a * y` rounded, then one fused
+  /// multiply-add with z and x (GCC contracts torch's `x + a * y * z` so in
+  /// the AVX2 kernels Debian's torch 1.13 runs; docs/lowering.md).
+  Value addcmul(Value x, Value a, Value y, Value z) {
+    return math::FmaOp::create(b, loc, mul(a, y), z, x);
+  }
+  /// torch's x.addcdiv(y, z, value=a): x + (a * y) / z, three roundings.
+  Value addcdiv(Value x, Value a, Value y, Value z) {
+    return add(x, div(mul(a, y), z));
+  }
+};
+
+double f(APFloat v) { return v.convertToDouble(); }
+
+void lowerSGD(OpBuilder &builder, SGDUpdateOp op) {
+  UpdateBuilder u(builder, op.getLoc(), op);
+  double momentum = f(op.getMomentum()), wd = f(op.getWeightDecay());
+  Value negLr = u.scalar(arith::NegFOp::create(builder, op.getLoc(), u.lr));
+  Value wdC = u.scalar(wd), mu = u.scalar(momentum),
+        damp = u.scalar(1.0 - f(op.getDampening()));
+  // The first step copies the gradient into the momentum buffer.
+  Value first = u.isFirstStep();
+  bool maximize = op.getMaximize(), nesterov = op.getNesterov();
+  u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
+    Body m{nb, op.getLoc()};
+    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
+    SmallVector<Value> results;
+    Value buf;
+    if (momentum != 0) {
+      Value blended = m.axpy(m.mul(state[0], mu), damp, g);
+      buf = arith::SelectOp::create(nb, op.getLoc(), first, g, blended);
+      g = nesterov ? m.axpy(g, mu, buf) : buf;
+    }
+    results.push_back(m.axpy(p, negLr, g));
+    if (buf)
+      results.push_back(buf);
+    return results;
+  });
+}
+
+template <typename OpTy>
+void lowerAdam(OpBuilder &builder, OpTy op, bool decoupled) {
+  Location loc = op.getLoc();
+  UpdateBuilder u(builder, loc, op);
+  double beta1 = f(op.getBeta1()), beta2 = f(op.getBeta2()),
+         wd = f(op.getWeightDecay());
+  auto pow = [&](double base) {
+    return math::PowFOp::create(builder, loc, u.f64(base), u.step);
+  };
+  // bias_correction1 = 1 - beta1^t; step_size = lr / bias_correction1;
+  // bias_correction2_sqrt = sqrt(1 - beta2^t).
+  Value bc1 = arith::SubFOp::create(builder, loc, u.f64(1), pow(beta1));
+  Value bc2 = arith::SubFOp::create(builder, loc, u.f64(1), pow(beta2));
+  Value negStepSize = u.scalar(arith::NegFOp::create(
+      builder, loc, arith::DivFOp::create(builder, loc, u.lr, bc1)));
+  Value bc2Sqrt = u.scalar(math::SqrtOp::create(builder, loc, bc2));
+  // AdamW: param *= 1 - lr * weight_decay.
+  Value decay = u.scalar(arith::SubFOp::create(
+      builder, loc, u.f64(1),
+      arith::MulFOp::create(builder, loc, u.lr, u.f64(wd))));
+  Value b1 = u.scalar(beta1), oneMinusB1 = u.scalar(1 - beta1),
+        b2 = u.scalar(beta2), oneMinusB2 = u.scalar(1 - beta2),
+        eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd);
+  bool maximize = op.getMaximize(), amsgrad = op.getAmsgrad();
+  u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
+    Body m{nb, loc};
+    if (maximize)
+      g = m.neg(g);
+    if (decoupled)
+      p = m.mul(p, decay);
+    else if (wd != 0)
+      g = m.axpy(g, wdC, p);
+    Value avg = m.axpy(m.mul(state[0], b1), oneMinusB1, g);
+    Value avgSq = m.addcmul(m.mul(state[1], b2), oneMinusB2, g, g);
+    SmallVector<Value> results = {Value(), avg, avgSq};
+    Value second = avgSq;
+    if (amsgrad) {
+      second = m.max(state[2], avgSq);
+      results.push_back(second);
+    }
+    Value denom = m.add(m.div(m.sqrt(second), bc2Sqrt), eps);
+    results[0] = m.addcdiv(p, negStepSize, avg, denom);
+    return results;
+  });
+}
+
+void lowerRMSprop(OpBuilder &builder, RMSpropUpdateOp op) {
+  Location loc = op.getLoc();
+  UpdateBuilder u(builder, loc, op);
+  double alpha = f(op.getAlpha()), wd = f(op.getWeightDecay()),
+         momentum = f(op.getMomentum());
+  Value negLr = u.scalar(arith::NegFOp::create(builder, loc, u.lr));
+  Value a = u.scalar(alpha), oneMinusA = u.scalar(1 - alpha),
+        eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd),
+        mu = u.scalar(momentum), one = u.scalar(1.0), minusOne = u.scalar(-1);
+  bool maximize = op.getMaximize(), centered = op.getCentered();
+  bool hasMomentum = momentum > 0;
+  u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
+    Body m{nb, loc};
+    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
+    Value sq = m.addcmul(m.mul(state[0], a), oneMinusA, g, g);
+    SmallVector<Value> results = {Value(), sq};
+    Value avg;
+    Value gradAvg;
+    if (centered) {
+      gradAvg = m.axpy(m.mul(state.back(), a), oneMinusA, g);
+      avg = m.sqrt(m.addcmul(sq, minusOne, gradAvg, gradAvg));
+    } else {
+      avg = m.sqrt(sq);
+    }
+    avg = m.add(avg, eps);
+    if (hasMomentum) {
+      Value buf = m.addcdiv(m.mul(state[1], mu), one, g, avg);
+      results.push_back(buf);
+      results[0] = m.axpy(p, negLr, buf);
+    } else {
+      results[0] = m.addcdiv(p, negLr, g, avg);
+    }
+    if (centered)
+      results.push_back(gradAvg);
+    return results;
+  });
+}
+
+void lowerAdagrad(OpBuilder &builder, AdagradUpdateOp op) {
+  Location loc = op.getLoc();
+  UpdateBuilder u(builder, loc, op);
+  double wd = f(op.getWeightDecay());
+  // clr = lr / (1 + (step - 1) * lr_decay)
+  Value stepsBefore = arith::SubFOp::create(builder, loc, u.step, u.f64(1));
+  Value clr = arith::DivFOp::create(
+      builder, loc, u.lr,
+      arith::AddFOp::create(builder, loc, u.f64(1),
+                            arith::MulFOp::create(builder, loc, stepsBefore,
+                                                  u.f64(f(op.getLrDecay())))));
+  Value negClr = u.scalar(arith::NegFOp::create(builder, loc, clr));
+  Value eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd), one = u.scalar(1.0),
+        initial = u.scalar(f(op.getInitialAccumulatorValue()));
+  // torch fills the sum with initial_accumulator_value at the first step.
+  Value first = u.isFirstStep();
+  bool maximize = op.getMaximize();
+  u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
+    Body m{nb, loc};
+    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
+    Value previous = arith::SelectOp::create(nb, loc, first, initial, state[0]);
+    Value sum = m.addcmul(previous, one, g, g);
+    Value std = m.add(m.sqrt(sum), eps);
+    return SmallVector<Value>{m.addcdiv(p, negClr, g, std), sum};
+  });
+}
+
+struct LowerOptimizersPass
+    : public distopt::impl::LowerOptimizersPassBase<LowerOptimizersPass> {
+  void runOnOperation() override {
+    SmallVector<Operation *> updates;
+    getOperation()->walk([&](Operation *op) {
+      if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
+              AdagradUpdateOp>(op))
+        updates.push_back(op);
+    });
+    for (Operation *op : updates) {
+      OpBuilder builder(op);
+      if (auto sgd = dyn_cast<SGDUpdateOp>(op))
+        lowerSGD(builder, sgd);
+      else if (auto adam = dyn_cast<AdamUpdateOp>(op))
+        lowerAdam(builder, adam, /*decoupled=*/false);
+      else if (auto adamw = dyn_cast<AdamWUpdateOp>(op))
+        lowerAdam(builder, adamw, /*decoupled=*/true);
+      else if (auto rmsprop = dyn_cast<RMSpropUpdateOp>(op))
+        lowerRMSprop(builder, rmsprop);
+      else
+        lowerAdagrad(builder, cast<AdagradUpdateOp>(op));
+    }
+  }
+};
+
+} // namespace

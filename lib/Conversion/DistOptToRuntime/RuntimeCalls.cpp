@@ -1,0 +1,140 @@
+//===- RuntimeCalls.cpp - calls of the runtime's C ABI ----------*- C++ -*-===//
+
+#include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Utils/MemRefUtils.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/BuiltinOps.h"
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+RuntimeCalls::RuntimeCalls(OpBuilder &builder, Location loc, Operation *at)
+    : b(builder), loc(loc), at(at) {}
+
+Value RuntimeCalls::i32(int64_t v) {
+  return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
+}
+Value RuntimeCalls::i64(int64_t v) {
+  return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
+}
+Value RuntimeCalls::f64(double v) {
+  return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
+}
+
+int64_t RuntimeCalls::dtypeCode(Type type) {
+  if (type.isF32())
+    return 0;
+  if (type.isF64())
+    return 1;
+  if (type.isBF16())
+    return 2;
+  if (type.isF16())
+    return 3;
+  if (type.isSignlessInteger(32))
+    return 4;
+  if (type.isSignlessInteger(64))
+    return 5;
+  return -1;
+}
+
+bool RuntimeCalls::isContiguous(MemRefType type) {
+  return memref::isStaticShapeAndContiguousRowMajor(type);
+}
+
+func::FuncOp RuntimeCalls::declare(StringRef name, FunctionType type) {
+  auto module = at->getParentOfType<ModuleOp>();
+  if (auto existing = module.lookupSymbol<func::FuncOp>(name))
+    return existing;
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(module.getBody());
+  auto decl = func::FuncOp::create(b, loc, name, type);
+  decl.setPrivate();
+  return decl;
+}
+
+Value RuntimeCalls::slot(Type element) {
+  OpBuilder::InsertionGuard guard(b);
+  auto func = at->getParentOfType<FunctionOpInterface>();
+  b.setInsertionPointToStart(&func.getFunctionBody().front());
+  auto ptr = LLVM::LLVMPointerType::get(b.getContext());
+  Value one = arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(1));
+  return LLVM::AllocaOp::create(b, loc, ptr, element, one);
+}
+
+void RuntimeCalls::check(Value status) {
+  Value failed =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, status, i32(0));
+  func::FuncOp fatal =
+      declare("distopt_rt_fatal", b.getFunctionType({b.getI32Type()}, {}));
+  scf::IfOp::create(b, loc, failed, [&](OpBuilder &then, Location l) {
+    func::CallOp::create(then, l, fatal, ValueRange{status});
+    scf::YieldOp::create(then, l);
+  });
+}
+
+void RuntimeCalls::call(StringRef name, ValueRange args) {
+  SmallVector<Type> types;
+  for (Value arg : args)
+    types.push_back(arg.getType());
+  func::FuncOp callee =
+      declare(name, b.getFunctionType(types, {b.getI32Type()}));
+  check(func::CallOp::create(b, loc, callee, args).getResult(0));
+}
+
+Value RuntimeCalls::world(int64_t size) {
+  auto ptr = LLVM::LLVMPointerType::get(b.getContext());
+  Value out = slot(ptr);
+  call("distopt_rt_world", {i64(size), out});
+  return LLVM::LoadOp::create(b, loc, ptr, out);
+}
+
+Value RuntimeCalls::rank(Value comm) {
+  Value out = slot(b.getI64Type());
+  call("distopt_rt_comm_rank", {comm, out});
+  Value rank = LLVM::LoadOp::create(b, loc, b.getI64Type(), out);
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), rank);
+}
+
+Value RuntimeCalls::pointer(Value buffer) {
+  auto type = cast<MemRefType>(buffer.getType());
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buffer);
+  // A view (a bucket's slice) starts `offset` elements past its base.
+  auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, buffer);
+  Value bytes = arith::ConstantIndexOp::create(
+      b, loc, llvm::divideCeil(type.getElementTypeBitWidth(), 8));
+  Value address = arith::AddIOp::create(
+      b, loc, base, arith::MulIOp::create(b, loc, metadata.getOffset(), bytes));
+  Value asInt = arith::IndexCastOp::create(b, loc, b.getI64Type(), address);
+  return LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext()), asInt);
+}
+
+std::pair<func::CallOp, unsigned>
+RuntimeCalls::pointerUser(memref::ExtractAlignedPointerAsIndexOp address) {
+  // pointer()'s chain: the offset added, cast to an integer, then a pointer.
+  Value value = address.getResult();
+  while (value.hasOneUse()) {
+    OpOperand &use = *value.use_begin();
+    Operation *user = use.getOwner();
+    if (auto call = dyn_cast<func::CallOp>(user))
+      return {call, use.getOperandNumber()};
+    if (!isa<arith::AddIOp, arith::IndexCastOp, LLVM::IntToPtrOp>(user))
+      break;
+    value = user->getResult(0);
+  }
+  return {};
+}
+
+Value RuntimeCalls::requestSlot() {
+  return slot(LLVM::LLVMPointerType::get(b.getContext()));
+}
+
+Value RuntimeCalls::load(Value slot) {
+  return LLVM::LoadOp::create(b, loc,
+                              LLVM::LLVMPointerType::get(b.getContext()), slot);
+}

@@ -1,0 +1,221 @@
+//===- Pipelines.cpp - the distopt pass pipeline ----------------*- C++ -*-===//
+
+#include "distopt/Pipelines/Pipelines.h"
+
+#include "distopt/Conversion/Passes.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/BufferizationToMemRef/BufferizationToMemRef.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/GPUCommon/GPUCommonPass.h"
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/SCFToGPU/SCFToGPUPass.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+/// The bucketing pass as the pipeline's options ask. With a link model it
+/// is configured from text, so that it sees which options were given and
+/// refuses caps given as well (every option of an options struct counts as
+/// given).
+static std::unique_ptr<Pass>
+createPipelineBucketizePass(const DistOptPipelineOptions &options) {
+  if (options.bucketLatencyUs == 0 && options.bucketBandwidthGbPerS == 0)
+    return createBucketizePass(BucketizePassOptions{
+        options.bucketCapMb, options.firstBucketCapMb, /*reverse=*/true,
+        /*alignment=*/64});
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto print = [&](StringRef name, double value) {
+    os << name << "=" << llvm::format("%.17g", value) << " ";
+  };
+  print("latency-us", options.bucketLatencyUs);
+  print("bandwidth-gb-per-s", options.bucketBandwidthGbPerS);
+  if (options.bucketCapMb.hasValue())
+    print("cap-mb", options.bucketCapMb);
+  if (options.firstBucketCapMb.hasValue())
+    print("first-bucket-cap-mb", options.firstBucketCapMb);
+  std::unique_ptr<Pass> pass = createBucketizePass();
+  // Numbers printed in full always parse; the pass checks their values.
+  (void)pass->initializeOptions(text, [](const Twine &) { return failure(); });
+  return pass;
+}
+
+void mlir::distopt::buildDistOptPipeline(
+    OpPassManager &pm, const DistOptPipelineOptions &options) {
+  // Folds group sizes and collectives on one rank first, so that the passes
+  // see the constants they match.
+  pm.addPass(createCanonicalizerPass());
+  OpPassManager &func = pm.nest<func::FuncOp>();
+  func.addPass(createFuseDivIntoAllReducePass(
+      FuseDivIntoAllReducePassOptions{options.backend}));
+  if (!options.reduceDtype.empty())
+    func.addPass(createWidenReductionsPass(
+        WidenReductionsPassOptions{options.reduceDtype}));
+  // Stage 0 means no sharding; any other value goes to the pass, which
+  // rejects what it does not support.
+  if (options.zeroStage != 0)
+    func.addPass(createShardOptimizerPass(ShardOptimizerPassOptions{
+        options.zeroStage, options.zeroStrategy, /*alignment=*/64}));
+  if (options.powersgdRank != 0)
+    func.addPass(createPowerSGDPass(PowerSGDPassOptions{
+        options.powersgdRank, options.minCompressionRate, options.errorFeedback,
+        options.warmStart, options.powersgdBatchMb}));
+  if (options.bucketize)
+    func.addPass(createPipelineBucketizePass(options));
+  if (options.gradAsBucketView)
+    func.addPass(createGradAsBucketViewPass());
+  if (options.paramAsBucketView)
+    func.addPass(createParamAsBucketViewPass());
+  if (options.overlap)
+    func.addPass(createOverlapCollectivesPass());
+  if (options.verify)
+    pm.addPass(createVerifyCollectivesPass());
+}
+
+void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,
+                                                int64_t maxShardCases) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addNestedPass<func::FuncOp>(createLowerOptimizersPass());
+  pm.addPass(createLowerLocalOpsPass(LowerLocalOpsPassOptions{maxShardCases}));
+  pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
+  pm.addPass(createFoldSplatInputsPass());
+  // Element-wise results that are packed into a bucket (gradients extended
+  // to f32 by --distopt-widen-reductions) are computed in the bucket's slot
+  // instead of a temporary copied there.
+  pm.addPass(bufferization::createEmptyTensorEliminationPass());
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  // Asynchronous collectives in their input's buffer where that is safe (a
+  // copy of every bucket less).
+  pm.addPass(createAsyncInPlacePass());
+  pm.addPass(createSymbolDCEPass()); // the process groups, now unused
+  // Results that are updated arguments are dropped (the driver reads them in
+  // the argument's buffer): returned, they would be copied by the
+  // deallocation pipeline, which must own what a function returns.
+  pm.addPass(createMarkInPlaceResultsPass());
+  // Free what the step allocates and does not return (each step would leak
+  // its temporaries otherwise); returned buffers belong to the caller.
+  bufferization::buildBufferDeallocationPipeline(
+      pm, bufferization::BufferDeallocationPipelineOptions());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createConvertBufferizationToMemRefPass());
+}
+
+void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
+                                             bool runtimeAllocator) {
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
+  // The runtime's allocator caches large blocks across steps.
+  memrefToLLVM.useGenericFunctions = runtimeAllocator;
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass(memrefToLLVM));
+  // Debian 12's libgcc has no __truncsfbf2 or __truncdfbf2 for LLVM to call.
+  pm.addPass(createExpandBF16TruncationsPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
+                                                   bool runtimeAllocator) {
+  buildBufferizedStepPipeline(pm);
+  buildLoopsToLLVMPipeline(pm, runtimeAllocator);
+}
+
+void mlir::distopt::buildOffloadPipeline(OpPassManager &pm, int64_t blockSize) {
+  buildBufferizedStepPipeline(pm);
+  pm.addNestedPass<func::FuncOp>(
+      createOffloadToGPUPass(OffloadToGPUPassOptions{blockSize}));
+  pm.addNestedPass<func::FuncOp>(createConvertParallelLoopToGpuPass());
+}
+
+void mlir::distopt::buildDistOptLowerToGPUPipeline(
+    OpPassManager &pm, const DistOptLowerToGPUOptions &options) {
+  buildOffloadPipeline(pm, options.blockSize);
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  // Host and device ops on one stream, waited for before the host reads.
+  pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
+
+  GpuNVVMAttachTargetOptions target;
+  target.chip = options.chip;
+  target.features = options.features;
+  target.optLevel = options.optLevel;
+  pm.addPass(createGpuNVVMAttachTarget(target));
+  OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
+  device.addPass(createSCFToControlFlowPass());
+  device.addPass(memref::createExpandStridedMetadataPass());
+  device.addPass(createLowerAffinePass());
+  device.addPass(createExactGPUSqrtPass());
+  device.addPass(createConvertGpuOpsToNVVMOps());
+  device.addPass(createCanonicalizerPass());
+  device.addPass(createCSEPass());
+  device.addPass(createReconcileUnrealizedCastsPass());
+
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createGpuToLLVMConversionPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createExpandBF16TruncationsPass()); // host code, as on the CPU
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = options.format;
+  binary.toolkitPath = options.toolkit;
+  pm.addPass(createGpuModuleToBinaryPass(binary));
+}
+
+void mlir::distopt::registerDistOptPipeline() {
+  PassPipelineRegistration<DistOptLowerToGPUOptions>(
+      "distopt-lower-to-gpu",
+      "Lower a step to LLVM-dialect host code with embedded NVIDIA GPU "
+      "kernels, calling the distopt runtime",
+      buildDistOptLowerToGPUPipeline);
+  PassPipelineRegistration<>(
+      "distopt-lower-to-cpu",
+      "Lower a step to LLVM-dialect code for CPUs calling the distopt runtime",
+      [](OpPassManager &pm) { buildDistOptLowerToCPUPipeline(pm); });
+  PassPipelineRegistration<DistOptPipelineOptions>(
+      "distopt-pipeline",
+      "The distopt transformations: division fusion, ZeRO sharding, "
+      "PowerSGD, bucketing, overlap and cross-rank checks",
+      buildDistOptPipeline);
+}
+
+void mlir::distopt::registerDistOptPasses() {
+  registerDistOptTransformsPasses();
+  registerDistOptConversionPasses();
+}

@@ -1,0 +1,221 @@
+//===- FuseDivIntoAllReduce.cpp - fold 1/N into the reduction ---*- C++ -*-===//
+//
+// --distopt-fuse-div-into-allreduce: a scaling by a constant next to a sum
+// collective becomes part of the collective (avg or premul_sum), once.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+#include <cmath>
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_FUSEDIVINTOALLREDUCEPASS
+#include "distopt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// An elementwise scaling `result = data * factor` by a constant.
+struct Scaling {
+  Operation *op;
+  Value data;
+  double factor;
+};
+
+/// The value of a float splat: a splat constant, or a linalg.fill of a
+/// scalar constant.
+static std::optional<double> getSplatValue(Value value) {
+  DenseFPElementsAttr dense;
+  if (matchPattern(value, m_Constant(&dense)) && dense.isSplat())
+    return dense.getSplatValue<APFloat>().convertToDouble();
+  if (auto fill = value.getDefiningOp<linalg::FillOp>()) {
+    FloatAttr scalar;
+    if (matchPattern(fill.getInputs().front(), m_Constant(&scalar)))
+      return scalar.getValueAsDouble();
+  }
+  return std::nullopt;
+}
+
+/// Recognises `op` as a scaling of `data` by a constant.
+static std::optional<Scaling> matchScaling(Operation *op, Value data) {
+  if (!op || op->getNumResults() != 1)
+    return std::nullopt;
+  auto binary = [&](Value lhs, Value rhs, bool isDivision,
+                    bool commutes) -> std::optional<Scaling> {
+    Value other;
+    if (lhs == data)
+      other = rhs;
+    else if (commutes && rhs == data)
+      other = lhs;
+    else
+      return std::nullopt;
+    std::optional<double> c = getSplatValue(other);
+    if (!c || *c == 0 || !std::isfinite(*c))
+      return std::nullopt;
+    return Scaling{op, data, isDivision ? 1.0 / *c : *c};
+  };
+  if (auto div = dyn_cast<arith::DivFOp>(op))
+    return binary(div.getLhs(), div.getRhs(), true, false);
+  if (auto mul = dyn_cast<arith::MulFOp>(op))
+    return binary(mul.getLhs(), mul.getRhs(), false, true);
+  if (auto div = dyn_cast<linalg::DivOp>(op))
+    return binary(div.getInputs()[0], div.getInputs()[1], true, false);
+  if (auto mul = dyn_cast<linalg::MulOp>(op))
+    return binary(mul.getInputs()[0], mul.getInputs()[1], false, true);
+  return std::nullopt;
+}
+
+/// Erases `op`, then whatever only it used (the divisor constant, a fill and
+/// its empty tensor), so that the pass leaves no dead code behind.
+static void eraseWithDeadProducers(Operation *op) {
+  SmallVector<Operation *> worklist = {op};
+  while (!worklist.empty()) {
+    Operation *dead = worklist.pop_back_val();
+    SmallVector<Operation *> producers;
+    for (Value operand : dead->getOperands())
+      if (Operation *producer = operand.getDefiningOp())
+        producers.push_back(producer);
+    dead->erase();
+    for (Operation *producer : producers)
+      if (!llvm::is_contained(worklist, producer) &&
+          isOpTriviallyDead(producer))
+        worklist.push_back(producer);
+  }
+}
+
+/// FSDP's split of 1/N for f16: divide by `pre` before and `N/pre` after.
+static int64_t predivideFactor(int64_t n) {
+  int64_t factor = 1;
+  while (n % factor == 0 && n / factor > factor)
+    factor *= 2;
+  return factor;
+}
+
+/// Whether `factor` is exactly 1/size once rounded to `type`.
+static bool isInverseOf(double factor, int64_t size, FloatType type) {
+  bool losesInfo;
+  APFloat a(factor), b(1.0 / static_cast<double>(size));
+  a.convert(type.getFloatSemantics(), APFloat::rmNearestTiesToEven, &losesInfo);
+  b.convert(type.getFloatSemantics(), APFloat::rmNearestTiesToEven, &losesInfo);
+  return a.bitwiseIsEqual(b);
+}
+
+struct FuseDivIntoAllReducePass
+    : public distopt::impl::FuseDivIntoAllReducePassBase<
+          FuseDivIntoAllReducePass> {
+  using FuseDivIntoAllReducePassBase::FuseDivIntoAllReducePassBase;
+
+  LogicalResult initialize(MLIRContext *context) override {
+    if (backend != "nccl" && backend != "mpi" && backend != "sum-only")
+      return emitError(UnknownLoc::get(context))
+             << "--distopt-fuse-div-into-allreduce: unknown backend '"
+             << backend << "' (expected nccl, mpi or sum-only)";
+    return success();
+  }
+
+  void runOnOperation() override {
+    if (backend == "sum-only")
+      return;
+    SmallVector<Operation *> collectives;
+    getOperation().walk([&](Operation *op) {
+      if (isa<AllReduceOp, ReduceScatterOp>(op))
+        collectives.push_back(op);
+    });
+    for (Operation *op : collectives) {
+      if (auto allReduce = dyn_cast<AllReduceOp>(op))
+        fuse(allReduce);
+      else
+        fuse(cast<ReduceScatterOp>(op));
+    }
+  }
+
+  template <typename OpTy> void fuse(OpTy op);
+};
+
+} // namespace
+
+template <typename OpTy> void FuseDivIntoAllReducePass::fuse(OpTy op) {
+  if (op.getReduction() != ReductionKind::Sum)
+    return;
+  auto elementType = dyn_cast<FloatType>(
+      cast<RankedTensorType>(op.getInput().getType()).getElementType());
+  ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+  if (!elementType || !group)
+    return;
+  int64_t size = group.getSize();
+
+  // A scaling of the result (its only use), or else of the input.
+  std::optional<Scaling> scaling;
+  bool after = false;
+  if (op->hasOneUse()) {
+    scaling = matchScaling(*op->getUsers().begin(), op.getResult());
+    after = scaling.has_value();
+  }
+  if (!scaling)
+    if (Operation *def = op.getInput().getDefiningOp())
+      for (Value operand : def->getOperands())
+        if ((scaling = matchScaling(def, operand)))
+          break;
+  if (!scaling)
+    return;
+
+  MLIRContext *context = op.getContext();
+  OpBuilder builder(op);
+  ReductionKind kind = ReductionKind::PremulSum;
+  double factor = scaling->factor;
+  std::optional<int64_t> postDivisor;
+  if (isInverseOf(factor, size, elementType)) {
+    kind = ReductionKind::Avg;
+    if (elementType.isF16()) {
+      // Summing N f16 values can overflow where their mean would not.
+      int64_t pre = predivideFactor(size);
+      kind = ReductionKind::PremulSum;
+      factor = 1.0 / static_cast<double>(pre);
+      if (size / pre != 1)
+        postDivisor = size / pre;
+    }
+  }
+  if (kind == ReductionKind::PremulSum &&
+      !isRepresentableScale(APFloat(factor), elementType))
+    return;
+
+  // Rewrite: the collective takes the unscaled data and scales itself.
+  op.setReductionAttr(ReductionKindAttr::get(context, kind));
+  if (kind == ReductionKind::PremulSum)
+    op.setScaleAttr(builder.getF64FloatAttr(factor));
+  if (after) {
+    scaling->op->getResult(0).replaceAllUsesWith(op.getResult());
+    eraseWithDeadProducers(scaling->op);
+  } else {
+    op.getInputMutable().assign(scaling->data);
+    if (scaling->op->use_empty())
+      eraseWithDeadProducers(scaling->op);
+  }
+  // The second half of a split average, after the collective.
+  if (postDivisor) {
+    builder.setInsertionPointAfter(op);
+    auto type = cast<RankedTensorType>(op.getResult().getType());
+    auto divisor = arith::ConstantOp::create(
+        builder, op.getLoc(),
+        DenseElementsAttr::get(
+            type, builder.getFloatAttr(elementType,
+                                       static_cast<double>(*postDivisor))));
+    auto divided =
+        arith::DivFOp::create(builder, op.getLoc(), op.getResult(), divisor);
+    op.getResult().replaceAllUsesExcept(divided, divided);
+  }
+  ++numFused;
+}

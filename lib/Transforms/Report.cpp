@@ -1,0 +1,321 @@
+//===- Report.cpp - what a step communicates and stores ---------*- C++ -*-===//
+//
+// --distopt-report: a table per step function: its buckets, the bytes each
+// rank sends per collective kind (ring algorithms), the model-state bytes
+// each rank holds, and the compression ratio. The IR is not changed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Transforms/Bucketing.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+#include <numeric>
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_REPORTPASS
+#include "distopt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+int64_t elementBytes(Type type) {
+  if (type.isIntOrFloat())
+    return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
+  return type.isIndex() ? 8 : 0; // other types are no data the report counts
+}
+
+/// Bytes of a value of `type`; 0 when unknown (dynamic or unranked shapes,
+/// which a step's tensors do not have).
+int64_t bytesOf(Type type, Type elementOverride = {}) {
+  auto shaped = dyn_cast<ShapedType>(type);
+  if (!shaped) // scalars: lr, step, a norm
+    return elementBytes(type);
+  if (!shaped.hasStaticShape())
+    return 0;
+  Type element = elementOverride ? elementOverride : shaped.getElementType();
+  return shaped.getNumElements() * elementBytes(element);
+}
+
+struct CollectiveRow {
+  int64_t count = 0;
+  int64_t payload = 0; // bytes of the data each rank contributes or receives
+  double sent = 0;     // bytes each rank sends (ring model)
+};
+
+struct StepReport {
+  int64_t worldSize = 0;
+  int64_t parameters = 0;
+  struct Bucket {
+    size_t tensors;
+    int64_t elements, bytes, padding;
+  };
+  SmallVector<Bucket> buckets;
+  llvm::MapVector<StringRef, CollectiveRow> collectives;
+  int64_t paramBytes = 0, gradBytes = 0, stateBytes = 0;
+  int64_t uncompressed = 0, compressed = 0;
+  /// Tensors PowerSGD compresses, and the batches their factors are
+  /// all-reduced in (two all_reduces each: P, then Q).
+  int64_t powerSGDTensors = 0, powerSGDBatches = 0;
+};
+
+/// Bytes each rank sends for one collective of `payload` bytes on `n` ranks,
+/// with ring algorithms: all-reduce 2(n-1)/n, reduce-scatter and all-gather
+/// (n-1)/n of the full buffer, broadcast and reduce (pipelined) (n-1)/n.
+double ringBytes(StringRef kind, int64_t payload, int64_t n) {
+  double share = n > 0 ? static_cast<double>(n - 1) / n : 0;
+  if (kind == "all_reduce" || kind == "powersgd_all_reduce")
+    return 2 * share * payload;
+  return share * payload;
+}
+
+/// The elements of the tensor a `distopt.layout` entry describes.
+int64_t numElements(DictionaryAttr entry) {
+  auto shape = entry.getAs<DenseI64ArrayAttr>("shape");
+  if (!shape)
+    return 0;
+  return std::accumulate(shape.asArrayRef().begin(), shape.asArrayRef().end(),
+                         int64_t(1), std::multiplies<int64_t>());
+}
+
+/// The elements of the parameters `func` takes, before any sharding.
+int64_t countParameters(func::FuncOp func) {
+  int64_t count = 0;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    if (abi::getArgRole(func, i) != abi::kParam)
+      continue;
+    auto layout = func.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
+    if (!layout) {
+      if (auto type = dyn_cast<RankedTensorType>(func.getArgument(i).getType());
+          type && type.hasStaticShape())
+        count += type.getNumElements();
+      continue;
+    }
+    for (auto entry : layout.getAsRange<DictionaryAttr>())
+      count += numElements(entry);
+  }
+  return count;
+}
+
+struct ReportPass : public distopt::impl::ReportPassBase<ReportPass> {
+  using ReportPassBase::ReportPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(output, &error);
+    if (!file) {
+      module.emitError() << "--distopt-report: " << error;
+      return signalPassFailure();
+    }
+    module.walk([&](func::FuncOp func) {
+      if (!func.isExternal())
+        print(func, analyze(module, func), file->os());
+    });
+    file->keep();
+  }
+
+  StepReport analyze(ModuleOp module, func::FuncOp func);
+  void print(func::FuncOp func, const StepReport &report,
+             llvm::raw_ostream &os);
+};
+
+} // namespace
+
+StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
+  StepReport report;
+  if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
+    report.worldSize = world.getInt();
+  if (auto count = module->getAttrOfType<IntegerAttr>(abi::kNumParameters))
+    report.parameters = count.getInt();
+  // A hand-written step has no importer attributes: the largest group is the
+  // world, and the parameter arguments (whole, or as listed in a shard's
+  // layout) are the model.
+  if (report.worldSize == 0)
+    for (auto group : module.getOps<ProcessGroupOp>())
+      report.worldSize = std::max(report.worldSize, group.getSize());
+  if (report.parameters == 0)
+    report.parameters = countParameters(func);
+
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    StringRef role = abi::getArgRole(func, i);
+    Type type = func.getArgument(i).getType();
+    int64_t bytes = bytesOf(type);
+    if (role == abi::kParam)
+      report.paramBytes += bytes;
+    else if (role == abi::kMainParam || role == abi::kState)
+      report.stateBytes += bytes;
+    // A bucket the caller fills (--distopt-grad-as-bucket-view), or the flat
+    // parameter it keeps (--distopt-param-as-bucket-view): what was packed.
+    auto layout = func.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
+    if ((role == abi::kGrad || role == abi::kParam) && layout) {
+      int64_t total = cast<RankedTensorType>(type).getNumElements();
+      int64_t elements = 0;
+      for (auto entry : layout.getAsRange<DictionaryAttr>())
+        elements += numElements(entry);
+      report.buckets.push_back({layout.size(), total, bytes, total - elements});
+    }
+  }
+
+  func.walk([&](Operation *op) {
+    if (auto pack = dyn_cast<BucketPackOp>(op)) {
+      int64_t packed, elements = 0;
+      pack.getOffsets(&packed);
+      for (Type type : pack.getInputs().getTypes())
+        elements += cast<RankedTensorType>(type).getNumElements();
+      int64_t total = pack.getBucket().getType().getNumElements();
+      report.buckets.push_back({pack.getInputs().size(), total,
+                                bytesOf(pack.getBucket().getType()),
+                                total - elements});
+      return;
+    }
+    if (!communicates(op) || isa<WaitOp>(op))
+      return;
+    auto groupAttr = op->getAttrOfType<FlatSymbolRefAttr>("group");
+    ProcessGroupOp group = lookupProcessGroup(op, groupAttr);
+    int64_t n = group ? group.getSize() : 0;
+    StringRef kind = op->getName().stripDialect();
+    kind.consume_back("_start");
+    if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
+      // One scalar reduced across ranks.
+      CollectiveRow &row = report.collectives[kind];
+      ++row.count;
+      row.payload += 4;
+      row.sent += ringBytes("all_reduce", 4, n);
+      return;
+    }
+    Value input = op->getOperand(0);
+    Value result = op->getResult(0);
+    RankedTensorType data =
+        isa<AllGatherOp, AllGatherStartOp>(op)
+            ? cast<RankedTensorType>(
+                  isa<TokenType>(result.getType())
+                      ? cast<TokenType>(result.getType()).getValueType()
+                      : result.getType())
+            : cast<RankedTensorType>(input.getType());
+    Type wire;
+    if (auto wireAttr = op->getAttrOfType<TypeAttr>("wire_type"))
+      wire = wireAttr.getValue();
+    int64_t full = bytesOf(data);
+    int64_t payload = bytesOf(data, wire);
+    if (auto powersgd = dyn_cast<PowerSGDAllReduceOp>(op))
+      payload = bytesOf(powersgd.getP().getType()) +
+                bytesOf(powersgd.getQ().getType());
+    if (auto topk = dyn_cast<TopKAllReduceOp>(op)) {
+      // k values and k 32-bit indices from every rank (all-gathered).
+      int64_t numel = topk.getGrad().getType().getNumElements();
+      int64_t k = std::max<int64_t>(
+          1, static_cast<int64_t>(
+                 std::ceil(topk.getDensity().convertToDouble() * numel)));
+      payload = k * (bytesOf(topk.getGrad().getType()) / numel + 4) * n;
+    }
+    CollectiveRow &row = report.collectives[kind];
+    // PowerSGD's collectives are counted by batch, below.
+    if (!isa<PowerSGDAllReduceOp>(op))
+      ++row.count;
+    row.payload += payload;
+    row.sent += isa<TopKAllReduceOp>(op) ? ringBytes("all_gather", payload, n)
+                                         : ringBytes(kind, payload, n);
+    bool reducesGradients = isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
+                                ReduceScatterStartOp, ReduceOp, ReduceStartOp,
+                                PowerSGDAllReduceOp, TopKAllReduceOp>(op);
+    if (reducesGradients) {
+      Type resultType =
+          isa<TokenType>(result.getType())
+              ? Type(cast<TokenType>(result.getType()).getValueType())
+              : result.getType();
+      report.gradBytes += bytesOf(resultType);
+      report.uncompressed += full;
+      report.compressed += payload;
+    }
+  });
+  llvm::SetVector<Block *> powerSGDBlocks;
+  func.walk([&](PowerSGDAllReduceOp op) {
+    ++report.powerSGDTensors;
+    powerSGDBlocks.insert(op->getBlock());
+  });
+  for (Block *block : powerSGDBlocks)
+    report.powerSGDBatches += batchPowerSGD(*block).size();
+  if (report.powerSGDBatches > 0)
+    report.collectives["powersgd_all_reduce"].count +=
+        2 * report.powerSGDBatches;
+  return report;
+}
+
+void ReportPass::print(func::FuncOp func, const StepReport &r,
+                       llvm::raw_ostream &os) {
+  double psi = static_cast<double>(r.parameters);
+  os << "distopt report for @" << func.getSymName() << ": world of "
+     << r.worldSize << " ranks, " << r.parameters << " parameters\n\n";
+
+  os << "buckets: " << r.buckets.size() << "\n";
+  if (!r.buckets.empty()) {
+    os << llvm::format("  %4s %8s %14s %14s %10s\n", "#", "tensors", "elements",
+                       "bytes", "padding");
+    int64_t bytes = 0;
+    for (auto [i, b] : llvm::enumerate(r.buckets)) {
+      os << llvm::format("  %4zu %8zu %14lld %14lld %10lld\n", i, b.tensors,
+                         (long long)b.elements, (long long)b.bytes,
+                         (long long)b.padding);
+      bytes += b.bytes;
+    }
+    os << llvm::format("  %4s %8s %14s %14lld\n", "all", "", "",
+                       (long long)bytes);
+  }
+
+  os << "\ncommunication per rank and step (ring algorithms)\n";
+  os << llvm::format("  %-22s %6s %16s %16s %10s\n", "collective", "count",
+                     "payload bytes", "bytes sent", "sent/param");
+  CollectiveRow total;
+  for (auto &[kind, row] : r.collectives) {
+    os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n",
+                       kind.str().c_str(), (long long)row.count,
+                       (long long)row.payload, row.sent,
+                       psi > 0 ? row.sent / psi : 0.0);
+    total.count += row.count;
+    total.payload += row.payload;
+    total.sent += row.sent;
+  }
+  os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n", "total",
+                     (long long)total.count, (long long)total.payload,
+                     total.sent, psi > 0 ? total.sent / psi : 0.0);
+  if (r.powerSGDTensors > 0) {
+    os << "  (powersgd_all_reduce: " << r.powerSGDTensors << " tensors, ";
+    if (r.powerSGDTensors == r.powerSGDBatches)
+      os << "each all-reducing its P and Q factors)\n";
+    else
+      os << "their P and Q factors all-reduced in " << r.powerSGDBatches
+         << (r.powerSGDBatches == 1 ? " batch" : " batches")
+         << " of 2 all_reduces)\n";
+  }
+
+  os << "\nmodel state per rank\n";
+  os << llvm::format("  %-34s %16s %10s\n", "", "bytes", "per param");
+  auto line = [&](const char *what, int64_t bytes) {
+    os << llvm::format("  %-34s %16lld %10.4f\n", what, (long long)bytes,
+                       psi > 0 ? bytes / psi : 0.0);
+  };
+  line("parameters", r.paramBytes);
+  line("gradients (after reduction)", r.gradBytes);
+  line("optimizer state (with main params)", r.stateBytes);
+  line("total", r.paramBytes + r.gradBytes + r.stateBytes);
+
+  os << "\ncompression: "
+     << llvm::format("%.2f",
+                     r.compressed > 0
+                         ? static_cast<double>(r.uncompressed) / r.compressed
+                         : 1.0)
+     << "x (gradient bytes reduced / bytes contributed to reductions)\n\n";
+}

@@ -1,0 +1,195 @@
+//===- WidenReductions.cpp - reduce narrow floats in f32 --------*- C++ -*-===//
+//
+// --distopt-widen-reductions: bf16/f16 reductions accumulate in a wider type
+// and round once, instead of once per ring hop.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_WIDENREDUCTIONSPASS
+#include "distopt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+struct WidenReductionsPass
+    : public distopt::impl::WidenReductionsPassBase<WidenReductionsPass> {
+  using WidenReductionsPassBase::WidenReductionsPassBase;
+
+  void runOnOperation() override {
+    MLIRContext *context = &getContext();
+    if (dtype == "f32") {
+      wide = Float32Type::get(context);
+    } else if (dtype == "f64") {
+      wide = Float64Type::get(context);
+    } else {
+      emitError(getOperation().getLoc())
+          << "--distopt-widen-reductions: dtype must be f32 or f64, got '"
+          << dtype << "'";
+      return signalPassFailure();
+    }
+    SmallVector<Operation *> collectives;
+    getOperation().walk([&](Operation *op) {
+      if (isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
+              ReduceScatterStartOp, ReduceOp, ReduceStartOp>(op))
+        collectives.push_back(op);
+    });
+    for (Operation *op : collectives)
+      TypeSwitch<Operation *>(op)
+          .Case<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
+                ReduceScatterStartOp, ReduceOp, ReduceStartOp>(
+              [&](auto collective) { widen(collective); });
+  }
+
+  template <typename OpTy> void widen(OpTy op);
+
+  FloatType wide;
+};
+
+} // namespace
+
+/// `type` (a tensor, or the token of one) with `element` as element type.
+static Type withElementType(Type type, Type element) {
+  if (auto token = dyn_cast<TokenType>(type))
+    return TokenType::get(type.getContext(),
+                          token.getValueType().clone(element));
+  return cast<RankedTensorType>(type).clone(element);
+}
+
+/// Hands `wide`, the widened value of `narrow`, to narrow's users: an
+/// arith.extf to the wide type takes it as it is, one to a type between
+/// the two (an f32 main parameter's gradient reduced in f64) gets it
+/// rounded once to that type (nothing rounds to the narrow type first);
+/// every other user gets it rounded once to the narrow type.
+static void replaceWithWide(Value narrow, Value wide) {
+  Value rounded;
+  unsigned wideBits =
+      getElementTypeOrSelf(wide.getType()).getIntOrFloatBitWidth();
+  for (OpOperand &use : llvm::make_early_inc_range(narrow.getUses())) {
+    auto extend = dyn_cast<arith::ExtFOp>(use.getOwner());
+    if (extend && extend.getType() == wide.getType()) {
+      extend.replaceAllUsesWith(wide);
+      extend.erase();
+      continue;
+    }
+    if (extend &&
+        getElementTypeOrSelf(extend.getType()).getIntOrFloatBitWidth() <
+            wideBits) {
+      OpBuilder builder(extend);
+      Value once = arith::TruncFOp::create(builder, extend.getLoc(),
+                                           extend.getType(), wide);
+      extend.replaceAllUsesWith(once);
+      extend.erase();
+      continue;
+    }
+    if (!rounded) {
+      OpBuilder builder(wide.getContext());
+      builder.setInsertionPointAfterValue(wide);
+      rounded = arith::TruncFOp::create(builder, wide.getLoc(),
+                                        narrow.getType(), wide);
+    }
+    use.set(rounded);
+  }
+}
+
+/// The split f16 average of --distopt-fuse-div-into-allreduce:
+/// `premul_sum(scale)` whose only use divides it by a splat constant. Returns
+/// the division and the one factor that replaces both, when that factor is
+/// a valid premul_sum factor in the `wide` type.
+static std::optional<std::pair<arith::DivFOp, double>>
+matchSplitAverage(Value reduced, double scale, FloatType wide) {
+  if (!reduced.hasOneUse())
+    return std::nullopt;
+  auto divide = dyn_cast<arith::DivFOp>(*reduced.getUsers().begin());
+  DenseFPElementsAttr divisor;
+  if (!divide || divide.getLhs() != reduced ||
+      !matchPattern(divide.getRhs(), m_Constant(&divisor)) ||
+      !divisor.isSplat())
+    return std::nullopt;
+  double factor = scale / divisor.getSplatValue<APFloat>().convertToDouble();
+  if (!isRepresentableScale(APFloat(factor), wide))
+    return std::nullopt;
+  return std::make_pair(divide, factor);
+}
+
+template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
+  auto inputType = cast<RankedTensorType>(op.getInput().getType());
+  auto narrow = dyn_cast<FloatType>(inputType.getElementType());
+  if (!narrow || narrow.getWidth() >= wide.getWidth())
+    return;
+  ReductionKind kind = op.getReduction();
+  if (kind == ReductionKind::Max || kind == ReductionKind::Min)
+    return; // exact in any precision
+  if (op.getWireType()) {
+    op.emitWarning() << "--distopt-widen-reductions: left in " << narrow
+                     << ": its wire type is set explicitly";
+    return;
+  }
+  // The value the step reads: the result, or the wait's for a start.
+  Operation *wait = nullptr;
+  Value reduced = op->getResult(0);
+  if (isa<TokenType>(reduced.getType())) {
+    if (!reduced.hasOneUse() || !isa<WaitOp>(*reduced.getUsers().begin())) {
+      op.emitWarning() << "--distopt-widen-reductions: left in " << narrow
+                       << ": its token is not waited on exactly once";
+      return;
+    }
+    wait = *reduced.getUsers().begin();
+    reduced = wait->getResult(0);
+  }
+
+  OpBuilder builder(op);
+  Location loc = op.getLoc();
+  Value extended =
+      arith::ExtFOp::create(builder, loc, inputType.clone(wide), op.getInput());
+  auto widened = cast<OpTy>(builder.clone(*op));
+  widened.getInputMutable().assign(extended);
+  widened->getResult(0).setType(
+      withElementType(op->getResult(0).getType(), wide));
+
+  // A wide sum cannot overflow: the split f16 average is one average again
+  // (its division is folded into the collective's factor). Not for reduce:
+  // its other ranks keep their input, which the division still divides.
+  constexpr bool toRoot =
+      std::is_same_v<OpTy, ReduceOp> || std::is_same_v<OpTy, ReduceStartOp>;
+  arith::DivFOp split;
+  if (!toRoot && kind == ReductionKind::PremulSum && op.getScale())
+    if (auto match = matchSplitAverage(
+            reduced, op.getScale()->convertToDouble(), wide)) {
+      auto [divide, factor] = *match;
+      ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+      if (group && factor == 1.0 / static_cast<double>(group.getSize())) {
+        widened.setReduction(ReductionKind::Avg);
+        widened.removeScaleAttr();
+      } else {
+        widened.setScaleAttr(builder.getF64FloatAttr(factor));
+      }
+      split = divide;
+      reduced = divide.getResult();
+    }
+
+  Value wideResult = widened->getResult(0);
+  if (wait) {
+    builder.setInsertionPoint(wait);
+    wideResult = WaitOp::create(builder, wait->getLoc(), wideResult);
+  }
+  replaceWithWide(reduced, wideResult);
+  if (split)
+    split.erase();
+  if (wait)
+    wait->erase();
+  op.erase();
+  ++numWidened;
+}
