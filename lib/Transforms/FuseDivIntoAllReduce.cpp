@@ -13,8 +13,9 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/Transforms/RegionUtils.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 #include <cmath>
 
@@ -80,7 +81,7 @@ static std::optional<Scaling> matchScaling(Operation *op, Value data) {
 
 /// Erases `op`, then whatever only it used (the divisor constant, a fill and
 /// its empty tensor), so that the pass leaves no dead code behind.
-static void eraseWithDeadProducers(Operation *op) {
+static void eraseWithDeadProducers(RewriterBase &rewriter, Operation *op) {
   SmallVector<Operation *> worklist = {op};
   while (!worklist.empty()) {
     Operation *dead = worklist.pop_back_val();
@@ -88,7 +89,7 @@ static void eraseWithDeadProducers(Operation *op) {
     for (Value operand : dead->getOperands())
       if (Operation *producer = operand.getDefiningOp())
         producers.push_back(producer);
-    dead->erase();
+    rewriter.eraseOp(dead);
     for (Operation *producer : producers)
       if (!llvm::is_contained(worklist, producer) &&
           isOpTriviallyDead(producer))
@@ -113,6 +114,93 @@ static bool isInverseOf(double factor, int64_t size, FloatType type) {
   return a.bitwiseIsEqual(b);
 }
 
+/// A sum collective (all_reduce or reduce_scatter) next to a scaling by a
+/// constant takes the scaling over: avg where the factor is 1/N, else
+/// premul_sum. Matches sum reductions only, so it applies once per op.
+template <typename OpTy>
+struct FuseScalingIntoCollective : public OpRewritePattern<OpTy> {
+  FuseScalingIntoCollective(MLIRContext *context, llvm::Statistic *fused)
+      : OpRewritePattern<OpTy>(context), fused(fused) {}
+
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getReduction() != ReductionKind::Sum)
+      return rewriter.notifyMatchFailure(op, "not a sum");
+    auto elementType = dyn_cast<FloatType>(
+        cast<RankedTensorType>(op.getInput().getType()).getElementType());
+    ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+    if (!elementType || !group)
+      return rewriter.notifyMatchFailure(op, "not floats, or no group");
+    int64_t size = group.getSize();
+
+    // A scaling of the result (its only use), or else of the input.
+    std::optional<Scaling> scaling;
+    bool after = false;
+    if (op->hasOneUse()) {
+      scaling = matchScaling(*op->getUsers().begin(), op.getResult());
+      after = scaling.has_value();
+    }
+    if (!scaling)
+      if (Operation *def = op.getInput().getDefiningOp())
+        for (Value operand : def->getOperands())
+          if ((scaling = matchScaling(def, operand)))
+            break;
+    if (!scaling)
+      return rewriter.notifyMatchFailure(op, "no scaling by a constant");
+
+    ReductionKind kind = ReductionKind::PremulSum;
+    double factor = scaling->factor;
+    std::optional<int64_t> postDivisor;
+    if (isInverseOf(factor, size, elementType)) {
+      kind = ReductionKind::Avg;
+      if (elementType.isF16()) {
+        // Summing N f16 values can overflow where their mean would not.
+        int64_t pre = predivideFactor(size);
+        kind = ReductionKind::PremulSum;
+        factor = 1.0 / static_cast<double>(pre);
+        if (size / pre != 1)
+          postDivisor = size / pre;
+      }
+    }
+    if (kind == ReductionKind::PremulSum &&
+        !isRepresentableScale(APFloat(factor), elementType))
+      return rewriter.notifyMatchFailure(op, "scale not representable");
+
+    // The collective takes the unscaled data and scales itself.
+    rewriter.modifyOpInPlace(op, [&] {
+      op.setReductionAttr(ReductionKindAttr::get(op.getContext(), kind));
+      if (kind == ReductionKind::PremulSum)
+        op.setScaleAttr(rewriter.getF64FloatAttr(factor));
+      if (!after)
+        op.getInputMutable().assign(scaling->data);
+    });
+    if (after) {
+      rewriter.replaceAllUsesWith(scaling->op->getResult(0), op.getResult());
+      eraseWithDeadProducers(rewriter, scaling->op);
+    } else if (scaling->op->use_empty()) {
+      eraseWithDeadProducers(rewriter, scaling->op);
+    }
+    // The second half of a split average, after the collective.
+    if (postDivisor) {
+      rewriter.setInsertionPointAfter(op);
+      auto type = cast<RankedTensorType>(op.getResult().getType());
+      auto divisor = arith::ConstantOp::create(
+          rewriter, op.getLoc(),
+          DenseElementsAttr::get(
+              type, rewriter.getFloatAttr(elementType,
+                                          static_cast<double>(*postDivisor))));
+      auto divided =
+          arith::DivFOp::create(rewriter, op.getLoc(), op.getResult(), divisor);
+      rewriter.replaceAllUsesExcept(op.getResult(), divided, divided);
+    }
+    if (fused)
+      ++*fused;
+    return success();
+  }
+
+  llvm::Statistic *fused;
+};
+
 struct FuseDivIntoAllReducePass
     : public distopt::impl::FuseDivIntoAllReducePassBase<
           FuseDivIntoAllReducePass> {
@@ -129,93 +217,30 @@ struct FuseDivIntoAllReducePass
   void runOnOperation() override {
     if (backend == "sum-only")
       return;
+    RewritePatternSet patterns(&getContext());
+    populateFuseDivIntoAllReducePatterns(patterns, &numFused);
+    // Only the collectives are rewritten: no folding, and what else the
+    // input holds (dead code included) stays as it is.
     SmallVector<Operation *> collectives;
     getOperation().walk([&](Operation *op) {
       if (isa<AllReduceOp, ReduceScatterOp>(op))
         collectives.push_back(op);
     });
-    for (Operation *op : collectives) {
-      if (auto allReduce = dyn_cast<AllReduceOp>(op))
-        fuse(allReduce);
-      else
-        fuse(cast<ReduceScatterOp>(op));
-    }
+    GreedyRewriteConfig config;
+    config.setStrictness(GreedyRewriteStrictness::ExistingOps)
+        .enableFolding(false)
+        .enableConstantCSE(false);
+    if (failed(
+            applyOpPatternsGreedily(collectives, std::move(patterns), config)))
+      signalPassFailure();
   }
-
-  template <typename OpTy> void fuse(OpTy op);
 };
 
 } // namespace
 
-template <typename OpTy> void FuseDivIntoAllReducePass::fuse(OpTy op) {
-  if (op.getReduction() != ReductionKind::Sum)
-    return;
-  auto elementType = dyn_cast<FloatType>(
-      cast<RankedTensorType>(op.getInput().getType()).getElementType());
-  ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
-  if (!elementType || !group)
-    return;
-  int64_t size = group.getSize();
-
-  // A scaling of the result (its only use), or else of the input.
-  std::optional<Scaling> scaling;
-  bool after = false;
-  if (op->hasOneUse()) {
-    scaling = matchScaling(*op->getUsers().begin(), op.getResult());
-    after = scaling.has_value();
-  }
-  if (!scaling)
-    if (Operation *def = op.getInput().getDefiningOp())
-      for (Value operand : def->getOperands())
-        if ((scaling = matchScaling(def, operand)))
-          break;
-  if (!scaling)
-    return;
-
-  MLIRContext *context = op.getContext();
-  OpBuilder builder(op);
-  ReductionKind kind = ReductionKind::PremulSum;
-  double factor = scaling->factor;
-  std::optional<int64_t> postDivisor;
-  if (isInverseOf(factor, size, elementType)) {
-    kind = ReductionKind::Avg;
-    if (elementType.isF16()) {
-      // Summing N f16 values can overflow where their mean would not.
-      int64_t pre = predivideFactor(size);
-      kind = ReductionKind::PremulSum;
-      factor = 1.0 / static_cast<double>(pre);
-      if (size / pre != 1)
-        postDivisor = size / pre;
-    }
-  }
-  if (kind == ReductionKind::PremulSum &&
-      !isRepresentableScale(APFloat(factor), elementType))
-    return;
-
-  // Rewrite: the collective takes the unscaled data and scales itself.
-  op.setReductionAttr(ReductionKindAttr::get(context, kind));
-  if (kind == ReductionKind::PremulSum)
-    op.setScaleAttr(builder.getF64FloatAttr(factor));
-  if (after) {
-    scaling->op->getResult(0).replaceAllUsesWith(op.getResult());
-    eraseWithDeadProducers(scaling->op);
-  } else {
-    op.getInputMutable().assign(scaling->data);
-    if (scaling->op->use_empty())
-      eraseWithDeadProducers(scaling->op);
-  }
-  // The second half of a split average, after the collective.
-  if (postDivisor) {
-    builder.setInsertionPointAfter(op);
-    auto type = cast<RankedTensorType>(op.getResult().getType());
-    auto divisor = arith::ConstantOp::create(
-        builder, op.getLoc(),
-        DenseElementsAttr::get(
-            type, builder.getFloatAttr(elementType,
-                                       static_cast<double>(*postDivisor))));
-    auto divided =
-        arith::DivFOp::create(builder, op.getLoc(), op.getResult(), divisor);
-    op.getResult().replaceAllUsesExcept(divided, divided);
-  }
-  ++numFused;
+void mlir::distopt::populateFuseDivIntoAllReducePatterns(
+    RewritePatternSet &patterns, llvm::Statistic *fused) {
+  patterns.add<FuseScalingIntoCollective<AllReduceOp>,
+               FuseScalingIntoCollective<ReduceScatterOp>>(
+      patterns.getContext(), fused);
 }

@@ -12,6 +12,11 @@
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 
 #include "mlir/Pass/Pass.h"
+#include "llvm/ADT/Statistic.h"
+
+namespace mlir {
+class RewritePatternSet;
+} // namespace mlir
 
 namespace mlir::distopt {
 
@@ -20,6 +25,12 @@ namespace mlir::distopt {
 
 #define GEN_PASS_REGISTRATION
 #include "distopt/Transforms/Passes.h.inc"
+
+/// --distopt-fuse-div-into-allreduce's rewrites, for a compiler's own
+/// greedy rewrite: a sum all_reduce or reduce_scatter next to a scaling by
+/// a constant becomes avg or premul_sum. `fused`, if given, counts them.
+void populateFuseDivIntoAllReducePatterns(RewritePatternSet &patterns,
+                                          llvm::Statistic *fused = nullptr);
 
 } // namespace mlir::distopt
 
