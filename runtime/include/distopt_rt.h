@@ -188,6 +188,15 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_start(
  * distopt_rt_comm_create; later calls must expect the same size. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_world(int64_t expected_size,
                                                   distopt_rt_comm **comm);
+/* For drivers of a step on the GPU, whose own exchanges (checks,
+ * checkpoints) take host buffers: a new communicator over the same ranks as
+ * distopt_rt_world, on the host ("mpi" when launched by mpirun, else
+ * "single"; DISTOPT_RT_BACKEND does not apply), with the same timeout.
+ * The caller destroys it. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_host_comm(int64_t expected_size,
+                                                      distopt_rt_comm **comm);
+/* The backend distopt_rt_host_comm uses: "mpi" or "single". */
+DISTOPT_RT_API const char *distopt_rt_host_backend(void);
 /* For compiled steps: reports the last error of this thread on stderr and
  * ends the run (MPI_Abort when MPI is up, so no rank is left waiting). */
 DISTOPT_RT_API void distopt_rt_fatal(distopt_rt_status status);

@@ -38,6 +38,12 @@ bool launchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
 }
 
+/// DISTOPT_RT_TIMEOUT, or 300 s.
+double defaultTimeout() {
+  const char *text = std::getenv("DISTOPT_RT_TIMEOUT");
+  return text ? std::atof(text) : 300.0;
+}
+
 distopt_rt_status invalid(const char *call, const std::string &why) {
   return fail(DISTOPT_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
 }
@@ -325,10 +331,8 @@ distopt_rt_status distopt_rt_world(int64_t expectedSize,
       backend = cuda::device() >= 0 ? "nccl"
                 : launchedByMpi()   ? "mpi"
                                     : "single";
-    const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
-    double timeout = timeoutText ? std::atof(timeoutText) : 300.0;
     distopt_rt_status status =
-        distopt_rt_comm_create(backend, expectedSize, timeout, &world);
+        distopt_rt_comm_create(backend, expectedSize, defaultTimeout(), &world);
     if (status != DISTOPT_RT_OK)
       return status;
     std::atexit([] {
@@ -353,6 +357,16 @@ void distopt_rt_fatal(distopt_rt_status status) {
 }
 
 void distopt_rt_abort(void) { abortRun(); }
+
+const char *distopt_rt_host_backend(void) {
+  return launchedByMpi() ? "mpi" : "single";
+}
+
+distopt_rt_status distopt_rt_host_comm(int64_t expectedSize,
+                                       distopt_rt_comm **comm) {
+  return distopt_rt_comm_create(distopt_rt_host_backend(), expectedSize,
+                                defaultTimeout(), comm);
+}
 
 distopt_rt_status distopt_rt_wait(distopt_rt_request *request) {
   if (!request || !request->impl)

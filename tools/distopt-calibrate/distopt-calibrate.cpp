@@ -176,9 +176,7 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
     sizes.push_back(bytes);
   if (sizes.size() < 2)
     fail("--min-kb to --max-mb must span at least two sizes");
-  bool underMpi =
-      std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
-  *backend = onDevice ? "nccl" : underMpi ? "mpi" : "single";
+  *backend = onDevice ? "nccl" : distopt_rt_host_backend();
   // The measured communicator is the one a compiled step gets: the
   // runtime's world (under mpirun MPI, or with --device=cuda NCCL on device
   // buffers; DISTOPT_RT_TIMEOUT bounds it). With NCCL the times are agreed
@@ -188,11 +186,7 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
     check(distopt_rt_cuda_init(-1), "starting CUDA");
   check(distopt_rt_world(0, &measured), "starting the communicator");
   if (onDevice) {
-    const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
-    check(distopt_rt_comm_create(underMpi ? "mpi" : "single", 0,
-                                 timeoutText ? std::atof(timeoutText) : 300.0,
-                                 &host),
-          "starting the host communicator");
+    check(distopt_rt_host_comm(0, &host), "starting the host communicator");
   } else {
     host = measured;
   }

@@ -720,13 +720,7 @@ int main(int argc, char **argv) {
     distopt_rt_comm *stepComm = nullptr;
     check(distopt_rt_world(compiledSize, &stepComm),
           "starting the step's communicator");
-    const char *timeoutText = std::getenv("DISTOPT_RT_TIMEOUT");
-    check(distopt_rt_comm_create(
-              std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE")
-                  ? "mpi"
-                  : "single",
-              compiledSize, timeoutText ? std::atof(timeoutText) : 300.0,
-              &comm),
+    check(distopt_rt_host_comm(compiledSize, &comm),
           "starting the host communicator");
   } else {
     check(distopt_rt_world(compiledSize, &comm), "starting the communicator");

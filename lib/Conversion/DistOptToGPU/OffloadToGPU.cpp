@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "distopt/Conversion/DistOptToRuntime/BufferUses.h"
 #include "distopt/Conversion/Passes.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
@@ -388,17 +389,6 @@ std::optional<int64_t> staticIndex(Value value) {
   if (!lhs || !rhs)
     return std::nullopt;
   return isa<arith::MulIOp>(def) ? *lhs * *rhs : *lhs + *rhs;
-}
-
-/// The buffer `value` is a view of (through subviews, reshapes, casts).
-Value rootBuffer(Value value) {
-  while (Operation *def = value.getDefiningOp()) {
-    auto view = dyn_cast<ViewLikeOpInterface>(def);
-    if (!view)
-      break;
-    value = view.getViewSource();
-  }
-  return value;
 }
 
 /// The buffers `op` reads and writes (their roots).
