@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Conversion/Passes.h"
+#include "distopt/Conversion/ShardToDistOpt/ShardToDistOpt.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -15,6 +16,7 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Transforms/DialectConversion.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <numeric>
@@ -59,14 +61,13 @@ std::string formatShape(ArrayRef<int64_t> shape) {
   return text;
 }
 
-struct ConvertShardToDistOptPass
-    : public distopt::impl::ConvertShardToDistOptPassBase<
-          ConvertShardToDistOptPass> {
-  void runOnOperation() override;
+/// Checks every shard op before anything is rewritten, so that each
+/// problem is reported at its op with what distopt would need instead (the
+/// conversion patterns then assume a checked input).
+struct ShardChecker {
+  const ShardGridShapes &grids;
 
-private:
   LogicalResult check(Operation *op);
-  void convert(Operation *op);
 
   /// The number of processes a collective over `axes` spans: the whole
   /// grid, or 1 where the axes only have size 1. Anything in between is a
@@ -76,22 +77,19 @@ private:
                                       ArrayRef<int16_t> axes,
                                       bool needGridOrder);
   LogicalResult checkStaticTensor(Operation *op, Type type, StringRef what);
-
-  Value rank(OpBuilder &builder, Location loc, FlatSymbolRefAttr grid);
-
-  llvm::StringMap<Grid> grids;
 };
 
 } // namespace
 
-FailureOr<int64_t> ConvertShardToDistOptPass::spannedProcesses(
-    Operation *op, FlatSymbolRefAttr gridName, ArrayRef<int16_t> axes,
-    bool needGridOrder) {
+FailureOr<int64_t> ShardChecker::spannedProcesses(Operation *op,
+                                                  FlatSymbolRefAttr gridName,
+                                                  ArrayRef<int16_t> axes,
+                                                  bool needGridOrder) {
   auto it = grids.find(gridName.getValue());
   if (it == grids.end())
     return op->emitOpError("refers to ")
            << gridName << ", which is not a shard.grid of this module";
-  const Grid &grid = it->second;
+  Grid grid{it->second};
   int64_t spanned = 1;
   int64_t lastAxis = -1;
   bool ordered = true;
@@ -121,9 +119,8 @@ FailureOr<int64_t> ConvertShardToDistOptPass::spannedProcesses(
   return spanned;
 }
 
-LogicalResult ConvertShardToDistOptPass::checkStaticTensor(Operation *op,
-                                                           Type type,
-                                                           StringRef what) {
+LogicalResult ShardChecker::checkStaticTensor(Operation *op, Type type,
+                                              StringRef what) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   if (!tensor)
     return op->emitOpError("has ")
@@ -154,7 +151,7 @@ static std::optional<ReductionKind> convertReduction(shard::ReductionKind k) {
   }
 }
 
-LogicalResult ConvertShardToDistOptPass::check(Operation *op) {
+LogicalResult ShardChecker::check(Operation *op) {
   auto reduction = [&](shard::ReductionKind kind) -> LogicalResult {
     if (convertReduction(kind))
       return success();
@@ -222,11 +219,6 @@ LogicalResult ConvertShardToDistOptPass::check(Operation *op) {
                        ? ": run --shard-partition first"
                        : "");
       });
-}
-
-Value ConvertShardToDistOptPass::rank(OpBuilder &builder, Location loc,
-                                      FlatSymbolRefAttr grid) {
-  return RankOp::create(builder, loc, builder.getIndexType(), grid);
 }
 
 /// `value` with its element type converted to `type`'s (float or integer).
@@ -298,145 +290,297 @@ static Value mergeDims(OpBuilder &builder, Location loc, Value value,
                                          mergeTwo(type.getRank(), dim));
 }
 
-void ConvertShardToDistOptPass::convert(Operation *op) {
-  OpBuilder builder(op);
-  Location loc = op->getLoc();
-  auto resultType = [&]() {
-    return cast<RankedTensorType>(op->getResult(0).getType());
-  };
-  auto spanned = [&](FlatSymbolRefAttr grid, ArrayRef<int16_t> axes) {
-    return *spannedProcesses(op, grid, axes, false);
-  };
-  Value replacement =
-      llvm::TypeSwitch<Operation *, Value>(op)
-          .Case([&](shard::AllReduceOp op) -> Value {
-            Value input =
-                convertElements(builder, loc, op.getInput(), resultType());
-            if (spanned(op.getGridAttr(), op.getGridAxes()) == 1)
-              return input;
-            return AllReduceOp::create(
-                builder, loc, input, op.getGridAttr(), TypeAttr(),
-                ReductionKindAttr::get(&getContext(),
-                                       *convertReduction(op.getReduction())),
-                FloatAttr());
-          })
-          .Case([&](shard::AllGatherOp op) -> Value {
-            int64_t n = spanned(op.getGridAttr(), op.getGridAxes());
-            if (n == 1)
-              return op.getInput();
-            auto inputType = cast<RankedTensorType>(op.getInput().getType());
-            SmallVector<int64_t> shape(inputType.getShape());
-            shape[0] *= n;
-            Value gathered = AllGatherOp::create(
-                builder, loc, inputType.clone(shape), op.getInput(),
-                op.getGridAttr(), TypeAttr());
-            int64_t axis = op.getGatherAxis().getSExtValue();
-            if (axis == 0)
-              return gathered;
-            // [n*d0, ...] -> [n, d0, ...] -> [d0, .., n, dk, ..] -> [.., n*dk,
-            // ..]
-            Value split = splitDim(builder, loc, gathered, 0, n);
-            return mergeDims(builder, loc,
-                             moveDim(builder, loc, split, 0, axis), axis);
-          })
-          .Case([&](shard::ReduceScatterOp op) -> Value {
-            int64_t n = spanned(op.getGridAttr(), op.getGridAxes());
-            if (n == 1)
-              return op.getInput();
-            int64_t axis = op.getScatterAxis().getSExtValue();
-            Value input = op.getInput();
-            if (axis != 0) {
-              // [.., n*c, ..] -> [.., n, c, ..] -> [n, d0, .., c, ..] -> [n*d0,
-              // ..]
-              Value split = splitDim(builder, loc, input, axis, n);
-              input = mergeDims(builder, loc,
-                                moveDim(builder, loc, split, axis, 0), 0);
-            }
-            return ReduceScatterOp::create(
-                builder, loc, resultType(), input, op.getGridAttr(), TypeAttr(),
-                ReductionKindAttr::get(&getContext(),
-                                       *convertReduction(op.getReduction())),
-                FloatAttr());
-          })
-          .Case([&](shard::AllSliceOp op) -> Value {
-            int64_t n = spanned(op.getGridAttr(), op.getGridAxes());
-            if (n == 1)
-              return op.getInput();
-            int64_t axis = op.getSliceAxis().getSExtValue();
-            RankedTensorType type = resultType();
-            Value chunk = arith::ConstantIndexOp::create(builder, loc,
-                                                         type.getDimSize(axis));
-            Value offset = arith::MulIOp::create(
-                builder, loc, rank(builder, loc, op.getGridAttr()), chunk);
-            SmallVector<OpFoldResult> offsets(type.getRank(),
-                                              builder.getIndexAttr(0));
-            offsets[axis] = offset;
-            SmallVector<OpFoldResult> sizes,
-                strides(type.getRank(), builder.getIndexAttr(1));
-            for (int64_t d : type.getShape())
-              sizes.push_back(builder.getIndexAttr(d));
-            return tensor::ExtractSliceOp::create(
-                builder, loc, type, op.getInput(), offsets, sizes, strides);
-          })
-          .Case([&](shard::BroadcastOp op) -> Value {
-            if (spanned(op.getGridAttr(), op.getGridAxes()) == 1)
-              return op.getInput();
-            const Grid &grid = grids.find(op.getGrid())->second;
-            int64_t root = 0;
-            for (auto [axis, index] : llvm::zip(op.getGridAxes(), op.getRoot()))
-              root += index * grid.stride(axis);
-            return BroadcastOp::create(builder, loc, op.getInput(),
-                                       op.getGridAttr(), TypeAttr(),
-                                       builder.getI64IntegerAttr(root));
-          })
-          .Case([&](shard::ProcessLinearIndexOp op) -> Value {
-            return rank(builder, loc, op.getGridAttr());
-          })
-          .Default([&](Operation *) { return Value(); });
-  if (replacement) {
-    op->getResult(0).replaceAllUsesWith(replacement);
-    op->erase();
-    ++numConverted;
-    return;
+namespace {
+
+/// The base of the conversions: the checked grids, and what a collective
+/// over some of their axes spans.
+template <typename OpTy>
+struct ShardPattern : public OpConversionPattern<OpTy> {
+  ShardPattern(MLIRContext *context, const ShardGridShapes &grids,
+               llvm::Statistic *converted)
+      : OpConversionPattern<OpTy>(context), grids(grids), converted(converted) {
   }
 
-  // Ops with one index result per grid axis.
-  auto perAxis = [&](FlatSymbolRefAttr gridName, ArrayRef<int16_t> axes,
-                     function_ref<Value(int64_t)> value) {
-    const Grid &grid = grids.find(gridName.getValue())->second;
-    SmallVector<int64_t> all(grid.shape.size());
-    std::iota(all.begin(), all.end(), 0);
-    SmallVector<int64_t> chosen(axes.begin(), axes.end());
-    for (auto [result, axis] :
-         llvm::zip(op->getResults(), axes.empty() ? all : chosen))
-      result.replaceAllUsesWith(value(axis));
-    op->erase();
-    ++numConverted;
-  };
-  if (auto shape = dyn_cast<shard::GridShapeOp>(op)) {
-    const Grid &grid = grids.find(shape.getGrid())->second;
-    perAxis(shape.getGridAttr(), shape.getAxes(), [&](int64_t axis) -> Value {
-      return arith::ConstantIndexOp::create(builder, loc, grid.shape[axis]);
-    });
-    return;
+  /// The grid `name`, if the module has it.
+  std::optional<Grid> grid(FlatSymbolRefAttr name) const {
+    auto it = grids.find(name.getValue());
+    if (it == grids.end())
+      return std::nullopt;
+    return Grid{it->second};
   }
-  auto multi = cast<shard::ProcessMultiIndexOp>(op);
-  const Grid &grid = grids.find(multi.getGrid())->second;
-  Value linear = rank(builder, loc, multi.getGridAttr());
-  perAxis(multi.getGridAttr(), multi.getAxes(), [&](int64_t axis) -> Value {
-    // (rank / stride) mod size, as the grid is row-major.
-    Value stride =
-        arith::ConstantIndexOp::create(builder, loc, grid.stride(axis));
-    Value size = arith::ConstantIndexOp::create(builder, loc, grid.shape[axis]);
-    Value quotient = arith::DivUIOp::create(builder, loc, linear, stride);
-    return arith::RemUIOp::create(builder, loc, quotient, size);
-  });
+  /// The processes a collective over `axes` spans (ShardChecker made sure
+  /// that is the whole grid or 1).
+  static int64_t spanned(const Grid &grid, ArrayRef<int16_t> axes) {
+    int64_t n = 1;
+    for (int16_t axis : axes)
+      n *= grid.shape[axis];
+    return n;
+  }
+  /// Replaces `op` by `values`, counting it.
+  void replace(ConversionPatternRewriter &rewriter, Operation *op,
+               ValueRange values) const {
+    rewriter.replaceOp(op, values);
+    if (converted)
+      ++*converted;
+  }
+
+  const ShardGridShapes &grids;
+  llvm::Statistic *converted;
+};
+
+/// This process's rank in `grid`, as an index.
+Value rankIn(OpBuilder &builder, Location loc, FlatSymbolRefAttr grid) {
+  return RankOp::create(builder, loc, builder.getIndexType(), grid);
+}
+
+ReductionKindAttr reductionAttr(MLIRContext *context, shard::ReductionKind k) {
+  return ReductionKindAttr::get(context, *convertReduction(k));
+}
+
+struct AllReducePattern : public ShardPattern<shard::AllReduceOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::AllReduceOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g || !convertReduction(op.getReduction()))
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    Value input =
+        convertElements(rewriter, op.getLoc(), adaptor.getInput(),
+                        cast<RankedTensorType>(op.getResult().getType()));
+    if (spanned(*g, op.getGridAxes()) != 1)
+      input = AllReduceOp::create(
+          rewriter, op.getLoc(), input, op.getGridAttr(), TypeAttr(),
+          reductionAttr(op.getContext(), op.getReduction()), FloatAttr());
+    replace(rewriter, op, input);
+    return success();
+  }
+};
+
+struct AllGatherPattern : public ShardPattern<shard::AllGatherOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::AllGatherOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g)
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    int64_t n = spanned(*g, op.getGridAxes());
+    if (n == 1) {
+      replace(rewriter, op, adaptor.getInput());
+      return success();
+    }
+    Location loc = op.getLoc();
+    auto inputType = cast<RankedTensorType>(adaptor.getInput().getType());
+    SmallVector<int64_t> shape(inputType.getShape());
+    shape[0] *= n;
+    Value gathered =
+        AllGatherOp::create(rewriter, loc, inputType.clone(shape),
+                            adaptor.getInput(), op.getGridAttr(), TypeAttr());
+    int64_t axis = op.getGatherAxis().getSExtValue();
+    if (axis != 0) {
+      // [n*d0, ...] -> [n, d0, ...] -> [d0, .., n, dk, ..] -> [.., n*dk, ..]
+      Value split = splitDim(rewriter, loc, gathered, 0, n);
+      gathered = mergeDims(rewriter, loc,
+                           moveDim(rewriter, loc, split, 0, axis), axis);
+    }
+    replace(rewriter, op, gathered);
+    return success();
+  }
+};
+
+struct ReduceScatterPattern : public ShardPattern<shard::ReduceScatterOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::ReduceScatterOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g || !convertReduction(op.getReduction()))
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    int64_t n = spanned(*g, op.getGridAxes());
+    if (n == 1) {
+      replace(rewriter, op, adaptor.getInput());
+      return success();
+    }
+    Location loc = op.getLoc();
+    int64_t axis = op.getScatterAxis().getSExtValue();
+    Value input = adaptor.getInput();
+    if (axis != 0) {
+      // [.., n*c, ..] -> [.., n, c, ..] -> [n, d0, .., c, ..] -> [n*d0, ..]
+      Value split = splitDim(rewriter, loc, input, axis, n);
+      input =
+          mergeDims(rewriter, loc, moveDim(rewriter, loc, split, axis, 0), 0);
+    }
+    replace(rewriter, op,
+            ReduceScatterOp::create(
+                rewriter, loc, op.getResult().getType(), input,
+                op.getGridAttr(), TypeAttr(),
+                reductionAttr(op.getContext(), op.getReduction()), FloatAttr())
+                .getResult());
+    return success();
+  }
+};
+
+struct AllSlicePattern : public ShardPattern<shard::AllSliceOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::AllSliceOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g)
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    if (spanned(*g, op.getGridAxes()) == 1) {
+      replace(rewriter, op, adaptor.getInput());
+      return success();
+    }
+    Location loc = op.getLoc();
+    int64_t axis = op.getSliceAxis().getSExtValue();
+    auto type = cast<RankedTensorType>(op.getResult().getType());
+    Value chunk =
+        arith::ConstantIndexOp::create(rewriter, loc, type.getDimSize(axis));
+    Value offset = arith::MulIOp::create(
+        rewriter, loc, rankIn(rewriter, loc, op.getGridAttr()), chunk);
+    SmallVector<OpFoldResult> offsets(type.getRank(), rewriter.getIndexAttr(0));
+    offsets[axis] = offset;
+    SmallVector<OpFoldResult> sizes,
+        strides(type.getRank(), rewriter.getIndexAttr(1));
+    for (int64_t d : type.getShape())
+      sizes.push_back(rewriter.getIndexAttr(d));
+    replace(rewriter, op,
+            tensor::ExtractSliceOp::create(rewriter, loc, type,
+                                           adaptor.getInput(), offsets, sizes,
+                                           strides)
+                .getResult());
+    return success();
+  }
+};
+
+struct BroadcastPattern : public ShardPattern<shard::BroadcastOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::BroadcastOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g || !op.getRootDynamic().empty())
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    if (spanned(*g, op.getGridAxes()) == 1) {
+      replace(rewriter, op, adaptor.getInput());
+      return success();
+    }
+    int64_t root = 0;
+    for (auto [axis, index] : llvm::zip(op.getGridAxes(), op.getRoot()))
+      root += index * g->stride(axis);
+    replace(rewriter, op,
+            BroadcastOp::create(rewriter, op.getLoc(), adaptor.getInput(),
+                                op.getGridAttr(), TypeAttr(),
+                                rewriter.getI64IntegerAttr(root))
+                .getResult());
+    return success();
+  }
+};
+
+struct ProcessLinearIndexPattern
+    : public ShardPattern<shard::ProcessLinearIndexOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::ProcessLinearIndexOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (!grid(op.getGridAttr()))
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    replace(rewriter, op, rankIn(rewriter, op.getLoc(), op.getGridAttr()));
+    return success();
+  }
+};
+
+/// The grid axes an op with one index result per axis reports: `axes`, or
+/// every axis where it is empty.
+SmallVector<int64_t> reportedAxes(const Grid &grid, ArrayRef<int16_t> axes) {
+  if (!axes.empty())
+    return SmallVector<int64_t>(axes.begin(), axes.end());
+  SmallVector<int64_t> all(grid.shape.size());
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+struct GridShapePattern : public ShardPattern<shard::GridShapeOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::GridShapeOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g)
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    SmallVector<Value> sizes;
+    for (int64_t axis : reportedAxes(*g, op.getAxes()))
+      sizes.push_back(arith::ConstantIndexOp::create(rewriter, op.getLoc(),
+                                                     g->shape[axis]));
+    replace(rewriter, op, sizes);
+    return success();
+  }
+};
+
+struct ProcessMultiIndexPattern
+    : public ShardPattern<shard::ProcessMultiIndexOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::ProcessMultiIndexOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g)
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    Location loc = op.getLoc();
+    Value linear = rankIn(rewriter, loc, op.getGridAttr());
+    SmallVector<Value> indices;
+    for (int64_t axis : reportedAxes(*g, op.getAxes())) {
+      // (rank / stride) mod size, as the grid is row-major.
+      Value stride =
+          arith::ConstantIndexOp::create(rewriter, loc, g->stride(axis));
+      Value size =
+          arith::ConstantIndexOp::create(rewriter, loc, g->shape[axis]);
+      Value quotient = arith::DivUIOp::create(rewriter, loc, linear, stride);
+      indices.push_back(arith::RemUIOp::create(rewriter, loc, quotient, size));
+    }
+    replace(rewriter, op, indices);
+    return success();
+  }
+};
+
+/// A grid becomes the process group of its processes, by the same name.
+struct GridPattern : public ShardPattern<shard::GridOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::GridOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(FlatSymbolRefAttr::get(op.getSymNameAttr()));
+    if (!g)
+      return rewriter.notifyMatchFailure(op, "a grid of dynamic size");
+    rewriter.replaceOpWithNewOp<ProcessGroupOp>(op, op.getSymName(), g->size());
+    return success();
+  }
+};
+
+struct ConvertShardToDistOptPass
+    : public distopt::impl::ConvertShardToDistOptPassBase<
+          ConvertShardToDistOptPass> {
+  void runOnOperation() override;
+};
+
+} // namespace
+
+void mlir::distopt::populateShardToDistOptPatterns(RewritePatternSet &patterns,
+                                                   const ShardGridShapes &grids,
+                                                   llvm::Statistic *converted) {
+  patterns.add<AllReducePattern, AllGatherPattern, ReduceScatterPattern,
+               AllSlicePattern, BroadcastPattern, ProcessLinearIndexPattern,
+               GridShapePattern, ProcessMultiIndexPattern>(
+      patterns.getContext(), grids, converted);
+  patterns.add<GridPattern>(patterns.getContext(), grids, nullptr);
 }
 
 void ConvertShardToDistOptPass::runOnOperation() {
   ModuleOp module = getOperation();
   bool ok = true;
-  SmallVector<shard::GridOp> gridOps;
+  ShardGridShapes grids;
   for (auto grid : module.getOps<shard::GridOp>()) {
     if (ShapedType::isDynamicShape(grid.getShape())) {
       grid.emitOpError("has a dynamic size (")
@@ -445,27 +589,29 @@ void ConvertShardToDistOptPass::runOnOperation() {
       ok = false;
       continue;
     }
-    grids[grid.getSymName()] = Grid{SmallVector<int64_t>(grid.getShape())};
-    gridOps.push_back(grid);
+    grids[grid.getSymName()] = SmallVector<int64_t>(grid.getShape());
   }
 
-  SmallVector<Operation *> shardOps;
+  // Every problem is reported, at its op, before anything is rewritten.
+  ShardChecker checker{grids};
   module.walk([&](Operation *op) {
     if (isa_and_present<shard::ShardDialect>(op->getDialect()) &&
         !isa<shard::GridOp>(op))
-      shardOps.push_back(op);
+      ok &= succeeded(checker.check(op));
   });
-  for (Operation *op : shardOps)
-    ok &= succeeded(check(op));
   if (!ok)
     return signalPassFailure();
 
-  for (Operation *op : shardOps)
-    convert(op);
-  for (shard::GridOp grid : gridOps) {
-    OpBuilder builder(grid);
-    ProcessGroupOp::create(builder, grid.getLoc(), grid.getSymName(),
-                           grids[grid.getSymName()].size());
-    grid.erase();
-  }
+  ConversionTarget target(getContext());
+  target.addIllegalDialect<shard::ShardDialect>();
+  target.addLegalDialect<DistOptDialect, arith::ArithDialect,
+                         linalg::LinalgDialect, tensor::TensorDialect>();
+  RewritePatternSet patterns(&getContext());
+  populateShardToDistOptPatterns(patterns, grids, &numConverted);
+  ConversionConfig config;
+  // The shard ops' own folds would bypass the checked conversions.
+  config.foldingMode = DialectConversionFoldingMode::Never;
+  if (failed(
+          applyPartialConversion(module, target, std::move(patterns), config)))
+    signalPassFailure();
 }
