@@ -1,0 +1,245 @@
+//===- LowerMixedPrecision.cpp - loss scaling, finite checks, clipping -*- C++
+//-*-===//
+//
+// --distopt-lower-local-ops, mixed precision: unscale, all_finite (voted
+// across ranks), loss_scale_update (GradScaler's algorithm) and
+// clip_grad_norm (the norm over every rank's shard where the op says so).
+//
+//===----------------------------------------------------------------------===//
+
+#include "LocalOps.h"
+
+#include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Transforms/Bucketing.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace mlir::distopt {
+
+/// Reduces every element of `tensor` into one scalar of `accType`:
+/// acc = combine(acc, element) from `init`.
+Value reduceAll(
+    OpBuilder &b, Location loc, Value tensor, Value init,
+    function_ref<Value(OpBuilder &, Location, Value, Value)> combine) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  auto accType = RankedTensorType::get({}, init.getType());
+  Value acc =
+      tensor::EmptyOp::create(b, loc, accType.getShape(), init.getType());
+  acc = linalg::FillOp::create(b, loc, init, acc).getResult(0);
+  SmallVector<AffineMap> maps = {
+      b.getMultiDimIdentityMap(type.getRank()),
+      AffineMap::get(type.getRank(), 0, b.getContext())};
+  SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                             utils::IteratorType::reduction);
+  auto reduction = linalg::GenericOp::create(
+      b, loc, TypeRange{accType}, ValueRange{tensor}, ValueRange{acc}, maps,
+      iterators, [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        linalg::YieldOp::create(nb, nloc, combine(nb, nloc, args[0], args[1]));
+      });
+  return tensor::ExtractOp::create(b, loc, reduction.getResult(0),
+                                   ValueRange{});
+}
+
+/// `scalar` reduced over `group` (a one-element all_reduce).
+static Value allReduceScalar(OpBuilder &b, Location loc, Value scalar,
+                             FlatSymbolRefAttr group, ReductionKind kind) {
+  auto type = RankedTensorType::get({1}, scalar.getType());
+  Value one = tensor::FromElementsOp::create(b, loc, type, scalar);
+  Value reduced = AllReduceOp::create(
+      b, loc, type, one, group, /*wire_type=*/nullptr,
+      ReductionKindAttr::get(b.getContext(), kind), /*scale=*/nullptr);
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  return tensor::ExtractOp::create(b, loc, reduced, zero);
+}
+
+/// Every element of `tensor` times `factor` (an f32 or wider scalar),
+/// computed in f32 for narrower types, as torch's kernels do.
+static Value scaleAll(OpBuilder &b, Location loc, Value tensor, Value factor) {
+  auto type = cast<RankedTensorType>(tensor.getType());
+  auto element = cast<FloatType>(type.getElementType());
+  Type compute = element.getWidth() < 32 ? b.getF32Type() : Type(element);
+  if (factor.getType() != compute)
+    factor = cast<FloatType>(factor.getType()).getWidth() >
+                     cast<FloatType>(compute).getWidth()
+                 ? Value(arith::TruncFOp::create(b, loc, compute, factor))
+                 : Value(arith::ExtFOp::create(b, loc, compute, factor));
+  Value init = tensor::EmptyOp::create(b, loc, type.getShape(), element);
+  AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
+  SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                             utils::IteratorType::parallel);
+  return linalg::GenericOp::create(
+             b, loc, TypeRange{type}, ValueRange{tensor}, ValueRange{init},
+             SmallVector<AffineMap>{identity, identity}, iterators,
+             [&](OpBuilder &nb, Location nloc, ValueRange args) {
+               Value x = args[0];
+               if (x.getType() != compute)
+                 x = arith::ExtFOp::create(nb, nloc, compute, x);
+               Value y = arith::MulFOp::create(nb, nloc, x, factor);
+               if (y.getType() != element)
+                 y = arith::TruncFOp::create(nb, nloc, element, y);
+               linalg::YieldOp::create(nb, nloc, y);
+             })
+      .getResult(0);
+}
+
+Value widen(OpBuilder &b, Location loc, Value x, Type to) {
+  return x.getType() == to ? x : Value(arith::ExtFOp::create(b, loc, to, x));
+}
+
+/// unscale: input * (1 / scale), the reciprocal taken once (GradScaler).
+void lowerUnscale(UnscaleOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value one = arith::ConstantOp::create(
+      b, loc, FloatAttr::get(op.getScale().getType(), 1.0));
+  Value inverse = arith::DivFOp::create(b, loc, one, op.getScale());
+  op.replaceAllUsesWith(scaleAll(b, loc, op.getInput(), inverse));
+  op.erase();
+}
+
+/// all_finite: an AND over every element of every input (and, with a group,
+/// over the ranks: a min of 0/1 across them).
+void lowerAllFinite(AllFiniteOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Value ok = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+  for (Value input : op.getInputs()) {
+    Value finite = reduceAll(
+        b, loc, input, ok, [](OpBuilder &nb, Location l, Value x, Value acc) {
+          Value wide = widen(nb, l, x, nb.getF32Type());
+          if (cast<FloatType>(x.getType()).getWidth() > 32)
+            wide = x;
+          Value isFinite = math::IsFiniteOp::create(nb, l, wide);
+          return arith::AndIOp::create(nb, l, acc, isFinite).getResult();
+        });
+    ok = arith::AndIOp::create(b, loc, ok, finite);
+  }
+  if (FlatSymbolRefAttr group = op.getGroupAttr()) {
+    Value asInt = arith::ExtUIOp::create(b, loc, b.getI32Type(), ok);
+    Value agreed = allReduceScalar(b, loc, asInt, group, ReductionKind::Min);
+    ok = arith::TruncIOp::create(b, loc, b.getI1Type(), agreed);
+  }
+  op.replaceAllUsesWith(ok);
+  op.erase();
+}
+
+/// loss_scale_update, as torch's _amp_update_scale_.
+void lowerLossScaleUpdate(LossScaleUpdateOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Type scaleType = op.getScale().getType();
+  auto cst = [&](double v) {
+    return arith::ConstantOp::create(b, loc, FloatAttr::get(scaleType, v));
+  };
+  auto i64 = [&](int64_t v) {
+    return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
+  };
+  Value scale = op.getScale(), tracker = op.getGrowthTracker();
+  Value successful = arith::AddIOp::create(b, loc, tracker, i64(1));
+  Value grow = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                     successful, i64(op.getGrowthInterval()));
+  Value grown = arith::MulFOp::create(
+      b, loc, scale, cst(op.getGrowthFactor().convertToDouble()));
+  Value growsFinite = arith::AndIOp::create(
+      b, loc, grow, math::IsFiniteOp::create(b, loc, grown));
+  Value finiteScale =
+      arith::SelectOp::create(b, loc, growsFinite, grown, scale);
+  Value finiteTracker =
+      arith::SelectOp::create(b, loc, grow, i64(0), successful);
+  Value backedOff = arith::MulFOp::create(
+      b, loc, scale, cst(op.getBackoffFactor().convertToDouble()));
+  Value newScale =
+      arith::SelectOp::create(b, loc, op.getFinite(), finiteScale, backedOff);
+  Value newTracker =
+      arith::SelectOp::create(b, loc, op.getFinite(), finiteTracker, i64(0));
+  op.replaceAllUsesWith(ValueRange{newScale, newTracker});
+  op.erase();
+}
+
+/// clip_grad_norm, as torch.nn.utils.clip_grad_norm_: the p-norm of each
+/// tensor (accumulated in f64, like torch's CPU reductions of f32, then
+/// rounded to f32 as torch stacks them), the p-norm of those norms, and
+/// every gradient times min(1, max_norm / (norm + 1e-6)). With a group the
+/// inputs are shards: the p-th powers (or maxima) are combined across ranks
+/// before the root is taken, so each element counts once.
+void lowerClipGradNorm(ClipGradNormOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  Type f64 = b.getF64Type(), f32 = b.getF32Type();
+  double p = op.getNormType().convertToDouble();
+  bool isInf = std::isinf(p);
+  auto cst = [&](double v) {
+    return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
+  };
+  Value zero = cst(0.0), pValue = cst(p), invP = cst(1.0 / p);
+  // A per-tensor norm's contribution to the outer sum: |n|^p (or n).
+  auto power = [&](OpBuilder &nb, Location l, Value x) -> Value {
+    if (p == 2)
+      return arith::MulFOp::create(nb, l, x, x);
+    return math::PowFOp::create(nb, l, x, pValue);
+  };
+  Value outer = zero;
+  for (Value input : op.getInputs()) {
+    Value inner =
+        reduceAll(b, loc, input, zero,
+                  [&](OpBuilder &nb, Location l, Value x, Value acc) -> Value {
+                    Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
+                    if (isInf)
+                      return arith::MaximumFOp::create(nb, l, acc, a);
+                    return arith::AddFOp::create(nb, l, acc, power(nb, l, a));
+                  });
+    // torch keeps each tensor's norm as an f32 tensor.
+    Value norm =
+        isInf ? inner : Value(math::PowFOp::create(b, loc, inner, invP));
+    Value rounded = arith::TruncFOp::create(b, loc, f32, norm);
+    norm = arith::ExtFOp::create(b, loc, f64, rounded);
+    outer =
+        isInf
+            ? Value(arith::MaximumFOp::create(b, loc, outer, norm))
+            : Value(arith::AddFOp::create(b, loc, outer, power(b, loc, norm)));
+  }
+  if (FlatSymbolRefAttr group = op.getGroupAttr())
+    outer = allReduceScalar(b, loc, outer, group,
+                            isInf ? ReductionKind::Max : ReductionKind::Sum);
+  Value total =
+      isInf ? outer : Value(math::PowFOp::create(b, loc, outer, invP));
+  Value total32 = arith::TruncFOp::create(b, loc, f32, total);
+  // clip_coef = max_norm / (total + 1e-6), clamped to 1, in f32.
+  Value coef = arith::DivFOp::create(
+      b, loc,
+      arith::ConstantOp::create(
+          b, loc, b.getF32FloatAttr(op.getMaxNorm().convertToDouble())),
+      arith::AddFOp::create(
+          b, loc, total32,
+          arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-6))));
+  Value clamped = arith::MinimumFOp::create(
+      b, loc, coef, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0)));
+  SmallVector<Value> results;
+  for (Value input : op.getInputs())
+    results.push_back(scaleAll(b, loc, input, clamped));
+  Value normResult = total32;
+  Type normType = op.getTotalNorm().getType();
+  if (normType != f32)
+    normResult =
+        cast<FloatType>(normType).getWidth() > 32
+            ? Value(arith::ExtFOp::create(b, loc, normType, total32))
+            : Value(arith::TruncFOp::create(b, loc, normType, total32));
+  results.push_back(normResult);
+  op.replaceAllUsesWith(results);
+  op.erase();
+}
+
+} // namespace mlir::distopt
