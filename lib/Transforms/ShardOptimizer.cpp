@@ -17,8 +17,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ShardOptimizer.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
+
 #include "distopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -38,29 +40,9 @@ namespace mlir::distopt {
 
 using namespace mlir;
 using namespace mlir::distopt;
+using namespace mlir::distopt::zero;
 
-namespace {
-
-/// One optimizer update and the values around it that sharding rewires.
-struct Update {
-  Operation *op;
-  BlockArgument param;      // role param or main_param
-  bool paramIsMain = false; // the update works on an fp32 main copy
-  AllReduceOp reduction;    // reduces the gradient
-  /// Optional: the reduced gradient converted to the update's precision
-  /// (arith.extf to an fp32 main parameter, arith.truncf from a reduction
-  /// widened by --distopt-widen-reductions).
-  Operation *convert = nullptr;
-  SmallVector<BlockArgument> state;
-  SmallVector<arith::TruncFOp> downcasts; // new main param -> model param
-  BlockArgument modelParam; // with main params: the model copy (stage 3)
-  StringRef name;
-
-  RankedTensorType paramType() const {
-    return cast<RankedTensorType>(param.getType());
-  }
-  int64_t numel() const { return paramType().getNumElements(); }
-};
+namespace mlir::distopt::zero {
 
 int64_t elementBytes(Type type) {
   return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
@@ -80,6 +62,44 @@ Value convertGradient(OpBuilder &b, Location loc, Value value,
     return arith::ExtFOp::create(b, loc, target, value);
   return arith::TruncFOp::create(b, loc, target, value);
 }
+
+/// The attribute describing where each tensor of a group lives.
+ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
+                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners) {
+  SmallVector<Attribute> entries;
+  for (auto [i, u] : llvm::enumerate(group))
+    entries.push_back(abi::layoutEntry(
+        builder, u->name, offsets[i], u->paramType().getShape(),
+        owners.empty() ? std::nullopt : std::optional<int64_t>(owners[i])));
+  return builder.getArrayAttr(entries);
+}
+
+/// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
+std::string stateKey(func::FuncOp func, const Update &u, unsigned k) {
+  StringRef name = abi::getArgName(func, u.state[k].getArgNumber());
+  if (name.consume_front(u.name) && name.consume_front("."))
+    return name.str();
+  return ("state" + Twine(k)).str();
+}
+
+BlockArgument Sharder::addArgument(func::FuncOp func, Type type, StringRef role,
+                                   StringRef name,
+                                   ArrayRef<NamedAttribute> extra) {
+  Builder builder(func.getContext());
+  NamedAttrList attrs;
+  attrs.set(abi::kRole, builder.getStringAttr(role));
+  attrs.set(abi::kName, builder.getStringAttr(name));
+  for (NamedAttribute attr : extra)
+    attrs.set(attr.getName(), attr.getValue());
+  unsigned index = func.getNumArguments();
+  (void)func.insertArgument(index, type, attrs.getDictionary(func.getContext()),
+                            func.getLoc());
+  return func.getArgument(index);
+}
+
+} // namespace mlir::distopt::zero
+
+namespace {
 
 struct ShardOptimizerPass
     : public distopt::impl::ShardOptimizerPassBase<ShardOptimizerPass> {
@@ -110,22 +130,6 @@ struct ShardOptimizerPass
 
 private:
   FailureOr<Update> analyze(func::FuncOp func, Operation *op);
-  LogicalResult shardFlat(func::FuncOp func, ArrayRef<Update *> group,
-                          unsigned index);
-  LogicalResult shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
-                            unsigned index);
-  /// Adds a function argument and a matching result slot for `value`.
-  BlockArgument addArgument(func::FuncOp func, Type type, StringRef role,
-                            StringRef name, ArrayRef<NamedAttribute> extra);
-
-  /// Results to append to the return: (value, role, name, extra attributes).
-  struct NewResult {
-    Value value;
-    DictionaryAttr attrs;
-  };
-  SmallVector<NewResult> newResults;
-  /// Replaced ops, each listed after its users.
-  SmallVector<Operation *> toErase;
 };
 
 } // namespace
@@ -228,397 +232,6 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   return u;
 }
 
-BlockArgument ShardOptimizerPass::addArgument(func::FuncOp func, Type type,
-                                              StringRef role, StringRef name,
-                                              ArrayRef<NamedAttribute> extra) {
-  Builder builder(func.getContext());
-  NamedAttrList attrs;
-  attrs.set(abi::kRole, builder.getStringAttr(role));
-  attrs.set(abi::kName, builder.getStringAttr(name));
-  for (NamedAttribute attr : extra)
-    attrs.set(attr.getName(), attr.getValue());
-  unsigned index = func.getNumArguments();
-  (void)func.insertArgument(index, type, attrs.getDictionary(func.getContext()),
-                            func.getLoc());
-  return func.getArgument(index);
-}
-
-/// The attribute describing where each tensor of a group lives.
-static ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
-                            ArrayRef<int64_t> offsets,
-                            ArrayRef<int64_t> owners = {}) {
-  SmallVector<Attribute> entries;
-  for (auto [i, u] : llvm::enumerate(group))
-    entries.push_back(abi::layoutEntry(
-        builder, u->name, offsets[i], u->paramType().getShape(),
-        owners.empty() ? std::nullopt : std::optional<int64_t>(owners[i])));
-  return builder.getArrayAttr(entries);
-}
-
-/// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
-static std::string stateKey(func::FuncOp func, const Update &u, unsigned k) {
-  StringRef name = abi::getArgName(func, u.state[k].getArgNumber());
-  if (name.consume_front(u.name) && name.consume_front("."))
-    return name.str();
-  return ("state" + Twine(k)).str();
-}
-
-LogicalResult ShardOptimizerPass::shardFlat(func::FuncOp func,
-                                            ArrayRef<Update *> group,
-                                            unsigned index) {
-  Update &first = *group.front();
-  OpBuilder builder(func.getBody().front().getTerminator());
-  Location loc = first.op->getLoc();
-  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
-  int64_t size = lookupProcessGroup(func, groupRef).getSize();
-
-  // One element layout for every buffer of the group, whatever its type.
-  Type paramElement = first.paramType().getElementType();
-  Type gradElement = first.reduction.getType().getElementType();
-  int64_t alignElems = alignment / elementBytes(paramElement);
-  auto bucketAlignment = [&](Type element) {
-    return builder.getI64IntegerAttr(alignElems * elementBytes(element));
-  };
-  SmallVector<Type> paramTypes;
-  for (Update *u : group)
-    paramTypes.push_back(u->paramType());
-  int64_t packed;
-  SmallVector<int64_t> offsets = computeBucketOffsets(
-      paramTypes, alignElems * elementBytes(paramElement), &packed);
-  int64_t padded = llvm::alignTo(packed, size * alignElems);
-  int64_t shard = padded / size;
-  std::string prefix = ("flat" + Twine(index)).str();
-  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
-                        layoutAttr(builder, group, offsets));
-  NamedAttribute shardOf(builder.getStringAttr("distopt.shard_of"),
-                         builder.getI64IntegerAttr(padded));
-
-  // Gradients: this rank's chunk of the reduced flat gradient.
-  SmallVector<Value> locals, reducedGrads;
-  for (Update *u : group) {
-    locals.push_back(u->reduction.getInput());
-    reducedGrads.push_back(u->reduction.getResult());
-  }
-  Value gradShard;
-  if (stage >= 2) {
-    auto bucket =
-        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
-                             locals, bucketAlignment(gradElement));
-    gradShard = ReduceScatterOp::create(
-        builder, loc, flatType(shard, gradElement), bucket, groupRef,
-        first.reduction.getWireTypeAttr(), first.reduction.getReductionAttr(),
-        first.reduction.getScaleAttr());
-  } else {
-    auto bucket =
-        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
-                             reducedGrads, bucketAlignment(gradElement));
-    gradShard = ShardSliceOp::create(builder, loc, flatType(shard, gradElement),
-                                     bucket, groupRef);
-  }
-  if (first.convert)
-    gradShard =
-        convertGradient(builder, loc, gradShard, flatType(shard, paramElement));
-
-  // Parameters: main parameters are state; plain ones are sharded at stage 3.
-  Value paramShard;
-  auto shardArgument = [&](Type element, StringRef role, StringRef name) {
-    return addArgument(func, flatType(shard, element), role, name,
-                       {layout, shardOf});
-  };
-  if (first.paramIsMain || stage == 3) {
-    StringRef role = first.paramIsMain ? abi::kMainParam : abi::kParam;
-    paramShard = shardArgument(paramElement, role, prefix + "." + role.str());
-  } else {
-    SmallVector<Value> params;
-    for (Update *u : group)
-      params.push_back(u->param);
-    auto bucket =
-        BucketPackOp::create(builder, loc, flatType(padded, paramElement),
-                             params, bucketAlignment(paramElement));
-    paramShard = ShardSliceOp::create(
-        builder, loc, flatType(shard, paramElement), bucket, groupRef);
-  }
-
-  // The update, cloned onto the chunks.
-  IRMapping mapping;
-  mapping.map(first.op->getOperand(0), paramShard);
-  mapping.map(first.op->getOperand(1), gradShard);
-  SmallVector<BlockArgument> stateShards;
-  for (unsigned k = 0; k < first.state.size(); ++k) {
-    Type element =
-        cast<RankedTensorType>(first.state[k].getType()).getElementType();
-    stateShards.push_back(shardArgument(
-        element, abi::kState, prefix + "." + stateKey(func, first, k)));
-    mapping.map(first.op->getOperand(2 + k), stateShards.back());
-  }
-  Operation *update = builder.clone(*first.op, mapping);
-  for (Value result : update->getResults())
-    result.setType(flatType(
-        shard, cast<RankedTensorType>(result.getType()).getElementType()));
-
-  auto resultAttrs = [&](BlockArgument arg) {
-    return func.getArgAttrDict(arg.getArgNumber());
-  };
-  for (auto [k, arg] : llvm::enumerate(stateShards))
-    newResults.push_back({update->getResult(1 + k), resultAttrs(arg)});
-  Value newParam = update->getResult(0);
-  if (first.paramIsMain || stage == 3)
-    newResults.push_back(
-        {newParam, resultAttrs(cast<BlockArgument>(paramShard))});
-
-  // The updated parameters every rank needs: gathered, then unpacked.
-  auto gatherInto = [&](Value chunk, ArrayRef<Value> replaced) {
-    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
-    Value full = AllGatherOp::create(builder, loc, flatType(padded, element),
-                                     chunk, groupRef, /*wire_type=*/nullptr);
-    SmallVector<Type> types;
-    for (Value v : replaced)
-      types.push_back(v.getType());
-    auto unpack = BucketUnpackOp::create(builder, loc, types, full,
-                                         bucketAlignment(element));
-    for (auto [old, now] : llvm::zip_equal(replaced, unpack.getResults()))
-      Value(old).replaceAllUsesWith(now);
-  };
-  // Stage 3: where the step itself uses a parameter (a forward pass, say),
-  // the parameter is gathered from the shards just before its first use.
-  auto gatherAtUses = [&](Value chunk, ArrayRef<Value> fulls,
-                          ArrayRef<Operation *> updates) {
-    Block &entry = func.getBody().front();
-    Operation *firstUse = nullptr;
-    for (auto [full, update] : llvm::zip_equal(fulls, updates))
-      for (Operation *user : full.getUsers())
-        if (user != update)
-          if (Operation *inEntry = entry.findAncestorOpInBlock(*user))
-            if (!firstUse || inEntry->isBeforeInBlock(firstUse))
-              firstUse = inEntry;
-    if (!firstUse)
-      return;
-    OpBuilder at(firstUse);
-    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
-    Value all = AllGatherOp::create(at, loc, flatType(padded, element), chunk,
-                                    groupRef, /*wire_type=*/nullptr);
-    SmallVector<Type> types;
-    for (Value full : fulls)
-      types.push_back(full.getType());
-    auto unpack =
-        BucketUnpackOp::create(at, loc, types, all, bucketAlignment(element));
-    for (auto [full, update, now] :
-         llvm::zip_equal(fulls, updates, unpack.getResults())) {
-      Operation *updateOp = update; // lambdas capture no structured bindings
-      Value(full).replaceUsesWithIf(
-          now, [&](OpOperand &use) { return use.getOwner() != updateOp; });
-    }
-  };
-  if (stage == 3 && !first.paramIsMain) {
-    SmallVector<Value> params;
-    SmallVector<Operation *> updates;
-    for (Update *u : group) {
-      params.push_back(u->param);
-      updates.push_back(u->op);
-    }
-    gatherAtUses(paramShard, params, updates);
-  }
-
-  if (first.paramIsMain) {
-    // Model parameters: rounded from the updated main chunk.
-    Type modelElement = gradElement;
-    if (!group.front()->downcasts.empty())
-      modelElement =
-          cast<RankedTensorType>(group.front()->downcasts.front().getType())
-              .getElementType();
-    Value rounded = arith::TruncFOp::create(
-        builder, loc, flatType(shard, modelElement), newParam);
-    if (stage == 3) {
-      BlockArgument modelShard =
-          shardArgument(modelElement, abi::kParam, prefix + ".param");
-      newResults.push_back({rounded, resultAttrs(modelShard)});
-      SmallVector<Value> models;
-      for (Update *u : group)
-        models.push_back(u->modelParam);
-      gatherAtUses(modelShard, models,
-                   SmallVector<Operation *>(models.size(), nullptr));
-    } else {
-      SmallVector<Value> models;
-      for (Update *u : group)
-        for (arith::TruncFOp trunc : u->downcasts)
-          models.push_back(trunc.getResult());
-      if (!models.empty())
-        gatherInto(rounded, models);
-    }
-  } else if (stage < 3) {
-    SmallVector<Value> params;
-    for (Update *u : group)
-      params.push_back(u->op->getResult(0));
-    gatherInto(newParam, params);
-  }
-
-  // Users before producers. At stage 1 the reductions feed the new bucket.
-  for (Update *u : group) {
-    for (arith::TruncFOp trunc : u->downcasts)
-      toErase.push_back(trunc);
-    toErase.push_back(u->op);
-    if (u->convert)
-      toErase.push_back(u->convert);
-    if (stage >= 2)
-      toErase.push_back(u->reduction);
-  }
-  return success();
-}
-
-LogicalResult ShardOptimizerPass::shardGreedy(func::FuncOp func,
-                                              ArrayRef<Update *> group,
-                                              unsigned index) {
-  Update &first = *group.front();
-  OpBuilder builder(func.getBody().front().getTerminator());
-  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
-  int64_t size = lookupProcessGroup(func, groupRef).getSize();
-
-  // Sorted-greedy: largest first, each to the least loaded rank (ties: the
-  // lower rank, then program order), as ZeroRedundancyOptimizer does.
-  SmallVector<unsigned> order(group.size());
-  std::iota(order.begin(), order.end(), 0);
-  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return group[a]->numel() > group[b]->numel();
-  });
-  SmallVector<int64_t> load(size, 0), owner(group.size()), offset(group.size());
-  for (unsigned i : order) {
-    int64_t rank = std::min_element(load.begin(), load.end()) - load.begin();
-    owner[i] = rank;
-    offset[i] = load[rank];
-    load[rank] += group[i]->numel();
-  }
-  int64_t capacity = *std::max_element(load.begin(), load.end());
-
-  Type paramElement = first.paramType().getElementType();
-  std::string prefix = ("owned" + Twine(index)).str();
-  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
-                        layoutAttr(builder, group, offset, owner));
-  auto ownedArgument = [&](Type element, StringRef role, StringRef name) {
-    return addArgument(func, flatType(capacity, element), role, name, {layout});
-  };
-  // This rank's buffers: main parameters (if any), then each state tensor.
-  SmallVector<Value> buffers;
-  SmallVector<BlockArgument> bufferArgs;
-  if (first.paramIsMain) {
-    bufferArgs.push_back(
-        ownedArgument(paramElement, abi::kMainParam, prefix + ".main_param"));
-  }
-  for (unsigned k = 0; k < first.state.size(); ++k)
-    bufferArgs.push_back(ownedArgument(
-        cast<RankedTensorType>(first.state[k].getType()).getElementType(),
-        abi::kState, prefix + "." + stateKey(func, first, k)));
-  for (BlockArgument arg : bufferArgs)
-    buffers.push_back(arg);
-
-  for (size_t i = 0; i < group.size(); ++i) {
-    auto *u = group[i];
-    // Stage 2: the gradient is reduced to its owner only.
-    Value grad = u->reduction.getResult();
-    if (stage == 2) {
-      OpBuilder at(u->reduction);
-      grad = ReduceOp::create(
-          at, u->reduction.getLoc(), u->reduction.getType(),
-          u->reduction.getInput(), groupRef, u->reduction.getWireTypeAttr(),
-          u->reduction.getReductionAttr(), u->reduction.getScaleAttr(),
-          at.getI64IntegerAttr(owner[i]));
-    }
-    // What the owner produces and the others keep: the buffers, and the
-    // parameter every rank needs (the model copy with main parameters).
-    Value visible = u->paramIsMain
-                        ? (u->downcasts.empty() ? Value() : u->modelParam)
-                        : Value(u->param);
-    SmallVector<Value> otherwise(buffers);
-    if (visible)
-      otherwise.push_back(visible);
-    auto owned = OwnedByOp::create(
-        builder, u->op->getLoc(), ValueRange(otherwise).getTypes(), groupRef,
-        builder.getI64IntegerAttr(owner[i]), otherwise);
-    Block *body = new Block();
-    owned.getBody().push_back(body);
-    OpBuilder inner = OpBuilder::atBlockEnd(body);
-    Location ploc = u->op->getLoc();
-    auto paramType = u->paramType();
-    int64_t numel = u->numel();
-    auto flat1d = [&](Type element) { return flatType(numel, element); };
-    SmallVector<ReassociationIndices> all = {
-        llvm::to_vector(llvm::seq<int64_t>(0, paramType.getRank()))};
-    // A view of this parameter's slot in a rank buffer, in its own shape.
-    auto slot = [&](Value buffer) -> Value {
-      Type element = cast<RankedTensorType>(buffer.getType()).getElementType();
-      Value flat = tensor::ExtractSliceOp::create(
-          inner, ploc, flat1d(element), buffer,
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(offset[i])},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(numel)},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(1)});
-      if (paramType.getRank() == 1)
-        return flat;
-      return tensor::ExpandShapeOp::create(
-          inner, ploc, RankedTensorType::get(paramType.getShape(), element),
-          flat, all);
-    };
-    auto store = [&](Value value, Value buffer) -> Value {
-      if (paramType.getRank() != 1)
-        value = tensor::CollapseShapeOp::create(inner, ploc, value, all);
-      return tensor::InsertSliceOp::create(
-          inner, ploc, value, buffer,
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(offset[i])},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(numel)},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(1)});
-    };
-    IRMapping mapping;
-    unsigned b = 0;
-    if (u->paramIsMain)
-      mapping.map(u->op->getOperand(0), slot(buffers[b++]));
-    Value g = grad;
-    if (u->convert)
-      g = convertGradient(inner, ploc, g, u->paramType());
-    mapping.map(u->op->getOperand(1), g);
-    for (unsigned k = 0; k < u->state.size(); ++k)
-      mapping.map(u->op->getOperand(2 + k), slot(buffers[b + k]));
-    Operation *update = inner.clone(*u->op, mapping);
-    SmallVector<Value> yielded;
-    b = 0;
-    if (u->paramIsMain) {
-      yielded.push_back(store(update->getResult(0), buffers[b]));
-      ++b;
-    }
-    for (unsigned k = 0; k < u->state.size(); ++k)
-      yielded.push_back(store(update->getResult(1 + k), buffers[b + k]));
-    if (visible) {
-      Value newVisible = update->getResult(0);
-      if (u->paramIsMain)
-        newVisible = arith::TruncFOp::create(
-            inner, ploc, u->downcasts.front().getType(), newVisible);
-      yielded.push_back(newVisible);
-    }
-    YieldOp::create(inner, ploc, yielded);
-
-    for (unsigned k = 0; k < buffers.size(); ++k)
-      buffers[k] = owned.getResult(k);
-    if (visible) {
-      Value shared = BroadcastOp::create(
-          builder, ploc, owned.getResults().back(), groupRef,
-          /*wire_type=*/nullptr, builder.getI64IntegerAttr(owner[i]));
-      if (u->paramIsMain) {
-        for (arith::TruncFOp trunc : u->downcasts)
-          trunc.getResult().replaceAllUsesWith(shared);
-      } else {
-        u->op->getResult(0).replaceAllUsesWith(shared);
-      }
-    }
-    for (arith::TruncFOp trunc : u->downcasts)
-      toErase.push_back(trunc);
-    toErase.push_back(u->op);
-    if (u->convert)
-      toErase.push_back(u->convert);
-    if (stage == 2)
-      toErase.push_back(u->reduction);
-  }
-  for (auto [k, arg] : llvm::enumerate(bufferArgs))
-    newResults.push_back({buffers[k], func.getArgAttrDict(arg.getArgNumber())});
-  return success();
-}
-
 void ShardOptimizerPass::runOnOperation() {
   func::FuncOp func = getOperation();
   if (func.isExternal())
@@ -693,10 +306,12 @@ void ShardOptimizerPass::runOnOperation() {
       it->push_back(&u);
   }
 
+  Sharder sharder(stage, alignment);
   unsigned firstNewArg = func.getNumArguments();
   for (auto [index, group] : llvm::enumerate(groups)) {
-    LogicalResult result = strategy == "flat" ? shardFlat(func, group, index)
-                                              : shardGreedy(func, group, index);
+    LogicalResult result = strategy == "flat"
+                               ? sharder.shardFlat(func, group, index)
+                               : sharder.shardGreedy(func, group, index);
     if (failed(result))
       return signalPassFailure();
   }
@@ -718,15 +333,15 @@ void ShardOptimizerPass::runOnOperation() {
   for (auto [i, v] : llvm::enumerate(ret.getOperands()))
     if (!deadResults.test(i))
       operands.push_back(v);
-  for (NewResult &r : newResults)
+  for (Sharder::NewResult &r : sharder.newResults)
     operands.push_back(r.value);
   OpBuilder builder(ret);
   func::ReturnOp::create(builder, ret.getLoc(), operands);
   ret.erase();
-  for (Operation *op : toErase)
+  for (Operation *op : sharder.toErase)
     op->erase();
   (void)func.eraseResults(deadResults);
-  for (NewResult &r : newResults)
+  for (Sharder::NewResult &r : sharder.newResults)
     (void)func.insertResult(func.getNumResults(), r.value.getType(), r.attrs);
 
   llvm::BitVector deadArgs(func.getNumArguments());
@@ -747,6 +362,4 @@ void ShardOptimizerPass::runOnOperation() {
       return signalPassFailure();
     }
   (void)func.eraseArguments(deadArgs);
-  newResults.clear();
-  toErase.clear();
 }

@@ -1,0 +1,222 @@
+//===- ShardFlat.cpp - ZeRO's flat strategy ---------------------*- C++ -*-===//
+//
+// --distopt-shard-optimizer=strategy=flat (DeepSpeed, Megatron): the tensors
+// of a group of like updates are laid out in one flat buffer padded to a
+// multiple of N chunks; rank r owns chunk r: reduce(-scatter) -> update the
+// chunk -> all_gather.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShardOptimizer.h"
+
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::distopt;
+using namespace mlir::distopt::zero;
+
+LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
+                                 unsigned index) {
+  Update &first = *group.front();
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Location loc = first.op->getLoc();
+  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
+  int64_t size = lookupProcessGroup(func, groupRef).getSize();
+
+  // One element layout for every buffer of the group, whatever its type.
+  Type paramElement = first.paramType().getElementType();
+  Type gradElement = first.reduction.getType().getElementType();
+  int64_t alignElems = alignment / elementBytes(paramElement);
+  auto bucketAlignment = [&](Type element) {
+    return builder.getI64IntegerAttr(alignElems * elementBytes(element));
+  };
+  SmallVector<Type> paramTypes;
+  for (Update *u : group)
+    paramTypes.push_back(u->paramType());
+  int64_t packed;
+  SmallVector<int64_t> offsets = computeBucketOffsets(
+      paramTypes, alignElems * elementBytes(paramElement), &packed);
+  int64_t padded = llvm::alignTo(packed, size * alignElems);
+  int64_t shard = padded / size;
+  std::string prefix = ("flat" + Twine(index)).str();
+  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
+                        layoutAttr(builder, group, offsets));
+  NamedAttribute shardOf(builder.getStringAttr("distopt.shard_of"),
+                         builder.getI64IntegerAttr(padded));
+
+  // Gradients: this rank's chunk of the reduced flat gradient.
+  SmallVector<Value> locals, reducedGrads;
+  for (Update *u : group) {
+    locals.push_back(u->reduction.getInput());
+    reducedGrads.push_back(u->reduction.getResult());
+  }
+  Value gradShard;
+  if (stage >= 2) {
+    auto bucket =
+        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
+                             locals, bucketAlignment(gradElement));
+    gradShard = ReduceScatterOp::create(
+        builder, loc, flatType(shard, gradElement), bucket, groupRef,
+        first.reduction.getWireTypeAttr(), first.reduction.getReductionAttr(),
+        first.reduction.getScaleAttr());
+  } else {
+    auto bucket =
+        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
+                             reducedGrads, bucketAlignment(gradElement));
+    gradShard = ShardSliceOp::create(builder, loc, flatType(shard, gradElement),
+                                     bucket, groupRef);
+  }
+  if (first.convert)
+    gradShard =
+        convertGradient(builder, loc, gradShard, flatType(shard, paramElement));
+
+  // Parameters: main parameters are state; plain ones are sharded at stage 3.
+  Value paramShard;
+  auto shardArgument = [&](Type element, StringRef role, StringRef name) {
+    return addArgument(func, flatType(shard, element), role, name,
+                       {layout, shardOf});
+  };
+  if (first.paramIsMain || stage == 3) {
+    StringRef role = first.paramIsMain ? abi::kMainParam : abi::kParam;
+    paramShard = shardArgument(paramElement, role, prefix + "." + role.str());
+  } else {
+    SmallVector<Value> params;
+    for (Update *u : group)
+      params.push_back(u->param);
+    auto bucket =
+        BucketPackOp::create(builder, loc, flatType(padded, paramElement),
+                             params, bucketAlignment(paramElement));
+    paramShard = ShardSliceOp::create(
+        builder, loc, flatType(shard, paramElement), bucket, groupRef);
+  }
+
+  // The update, cloned onto the chunks.
+  IRMapping mapping;
+  mapping.map(first.op->getOperand(0), paramShard);
+  mapping.map(first.op->getOperand(1), gradShard);
+  SmallVector<BlockArgument> stateShards;
+  for (unsigned k = 0; k < first.state.size(); ++k) {
+    Type element =
+        cast<RankedTensorType>(first.state[k].getType()).getElementType();
+    stateShards.push_back(shardArgument(
+        element, abi::kState, prefix + "." + stateKey(func, first, k)));
+    mapping.map(first.op->getOperand(2 + k), stateShards.back());
+  }
+  Operation *update = builder.clone(*first.op, mapping);
+  for (Value result : update->getResults())
+    result.setType(flatType(
+        shard, cast<RankedTensorType>(result.getType()).getElementType()));
+
+  auto resultAttrs = [&](BlockArgument arg) {
+    return func.getArgAttrDict(arg.getArgNumber());
+  };
+  for (auto [k, arg] : llvm::enumerate(stateShards))
+    newResults.push_back({update->getResult(1 + k), resultAttrs(arg)});
+  Value newParam = update->getResult(0);
+  if (first.paramIsMain || stage == 3)
+    newResults.push_back(
+        {newParam, resultAttrs(cast<BlockArgument>(paramShard))});
+
+  // The updated parameters every rank needs: gathered, then unpacked.
+  auto gatherInto = [&](Value chunk, ArrayRef<Value> replaced) {
+    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
+    Value full = AllGatherOp::create(builder, loc, flatType(padded, element),
+                                     chunk, groupRef, /*wire_type=*/nullptr);
+    SmallVector<Type> types;
+    for (Value v : replaced)
+      types.push_back(v.getType());
+    auto unpack = BucketUnpackOp::create(builder, loc, types, full,
+                                         bucketAlignment(element));
+    for (auto [old, now] : llvm::zip_equal(replaced, unpack.getResults()))
+      Value(old).replaceAllUsesWith(now);
+  };
+  // Stage 3: where the step itself uses a parameter (a forward pass, say),
+  // the parameter is gathered from the shards just before its first use.
+  auto gatherAtUses = [&](Value chunk, ArrayRef<Value> fulls,
+                          ArrayRef<Operation *> updates) {
+    Block &entry = func.getBody().front();
+    Operation *firstUse = nullptr;
+    for (auto [full, update] : llvm::zip_equal(fulls, updates))
+      for (Operation *user : full.getUsers())
+        if (user != update)
+          if (Operation *inEntry = entry.findAncestorOpInBlock(*user))
+            if (!firstUse || inEntry->isBeforeInBlock(firstUse))
+              firstUse = inEntry;
+    if (!firstUse)
+      return;
+    OpBuilder at(firstUse);
+    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
+    Value all = AllGatherOp::create(at, loc, flatType(padded, element), chunk,
+                                    groupRef, /*wire_type=*/nullptr);
+    SmallVector<Type> types;
+    for (Value full : fulls)
+      types.push_back(full.getType());
+    auto unpack =
+        BucketUnpackOp::create(at, loc, types, all, bucketAlignment(element));
+    for (auto [full, update, now] :
+         llvm::zip_equal(fulls, updates, unpack.getResults())) {
+      Operation *updateOp = update; // lambdas capture no structured bindings
+      Value(full).replaceUsesWithIf(
+          now, [&](OpOperand &use) { return use.getOwner() != updateOp; });
+    }
+  };
+  if (stage == 3 && !first.paramIsMain) {
+    SmallVector<Value> params;
+    SmallVector<Operation *> updates;
+    for (Update *u : group) {
+      params.push_back(u->param);
+      updates.push_back(u->op);
+    }
+    gatherAtUses(paramShard, params, updates);
+  }
+
+  if (first.paramIsMain) {
+    // Model parameters: rounded from the updated main chunk.
+    Type modelElement = gradElement;
+    if (!group.front()->downcasts.empty())
+      modelElement =
+          cast<RankedTensorType>(group.front()->downcasts.front().getType())
+              .getElementType();
+    Value rounded = arith::TruncFOp::create(
+        builder, loc, flatType(shard, modelElement), newParam);
+    if (stage == 3) {
+      BlockArgument modelShard =
+          shardArgument(modelElement, abi::kParam, prefix + ".param");
+      newResults.push_back({rounded, resultAttrs(modelShard)});
+      SmallVector<Value> models;
+      for (Update *u : group)
+        models.push_back(u->modelParam);
+      gatherAtUses(modelShard, models,
+                   SmallVector<Operation *>(models.size(), nullptr));
+    } else {
+      SmallVector<Value> models;
+      for (Update *u : group)
+        for (arith::TruncFOp trunc : u->downcasts)
+          models.push_back(trunc.getResult());
+      if (!models.empty())
+        gatherInto(rounded, models);
+    }
+  } else if (stage < 3) {
+    SmallVector<Value> params;
+    for (Update *u : group)
+      params.push_back(u->op->getResult(0));
+    gatherInto(newParam, params);
+  }
+
+  // Users before producers. At stage 1 the reductions feed the new bucket.
+  for (Update *u : group) {
+    for (arith::TruncFOp trunc : u->downcasts)
+      toErase.push_back(trunc);
+    toErase.push_back(u->op);
+    if (u->convert)
+      toErase.push_back(u->convert);
+    if (stage >= 2)
+      toErase.push_back(u->reduction);
+  }
+  return success();
+}

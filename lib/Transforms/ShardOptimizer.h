@@ -1,0 +1,89 @@
+//===- ShardOptimizer.h - ZeRO sharding's strategies ------------*- C++ -*-===//
+//
+// Private to --distopt-shard-optimizer: the analysed updates and the state
+// of one run, shared by the pass (ShardOptimizer.cpp) and its two
+// strategies, flat (ShardFlat.cpp) and greedy (ShardGreedy.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_LIB_TRANSFORMS_SHARDOPTIMIZER_H
+#define DISTOPT_LIB_TRANSFORMS_SHARDOPTIMIZER_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <string>
+
+namespace mlir::distopt::zero {
+
+/// One optimizer update and the values around it that sharding rewires.
+struct Update {
+  Operation *op;
+  BlockArgument param;      // role param or main_param
+  bool paramIsMain = false; // the update works on an fp32 main copy
+  AllReduceOp reduction;    // reduces the gradient
+  /// Optional: the reduced gradient converted to the update's precision
+  /// (arith.extf to an fp32 main parameter, arith.truncf from a reduction
+  /// widened by --distopt-widen-reductions).
+  Operation *convert = nullptr;
+  SmallVector<BlockArgument> state;
+  SmallVector<arith::TruncFOp> downcasts; // new main param -> model param
+  BlockArgument modelParam; // with main params: the model copy (stage 3)
+  StringRef name;
+
+  RankedTensorType paramType() const {
+    return cast<RankedTensorType>(param.getType());
+  }
+  int64_t numel() const { return paramType().getNumElements(); }
+};
+
+int64_t elementBytes(Type type);
+RankedTensorType flatType(int64_t size, Type element);
+/// `value` converted, as Update::convert does, to `type`'s element type.
+Value convertGradient(OpBuilder &b, Location loc, Value value,
+                      RankedTensorType type);
+/// The attribute describing where each tensor of a group lives.
+ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
+                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners = {});
+/// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
+std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
+
+/// Rewrites groups of like updates of one function into sharded ones,
+/// collecting the arguments it adds, the results they return and the ops
+/// it replaces; the pass then rebuilds the signature.
+class Sharder {
+public:
+  Sharder(int64_t stage, int64_t alignment)
+      : stage(stage), alignment(alignment) {}
+
+  /// flat (DeepSpeed, Megatron): one flat buffer padded to N chunks, rank r
+  /// owns chunk r (ShardFlat.cpp).
+  LogicalResult shardFlat(func::FuncOp func, ArrayRef<Update *> group,
+                          unsigned index);
+  /// greedy (ZeroRedundancyOptimizer, OSS): whole parameters to the least
+  /// loaded rank, updated under owned_by and broadcast (ShardGreedy.cpp).
+  LogicalResult shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
+                            unsigned index);
+  /// Adds a function argument and a matching result slot for `value`.
+  BlockArgument addArgument(func::FuncOp func, Type type, StringRef role,
+                            StringRef name, ArrayRef<NamedAttribute> extra);
+
+  /// Results to append to the return: (value, role, name, extra attributes).
+  struct NewResult {
+    Value value;
+    DictionaryAttr attrs;
+  };
+  SmallVector<NewResult> newResults;
+  /// Replaced ops, each listed after its users.
+  SmallVector<Operation *> toErase;
+
+private:
+  int64_t stage, alignment;
+};
+
+} // namespace mlir::distopt::zero
+
+#endif // DISTOPT_LIB_TRANSFORMS_SHARDOPTIMIZER_H
