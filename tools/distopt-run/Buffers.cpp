@@ -18,18 +18,27 @@
 
 namespace distopt::run {
 
-int64_t myRank = 0, worldSize = 1;
+int64_t myRank = -1, worldSize = 1;
 
 [[noreturn]] void die(const std::string &message) {
-  llvm::errs() << "distopt-run: rank " << myRank << ": " << message << "\n";
+  // Name this rank once: the runtime's messages start with it already, and
+  // before the communicator exists it is not known.
+  llvm::errs() << "distopt-run: ";
+  if (myRank >= 0 && message.rfind("rank ", 0) != 0)
+    llvm::errs() << "rank " << myRank << ": ";
+  llvm::errs() << message << "\n";
   llvm::errs().flush();
   distopt_rt_abort(); // every rank ends, none waits for this one
   std::_Exit(1);      // not reached
 }
 
 void check(distopt_rt_status status, const char *what) {
-  if (status != DISTOPT_RT_OK)
-    die(std::string(what) + ": " + distopt_rt_last_error());
+  if (status == DISTOPT_RT_OK)
+    return;
+  std::string error = distopt_rt_last_error();
+  if (error.rfind("rank ", 0) == 0)
+    die(error + " (" + what + ")");
+  die(std::string(what) + ": " + error);
 }
 
 /// The driver's view of an argument or result, from the validated

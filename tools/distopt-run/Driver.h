@@ -22,7 +22,8 @@
 
 namespace distopt::run {
 
-/// This process's rank and the run's world size.
+/// This process's rank (-1 until the communicator exists) and the run's
+/// world size.
 extern int64_t myRank, worldSize;
 
 /// Prints `message` naming this rank and ends every rank of the run.
