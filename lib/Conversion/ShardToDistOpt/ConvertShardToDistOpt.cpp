@@ -357,82 +357,78 @@ struct AllReducePattern : public ShardPattern<shard::AllReduceOp> {
   }
 };
 
-struct AllGatherPattern : public ShardPattern<shard::AllGatherOp> {
-  using ShardPattern::ShardPattern;
+/// A collective over grid axes: over one process it is its input;
+/// otherwise `spanning` builds the distopt form over `n` processes.
+template <typename OpTy> struct CollectivePattern : public ShardPattern<OpTy> {
+  using ShardPattern<OpTy>::ShardPattern;
+  using OpAdaptor = typename ShardPattern<OpTy>::OpAdaptor;
+
+  /// Whether ShardChecker accepted `op` (beyond its grid).
+  virtual bool checked(OpTy op) const { return true; }
+  virtual Value spanning(OpTy op, Value input, const Grid &grid, int64_t n,
+                         ConversionPatternRewriter &rewriter) const = 0;
+
   LogicalResult
-  matchAndRewrite(shard::AllGatherOp op, OpAdaptor adaptor,
+  matchAndRewrite(OpTy op, OpAdaptor adaptor,
                   ConversionPatternRewriter &rewriter) const override {
-    std::optional<Grid> g = grid(op.getGridAttr());
-    if (!g)
+    std::optional<Grid> g = this->grid(op.getGridAttr());
+    if (!g || !checked(op))
       return rewriter.notifyMatchFailure(op, "unchecked input");
-    int64_t n = spanned(*g, op.getGridAxes());
-    if (n == 1) {
-      replace(rewriter, op, adaptor.getInput());
-      return success();
-    }
-    Location loc = op.getLoc();
-    auto inputType = cast<RankedTensorType>(adaptor.getInput().getType());
-    SmallVector<int64_t> shape(inputType.getShape());
-    shape[0] *= n;
-    Value gathered =
-        AllGatherOp::create(rewriter, loc, inputType.clone(shape),
-                            adaptor.getInput(), op.getGridAttr(), TypeAttr());
-    int64_t axis = op.getGatherAxis().getSExtValue();
-    if (axis != 0) {
-      // [n*d0, ...] -> [n, d0, ...] -> [d0, .., n, dk, ..] -> [.., n*dk, ..]
-      Value split = splitDim(rewriter, loc, gathered, 0, n);
-      gathered = mergeDims(rewriter, loc,
-                           moveDim(rewriter, loc, split, 0, axis), axis);
-    }
-    replace(rewriter, op, gathered);
+    int64_t n = this->spanned(*g, op.getGridAxes());
+    Value input = adaptor.getInput();
+    this->replace(rewriter, op,
+                  n == 1 ? input : spanning(op, input, *g, n, rewriter));
     return success();
   }
 };
 
-struct ReduceScatterPattern : public ShardPattern<shard::ReduceScatterOp> {
-  using ShardPattern::ShardPattern;
-  LogicalResult
-  matchAndRewrite(shard::ReduceScatterOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    std::optional<Grid> g = grid(op.getGridAttr());
-    if (!g || !convertReduction(op.getReduction()))
-      return rewriter.notifyMatchFailure(op, "unchecked input");
-    int64_t n = spanned(*g, op.getGridAxes());
-    if (n == 1) {
-      replace(rewriter, op, adaptor.getInput());
-      return success();
-    }
+struct AllGatherPattern : public CollectivePattern<shard::AllGatherOp> {
+  using CollectivePattern::CollectivePattern;
+  Value spanning(shard::AllGatherOp op, Value input, const Grid &, int64_t n,
+                 ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    auto inputType = cast<RankedTensorType>(input.getType());
+    SmallVector<int64_t> shape(inputType.getShape());
+    shape[0] *= n;
+    Value gathered = AllGatherOp::create(rewriter, loc, inputType.clone(shape),
+                                         input, op.getGridAttr(), TypeAttr());
+    int64_t axis = op.getGatherAxis().getSExtValue();
+    if (axis == 0)
+      return gathered;
+    // [n*d0, ...] -> [n, d0, ...] -> [d0, .., n, dk, ..] -> [.., n*dk, ..]
+    Value split = splitDim(rewriter, loc, gathered, 0, n);
+    return mergeDims(rewriter, loc, moveDim(rewriter, loc, split, 0, axis),
+                     axis);
+  }
+};
+
+struct ReduceScatterPattern : public CollectivePattern<shard::ReduceScatterOp> {
+  using CollectivePattern::CollectivePattern;
+  bool checked(shard::ReduceScatterOp op) const override {
+    return convertReduction(op.getReduction()).has_value();
+  }
+  Value spanning(shard::ReduceScatterOp op, Value input, const Grid &,
+                 int64_t n,
+                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     int64_t axis = op.getScatterAxis().getSExtValue();
-    Value input = adaptor.getInput();
     if (axis != 0) {
       // [.., n*c, ..] -> [.., n, c, ..] -> [n, d0, .., c, ..] -> [n*d0, ..]
       Value split = splitDim(rewriter, loc, input, axis, n);
       input =
           mergeDims(rewriter, loc, moveDim(rewriter, loc, split, axis, 0), 0);
     }
-    replace(rewriter, op,
-            ReduceScatterOp::create(
-                rewriter, loc, op.getResult().getType(), input,
-                op.getGridAttr(), TypeAttr(),
-                reductionAttr(op.getContext(), op.getReduction()), FloatAttr())
-                .getResult());
-    return success();
+    return ReduceScatterOp::create(
+        rewriter, loc, op.getResult().getType(), input, op.getGridAttr(),
+        TypeAttr(), reductionAttr(op.getContext(), op.getReduction()),
+        FloatAttr());
   }
 };
 
-struct AllSlicePattern : public ShardPattern<shard::AllSliceOp> {
-  using ShardPattern::ShardPattern;
-  LogicalResult
-  matchAndRewrite(shard::AllSliceOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    std::optional<Grid> g = grid(op.getGridAttr());
-    if (!g)
-      return rewriter.notifyMatchFailure(op, "unchecked input");
-    if (spanned(*g, op.getGridAxes()) == 1) {
-      replace(rewriter, op, adaptor.getInput());
-      return success();
-    }
+struct AllSlicePattern : public CollectivePattern<shard::AllSliceOp> {
+  using CollectivePattern::CollectivePattern;
+  Value spanning(shard::AllSliceOp op, Value input, const Grid &, int64_t,
+                 ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     int64_t axis = op.getSliceAxis().getSExtValue();
     auto type = cast<RankedTensorType>(op.getResult().getType());
@@ -446,36 +442,23 @@ struct AllSlicePattern : public ShardPattern<shard::AllSliceOp> {
         strides(type.getRank(), rewriter.getIndexAttr(1));
     for (int64_t d : type.getShape())
       sizes.push_back(rewriter.getIndexAttr(d));
-    replace(rewriter, op,
-            tensor::ExtractSliceOp::create(rewriter, loc, type,
-                                           adaptor.getInput(), offsets, sizes,
-                                           strides)
-                .getResult());
-    return success();
+    return tensor::ExtractSliceOp::create(rewriter, loc, type, input, offsets,
+                                          sizes, strides);
   }
 };
 
-struct BroadcastPattern : public ShardPattern<shard::BroadcastOp> {
-  using ShardPattern::ShardPattern;
-  LogicalResult
-  matchAndRewrite(shard::BroadcastOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    std::optional<Grid> g = grid(op.getGridAttr());
-    if (!g || !op.getRootDynamic().empty())
-      return rewriter.notifyMatchFailure(op, "unchecked input");
-    if (spanned(*g, op.getGridAxes()) == 1) {
-      replace(rewriter, op, adaptor.getInput());
-      return success();
-    }
+struct BroadcastPattern : public CollectivePattern<shard::BroadcastOp> {
+  using CollectivePattern::CollectivePattern;
+  bool checked(shard::BroadcastOp op) const override {
+    return op.getRootDynamic().empty();
+  }
+  Value spanning(shard::BroadcastOp op, Value input, const Grid &grid, int64_t,
+                 ConversionPatternRewriter &rewriter) const override {
     int64_t root = 0;
     for (auto [axis, index] : llvm::zip(op.getGridAxes(), op.getRoot()))
-      root += index * g->stride(axis);
-    replace(rewriter, op,
-            BroadcastOp::create(rewriter, op.getLoc(), adaptor.getInput(),
-                                op.getGridAttr(), TypeAttr(),
-                                rewriter.getI64IntegerAttr(root))
-                .getResult());
-    return success();
+      root += index * grid.stride(axis);
+    return BroadcastOp::create(rewriter, op.getLoc(), input, op.getGridAttr(),
+                               TypeAttr(), rewriter.getI64IntegerAttr(root));
   }
 };
 
