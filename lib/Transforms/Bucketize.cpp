@@ -238,8 +238,7 @@ mlir::distopt::bucketizeBlock(Block &block,
       continue;
     Candidate c = positions.candidate(allReduce);
     auto type = cast<RankedTensorType>(allReduce.getType());
-    c.bytes = type.getNumElements() *
-              llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+    c.bytes = getShapedBytes(type);
     candidates.push_back(c);
   }
   if (candidates.size() < 2)

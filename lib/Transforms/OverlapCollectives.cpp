@@ -26,31 +26,16 @@ using namespace mlir::distopt;
 
 namespace {
 
-/// Creates the `*_start` twin of a synchronous collective.
-static Operation *createStart(OpBuilder &builder, Operation *op) {
-  auto tokenType = TokenType::get(
-      op->getContext(), cast<RankedTensorType>(op->getResult(0).getType()));
-  Location loc = op->getLoc();
-  if (auto c = dyn_cast<AllReduceOp>(op))
-    return AllReduceStartOp::create(builder, loc, tokenType, c.getInput(),
-                                    c.getGroupAttr(), c.getWireTypeAttr(),
-                                    c.getReductionAttr(), c.getScaleAttr());
-  if (auto c = dyn_cast<ReduceScatterOp>(op))
-    return ReduceScatterStartOp::create(builder, loc, tokenType, c.getInput(),
-                                        c.getGroupAttr(), c.getWireTypeAttr(),
-                                        c.getReductionAttr(), c.getScaleAttr());
-  if (auto c = dyn_cast<AllGatherOp>(op))
-    return AllGatherStartOp::create(builder, loc, tokenType, c.getInput(),
-                                    c.getGroupAttr(), c.getWireTypeAttr());
-  if (auto c = dyn_cast<BroadcastOp>(op))
-    return BroadcastStartOp::create(builder, loc, tokenType, c.getInput(),
-                                    c.getGroupAttr(), c.getWireTypeAttr(),
-                                    c.getRootAttr());
-  auto c = cast<ReduceOp>(op);
-  return ReduceStartOp::create(builder, loc, tokenType, c.getInput(),
-                               c.getGroupAttr(), c.getWireTypeAttr(),
-                               c.getReductionAttr(), c.getScaleAttr(),
-                               c.getRootAttr());
+/// Creates the `*_start` twin of a synchronous collective: the same
+/// operands and attributes, and a token for the result.
+static Operation *createStart(OpBuilder &builder, CollectiveOpInterface op) {
+  OperationState state(op->getLoc(),
+                       (op->getName().getStringRef() + "_start").str());
+  state.addOperands(op->getOperands());
+  state.propertiesAttr = op->getPropertiesAsAttribute();
+  state.addAttributes(op->getDiscardableAttrDictionary().getValue());
+  state.addTypes(TokenType::get(op->getContext(), op.getYieldedType()));
+  return builder.create(state);
 }
 
 /// Bytes of the tensors `op` and the ops nested in it produce: roughly what
@@ -63,10 +48,8 @@ int64_t bytesWritten(Operation *op) {
             tensor::CollapseShapeOp, tensor::ExpandShapeOp>(nested))
       return;
     for (Type type : nested->getResultTypes())
-      if (auto tensor = dyn_cast<RankedTensorType>(type);
-          tensor && tensor.hasStaticShape())
-        bytes += tensor.getNumElements() *
-                 ((tensor.getElementTypeBitWidth() + 7) / 8);
+      if (auto tensor = dyn_cast<RankedTensorType>(type))
+        bytes += getShapedBytes(tensor);
   });
   return bytes;
 }
@@ -92,11 +75,11 @@ struct OverlapCollectivesPass
     for (Operation &op : block)
       ops.push_back(&op);
     Operation *barrier = nullptr;
-    for (Operation *op : ops) {
-      if (!isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastOp,
-               ReduceOp>(op)) {
-        if (communicates(op))
-          barrier = op;
+    for (Operation *it : ops) {
+      auto op = dyn_cast<CollectiveOpInterface>(it);
+      if (!op || op.isAsync()) {
+        if (communicates(it))
+          barrier = it;
         continue;
       }
       Operation *anchor = barrier;
@@ -114,14 +97,13 @@ struct OverlapCollectivesPass
       int64_t work = 0;
       for (Operation *it = anchor ? anchor->getNextNode() : &block.front();
            it != firstUse; it = it->getNextNode())
-        if (it != op)
+        if (it != op.getOperation())
           work += bytesWritten(it);
-      auto input = cast<RankedTensorType>(op->getOperand(0).getType());
       int64_t inputBytes =
-          input.getNumElements() * ((input.getElementTypeBitWidth() + 7) / 8);
+          getShapedBytes(cast<RankedTensorType>(op.getInput().getType()));
       if (static_cast<double>(work) <
           minWorkRatio * static_cast<double>(inputBytes)) {
-        barrier = op;
+        barrier = op.getOperation();
         ++numKept;
         continue;
       }

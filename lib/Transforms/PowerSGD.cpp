@@ -188,8 +188,7 @@ void PowerSGDPass::numberBatches(Block &block) {
     if (!created.contains(op))
       continue;
     auto type = cast<RankedTensorType>(op.getGrad().getType());
-    double bytes = static_cast<double>(type.getNumElements()) *
-                   llvm::divideCeil(type.getElementTypeBitWidth(), 8);
+    double bytes = static_cast<double>(getShapedBytes(type));
     auto it = llvm::find_if(open, [&](const OpenBatch &batch) {
       return batch.group == op.getGroupAttr() &&
              batch.element == type.getElementType();

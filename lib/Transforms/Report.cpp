@@ -15,6 +15,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -31,22 +32,11 @@ using namespace mlir::distopt;
 
 namespace {
 
-int64_t elementBytes(Type type) {
-  if (type.isIntOrFloat())
-    return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
-  return type.isIndex() ? 8 : 0; // other types are no data the report counts
-}
-
-/// Bytes of a value of `type`; 0 when unknown (dynamic or unranked shapes,
-/// which a step's tensors do not have).
+/// Bytes of a value of `type`: a tensor, or a scalar (lr, step, a norm).
 int64_t bytesOf(Type type, Type elementOverride = {}) {
-  auto shaped = dyn_cast<ShapedType>(type);
-  if (!shaped) // scalars: lr, step, a norm
-    return elementBytes(type);
-  if (!shaped.hasStaticShape())
-    return 0;
-  Type element = elementOverride ? elementOverride : shaped.getElementType();
-  return shaped.getNumElements() * elementBytes(element);
+  if (auto shaped = dyn_cast<ShapedType>(type))
+    return getShapedBytes(shaped, elementOverride);
+  return getElementBytes(type);
 }
 
 struct CollectiveRow {
@@ -74,11 +64,13 @@ struct StepReport {
 /// Bytes each rank sends for one collective of `payload` bytes on `n` ranks,
 /// with ring algorithms: all-reduce 2(n-1)/n, reduce-scatter and all-gather
 /// (n-1)/n of the full buffer, broadcast and reduce (pipelined) (n-1)/n.
-double ringBytes(StringRef kind, int64_t payload, int64_t n) {
-  double share = n > 0 ? static_cast<double>(n - 1) / n : 0;
-  if (kind == "all_reduce" || kind == "powersgd_all_reduce")
-    return 2 * share * payload;
-  return share * payload;
+/// The group an op that communicates runs over.
+FlatSymbolRefAttr getGroupOf(Operation *op) {
+  return llvm::TypeSwitch<Operation *, FlatSymbolRefAttr>(op)
+      .Case<CollectiveOpInterface, PowerSGDAllReduceOp, TopKAllReduceOp,
+            AllFiniteOp, ClipGradNormOp>(
+          [](auto op) { return op.getGroupAttr(); })
+      .Default([](Operation *) { return nullptr; });
 }
 
 /// The elements of the tensor a `distopt.layout` entry describes.
@@ -183,63 +175,58 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     }
     if (!communicates(op) || isa<WaitOp>(op))
       return;
-    auto groupAttr = op->getAttrOfType<FlatSymbolRefAttr>("group");
-    ProcessGroupOp group = lookupProcessGroup(op, groupAttr);
+    ProcessGroupOp group = lookupProcessGroup(op, getGroupOf(op));
     int64_t n = group ? group.getSize() : 0;
-    StringRef kind = op->getName().stripDialect();
-    kind.consume_back("_start");
-    if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
-      // One scalar reduced across ranks.
-      CollectiveRow &row = report.collectives[kind];
+    if (auto collective = dyn_cast<CollectiveOpInterface>(op)) {
+      CollectiveKind kind = collective.getCollectiveKind();
+      int64_t payload = collective.getPayloadBytes();
+      CollectiveRow &row = report.collectives[stringifyCollectiveKind(kind)];
       ++row.count;
-      row.payload += 4;
-      row.sent += ringBytes("all_reduce", 4, n);
+      row.payload += payload;
+      row.sent += collective.getBytesSentPerRank(n);
+      if (collective.reduces()) {
+        report.gradBytes += bytesOf(collective.getYieldedType());
+        report.uncompressed += bytesOf(collective.getFullType());
+        report.compressed += payload;
+      }
       return;
     }
-    Value input = op->getOperand(0);
-    Value result = op->getResult(0);
-    RankedTensorType data =
-        isa<AllGatherOp, AllGatherStartOp>(op)
-            ? cast<RankedTensorType>(
-                  isa<TokenType>(result.getType())
-                      ? cast<TokenType>(result.getType()).getValueType()
-                      : result.getType())
-            : cast<RankedTensorType>(input.getType());
-    Type wire;
-    if (auto wireAttr = op->getAttrOfType<TypeAttr>("wire_type"))
-      wire = wireAttr.getValue();
-    int64_t full = bytesOf(data);
-    int64_t payload = bytesOf(data, wire);
-    if (auto powersgd = dyn_cast<PowerSGDAllReduceOp>(op))
+    StringRef name = op->getName().stripDialect();
+    CollectiveRow &row = report.collectives[name];
+    if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
+      // One scalar reduced across ranks.
+      ++row.count;
+      row.payload += 4;
+      row.sent += ringBytesSent(CollectiveKind::AllReduce, 4, n);
+      return;
+    }
+    // The compressed reductions: PowerSGD all-reduces its factors P and Q
+    // (its collectives are counted by batch, below); top-K all-gathers k
+    // values and k 32-bit indices from every rank.
+    int64_t full, payload;
+    CollectiveKind moves;
+    if (auto powersgd = dyn_cast<PowerSGDAllReduceOp>(op)) {
+      full = bytesOf(powersgd.getGrad().getType());
       payload = bytesOf(powersgd.getP().getType()) +
                 bytesOf(powersgd.getQ().getType());
-    if (auto topk = dyn_cast<TopKAllReduceOp>(op)) {
-      // k values and k 32-bit indices from every rank (all-gathered).
+      moves = CollectiveKind::AllReduce;
+    } else if (auto topk = dyn_cast<TopKAllReduceOp>(op)) {
+      full = bytesOf(topk.getGrad().getType());
       int64_t numel = topk.getGrad().getType().getNumElements();
       int64_t k = std::max<int64_t>(
           1, static_cast<int64_t>(
                  std::ceil(topk.getDensity().convertToDouble() * numel)));
-      payload = k * (bytesOf(topk.getGrad().getType()) / numel + 4) * n;
-    }
-    CollectiveRow &row = report.collectives[kind];
-    // PowerSGD's collectives are counted by batch, below.
-    if (!isa<PowerSGDAllReduceOp>(op))
+      payload = k * (full / numel + 4) * n;
+      moves = CollectiveKind::AllGather;
       ++row.count;
-    row.payload += payload;
-    row.sent += isa<TopKAllReduceOp>(op) ? ringBytes("all_gather", payload, n)
-                                         : ringBytes(kind, payload, n);
-    bool reducesGradients = isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
-                                ReduceScatterStartOp, ReduceOp, ReduceStartOp,
-                                PowerSGDAllReduceOp, TopKAllReduceOp>(op);
-    if (reducesGradients) {
-      Type resultType =
-          isa<TokenType>(result.getType())
-              ? Type(cast<TokenType>(result.getType()).getValueType())
-              : result.getType();
-      report.gradBytes += bytesOf(resultType);
-      report.uncompressed += full;
-      report.compressed += payload;
+    } else {
+      return;
     }
+    row.payload += payload;
+    row.sent += ringBytesSent(moves, payload, n);
+    report.gradBytes += full;
+    report.uncompressed += full;
+    report.compressed += payload;
   });
   llvm::SetVector<Block *> powerSGDBlocks;
   func.walk([&](PowerSGDAllReduceOp op) {

@@ -31,16 +31,16 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
   // One element layout for every buffer of the group, whatever its type.
   Type paramElement = first.paramType().getElementType();
   Type gradElement = first.reduction.getType().getElementType();
-  int64_t alignElems = alignment / elementBytes(paramElement);
+  int64_t alignElems = alignment / getElementBytes(paramElement);
   auto bucketAlignment = [&](Type element) {
-    return builder.getI64IntegerAttr(alignElems * elementBytes(element));
+    return builder.getI64IntegerAttr(alignElems * getElementBytes(element));
   };
   SmallVector<Type> paramTypes;
   for (Update *u : group)
     paramTypes.push_back(u->paramType());
   int64_t packed;
   SmallVector<int64_t> offsets = computeBucketOffsets(
-      paramTypes, alignElems * elementBytes(paramElement), &packed);
+      paramTypes, alignElems * getElementBytes(paramElement), &packed);
   int64_t padded = llvm::alignTo(packed, size * alignElems);
   int64_t shard = padded / size;
   std::string prefix = ("flat" + Twine(index)).str();

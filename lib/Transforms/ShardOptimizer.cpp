@@ -44,10 +44,6 @@ using namespace mlir::distopt::zero;
 
 namespace mlir::distopt::zero {
 
-int64_t elementBytes(Type type) {
-  return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
-}
-
 RankedTensorType flatType(int64_t size, Type element) {
   return RankedTensorType::get({size}, element);
 }

@@ -40,7 +40,6 @@ struct Update {
   int64_t numel() const { return paramType().getNumElements(); }
 };
 
-int64_t elementBytes(Type type);
 RankedTensorType flatType(int64_t size, Type element);
 /// `value` converted, as Update::convert does, to `type`'s element type.
 Value convertGradient(OpBuilder &b, Location loc, Value value,

@@ -58,9 +58,15 @@ struct GradInfo {
 
 /// Ops that reduce their (first) operand across ranks into their result.
 static bool isReduction(Operation *op) {
-  return isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
-             ReduceScatterStartOp, ReduceOp, ReduceStartOp, PowerSGDAllReduceOp,
-             TopKAllReduceOp>(op);
+  if (auto collective = dyn_cast<CollectiveOpInterface>(op))
+    return collective.reduces();
+  return isa<PowerSGDAllReduceOp, TopKAllReduceOp>(op);
+}
+
+static bool isReduceScatter(Operation *op) {
+  auto collective = dyn_cast<CollectiveOpInterface>(op);
+  return collective &&
+         collective.getCollectiveKind() == CollectiveKind::ReduceScatter;
 }
 
 struct VerifyCollectivesPass
@@ -271,7 +277,7 @@ LogicalResult VerifyCollectivesPass::checkGradients(FunctionOpInterface func) {
       if (it == info.end())
         return;
       GradInfo out = it->second;
-      if (isa<ReduceScatterOp, ReduceScatterStartOp>(op))
+      if (isReduceScatter(op))
         out = flat(op->getOperand(0)); // a chunk no longer holds whole slots
       GradInfo flatIn = flat(op->getOperand(0));
       for (auto [grad, count] : flatIn.counts)

@@ -309,7 +309,7 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
       return {reduce(factors.front())};
     auto element =
         cast<RankedTensorType>(factors.front().getType()).getElementType();
-    int64_t alignment = llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+    int64_t alignment = getElementBytes(element);
     int64_t total;
     computeBucketOffsets(ValueRange(factors).getTypes(), alignment, &total);
     auto pack =

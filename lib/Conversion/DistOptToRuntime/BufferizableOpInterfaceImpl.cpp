@@ -25,54 +25,26 @@ using namespace mlir::distopt;
 namespace {
 
 /// The runtime arguments of one collective after (comm, send, recv).
-template <typename OpTy>
-SmallVector<Value> collectiveArgs(RuntimeCalls &rt, OpTy op, int64_t count,
-                                  Type element) {
-  int64_t wire = RuntimeCalls::dtypeCode(element);
-  if (std::optional<Type> wireType = op.getWireType())
-    wire = RuntimeCalls::dtypeCode(*wireType);
+SmallVector<Value> collectiveArgs(RuntimeCalls &rt, CollectiveOpInterface op,
+                                  int64_t count, Type element) {
+  Type wire = op.getWireType().value_or(element);
   SmallVector<Value> args = {rt.i64(count),
                              rt.i32(RuntimeCalls::dtypeCode(element))};
-  if constexpr (std::is_same_v<OpTy, AllReduceOp> ||
-                std::is_same_v<OpTy, ReduceScatterOp> ||
-                std::is_same_v<OpTy, ReduceOp> ||
-                std::is_same_v<OpTy, AllReduceStartOp> ||
-                std::is_same_v<OpTy, ReduceScatterStartOp> ||
-                std::is_same_v<OpTy, ReduceStartOp>) {
-    args.push_back(rt.i32(static_cast<int64_t>(op.getReduction())));
-    args.push_back(
-        rt.f64(op.getScale() ? op.getScale()->convertToDouble() : 1.0));
+  if (std::optional<ReductionKind> reduction = op.getReductionKind()) {
+    std::optional<APFloat> scale = op.getScale();
+    args.push_back(rt.i32(static_cast<int64_t>(*reduction)));
+    args.push_back(rt.f64(scale ? scale->convertToDouble() : 1.0));
   }
-  if constexpr (std::is_same_v<OpTy, BroadcastOp> ||
-                std::is_same_v<OpTy, ReduceOp> ||
-                std::is_same_v<OpTy, BroadcastStartOp> ||
-                std::is_same_v<OpTy, ReduceStartOp>)
-    args.push_back(rt.i64(op.getRoot()));
-  args.push_back(rt.i32(wire));
+  if (std::optional<int64_t> root = op.getRootRank())
+    args.push_back(rt.i64(*root));
+  args.push_back(rt.i32(RuntimeCalls::dtypeCode(wire)));
   return args;
 }
 
-template <typename OpTy> constexpr StringLiteral runtimeName() {
-  if constexpr (std::is_same_v<OpTy, AllReduceStartOp>)
-    return "distopt_rt_all_reduce_start";
-  else if constexpr (std::is_same_v<OpTy, ReduceScatterStartOp>)
-    return "distopt_rt_reduce_scatter_start";
-  else if constexpr (std::is_same_v<OpTy, AllGatherStartOp>)
-    return "distopt_rt_all_gather_start";
-  else if constexpr (std::is_same_v<OpTy, BroadcastStartOp>)
-    return "distopt_rt_broadcast_start";
-  else if constexpr (std::is_same_v<OpTy, ReduceStartOp>)
-    return "distopt_rt_reduce_start";
-  else if constexpr (std::is_same_v<OpTy, AllReduceOp>)
-    return "distopt_rt_all_reduce";
-  else if constexpr (std::is_same_v<OpTy, ReduceScatterOp>)
-    return "distopt_rt_reduce_scatter";
-  else if constexpr (std::is_same_v<OpTy, AllGatherOp>)
-    return "distopt_rt_all_gather";
-  else if constexpr (std::is_same_v<OpTy, BroadcastOp>)
-    return "distopt_rt_broadcast";
-  else
-    return "distopt_rt_reduce";
+/// The runtime's element count: the per-rank chunk of a reduce_scatter or
+/// all_gather (the smaller side), the whole tensor otherwise.
+int64_t runtimeCount(ShapedType input, ShapedType yielded) {
+  return std::min(input.getNumElements(), yielded.getNumElements());
 }
 
 /// A collective's input buffer and the size of its group.
@@ -80,8 +52,7 @@ struct Input {
   Value buffer;
   int64_t groupSize;
 };
-template <typename OpTy>
-FailureOr<Input> getInput(OpTy c, RewriterBase &rewriter,
+FailureOr<Input> getInput(CollectiveOpInterface c, RewriterBase &rewriter,
                           const BufferizationOptions &options,
                           BufferizationState &state) {
   FailureOr<Value> buffer = getBuffer(rewriter, c.getInput(), options, state);
@@ -93,29 +64,40 @@ FailureOr<Input> getInput(OpTy c, RewriterBase &rewriter,
   return Input{*buffer, group.getSize()};
 }
 
-template <typename OpTy, bool InPlace>
-struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
-                             CollectiveModel<OpTy, InPlace>, OpTy> {
+/// Whether the runtime writes the result over the input: the collectives
+/// that keep the input's shape do.
+bool worksInPlace(Operation *op) {
+  auto c = cast<CollectiveOpInterface>(op);
+  return c.getInput().getType() == c.getYieldedType();
+}
+
+template <typename OpTy>
+struct CollectiveModel
+    : public BufferizableOpInterface::ExternalModel<CollectiveModel<OpTy>,
+                                                    OpTy> {
   bool bufferizesToMemoryRead(Operation *, OpOperand &,
                               const AnalysisState &) const {
     return true;
   }
-  bool bufferizesToMemoryWrite(Operation *, OpOperand &,
+  bool bufferizesToMemoryWrite(Operation *op, OpOperand &,
                                const AnalysisState &) const {
-    return InPlace;
+    return worksInPlace(op);
   }
   AliasingValueList getAliasingValues(Operation *op, OpOperand &,
                                       const AnalysisState &) const {
-    if (!InPlace)
+    if (!worksInPlace(op))
       return {};
     return {{op->getResult(0), BufferRelation::Equivalent}};
   }
-  bool bufferizesToAllocation(Operation *, Value) const { return !InPlace; }
+  bool bufferizesToAllocation(Operation *op, Value) const {
+    return !worksInPlace(op);
+  }
 
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options,
                           BufferizationState &state) const {
-    auto c = cast<OpTy>(op);
+    auto c = cast<CollectiveOpInterface>(op);
+    bool inPlace = worksInPlace(op);
     Location loc = op->getLoc();
     FailureOr<Input> in = getInput(c, rewriter, options, state);
     if (failed(in))
@@ -135,8 +117,8 @@ struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
       memref::CopyOp::create(rewriter, loc, buffer, input)
           ->setAttr(kRequestInputAttr, rewriter.getUnitAttr());
     }
-    auto resultType = cast<RankedTensorType>(c.getType());
-    Value output = InPlace ? input
+    RankedTensorType resultType = c.getYieldedType();
+    Value output = inPlace ? input
                            : memref::AllocOp::create(rewriter, loc,
                                                      contiguousType(resultType))
                                  .getResult();
@@ -144,16 +126,14 @@ struct CollectiveModel : public BufferizableOpInterface::ExternalModel<
     RuntimeCalls rt(rewriter, loc, op);
     Value comm = rt.world(in->groupSize);
     Value send = rt.pointer(input);
-    Value recv = InPlace ? send : rt.pointer(output);
-    int64_t count = InPlace || std::is_same_v<OpTy, ReduceScatterOp>
-                        ? resultType.getNumElements()
-                        : inputType.getNumElements();
+    Value recv = inPlace ? send : rt.pointer(output);
     SmallVector<Value> args = {comm, send, recv};
-    llvm::append_range(
-        args, collectiveArgs(rt, c, count, resultType.getElementType()));
-    rt.call(runtimeName<OpTy>(), args);
+    llvm::append_range(args, collectiveArgs(rt, c,
+                                            runtimeCount(inputType, resultType),
+                                            resultType.getElementType()));
+    rt.call(getRuntimeFunctionName(c), args);
 
-    if (InPlace && copied) { // the result lives in the original buffer
+    if (inPlace && copied) { // the result lives in the original buffer
       memref::CopyOp::create(rewriter, loc, input, buffer);
       output = buffer;
     }
@@ -186,7 +166,7 @@ struct StartModel
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options,
                           BufferizationState &state) const {
-    auto c = cast<OpTy>(op);
+    auto c = cast<CollectiveOpInterface>(op);
     Location loc = op->getLoc();
     FailureOr<Input> in = getInput(c, rewriter, options, state);
     if (failed(in))
@@ -194,7 +174,7 @@ struct StartModel
     Value buffer = in->buffer;
     rewriter.setInsertionPoint(op);
     auto inputType = cast<MemRefType>(buffer.getType());
-    RankedTensorType resultType = c.getToken().getType().getValueType();
+    RankedTensorType resultType = c.getYieldedType();
     bool sameShape = inputType.getShape() == resultType.getShape();
     // The request's own copy of the input (in place for same-shape ones).
     Value input = memref::AllocOp::create(
@@ -213,17 +193,15 @@ struct StartModel
     Value comm = rt.world(in->groupSize);
     Value send = rt.pointer(input);
     Value recv = sameShape ? send : rt.pointer(output);
-    int64_t count = std::is_same_v<OpTy, AllGatherStartOp>
-                        ? inputType.getNumElements()
-                        : resultType.getNumElements();
     Value request = rt.requestSlot();
     SmallVector<Value> args = {comm, send, recv};
-    llvm::append_range(
-        args, collectiveArgs(rt, c, count, resultType.getElementType()));
+    llvm::append_range(args, collectiveArgs(rt, c,
+                                            runtimeCount(inputType, resultType),
+                                            resultType.getElementType()));
     args.push_back(request);
-    rt.call(runtimeName<OpTy>(), args);
+    rt.call(getRuntimeFunctionName(c), args);
     Value token = UnrealizedConversionCastOp::create(
-                      rewriter, loc, c.getToken().getType(),
+                      rewriter, loc, op->getResult(0).getType(),
                       ValueRange{rt.load(request), output})
                       .getResult(0);
     rewriter.replaceOp(op, token);
@@ -264,23 +242,20 @@ struct WaitModel
   }
 };
 
+template <template <typename> class Model, typename... Ops>
+void attachModels(MLIRContext &context) {
+  (Ops::template attachInterface<Model<Ops>>(context), ...);
+}
+
 } // namespace
 
 void mlir::distopt::registerBufferizableOpInterfaceExternalModels(
     DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *context, DistOptDialect *) {
-    AllReduceOp::attachInterface<CollectiveModel<AllReduceOp, true>>(*context);
-    BroadcastOp::attachInterface<CollectiveModel<BroadcastOp, true>>(*context);
-    ReduceOp::attachInterface<CollectiveModel<ReduceOp, true>>(*context);
-    ReduceScatterOp::attachInterface<CollectiveModel<ReduceScatterOp, false>>(
-        *context);
-    AllGatherOp::attachInterface<CollectiveModel<AllGatherOp, false>>(*context);
-    AllReduceStartOp::attachInterface<StartModel<AllReduceStartOp>>(*context);
-    ReduceScatterStartOp::attachInterface<StartModel<ReduceScatterStartOp>>(
-        *context);
-    AllGatherStartOp::attachInterface<StartModel<AllGatherStartOp>>(*context);
-    BroadcastStartOp::attachInterface<StartModel<BroadcastStartOp>>(*context);
-    ReduceStartOp::attachInterface<StartModel<ReduceStartOp>>(*context);
+    attachModels<CollectiveModel, AllReduceOp, BroadcastOp, ReduceOp,
+                 ReduceScatterOp, AllGatherOp>(*context);
+    attachModels<StartModel, AllReduceStartOp, ReduceScatterStartOp,
+                 AllGatherStartOp, BroadcastStartOp, ReduceStartOp>(*context);
     WaitOp::attachInterface<WaitModel>(*context);
   });
 }

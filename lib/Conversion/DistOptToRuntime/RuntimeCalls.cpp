@@ -2,6 +2,8 @@
 
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -106,7 +108,7 @@ Value RuntimeCalls::pointer(Value buffer) {
   // A view (a bucket's slice) starts `offset` elements past its base.
   auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, buffer);
   Value bytes = arith::ConstantIndexOp::create(
-      b, loc, llvm::divideCeil(type.getElementTypeBitWidth(), 8));
+      b, loc, getElementBytes(type.getElementType()));
   Value address = arith::AddIOp::create(
       b, loc, base, arith::MulIOp::create(b, loc, metadata.getOffset(), bytes));
   Value asInt = arith::IndexCastOp::create(b, loc, b.getI64Type(), address);

@@ -1,10 +1,14 @@
 //===- DistOptOps.cpp - distopt operations ----------------------*- C++ -*-===//
 //
-// Verifiers, folders, canonicalizations, type inference and custom assembly
-// directives of the distopt ops. Every diagnostic here has a case in
+// Custom assembly directives, and the verifiers, folders and
+// canonicalizations of process groups, buckets and sharding. Collectives and
+// compression are in CollectiveOps.cpp, optimizer updates and mixed precision
+// in OptimizerOps.cpp. Every diagnostic of the three files has a case in
 // test/Dialect/DistOpt/invalid.mlir that checks its text.
 //
 //===----------------------------------------------------------------------===//
+
+#include "OpHelpers.h"
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 
@@ -21,6 +25,7 @@
 
 using namespace mlir;
 using namespace mlir::distopt;
+using namespace mlir::distopt::detail;
 
 //===----------------------------------------------------------------------===//
 // Helpers
@@ -33,10 +38,10 @@ ProcessGroupOp mlir::distopt::lookupProcessGroup(Operation *from,
   return SymbolTable::lookupNearestSymbolFrom<ProcessGroupOp>(from, symbol);
 }
 
-/// Looks up the process group `symbol` for a verifier; emits an error on `op`
-/// and returns null when it does not name one.
-static ProcessGroupOp verifyGroupSymbol(Operation *op, FlatSymbolRefAttr symbol,
-                                        SymbolTableCollection &symbolTable) {
+ProcessGroupOp
+mlir::distopt::detail::verifyGroupSymbol(Operation *op,
+                                         FlatSymbolRefAttr symbol,
+                                         SymbolTableCollection &symbolTable) {
   auto group =
       symbolTable.lookupNearestSymbolFrom<ProcessGroupOp>(op, symbol.getAttr());
   if (!group)
@@ -44,21 +49,29 @@ static ProcessGroupOp verifyGroupSymbol(Operation *op, FlatSymbolRefAttr symbol,
   return group;
 }
 
-/// The size of the group `symbol` names when it is 1, for folders.
-static bool isSingletonGroup(Operation *op, FlatSymbolRefAttr symbol) {
+bool mlir::distopt::detail::isSingletonGroup(Operation *op,
+                                             FlatSymbolRefAttr symbol) {
   ProcessGroupOp group = lookupProcessGroup(op, symbol);
   return group && group.getSize() == 1;
 }
 
-/// Prints a double the way users wrote it in diagnostics.
-static std::string formatDouble(double value) {
+std::string mlir::distopt::detail::formatDouble(double value) {
   char text[32];
   snprintf(text, sizeof(text), "%g", value);
   return text;
 }
 
-static int64_t elementBytes(Type elementType) {
-  return llvm::divideCeil(elementType.getIntOrFloatBitWidth(), 8);
+int64_t mlir::distopt::getElementBytes(Type type) {
+  if (type.isIntOrFloat())
+    return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
+  return type.isIndex() ? 8 : 0;
+}
+
+int64_t mlir::distopt::getShapedBytes(ShapedType type, Type elementType) {
+  if (!type.hasStaticShape())
+    return 0;
+  return type.getNumElements() *
+         getElementBytes(elementType ? elementType : type.getElementType());
 }
 
 SmallVector<int64_t> mlir::distopt::computeBucketOffsets(TypeRange types,
@@ -72,7 +85,7 @@ SmallVector<int64_t> mlir::distopt::computeBucketOffsets(TypeRange types,
   for (Type type : types) {
     auto tensor = cast<RankedTensorType>(type);
     int64_t alignElems = std::max<int64_t>(
-        1, alignmentBytes / elementBytes(tensor.getElementType()));
+        1, alignmentBytes / getElementBytes(tensor.getElementType()));
     int64_t offset = end > kMax - alignElems
                          ? kMax
                          : static_cast<int64_t>(llvm::alignTo(end, alignElems));
@@ -204,229 +217,6 @@ OpFoldResult GroupSizeOp::fold(FoldAdaptor) {
 }
 
 //===----------------------------------------------------------------------===//
-// Collectives
-//===----------------------------------------------------------------------===//
-
-/// The tensor a collective yields: its result, or what its token carries.
-static RankedTensorType getYieldedType(Value result) {
-  if (auto token = dyn_cast<TokenType>(result.getType()))
-    return token.getValueType();
-  return cast<RankedTensorType>(result.getType());
-}
-
-bool mlir::distopt::communicates(Operation *op) {
-  auto effects = dyn_cast<MemoryEffectOpInterface>(op);
-  if (!effects)
-    return false;
-  SmallVector<MemoryEffects::EffectInstance> instances;
-  effects.getEffects(instances);
-  return llvm::any_of(instances, [](const MemoryEffects::EffectInstance &e) {
-    return e.getResource() == CommunicatorResource::get();
-  });
-}
-
-bool mlir::distopt::isRepresentableScale(const APFloat &scale, FloatType type) {
-  // The scale is applied in the element type: a factor that rounds to zero or
-  // overflows there would silently zero or destroy the gradients.
-  APFloat converted = scale;
-  bool losesInfo;
-  converted.convert(type.getFloatSemantics(), APFloat::rmNearestTiesToEven,
-                    &losesInfo);
-  return scale.isFinite() && !converted.isInfinity() &&
-         (!converted.isZero() || scale.isZero());
-}
-
-/// Checks a reduction kind and its optional scale against an element type.
-static LogicalResult verifyReduction(Operation *op, ReductionKind kind,
-                                     std::optional<APFloat> scale,
-                                     Type elementType) {
-  if (kind != ReductionKind::PremulSum) {
-    if (scale)
-      return op->emitOpError("a scale is only valid with premul_sum");
-    return success();
-  }
-  if (!scale)
-    return op->emitOpError("premul_sum requires a scale");
-  auto floatType = dyn_cast<FloatType>(elementType);
-  if (!floatType)
-    return op->emitOpError()
-           << "premul_sum requires a floating-point element type, got "
-           << elementType;
-  if (!scale->isFinite())
-    return op->emitOpError("premul_sum scale must be finite");
-  // The scale is applied in the element type: a factor that rounds to zero or
-  // overflows there would silently zero or destroy the gradients.
-  APFloat converted = *scale;
-  bool losesInfo;
-  converted.convert(floatType.getFloatSemantics(), APFloat::rmNearestTiesToEven,
-                    &losesInfo);
-  if ((converted.isZero() && !scale->isZero()) || converted.isInfinity())
-    return op->emitOpError()
-           << "premul_sum scale " << formatDouble(scale->convertToDouble())
-           << " is not representable in " << elementType;
-  return success();
-}
-
-/// Checks the optional wire type against the data's element type.
-static LogicalResult verifyWireType(Operation *op, std::optional<Type> wire,
-                                    Type elementType) {
-  if (!wire)
-    return success();
-  if (!isa<FloatType>(elementType))
-    return op->emitOpError()
-           << "a wire type requires floating-point data, got " << elementType;
-  if (wire->getIntOrFloatBitWidth() > elementType.getIntOrFloatBitWidth())
-    return op->emitOpError()
-           << "wire type " << *wire << " is wider than the element type "
-           << elementType;
-  return success();
-}
-
-/// Common checks of every collective: reduction, wire type, the yielded type.
-/// `sameShape` collectives yield the input's type; the others (all_gather,
-/// reduce_scatter) change dimension 0 only, checked against the group size
-/// in verifyCollectiveGroup.
-template <typename OpTy>
-static LogicalResult verifyCollective(OpTy op, bool sameShape) {
-  auto inputType = cast<RankedTensorType>(op.getInput().getType());
-  RankedTensorType yielded = getYieldedType(op->getResult(0));
-  Type elementType = inputType.getElementType();
-  if (failed(verifyWireType(op, op.getWireType(), elementType)))
-    return failure();
-  if (sameShape) {
-    if (yielded != inputType)
-      return op.emitOpError()
-             << "yields " << yielded << " but the input is " << inputType;
-    return success();
-  }
-  if (inputType.getRank() == 0)
-    return op.emitOpError("requires a tensor of rank at least 1");
-  if (yielded.getElementType() != elementType ||
-      yielded.getRank() != inputType.getRank() ||
-      yielded.getShape().drop_front() != inputType.getShape().drop_front())
-    return op.emitOpError()
-           << "yields " << yielded << ", which differs from the input "
-           << inputType << " in more than dimension 0";
-  return success();
-}
-
-template <typename OpTy>
-static LogicalResult verifyReducingCollective(OpTy op, bool sameShape) {
-  if (failed(verifyReduction(
-          op, op.getReduction(), op.getScale(),
-          cast<RankedTensorType>(op.getInput().getType()).getElementType())))
-    return failure();
-  return verifyCollective(op, sameShape);
-}
-
-/// How dimension 0 of a collective's result relates to its input's.
-enum class Dim0 { Same, Gathered, Scattered };
-
-/// The checks that need the group: it exists, the root is in range, and
-/// dimension 0 of the result matches the group size.
-static LogicalResult verifyCollectiveGroup(Operation *op,
-                                           FlatSymbolRefAttr symbol,
-                                           SymbolTableCollection &symbolTable,
-                                           Value input, Value result, Dim0 dim0,
-                                           std::optional<int64_t> root) {
-  ProcessGroupOp group = verifyGroupSymbol(op, symbol, symbolTable);
-  if (!group)
-    return failure();
-  int64_t size = group.getSize();
-  if (root && (*root < 0 || *root >= size))
-    return op->emitOpError() << "root " << *root << " is out of range for "
-                             << symbol << " of size " << size;
-  if (dim0 == Dim0::Same)
-    return success();
-  auto inputType = cast<RankedTensorType>(input.getType());
-  RankedTensorType yielded = getYieldedType(result);
-  int64_t inDim = inputType.getDimSize(0);
-  if (dim0 == Dim0::Scattered && inDim % size != 0)
-    return op->emitOpError() << "dimension 0 of the input (" << inDim
-                             << ") is not divisible by the size of " << symbol
-                             << " (" << size << ")";
-  int64_t expected = dim0 == Dim0::Scattered ? inDim / size : inDim * size;
-  if (yielded.getDimSize(0) != expected)
-    return op->emitOpError() << "dimension 0 of the result must be " << expected
-                             << " for " << symbol << " of size " << size
-                             << ", got " << yielded.getDimSize(0);
-  return success();
-}
-
-#define DISTOPT_COLLECTIVE(OpTy, verifyFn, sameShape, dim0, root)              \
-  LogicalResult OpTy::verify() { return verifyFn(*this, sameShape); }          \
-  LogicalResult OpTy::verifySymbolUses(SymbolTableCollection &symbolTable) {   \
-    return verifyCollectiveGroup(*this, getGroupAttr(), symbolTable,           \
-                                 getInput(), getResult(), dim0, root);         \
-  }
-
-DISTOPT_COLLECTIVE(AllReduceOp, verifyReducingCollective, true, Dim0::Same,
-                   std::nullopt)
-DISTOPT_COLLECTIVE(AllReduceStartOp, verifyReducingCollective, true, Dim0::Same,
-                   std::nullopt)
-DISTOPT_COLLECTIVE(ReduceScatterOp, verifyReducingCollective, false,
-                   Dim0::Scattered, std::nullopt)
-DISTOPT_COLLECTIVE(ReduceScatterStartOp, verifyReducingCollective, false,
-                   Dim0::Scattered, std::nullopt)
-DISTOPT_COLLECTIVE(AllGatherOp, verifyCollective, false, Dim0::Gathered,
-                   std::nullopt)
-DISTOPT_COLLECTIVE(AllGatherStartOp, verifyCollective, false, Dim0::Gathered,
-                   std::nullopt)
-DISTOPT_COLLECTIVE(BroadcastOp, verifyCollective, true, Dim0::Same, getRoot())
-DISTOPT_COLLECTIVE(BroadcastStartOp, verifyCollective, true, Dim0::Same,
-                   getRoot())
-DISTOPT_COLLECTIVE(ReduceOp, verifyReducingCollective, true, Dim0::Same,
-                   getRoot())
-DISTOPT_COLLECTIVE(ReduceStartOp, verifyReducingCollective, true, Dim0::Same,
-                   getRoot())
-#undef DISTOPT_COLLECTIVE
-
-// On a group of one rank every collective returns its input, except a
-// premul_sum, which still scales.
-OpFoldResult AllReduceOp::fold(FoldAdaptor) {
-  if (getReduction() != ReductionKind::PremulSum &&
-      isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
-}
-
-OpFoldResult ReduceScatterOp::fold(FoldAdaptor) {
-  if (getReduction() != ReductionKind::PremulSum &&
-      isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
-}
-
-OpFoldResult ReduceOp::fold(FoldAdaptor) {
-  if (getReduction() != ReductionKind::PremulSum &&
-      isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
-}
-
-OpFoldResult AllGatherOp::fold(FoldAdaptor) {
-  if (isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
-}
-
-OpFoldResult BroadcastOp::fold(FoldAdaptor) {
-  if (isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
-}
-
-LogicalResult WaitOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location>, ValueRange operands, DictionaryAttr,
-    OpaqueProperties, RegionRange, SmallVectorImpl<Type> &inferredReturnTypes) {
-  auto token = dyn_cast<TokenType>(operands.front().getType());
-  if (!token)
-    return failure();
-  inferredReturnTypes.push_back(token.getValueType());
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
 // Buckets
 //===----------------------------------------------------------------------===//
 
@@ -447,7 +237,7 @@ static LogicalResult verifyBucket(Operation *op, RankedTensorType bucket,
   if (alignment < 1 || !llvm::isPowerOf2_64(alignment))
     return op->emitOpError()
            << "alignment must be a positive power of two, got " << alignment;
-  int64_t bytes = elementBytes(elementType);
+  int64_t bytes = getElementBytes(elementType);
   if (alignment % bytes != 0)
     return op->emitOpError()
            << "alignment (" << alignment
@@ -504,84 +294,6 @@ void BucketUnpackOp::getCanonicalizationPatterns(RewritePatternSet &results,
 }
 
 //===----------------------------------------------------------------------===//
-// Compression
-//===----------------------------------------------------------------------===//
-
-LogicalResult PowerSGDAllReduceOp::verify() {
-  if (getRank() < 1)
-    return emitOpError() << "PowerSGD rank must be at least 1, got "
-                         << getRank();
-  auto grad = cast<RankedTensorType>(getGrad().getType());
-  if (grad.getRank() != 2)
-    return emitOpError() << "gradient must be a matrix (rank 2), got rank "
-                         << grad.getRank();
-  if (grad.isDynamicDim(0) || grad.isDynamicDim(1))
-    return emitOpError("gradient must have a static shape");
-  int64_t n = grad.getDimSize(0), m = grad.getDimSize(1), r = getRank();
-  if (r > std::min(n, m))
-    return emitOpError() << "PowerSGD rank " << r
-                         << " exceeds min(rows, columns) = " << std::min(n, m);
-  auto expect = [&](Value value, int64_t rows, StringRef name,
-                    StringRef what) -> LogicalResult {
-    auto type = RankedTensorType::get({rows, r}, grad.getElementType());
-    if (value.getType() != type)
-      return emitOpError() << name << " must be " << type << " (" << what
-                           << " x rank), got " << value.getType();
-    return success();
-  };
-  if (failed(expect(getP(), n, "P", "rows of the gradient")) ||
-      failed(expect(getQ(), m, "Q", "columns of the gradient")))
-    return failure();
-  if (getError() && getError().getType() != grad)
-    return emitOpError() << "error state type " << getError().getType()
-                         << " differs from the gradient type " << grad;
-  if (!(getOrthogonalizationEpsilon().convertToDouble() >= 0))
-    return emitOpError("orthogonalization_epsilon must be non-negative");
-  return success();
-}
-
-LogicalResult PowerSGDAllReduceOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location>, ValueRange operands, DictionaryAttr,
-    OpaqueProperties, RegionRange, SmallVectorImpl<Type> &inferredReturnTypes) {
-  llvm::append_range(inferredReturnTypes, operands.getTypes());
-  return success();
-}
-
-LogicalResult
-PowerSGDAllReduceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  return success(verifyGroupSymbol(*this, getGroupAttr(), symbolTable));
-}
-
-LogicalResult OrthogonalizeOp::verify() {
-  if (getInput().getType().getRank() != 2)
-    return emitOpError() << "requires a matrix (rank 2), got rank "
-                         << getInput().getType().getRank();
-  if (!(getEpsilon().convertToDouble() >= 0))
-    return emitOpError("epsilon must be non-negative");
-  return success();
-}
-
-LogicalResult TopKAllReduceOp::verify() {
-  double density = getDensity().convertToDouble();
-  if (!(density > 0 && density <= 1))
-    return emitOpError() << "density must be in (0, 1], got "
-                         << formatDouble(density);
-  ReductionKind kind = getReduction();
-  if (kind != ReductionKind::Sum && kind != ReductionKind::Avg &&
-      kind != ReductionKind::PremulSum)
-    return emitOpError() << "top-K reduction must be sum, avg or premul_sum, "
-                            "got "
-                         << stringifyReductionKind(kind);
-  return verifyReduction(*this, kind, getScale(),
-                         getGrad().getType().getElementType());
-}
-
-LogicalResult
-TopKAllReduceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  return success(verifyGroupSymbol(*this, getGroupAttr(), symbolTable));
-}
-
-//===----------------------------------------------------------------------===//
 // Sharding
 //===----------------------------------------------------------------------===//
 
@@ -600,8 +312,11 @@ LogicalResult ShardSliceOp::verify() {
 
 LogicalResult
 ShardSliceOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  return verifyCollectiveGroup(*this, getGroupAttr(), symbolTable, getInput(),
-                               getResult(), Dim0::Scattered, std::nullopt);
+  ProcessGroupOp group = verifyGroupSymbol(*this, getGroupAttr(), symbolTable);
+  return success(group && succeeded(verifyDim0AgainstGroup(
+                              *this, group, getInput().getType().getDimSize(0),
+                              getResult().getType().getDimSize(0),
+                              /*scatters=*/true)));
 }
 
 OpFoldResult ShardSliceOp::fold(FoldAdaptor) {
@@ -662,221 +377,6 @@ struct InlineSingletonOwnedBy : OpRewritePattern<OwnedByOp> {
 void OwnedByOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                             MLIRContext *context) {
   results.add<InlineSingletonOwnedBy>(context);
-}
-
-//===----------------------------------------------------------------------===//
-// Optimizer updates
-//===----------------------------------------------------------------------===//
-
-/// Checks `lo <= value` (and `value < hi` when given) for a hyperparameter;
-/// NaN fails every range.
-static LogicalResult checkRange(Operation *op, StringRef name, APFloat value,
-                                double lo, std::optional<double> hi = {}) {
-  double v = value.convertToDouble();
-  if (hi) {
-    if (!(v >= lo && v < *hi))
-      return op->emitOpError()
-             << "'" << name << "' must be in [" << formatDouble(lo) << ", "
-             << formatDouble(*hi) << "), got " << formatDouble(v);
-    return success();
-  }
-  if (!(v >= lo))
-    return op->emitOpError()
-           << "'" << name << "' must be non-negative, got " << formatDouble(v);
-  return success();
-}
-
-/// The checks every optimizer update shares: types, state count, and the
-/// learning rate and step where they are constants.
-template <typename OpTy>
-static LogicalResult verifyOptimizer(OpTy op, StringRef stateNames) {
-  Type paramType = op.getParam().getType();
-  if (op.getGrad().getType() != paramType)
-    return op.emitOpError() << "gradient type " << op.getGrad().getType()
-                            << " differs from the parameter type " << paramType;
-  for (auto [index, state] : llvm::enumerate(op.getState()))
-    if (state.getType() != paramType)
-      return op.emitOpError()
-             << "state #" << index << " type " << state.getType()
-             << " differs from the parameter type " << paramType;
-  unsigned expected = op.getExpectedNumState();
-  if (op.getState().size() != expected)
-    return op.emitOpError()
-           << "expects " << expected << " state tensors (" << stateNames
-           << ") for these hyperparameters, got " << op.getState().size();
-  FloatAttr lr;
-  if (matchPattern(op.getLr(), m_Constant(&lr)) &&
-      !(lr.getValueAsDouble() >= 0))
-    return op.emitOpError() << "learning rate must be non-negative, got "
-                            << formatDouble(lr.getValueAsDouble());
-  APInt step;
-  if (matchPattern(op.getStep(), m_ConstantInt(&step)) &&
-      step.getSExtValue() < 1)
-    return op.emitOpError()
-           << "step counts from 1, got " << step.getSExtValue();
-  return success();
-}
-
-/// Results: the parameter's type, then each state tensor's.
-static LogicalResult inferOptimizerTypes(ValueRange operands,
-                                         SmallVectorImpl<Type> &types) {
-  // Operands: param, grad, state..., lr, step.
-  if (operands.size() < 4)
-    return failure();
-  types.push_back(operands[0].getType());
-  for (Value state : operands.drop_front(2).drop_back(2))
-    types.push_back(state.getType());
-  return success();
-}
-
-#define DISTOPT_OPTIMIZER_INFER(OpTy)                                          \
-  LogicalResult OpTy::inferReturnTypes(                                        \
-      MLIRContext *, std::optional<Location>, ValueRange operands,             \
-      DictionaryAttr, OpaqueProperties, RegionRange,                           \
-      SmallVectorImpl<Type> &inferredReturnTypes) {                            \
-    return inferOptimizerTypes(operands, inferredReturnTypes);                 \
-  }
-DISTOPT_OPTIMIZER_INFER(SGDUpdateOp)
-DISTOPT_OPTIMIZER_INFER(AdamUpdateOp)
-DISTOPT_OPTIMIZER_INFER(AdamWUpdateOp)
-DISTOPT_OPTIMIZER_INFER(RMSpropUpdateOp)
-DISTOPT_OPTIMIZER_INFER(AdagradUpdateOp)
-#undef DISTOPT_OPTIMIZER_INFER
-
-unsigned SGDUpdateOp::getExpectedNumState() {
-  return getMomentum().isZero() ? 0 : 1;
-}
-
-LogicalResult SGDUpdateOp::verify() {
-  if (failed(checkRange(*this, "momentum", getMomentum(), 0)) ||
-      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)))
-    return failure();
-  if (getNesterov() && (getMomentum().isZero() || !getDampening().isZero()))
-    return emitOpError("nesterov requires a momentum and zero dampening");
-  return verifyOptimizer(*this, "the momentum buffer when momentum != 0");
-}
-
-unsigned AdamUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
-unsigned AdamWUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
-
-template <typename OpTy> static LogicalResult verifyAdam(OpTy op) {
-  if (failed(checkRange(op, "beta1", op.getBeta1(), 0, 1.0)) ||
-      failed(checkRange(op, "beta2", op.getBeta2(), 0, 1.0)) ||
-      failed(checkRange(op, "eps", op.getEps(), 0)) ||
-      failed(checkRange(op, "weight_decay", op.getWeightDecay(), 0)))
-    return failure();
-  return verifyOptimizer(
-      op, "exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad");
-}
-
-LogicalResult AdamUpdateOp::verify() { return verifyAdam(*this); }
-LogicalResult AdamWUpdateOp::verify() { return verifyAdam(*this); }
-
-unsigned RMSpropUpdateOp::getExpectedNumState() {
-  return 1 + (getMomentum().convertToDouble() > 0) + getCentered();
-}
-
-LogicalResult RMSpropUpdateOp::verify() {
-  if (failed(checkRange(*this, "alpha", getAlpha(), 0)) ||
-      failed(checkRange(*this, "eps", getEps(), 0)) ||
-      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
-      failed(checkRange(*this, "momentum", getMomentum(), 0)))
-    return failure();
-  return verifyOptimizer(*this, "square_avg, momentum_buffer when momentum > "
-                                "0, grad_avg when centered");
-}
-
-unsigned AdagradUpdateOp::getExpectedNumState() { return 1; }
-
-LogicalResult AdagradUpdateOp::verify() {
-  if (failed(checkRange(*this, "lr_decay", getLrDecay(), 0)) ||
-      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
-      failed(checkRange(*this, "eps", getEps(), 0)) ||
-      failed(checkRange(*this, "initial_accumulator_value",
-                        getInitialAccumulatorValue(), 0)))
-    return failure();
-  return verifyOptimizer(*this, "the sum of squares");
-}
-
-//===----------------------------------------------------------------------===//
-// Mixed precision and clipping
-//===----------------------------------------------------------------------===//
-
-/// Ops whose communication depends on an optional group: they communicate
-/// (and so must stay in order with the collectives) only when it is present.
-static void addGroupEffects(
-    FlatSymbolRefAttr group,
-    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
-  if (!group)
-    return;
-  effects.emplace_back(MemoryEffects::Read::get(), CommunicatorResource::get());
-  effects.emplace_back(MemoryEffects::Write::get(),
-                       CommunicatorResource::get());
-}
-
-static LogicalResult verifyOptionalGroup(Operation *op, FlatSymbolRefAttr group,
-                                         SymbolTableCollection &symbolTable) {
-  return success(!group || verifyGroupSymbol(op, group, symbolTable));
-}
-
-LogicalResult AllFiniteOp::verify() {
-  if (getInputs().empty())
-    return emitOpError("requires at least one input");
-  return success();
-}
-
-void AllFiniteOp::getEffects(
-    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
-  addGroupEffects(getGroupAttr(), effects);
-}
-
-LogicalResult AllFiniteOp::verifySymbolUses(SymbolTableCollection &table) {
-  return verifyOptionalGroup(*this, getGroupAttr(), table);
-}
-
-LogicalResult LossScaleUpdateOp::verify() {
-  if (!(getGrowthFactor().convertToDouble() > 1))
-    return emitOpError() << "growth_factor must be greater than 1, got "
-                         << formatDouble(getGrowthFactor().convertToDouble());
-  double backoff = getBackoffFactor().convertToDouble();
-  if (!(backoff > 0 && backoff < 1))
-    return emitOpError() << "backoff_factor must be in (0, 1), got "
-                         << formatDouble(backoff);
-  if (getGrowthInterval() < 1)
-    return emitOpError() << "growth_interval must be at least 1, got "
-                         << getGrowthInterval();
-  return success();
-}
-
-LogicalResult ClipGradNormOp::verify() {
-  if (getInputs().empty())
-    return emitOpError("requires at least one input");
-  if (getClipped().getTypes() != getInputs().getTypes())
-    return emitOpError() << "results " << getClipped().getTypes()
-                         << " differ from the inputs "
-                         << getInputs().getTypes();
-  double maxNorm = getMaxNorm().convertToDouble();
-  if (!(maxNorm > 0) || std::isinf(maxNorm))
-    return emitOpError() << "max_norm must be positive and finite, got "
-                         << formatDouble(maxNorm);
-  double normType = getNormType().convertToDouble();
-  if (!(normType > 0))
-    return emitOpError() << "norm_type must be positive (inf for the maximum "
-                            "norm), got "
-                         << formatDouble(normType);
-  return success();
-}
-
-void ClipGradNormOp::getEffects(
-    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
-  addGroupEffects(getGroupAttr(), effects);
-}
-
-LogicalResult ClipGradNormOp::verifySymbolUses(SymbolTableCollection &table) {
-  return verifyOptionalGroup(*this, getGroupAttr(), table);
 }
 
 #define GET_OP_CLASSES

@@ -59,6 +59,18 @@ def DistOpt_ReductionKind : I32EnumAttr<"ReductionKind",
   let cppNamespace = "::mlir::distopt";
 }
 
+def DistOpt_CollectiveKind : I32EnumAttr<"CollectiveKind",
+    "what a collective computes; its name is the op's and the runtime's", [
+  I32EnumAttrCase<"AllReduce", 0, "all_reduce">,
+  I32EnumAttrCase<"ReduceScatter", 1, "reduce_scatter">,
+  I32EnumAttrCase<"AllGather", 2, "all_gather">,
+  I32EnumAttrCase<"Broadcast", 3, "broadcast">,
+  I32EnumAttrCase<"Reduce", 4, "reduce">
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::distopt";
+}
+
 def DistOpt_ReductionKindAttr
     : EnumAttr<DistOpt_Dialect, DistOpt_ReductionKind, "reduction"> {
   let assemblyFormat = "`<` $value `>`";

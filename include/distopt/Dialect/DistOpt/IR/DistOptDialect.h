@@ -24,6 +24,14 @@
 
 namespace mlir::distopt {
 
+/// Bytes one element of `type` takes: ceil(bits / 8) for integers and floats,
+/// 8 for index, 0 for types that hold no data.
+int64_t getElementBytes(Type type);
+
+/// Bytes of a statically shaped tensor or memref of `type`, with its elements
+/// taken as `elementType` when given (a wire type); 0 when dynamic.
+int64_t getShapedBytes(ShapedType type, Type elementType = {});
+
 /// The inter-rank communicator: every op that communicates reads and writes
 /// it, which keeps collectives in program order relative to each other.
 struct CommunicatorResource

@@ -8,6 +8,7 @@
 #define DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_H
 
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Dialect/DistOpt/IR/DistOptInterfaces.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpDefinition.h"

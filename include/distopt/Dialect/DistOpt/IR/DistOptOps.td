@@ -11,6 +11,7 @@
 #define DISTOPT_DIALECT_DISTOPT_IR_DISTOPTOPS_TD
 
 include "distopt/Dialect/DistOpt/IR/DistOptBase.td"
+include "distopt/Dialect/DistOpt/IR/DistOptInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
@@ -85,9 +86,32 @@ defvar ReductionArgs = (ins
 
 defvar RootArg = (ins DistOpt_I64Attr:$root);
 
-class DistOpt_CollectiveOp<string mnemonic, list<Trait> traits = []>
-    : DistOpt_GroupOp<mnemonic, traits> {
-  let hasVerifier = 1;
+/// A collective of kind `kind` (a CollectiveKind case). `reduces` and `rooted`
+/// say whether it has the ReductionArgs and the RootArg; the interface reads
+/// them through the accessors declared here, and checks the op.
+class DistOpt_CollectiveOp<string mnemonic, string kind, bit reduces,
+                           bit rooted, list<Trait> traits = []>
+    : DistOpt_Op<mnemonic, !listconcat(traits, [DistOpt_Communicates,
+        SymbolUserOpInterface, DistOpt_CollectiveOpInterface])> {
+  let extraClassDeclaration = [{
+    ::mlir::distopt::CollectiveKind getCollectiveKind() {
+      return ::mlir::distopt::CollectiveKind::}] # kind # [{;
+    }
+    std::optional<::mlir::distopt::ReductionKind> getReductionKind() {
+      return }] # !if(reduces, "getReduction()", "std::nullopt") # [{;
+    }
+  }] # !if(reduces, "", [{
+    std::optional<::llvm::APFloat> getScale() { return std::nullopt; }
+  }]) # [{
+    std::optional<int64_t> getRootRank() {
+      return }] # !if(rooted, "getRoot()", "std::nullopt") # [{;
+    }
+    ::mlir::LogicalResult verifySymbolUses(
+        ::mlir::SymbolTableCollection &symbolTable) {
+      return ::mlir::distopt::detail::verifyCollectiveSymbolUses(
+          *this, symbolTable);
+    }
+  }];
 }
 
 defvar AllReduceDoc = [{
@@ -97,7 +121,7 @@ defvar AllReduceDoc = [{
   (bf16/f16 compression) and are converted back to the input's type.
 }];
 
-def DistOpt_AllReduceOp : DistOpt_CollectiveOp<"all_reduce",
+def DistOpt_AllReduceOp : DistOpt_CollectiveOp<"all_reduce", "AllReduce", 1, 0,
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "reduce a tensor over a group, result on every rank";
   let description = AllReduceDoc # [{
@@ -117,7 +141,7 @@ def DistOpt_AllReduceOp : DistOpt_CollectiveOp<"all_reduce",
   let hasFolder = 1;
 }
 
-def DistOpt_AllReduceStartOp : DistOpt_CollectiveOp<"all_reduce_start"> {
+def DistOpt_AllReduceStartOp : DistOpt_CollectiveOp<"all_reduce_start", "AllReduce", 1, 0> {
   let summary = "start an asynchronous all_reduce";
   let description = AllReduceDoc # [{
     Returns a token; `distopt.wait` on it yields the reduced tensor.
@@ -141,7 +165,7 @@ defvar ReduceScatterDoc = [{
   must be divisible by the group size.
 }];
 
-def DistOpt_ReduceScatterOp : DistOpt_CollectiveOp<"reduce_scatter"> {
+def DistOpt_ReduceScatterOp : DistOpt_CollectiveOp<"reduce_scatter", "ReduceScatter", 1, 0> {
   let summary = "reduce over a group and scatter the chunks along dim 0";
   let description = ReduceScatterDoc # [{
     ```mlir
@@ -157,7 +181,8 @@ def DistOpt_ReduceScatterOp : DistOpt_CollectiveOp<"reduce_scatter"> {
   let hasFolder = 1;
 }
 
-def DistOpt_ReduceScatterStartOp : DistOpt_CollectiveOp<"reduce_scatter_start"> {
+def DistOpt_ReduceScatterStartOp : DistOpt_CollectiveOp<"reduce_scatter_start", "ReduceScatter",
+    1, 0> {
   let summary = "start an asynchronous reduce_scatter";
   let description = ReduceScatterDoc # [{
     ```mlir
@@ -177,7 +202,7 @@ defvar AllGatherDoc = [{
   rank receives the concatenation.
 }];
 
-def DistOpt_AllGatherOp : DistOpt_CollectiveOp<"all_gather"> {
+def DistOpt_AllGatherOp : DistOpt_CollectiveOp<"all_gather", "AllGather", 0, 0> {
   let summary = "concatenate the inputs of all ranks along dim 0";
   let description = AllGatherDoc # [{
     ```mlir
@@ -192,7 +217,7 @@ def DistOpt_AllGatherOp : DistOpt_CollectiveOp<"all_gather"> {
   let hasFolder = 1;
 }
 
-def DistOpt_AllGatherStartOp : DistOpt_CollectiveOp<"all_gather_start"> {
+def DistOpt_AllGatherStartOp : DistOpt_CollectiveOp<"all_gather_start", "AllGather", 0, 0> {
   let summary = "start an asynchronous all_gather";
   let description = AllGatherDoc # [{
     ```mlir
@@ -211,7 +236,7 @@ defvar BroadcastDoc = [{
   are ignored.
 }];
 
-def DistOpt_BroadcastOp : DistOpt_CollectiveOp<"broadcast",
+def DistOpt_BroadcastOp : DistOpt_CollectiveOp<"broadcast", "Broadcast", 0, 1,
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "copy the root's tensor to every rank";
   let description = BroadcastDoc # [{
@@ -227,7 +252,7 @@ def DistOpt_BroadcastOp : DistOpt_CollectiveOp<"broadcast",
   let hasFolder = 1;
 }
 
-def DistOpt_BroadcastStartOp : DistOpt_CollectiveOp<"broadcast_start"> {
+def DistOpt_BroadcastStartOp : DistOpt_CollectiveOp<"broadcast_start", "Broadcast", 0, 1> {
   let summary = "start an asynchronous broadcast";
   let description = BroadcastDoc # [{
     ```mlir
@@ -247,7 +272,7 @@ defvar ReduceDoc = [{
   result on the other ranks is their own input, unchanged.
 }];
 
-def DistOpt_ReduceOp : DistOpt_CollectiveOp<"reduce",
+def DistOpt_ReduceOp : DistOpt_CollectiveOp<"reduce", "Reduce", 1, 1,
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "reduce a tensor over a group, result on the root";
   let description = ReduceDoc # [{
@@ -264,7 +289,7 @@ def DistOpt_ReduceOp : DistOpt_CollectiveOp<"reduce",
   let hasFolder = 1;
 }
 
-def DistOpt_ReduceStartOp : DistOpt_CollectiveOp<"reduce_start"> {
+def DistOpt_ReduceStartOp : DistOpt_CollectiveOp<"reduce_start", "Reduce", 1, 1> {
   let summary = "start an asynchronous reduce";
   let description = ReduceDoc # [{
     ```mlir

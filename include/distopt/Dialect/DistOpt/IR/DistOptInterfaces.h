@@ -1,0 +1,47 @@
+//===- DistOptInterfaces.h - distopt op interfaces --------------*- C++ -*-===//
+//
+// CollectiveOpInterface, which every collective op implements.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_IR_DISTOPTINTERFACES_H
+#define DISTOPT_DIALECT_DISTOPT_IR_DISTOPTINTERFACES_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/APFloat.h"
+
+#include <optional>
+
+namespace mlir::distopt::detail {
+/// The checks common to every collective that need no symbol table: the
+/// reduction and its scale, the wire type, and the yielded type's shape.
+LogicalResult verifyCollectiveOp(Operation *op);
+/// The checks that need the group: it exists, the root lies in it, and
+/// dimension 0 of a gather or scatter matches its size.
+LogicalResult verifyCollectiveSymbolUses(Operation *op,
+                                         SymbolTableCollection &symbolTable);
+} // namespace mlir::distopt::detail
+
+namespace mlir::distopt {
+/// The bytes each rank sends to move `payloadBytes` with `kind` over a group
+/// of `groupSize` ranks, in the ring algorithms NCCL and MPI use for large
+/// messages: all_reduce sends 2(n-1)/n of the payload, the others (n-1)/n.
+double ringBytesSent(CollectiveKind kind, int64_t payloadBytes,
+                     int64_t groupSize);
+} // namespace mlir::distopt
+
+#include "distopt/Dialect/DistOpt/IR/DistOptInterfaces.h.inc"
+
+namespace mlir::distopt {
+
+/// The runtime entry point that executes `op`: `distopt_rt_<kind>` or
+/// `distopt_rt_<kind>_start`.
+std::string getRuntimeFunctionName(CollectiveOpInterface op);
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_DIALECT_DISTOPT_IR_DISTOPTINTERFACES_H

@@ -1,0 +1,234 @@
+//===- OptimizerOps.cpp - optimizer updates, mixed precision ----*- C++ -*-===//
+//
+// The verifiers and type inference of the optimizer updates (each checks its
+// hyperparameters' ranges as torch.optim does) and of the mixed-precision and
+// clipping ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OpHelpers.h"
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "mlir/IR/Matchers.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::distopt;
+using namespace mlir::distopt::detail;
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+/// Checks `lo <= value` (and `value < hi` when given) for a hyperparameter;
+/// NaN fails every range.
+static LogicalResult checkRange(Operation *op, StringRef name, APFloat value,
+                                double lo, std::optional<double> hi = {}) {
+  double v = value.convertToDouble();
+  if (hi) {
+    if (!(v >= lo && v < *hi))
+      return op->emitOpError()
+             << "'" << name << "' must be in [" << formatDouble(lo) << ", "
+             << formatDouble(*hi) << "), got " << formatDouble(v);
+    return success();
+  }
+  if (!(v >= lo))
+    return op->emitOpError()
+           << "'" << name << "' must be non-negative, got " << formatDouble(v);
+  return success();
+}
+
+/// The checks every optimizer update shares: types, state count, and the
+/// learning rate and step where they are constants.
+template <typename OpTy>
+static LogicalResult verifyOptimizer(OpTy op, StringRef stateNames) {
+  Type paramType = op.getParam().getType();
+  if (op.getGrad().getType() != paramType)
+    return op.emitOpError() << "gradient type " << op.getGrad().getType()
+                            << " differs from the parameter type " << paramType;
+  for (auto [index, state] : llvm::enumerate(op.getState()))
+    if (state.getType() != paramType)
+      return op.emitOpError()
+             << "state #" << index << " type " << state.getType()
+             << " differs from the parameter type " << paramType;
+  unsigned expected = op.getExpectedNumState();
+  if (op.getState().size() != expected)
+    return op.emitOpError()
+           << "expects " << expected << " state tensors (" << stateNames
+           << ") for these hyperparameters, got " << op.getState().size();
+  FloatAttr lr;
+  if (matchPattern(op.getLr(), m_Constant(&lr)) &&
+      !(lr.getValueAsDouble() >= 0))
+    return op.emitOpError() << "learning rate must be non-negative, got "
+                            << formatDouble(lr.getValueAsDouble());
+  APInt step;
+  if (matchPattern(op.getStep(), m_ConstantInt(&step)) &&
+      step.getSExtValue() < 1)
+    return op.emitOpError()
+           << "step counts from 1, got " << step.getSExtValue();
+  return success();
+}
+
+/// Results: the parameter's type, then each state tensor's.
+static LogicalResult inferOptimizerTypes(ValueRange operands,
+                                         SmallVectorImpl<Type> &types) {
+  // Operands: param, grad, state..., lr, step.
+  if (operands.size() < 4)
+    return failure();
+  types.push_back(operands[0].getType());
+  for (Value state : operands.drop_front(2).drop_back(2))
+    types.push_back(state.getType());
+  return success();
+}
+
+#define DISTOPT_OPTIMIZER_INFER(OpTy)                                          \
+  LogicalResult OpTy::inferReturnTypes(                                        \
+      MLIRContext *, std::optional<Location>, ValueRange operands,             \
+      DictionaryAttr, OpaqueProperties, RegionRange,                           \
+      SmallVectorImpl<Type> &inferredReturnTypes) {                            \
+    return inferOptimizerTypes(operands, inferredReturnTypes);                 \
+  }
+DISTOPT_OPTIMIZER_INFER(SGDUpdateOp)
+DISTOPT_OPTIMIZER_INFER(AdamUpdateOp)
+DISTOPT_OPTIMIZER_INFER(AdamWUpdateOp)
+DISTOPT_OPTIMIZER_INFER(RMSpropUpdateOp)
+DISTOPT_OPTIMIZER_INFER(AdagradUpdateOp)
+#undef DISTOPT_OPTIMIZER_INFER
+
+unsigned SGDUpdateOp::getExpectedNumState() {
+  return getMomentum().isZero() ? 0 : 1;
+}
+
+LogicalResult SGDUpdateOp::verify() {
+  if (failed(checkRange(*this, "momentum", getMomentum(), 0)) ||
+      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)))
+    return failure();
+  if (getNesterov() && (getMomentum().isZero() || !getDampening().isZero()))
+    return emitOpError("nesterov requires a momentum and zero dampening");
+  return verifyOptimizer(*this, "the momentum buffer when momentum != 0");
+}
+
+unsigned AdamUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
+unsigned AdamWUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
+
+template <typename OpTy> static LogicalResult verifyAdam(OpTy op) {
+  if (failed(checkRange(op, "beta1", op.getBeta1(), 0, 1.0)) ||
+      failed(checkRange(op, "beta2", op.getBeta2(), 0, 1.0)) ||
+      failed(checkRange(op, "eps", op.getEps(), 0)) ||
+      failed(checkRange(op, "weight_decay", op.getWeightDecay(), 0)))
+    return failure();
+  return verifyOptimizer(
+      op, "exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad");
+}
+
+LogicalResult AdamUpdateOp::verify() { return verifyAdam(*this); }
+LogicalResult AdamWUpdateOp::verify() { return verifyAdam(*this); }
+
+unsigned RMSpropUpdateOp::getExpectedNumState() {
+  return 1 + (getMomentum().convertToDouble() > 0) + getCentered();
+}
+
+LogicalResult RMSpropUpdateOp::verify() {
+  if (failed(checkRange(*this, "alpha", getAlpha(), 0)) ||
+      failed(checkRange(*this, "eps", getEps(), 0)) ||
+      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
+      failed(checkRange(*this, "momentum", getMomentum(), 0)))
+    return failure();
+  return verifyOptimizer(*this, "square_avg, momentum_buffer when momentum > "
+                                "0, grad_avg when centered");
+}
+
+unsigned AdagradUpdateOp::getExpectedNumState() { return 1; }
+
+LogicalResult AdagradUpdateOp::verify() {
+  if (failed(checkRange(*this, "lr_decay", getLrDecay(), 0)) ||
+      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
+      failed(checkRange(*this, "eps", getEps(), 0)) ||
+      failed(checkRange(*this, "initial_accumulator_value",
+                        getInitialAccumulatorValue(), 0)))
+    return failure();
+  return verifyOptimizer(*this, "the sum of squares");
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision and clipping
+//===----------------------------------------------------------------------===//
+
+/// Ops whose communication depends on an optional group: they communicate
+/// (and so must stay in order with the collectives) only when it is present.
+static void addGroupEffects(
+    FlatSymbolRefAttr group,
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  if (!group)
+    return;
+  effects.emplace_back(MemoryEffects::Read::get(), CommunicatorResource::get());
+  effects.emplace_back(MemoryEffects::Write::get(),
+                       CommunicatorResource::get());
+}
+
+static LogicalResult verifyOptionalGroup(Operation *op, FlatSymbolRefAttr group,
+                                         SymbolTableCollection &symbolTable) {
+  return success(!group || verifyGroupSymbol(op, group, symbolTable));
+}
+
+LogicalResult AllFiniteOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("requires at least one input");
+  return success();
+}
+
+void AllFiniteOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  addGroupEffects(getGroupAttr(), effects);
+}
+
+LogicalResult AllFiniteOp::verifySymbolUses(SymbolTableCollection &table) {
+  return verifyOptionalGroup(*this, getGroupAttr(), table);
+}
+
+LogicalResult LossScaleUpdateOp::verify() {
+  if (!(getGrowthFactor().convertToDouble() > 1))
+    return emitOpError() << "growth_factor must be greater than 1, got "
+                         << formatDouble(getGrowthFactor().convertToDouble());
+  double backoff = getBackoffFactor().convertToDouble();
+  if (!(backoff > 0 && backoff < 1))
+    return emitOpError() << "backoff_factor must be in (0, 1), got "
+                         << formatDouble(backoff);
+  if (getGrowthInterval() < 1)
+    return emitOpError() << "growth_interval must be at least 1, got "
+                         << getGrowthInterval();
+  return success();
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("requires at least one input");
+  if (getClipped().getTypes() != getInputs().getTypes())
+    return emitOpError() << "results " << getClipped().getTypes()
+                         << " differ from the inputs "
+                         << getInputs().getTypes();
+  double maxNorm = getMaxNorm().convertToDouble();
+  if (!(maxNorm > 0) || std::isinf(maxNorm))
+    return emitOpError() << "max_norm must be positive and finite, got "
+                         << formatDouble(maxNorm);
+  double normType = getNormType().convertToDouble();
+  if (!(normType > 0))
+    return emitOpError() << "norm_type must be positive (inf for the maximum "
+                            "norm), got "
+                         << formatDouble(normType);
+  return success();
+}
+
+void ClipGradNormOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  addGroupEffects(getGroupAttr(), effects);
+}
+
+LogicalResult ClipGradNormOp::verifySymbolUses(SymbolTableCollection &table) {
+  return verifyOptionalGroup(*this, getGroupAttr(), table);
+}
