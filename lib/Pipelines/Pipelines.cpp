@@ -67,7 +67,7 @@ void mlir::distopt::buildDistOptPipeline(
   OpPassManager &func = pm.nest<func::FuncOp>();
   func.addPass(createFuseDivIntoAllReducePass(
       FuseDivIntoAllReducePassOptions{options.backend}));
-  if (!options.reduceDtype.empty())
+  if (options.reduceDtype != ReduceDtype::None)
     func.addPass(createWidenReductionsPass(
         WidenReductionsPassOptions{options.reduceDtype}));
   // Stage 0 means no sharding; any other value goes to the pass, which

@@ -206,16 +206,8 @@ struct FuseDivIntoAllReducePass
           FuseDivIntoAllReducePass> {
   using FuseDivIntoAllReducePassBase::FuseDivIntoAllReducePassBase;
 
-  LogicalResult initialize(MLIRContext *context) override {
-    if (backend != "nccl" && backend != "mpi" && backend != "sum-only")
-      return emitError(UnknownLoc::get(context))
-             << "--distopt-fuse-div-into-allreduce: unknown backend '"
-             << backend << "' (expected nccl, mpi or sum-only)";
-    return success();
-  }
-
   void runOnOperation() override {
-    if (backend == "sum-only")
+    if (backend == CollectiveBackend::SumOnly)
       return;
     RewritePatternSet patterns(&getContext());
     populateFuseDivIntoAllReducePatterns(patterns, &numFused);

@@ -107,11 +107,7 @@ struct ShardOptimizerPass
       return emitError(loc) << "--distopt-shard-optimizer: stage must be 1, 2 "
                                "or 3, got "
                             << stage.getValue();
-    if (strategy != "flat" && strategy != "greedy")
-      return emitError(loc)
-             << "--distopt-shard-optimizer: unknown strategy '"
-             << strategy.getValue() << "' (expected flat or greedy)";
-    if (strategy == "greedy" && stage == 3)
+    if (strategy == ZeroStrategy::Greedy && stage == 3)
       return emitError(loc) << "--distopt-shard-optimizer: strategy=greedy "
                                "shards stages 1 and 2; use strategy=flat for "
                                "stage 3";
@@ -305,7 +301,7 @@ void ShardOptimizerPass::runOnOperation() {
   Sharder sharder(stage, alignment);
   unsigned firstNewArg = func.getNumArguments();
   for (auto [index, group] : llvm::enumerate(groups)) {
-    LogicalResult result = strategy == "flat"
+    LogicalResult result = strategy == ZeroStrategy::Flat
                                ? sharder.shardFlat(func, group, index)
                                : sharder.shardGreedy(func, group, index);
     if (failed(result))

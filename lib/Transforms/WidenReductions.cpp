@@ -30,16 +30,9 @@ struct WidenReductionsPass
 
   void runOnOperation() override {
     MLIRContext *context = &getContext();
-    if (dtype == "f32") {
-      wide = Float32Type::get(context);
-    } else if (dtype == "f64") {
-      wide = Float64Type::get(context);
-    } else {
-      emitError(getOperation().getLoc())
-          << "--distopt-widen-reductions: dtype must be f32 or f64, got '"
-          << dtype << "'";
-      return signalPassFailure();
-    }
+    // Option parsing admits f32 and f64 only.
+    wide = dtype == ReduceDtype::F64 ? FloatType(Float64Type::get(context))
+                                     : FloatType(Float32Type::get(context));
     SmallVector<Operation *> collectives;
     getOperation().walk([&](Operation *op) {
       if (isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,

@@ -6,6 +6,9 @@
 // RUN: distopt-opt %t.mlir --distopt-pipeline="zero-stage=1 zero-strategy=greedy" | FileCheck %s --check-prefix=GREEDY
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="zero-stage=4" 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="backend=gloo" 2>&1 | FileCheck %s --check-prefix=BACKEND
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="zero-stage=1 zero-strategy=random" 2>&1 | FileCheck %s --check-prefix=STRATEGY
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="reduce-dtype=f16" 2>&1 | FileCheck %s --check-prefix=DTYPE
+// RUN: distopt-opt %t.mlir --distopt-pipeline="reduce-dtype=none" | FileCheck %s --check-prefix=DP
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="powersgd-rank=-1" 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="bucket-cap-mb=0" 2>&1 | FileCheck %s --check-prefix=CAP
 
@@ -40,6 +43,8 @@
 // GREEDY: distopt.broadcast_start
 
 // STAGE: --distopt-shard-optimizer: stage must be 1, 2 or 3, got 4
-// BACKEND: --distopt-fuse-div-into-allreduce: unknown backend 'gloo'
+// BACKEND: for the --backend option: 'gloo' is not one of: nccl, mpi, sum-only
+// STRATEGY: for the --zero-strategy option: 'random' is not one of: flat, greedy
+// DTYPE: for the --reduce-dtype option: 'f16' is not one of: none, f32, f64
 // RANK: --distopt-powersgd: rank must be at least 1, got -1
 // CAP: --distopt-bucketize: cap-mb must be positive, got 0

@@ -3,7 +3,7 @@
 // RUN: distopt-opt %s -split-input-file --distopt-fuse-div-into-allreduce=backend=sum-only | FileCheck %s --check-prefix=SUMONLY
 // RUN: not distopt-opt %s -split-input-file --distopt-fuse-div-into-allreduce=backend=gloo 2>&1 | FileCheck %s --check-prefix=BACKEND
 
-// BACKEND: --distopt-fuse-div-into-allreduce: unknown backend 'gloo' (expected nccl, mpi or sum-only)
+// BACKEND: for the --backend option: 'gloo' is not one of: nccl, mpi, sum-only
 
 distopt.process_group @dp size 4
 

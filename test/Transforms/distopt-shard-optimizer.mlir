@@ -56,7 +56,7 @@
 // USE3: return
 
 // STAGE: --distopt-shard-optimizer: stage must be 1, 2 or 3, got 4
-// STRATEGY: --distopt-shard-optimizer: unknown strategy 'random' (expected flat or greedy)
+// STRATEGY: for the --strategy option: 'random' is not one of: flat, greedy
 // GREEDY3: --distopt-shard-optimizer: strategy=greedy shards stages 1 and 2; use strategy=flat for stage 3
 // ALIGN: --distopt-shard-optimizer: alignment must be a power of two of at least 4 bytes, got 2
 

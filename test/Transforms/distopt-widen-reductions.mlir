@@ -19,7 +19,7 @@
 // LOOP-NOT: warning
 // LOOP: func.func @step
 
-// DTYPE: --distopt-widen-reductions: dtype must be f32 or f64, got 'f16'
+// DTYPE: for the --dtype option: 'f16' is not one of: f32, f64
 
 // The gradient of an fp32 main parameter: reduced in f32 and never rounded;
 // the returned bf16 average is rounded once.

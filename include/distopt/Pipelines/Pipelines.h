@@ -7,6 +7,8 @@
 #ifndef DISTOPT_PIPELINES_PIPELINES_H
 #define DISTOPT_PIPELINES_PIPELINES_H
 
+#include "distopt/Transforms/PassOptions.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
@@ -14,22 +16,22 @@ namespace mlir::distopt {
 
 struct DistOptPipelineOptions
     : public PassPipelineOptions<DistOptPipelineOptions> {
-  Option<std::string> backend{
+  Option<CollectiveBackend> backend{
       *this, "backend",
       llvm::cl::desc("Collective backend: nccl, mpi or sum-only"),
-      llvm::cl::init("nccl")};
-  Option<std::string> reduceDtype{
+      llvm::cl::init(CollectiveBackend::Nccl), collectiveBackendChoices()};
+  Option<ReduceDtype> reduceDtype{
       *this, "reduce-dtype",
-      llvm::cl::desc("Reduce bf16/f16 gradients in this type (f32 or f64; "
-                     "empty: in their own type)"),
-      llvm::cl::init("")};
+      llvm::cl::desc("Reduce bf16/f16 gradients in this type (none, f32 or "
+                     "f64)"),
+      llvm::cl::init(ReduceDtype::None), pipelineReduceDtypeChoices()};
   Option<int64_t> zeroStage{
       *this, "zero-stage",
       llvm::cl::desc("ZeRO stage: 0 (no sharding), 1, 2 or 3"),
       llvm::cl::init(0)};
-  Option<std::string> zeroStrategy{*this, "zero-strategy",
-                                   llvm::cl::desc("flat or greedy"),
-                                   llvm::cl::init("flat")};
+  Option<ZeroStrategy> zeroStrategy{
+      *this, "zero-strategy", llvm::cl::desc("flat or greedy"),
+      llvm::cl::init(ZeroStrategy::Flat), zeroStrategyChoices()};
   Option<int64_t> powersgdRank{
       *this, "powersgd-rank",
       llvm::cl::desc("PowerSGD rank; 0 leaves gradients uncompressed"),

@@ -10,6 +10,7 @@
 #define DISTOPT_TRANSFORMS_PASSES_H
 
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Transforms/PassOptions.h"
 
 #include "mlir/Pass/Pass.h"
 #include "llvm/ADT/Statistic.h"

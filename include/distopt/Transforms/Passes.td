@@ -204,8 +204,10 @@ def FuseDivIntoAllReducePass
     left alone.
   }];
   let options = [
-    Option<"backend", "backend", "std::string", "\"nccl\"",
-           "Target backend: nccl, mpi or sum-only">
+    Option<"backend", "backend", "CollectiveBackend",
+           "CollectiveBackend::Nccl",
+           "Target backend: nccl, mpi or sum-only",
+           "collectiveBackendChoices()">
   ];
   let statistics = [
     Statistic<"numFused", "num-fused", "Scalings folded into collectives">
@@ -247,8 +249,8 @@ def WidenReductionsPass
     passes that shard, compress or bucket (which then work in `dtype`).
   }];
   let options = [
-    Option<"dtype", "dtype", "std::string", "\"f32\"",
-           "Type to reduce in: f32 or f64">
+    Option<"dtype", "dtype", "ReduceDtype", "ReduceDtype::F32",
+           "Type to reduce in: f32 or f64", "reduceDtypeChoices()">
   ];
   let statistics = [
     Statistic<"numWidened", "num-widened", "Collectives made to reduce wider">
@@ -303,8 +305,9 @@ def ShardOptimizerPass
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage: 1, 2 or 3">,
-    Option<"strategy", "strategy", "std::string", "\"flat\"",
-           "flat (chunks of a flat buffer) or greedy (whole parameters)">,
+    Option<"strategy", "strategy", "ZeroStrategy", "ZeroStrategy::Flat",
+           "flat (chunks of a flat buffer) or greedy (whole parameters)",
+           "zeroStrategyChoices()">,
     Option<"alignment", "alignment", "int64_t", "64",
            "Byte alignment of each tensor in the flat layout">
   ];
