@@ -1,9 +1,8 @@
-//===- LocalOps.h - the lowering of local ops, by family ---------*- C++
-//-*-===//
+//===- LocalOps.h - the lowering of local ops, by family --------*- C++ -*-===//
 //
 // Private to DistOptToLoops: what LowerLocalOps.cpp calls for each op, and
-// the helpers the families share. Each lowerX rewrites `op` in place (on
-// tensors) and erases it.
+// the helpers the families share. Each lowerX replaces `op` through
+// `rewriter` (on tensors), for the patterns of LowerLocalOps.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +13,7 @@
 #include "distopt/Transforms/Bucketing.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
 
 namespace mlir::distopt {
 
@@ -34,25 +34,39 @@ Value reduceAll(
 Value widen(OpBuilder &b, Location loc, Value x, Type to);
 
 // Buckets and shards (LowerBuckets.cpp).
-void lowerPack(BucketPackOp op);
-SmallVector<Value> lowerUnpack(BucketUnpackOp op);
-void lowerShardSlice(ShardSliceOp op);
+void lowerPack(RewriterBase &rewriter, BucketPackOp op);
+/// Returns what replaces the unpacked tensors.
+SmallVector<Value> lowerUnpack(RewriterBase &rewriter, BucketUnpackOp op);
+void lowerShardSlice(RewriterBase &rewriter, ShardSliceOp op);
 /// A shard of a pack, built directly; beyond `maxCases` ranks its bounds
-/// are computed at run time.
-void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack, int64_t maxCases);
-void lowerOwnedBy(OwnedByOp op);
+/// are computed at run time. The pack goes too once it has no other use.
+void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
+                      BucketPackOp pack, int64_t maxCases);
+void lowerOwnedBy(RewriterBase &rewriter, OwnedByOp op);
 
 // Mixed precision, finite checks, clipping (LowerMixedPrecision.cpp).
-void lowerUnscale(UnscaleOp op);
-void lowerAllFinite(AllFiniteOp op);
-void lowerLossScaleUpdate(LossScaleUpdateOp op);
-void lowerClipGradNorm(ClipGradNormOp op);
+void lowerUnscale(RewriterBase &rewriter, UnscaleOp op);
+void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op);
+void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op);
+void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op);
 
 // Compression (LowerCompression.cpp).
-void lowerOrthogonalize(OrthogonalizeOp op);
-/// A batch of PowerSGD all-reduces; the caller erases its members.
+void lowerOrthogonalize(RewriterBase &rewriter, OrthogonalizeOp op);
+/// A batch of PowerSGD all-reduces (block-level: their factors are reduced
+/// together); the caller erases its members.
 void lowerPowerSGD(PowerSGDBatch &batch);
-void lowerTopK(TopKAllReduceOp op);
+void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op);
+
+/// A pattern that lowers every OpTy with `Lower(rewriter, op)`.
+template <typename OpTy, auto Lower>
+struct LowerWith : public OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    (void)Lower(rewriter, op);
+    return success();
+  }
+};
 
 } // namespace mlir::distopt
 

@@ -10,6 +10,8 @@
 
 #include "LocalOps.h"
 
+#include "distopt/Conversion/DistOptToLoops/DistOptToLoops.h"
+
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
@@ -88,11 +90,19 @@ static Value flattenForPack(OpBuilder &b, Location loc, Value input) {
 }
 
 /// Erases the conversions flattenForPack replaced, once `pack` is gone.
-static void eraseReplacedConversions(ValueRange inputs) {
+static void eraseReplacedConversions(RewriterBase &rewriter,
+                                     ValueRange inputs) {
   for (Value input : inputs)
     if (auto extend = input.getDefiningOp<arith::ExtFOp>();
         extend && extend->use_empty())
-      extend.erase();
+      rewriter.eraseOp(extend);
+}
+
+/// Erases an unused `pack`, and the conversions only it used.
+static void erasePack(RewriterBase &rewriter, BucketPackOp pack) {
+  SmallVector<Value> inputs = pack.getInputs();
+  rewriter.eraseOp(pack);
+  eraseReplacedConversions(rewriter, inputs);
 }
 
 /// Elements [begin, end) of the bucket that packs `inputs` at `offsets`
@@ -139,22 +149,22 @@ static Value packRange(OpBuilder &b, Location loc, ValueRange inputs,
   return range;
 }
 
-void lowerPack(BucketPackOp op) {
-  OpBuilder b(op);
+void lowerPack(RewriterBase &rewriter, BucketPackOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   auto bucketType = op.getBucket().getType();
   int64_t total = bucketType.getNumElements();
   Value bucket = tensor::EmptyOp::create(b, op.getLoc(), bucketType.getShape(),
                                          bucketType.getElementType());
-  op.replaceAllUsesWith(packRange(b, op.getLoc(), op.getInputs(),
-                                  op.getOffsets(), total, 0, total, bucket));
-  SmallVector<Value> inputs = op.getInputs();
-  op.erase();
-  eraseReplacedConversions(inputs);
+  rewriter.replaceAllUsesWith(
+      op.getBucket(), packRange(b, op.getLoc(), op.getInputs(), op.getOffsets(),
+                                total, 0, total, bucket));
+  erasePack(rewriter, op);
 }
 
-/// Returns what replaces the unpacked tensors.
-SmallVector<Value> lowerUnpack(BucketUnpackOp op) {
-  OpBuilder b(op);
+SmallVector<Value> lowerUnpack(RewriterBase &rewriter, BucketUnpackOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   SmallVector<Value> results;
   for (auto [result, offset] :
@@ -164,8 +174,7 @@ SmallVector<Value> lowerUnpack(BucketUnpackOp op) {
                          type.getNumElements());
     results.push_back(unflatten(b, loc, flat, type));
   }
-  op.replaceAllUsesWith(results);
-  op.erase();
+  rewriter.replaceOp(op, results);
   return results;
 }
 
@@ -175,15 +184,15 @@ Value rankOf(OpBuilder &b, Location loc, Operation *at,
   return rt.rank(rt.world(lookupProcessGroup(at, groupRef).getSize()));
 }
 
-void lowerShardSlice(ShardSliceOp op) {
-  OpBuilder b(op);
+void lowerShardSlice(RewriterBase &rewriter, ShardSliceOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   int64_t chunk = op.getType().getDimSize(0);
   Value rank = rankOf(b, loc, op, op.getGroupAttr());
   Value offset = arith::MulIOp::create(
       b, loc, rank, arith::ConstantIndexOp::create(b, loc, chunk));
-  op.replaceAllUsesWith(slice1d(b, loc, op.getInput(), offset, chunk));
-  op.erase();
+  rewriter.replaceOp(op, slice1d(b, loc, op.getInput(), offset, chunk));
 }
 
 /// This rank's chunk, elements [rank * chunk, (rank + 1) * chunk), of the
@@ -237,8 +246,10 @@ static Value packChunkAtRuntime(OpBuilder &b, Location loc, ValueRange inputs,
 /// this rank's chunk is packed, instead of packing everything (N times the
 /// copying) and slicing: one case per rank with static slices, or, for
 /// more than `maxCases` ranks, slices computed at run time.
-void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack, int64_t maxCases) {
-  OpBuilder b(op);
+void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
+                      BucketPackOp pack, int64_t maxCases) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   int64_t chunk = op.getType().getDimSize(0);
   int64_t ranks = lookupProcessGroup(op, op.getGroupAttr()).getSize();
@@ -250,13 +261,9 @@ void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack, int64_t maxCases) {
   // own (which would cost a copy before the next collective).
   Value shard = tensor::EmptyOp::create(b, loc, {chunk}, element);
   auto finish = [&](Value result) {
-    op.replaceAllUsesWith(result);
-    op.erase();
-    if (pack->use_empty()) {
-      SmallVector<Value> inputs = pack.getInputs();
-      pack.erase();
-      eraseReplacedConversions(inputs);
-    }
+    rewriter.replaceOp(op, result);
+    if (pack->use_empty())
+      erasePack(rewriter, pack);
   };
   if (ranks > maxCases)
     return finish(packChunkAtRuntime(b, loc, pack.getInputs(), offsets, rank,
@@ -278,8 +285,9 @@ void lowerShardOfPack(ShardSliceOp op, BucketPackOp pack, int64_t maxCases) {
   finish(perRank.getResult(0));
 }
 
-void lowerOwnedBy(OwnedByOp op) {
-  OpBuilder b(op);
+void lowerOwnedBy(RewriterBase &rewriter, OwnedByOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value rank = rankOf(b, loc, op, op.getGroupAttr());
   Value isOwner = arith::CmpIOp::create(
@@ -289,15 +297,61 @@ void lowerOwnedBy(OwnedByOp op) {
                                 /*withElseRegion=*/true);
   // The body runs on the owner; the others keep the `otherwise` values.
   Block &then = ifOp.getThenRegion().front();
-  then.getOperations().splice(then.end(), op.getBody().front().getOperations());
+  rewriter.inlineBlockBefore(&op.getBody().front(), &then, then.end());
   auto yield = cast<YieldOp>(then.getTerminator());
-  OpBuilder atYield(yield);
-  scf::YieldOp::create(atYield, yield.getLoc(), yield.getValues());
-  yield.erase();
+  rewriter.setInsertionPoint(yield);
+  rewriter.replaceOpWithNewOp<scf::YieldOp>(yield, yield.getValues());
   OpBuilder inElse = ifOp.getElseBodyBuilder();
   scf::YieldOp::create(inElse, loc, op.getOtherwise());
-  op.replaceAllUsesWith(ifOp.getResults());
-  op.erase();
+  rewriter.replaceOp(op, ifOp.getResults());
+}
+
+static void lowerRank(RewriterBase &rewriter, RankOp op) {
+  rewriter.setInsertionPoint(op);
+  rewriter.replaceOp(op, rankOf(rewriter, op.getLoc(), op, op.getGroupAttr()));
+}
+
+static void lowerGroupSize(RewriterBase &rewriter, GroupSizeOp op) {
+  int64_t size = lookupProcessGroup(op, op.getGroupAttr()).getSize();
+  rewriter.replaceOpWithNewOp<arith::ConstantIndexOp>(op, size);
+}
+
+namespace {
+
+/// A pack waits for the shard_slices of it, which pack only their chunk.
+struct LowerPack : public OpRewritePattern<BucketPackOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BucketPackOp op,
+                                PatternRewriter &rewriter) const override {
+    if (llvm::any_of(op->getUsers(), llvm::IsaPred<ShardSliceOp>))
+      return rewriter.notifyMatchFailure(op, "its shards are lowered first");
+    lowerPack(rewriter, op);
+    return success();
+  }
+};
+
+struct LowerShardSlice : public OpRewritePattern<ShardSliceOp> {
+  LowerShardSlice(MLIRContext *context, int64_t maxCases)
+      : OpRewritePattern(context), maxCases(maxCases) {}
+  LogicalResult matchAndRewrite(ShardSliceOp op,
+                                PatternRewriter &rewriter) const override {
+    if (auto pack = op.getInput().getDefiningOp<BucketPackOp>())
+      lowerShardOfPack(rewriter, op, pack, maxCases);
+    else
+      lowerShardSlice(rewriter, op);
+    return success();
+  }
+  int64_t maxCases;
+};
+
+} // namespace
+
+void populateLowerBucketsPatterns(RewritePatternSet &patterns,
+                                  int64_t maxShardCases) {
+  patterns.add<LowerPack, LowerWith<BucketUnpackOp, lowerUnpack>,
+               LowerWith<OwnedByOp, lowerOwnedBy>, LowerWith<RankOp, lowerRank>,
+               LowerWith<GroupSizeOp, lowerGroupSize>>(patterns.getContext());
+  patterns.add<LowerShardSlice>(patterns.getContext(), maxShardCases);
 }
 
 } // namespace mlir::distopt

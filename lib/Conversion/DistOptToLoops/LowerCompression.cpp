@@ -8,6 +8,8 @@
 
 #include "LocalOps.h"
 
+#include "distopt/Conversion/DistOptToLoops/DistOptToLoops.h"
+
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
@@ -208,11 +210,10 @@ static Value orthogonalize(OpBuilder &b, Location loc, Value matrix,
   return matrix;
 }
 
-void lowerOrthogonalize(OrthogonalizeOp op) {
-  OpBuilder b(op);
-  op.replaceAllUsesWith(orthogonalize(b, op.getLoc(), op.getInput(),
-                                      op.getEpsilon().convertToDouble()));
-  op.erase();
+void lowerOrthogonalize(RewriterBase &rewriter, OrthogonalizeOp op) {
+  rewriter.setInsertionPoint(op);
+  rewriter.replaceOp(op, orthogonalize(rewriter, op.getLoc(), op.getInput(),
+                                       op.getEpsilon().convertToDouble()));
 }
 
 /// A matrix transposed (PowerSGD's small factors), into `init` if given.
@@ -318,8 +319,9 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
     auto unpack =
         BucketUnpackOp::create(b, loc, ValueRange(factors).getTypes(),
                                reduce(pack), b.getI64IntegerAttr(alignment));
-    lowerPack(pack);
-    return lowerUnpack(unpack);
+    IRRewriter rewriter(b.getContext());
+    lowerPack(rewriter, pack);
+    return lowerUnpack(rewriter, unpack);
   };
 
   // Loops (i, j, k) for M (n x m, row i), P (n x r), Q^T (r x m): every
@@ -389,8 +391,9 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
 /// of those equal to T. Each rank's (value, index) pairs are all-gathered
 /// and added into a dense zero tensor in rank order, so every rank sums in
 /// the same order; E' = A with the sent entries zeroed.
-void lowerTopK(TopKAllReduceOp op) {
-  OpBuilder b(op);
+void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   auto type = cast<RankedTensorType>(op.getGrad().getType());
   auto element = cast<FloatType>(type.getElementType());
@@ -562,10 +565,14 @@ void lowerTopK(TopKAllReduceOp op) {
           return arith::DivFOp::create(nb, l, x, y).getResult();
         });
   }
-  op.replaceAllUsesWith(
-      ValueRange{unflatten(b, loc, result, type),
-                 unflatten(b, loc, select.getResult(2), type)});
-  op.erase();
+  rewriter.replaceOp(op,
+                     ValueRange{unflatten(b, loc, result, type),
+                                unflatten(b, loc, select.getResult(2), type)});
+}
+
+void populateLowerCompressionPatterns(RewritePatternSet &patterns) {
+  patterns.add<LowerWith<OrthogonalizeOp, lowerOrthogonalize>,
+               LowerWith<TopKAllReduceOp, lowerTopK>>(patterns.getContext());
 }
 
 } // namespace mlir::distopt

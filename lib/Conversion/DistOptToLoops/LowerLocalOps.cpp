@@ -2,15 +2,16 @@
 //
 // --distopt-lower-local-ops: the ops that do not communicate become linalg,
 // tensor and scf, by family (LowerBuckets.cpp, LowerMixedPrecision.cpp,
-// LowerCompression.cpp); rank becomes a runtime call, group_size a
-// constant. Collectives stay for bufferization
-// (DistOptToRuntime/BufferizableOpInterfaceImpl.cpp); ops the CPU lowering
-// does not handle yet are reported, not passed through.
+// LowerCompression.cpp), each a pattern set; rank becomes a runtime call,
+// group_size a constant. Collectives stay for bufferization
+// (DistOptToRuntime/BufferizableOpInterfaceImpl.cpp); a distopt op the
+// lowering leaves is an error at that op, not passed through.
 //
 //===----------------------------------------------------------------------===//
 
 #include "LocalOps.h"
 
+#include "distopt/Conversion/DistOptToLoops/DistOptToLoops.h"
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
@@ -25,6 +26,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <cmath>
@@ -44,7 +47,6 @@ struct LowerLocalOpsPass
   using LowerLocalOpsPassBase::LowerLocalOpsPassBase;
   void runOnOperation() override {
     bool ok = true;
-    SmallVector<Operation *> ops;
     llvm::SetVector<Block *> powerSGDBlocks;
     // The runtime's communicator is the world: a group of another size
     // would fail at run time with a misleading world-size mismatch.
@@ -74,10 +76,6 @@ struct LowerLocalOpsPass
                            "first";
         ok = false;
       }
-      if (isa<RankOp, GroupSizeOp, ShardSliceOp, OwnedByOp, BucketPackOp,
-              BucketUnpackOp, UnscaleOp, AllFiniteOp, LossScaleUpdateOp,
-              ClipGradNormOp, OrthogonalizeOp, TopKAllReduceOp>(op))
-        ops.push_back(op);
       if (isa<PowerSGDAllReduceOp>(op))
         powerSGDBlocks.insert(op->getBlock());
     });
@@ -110,62 +108,41 @@ struct LowerLocalOpsPass
         for (PowerSGDAllReduceOp op : batch.members)
           op.erase();
     }
-    // A shard of a pack is built directly (before the pack is lowered).
-    llvm::SmallPtrSet<Operation *, 16> lowered;
-    for (Operation *op : ops) {
-      auto slice = dyn_cast<ShardSliceOp>(op);
-      auto pack = slice ? slice.getInput().getDefiningOp<BucketPackOp>()
-                        : BucketPackOp();
-      if (!pack || lowered.contains(pack))
-        continue;
-      lowered.insert(slice);
-      bool onlyUse = pack->hasOneUse();
-      lowerShardOfPack(slice, pack, maxShardCases);
-      if (onlyUse)
-        lowered.insert(pack);
+    // Everything else, by pattern, one family after another in any order.
+    // The driver only rewrites: no folding, so that what the input holds
+    // stays as it is.
+    RewritePatternSet patterns(&getContext());
+    populateLowerBucketsPatterns(patterns, maxShardCases);
+    populateLowerMixedPrecisionPatterns(patterns);
+    populateLowerCompressionPatterns(patterns);
+    GreedyRewriteConfig config;
+    config.setStrictness(GreedyRewriteStrictness::ExistingOps)
+        .enableFolding(false)
+        .enableConstantCSE(false)
+        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns),
+                                     config))) {
+      getOperation().emitError("--distopt-lower-local-ops did not converge");
+      return signalPassFailure();
     }
-    // Pre-order: an owned_by is lowered (its body moved) before its body's
-    // ops, which are then lowered where they moved to.
-    for (Operation *op : ops) {
-      if (lowered.contains(op))
-        continue;
-      if (auto pack = dyn_cast<BucketPackOp>(op))
-        lowerPack(pack);
-      else if (auto unpack = dyn_cast<BucketUnpackOp>(op))
-        lowerUnpack(unpack);
-      else if (auto slice = dyn_cast<ShardSliceOp>(op))
-        lowerShardSlice(slice);
-      else if (auto owned = dyn_cast<OwnedByOp>(op))
-        lowerOwnedBy(owned);
-      else if (auto unscale = dyn_cast<UnscaleOp>(op))
-        lowerUnscale(unscale);
-      else if (auto finite = dyn_cast<AllFiniteOp>(op))
-        lowerAllFinite(finite);
-      else if (auto update = dyn_cast<LossScaleUpdateOp>(op))
-        lowerLossScaleUpdate(update);
-      else if (auto clip = dyn_cast<ClipGradNormOp>(op))
-        lowerClipGradNorm(clip);
-      else if (auto orthogonal = dyn_cast<OrthogonalizeOp>(op))
-        lowerOrthogonalize(orthogonal);
-      else if (auto topK = dyn_cast<TopKAllReduceOp>(op))
-        lowerTopK(topK);
-      else if (auto size = dyn_cast<GroupSizeOp>(op)) {
-        OpBuilder b(size);
-        size.replaceAllUsesWith(
-            arith::ConstantIndexOp::create(
-                b, size.getLoc(),
-                lookupProcessGroup(size, size.getGroupAttr()).getSize())
-                .getResult());
-        size.erase();
-      } else {
-        auto rank = cast<RankOp>(op);
-        OpBuilder b(rank);
-        rank.replaceAllUsesWith(
-            rankOf(b, rank.getLoc(), rank, rank.getGroupAttr()));
-        rank.erase();
-      }
-    }
+    ConversionTarget target(getContext());
+    addLowerLocalOpsLegality(target);
+    getOperation().walk([&](Operation *op) {
+      if (!target.isIllegal(op))
+        return;
+      op->emitError() << "'" << op->getName()
+                      << "' was left unlowered by --distopt-lower-local-ops";
+      ok = false;
+    });
+    if (!ok)
+      signalPassFailure();
   }
 };
 
 } // namespace
+
+void mlir::distopt::addLowerLocalOpsLegality(ConversionTarget &target) {
+  target.addDynamicallyLegalDialect<DistOptDialect>([](Operation *op) {
+    return isa<CollectiveOpInterface, WaitOp, ProcessGroupOp>(op);
+  });
+}

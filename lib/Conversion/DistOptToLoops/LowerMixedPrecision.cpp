@@ -9,6 +9,8 @@
 
 #include "LocalOps.h"
 
+#include "distopt/Conversion/DistOptToLoops/DistOptToLoops.h"
+
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
@@ -100,20 +102,21 @@ Value widen(OpBuilder &b, Location loc, Value x, Type to) {
 }
 
 /// unscale: input * (1 / scale), the reciprocal taken once (GradScaler).
-void lowerUnscale(UnscaleOp op) {
-  OpBuilder b(op);
+void lowerUnscale(RewriterBase &rewriter, UnscaleOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value one = arith::ConstantOp::create(
       b, loc, FloatAttr::get(op.getScale().getType(), 1.0));
   Value inverse = arith::DivFOp::create(b, loc, one, op.getScale());
-  op.replaceAllUsesWith(scaleAll(b, loc, op.getInput(), inverse));
-  op.erase();
+  rewriter.replaceOp(op, scaleAll(b, loc, op.getInput(), inverse));
 }
 
 /// all_finite: an AND over every element of every input (and, with a group,
 /// over the ranks: a min of 0/1 across them).
-void lowerAllFinite(AllFiniteOp op) {
-  OpBuilder b(op);
+void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value ok = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
   for (Value input : op.getInputs()) {
@@ -132,13 +135,13 @@ void lowerAllFinite(AllFiniteOp op) {
     Value agreed = allReduceScalar(b, loc, asInt, group, ReductionKind::Min);
     ok = arith::TruncIOp::create(b, loc, b.getI1Type(), agreed);
   }
-  op.replaceAllUsesWith(ok);
-  op.erase();
+  rewriter.replaceOp(op, ok);
 }
 
 /// loss_scale_update, as torch's _amp_update_scale_.
-void lowerLossScaleUpdate(LossScaleUpdateOp op) {
-  OpBuilder b(op);
+void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Type scaleType = op.getScale().getType();
   auto cst = [&](double v) {
@@ -165,8 +168,7 @@ void lowerLossScaleUpdate(LossScaleUpdateOp op) {
       arith::SelectOp::create(b, loc, op.getFinite(), finiteScale, backedOff);
   Value newTracker =
       arith::SelectOp::create(b, loc, op.getFinite(), finiteTracker, i64(0));
-  op.replaceAllUsesWith(ValueRange{newScale, newTracker});
-  op.erase();
+  rewriter.replaceOp(op, ValueRange{newScale, newTracker});
 }
 
 /// clip_grad_norm, as torch.nn.utils.clip_grad_norm_: the p-norm of each
@@ -175,8 +177,9 @@ void lowerLossScaleUpdate(LossScaleUpdateOp op) {
 /// every gradient times min(1, max_norm / (norm + 1e-6)). With a group the
 /// inputs are shards: the p-th powers (or maxima) are combined across ranks
 /// before the root is taken, so each element counts once.
-void lowerClipGradNorm(ClipGradNormOp op) {
-  OpBuilder b(op);
+void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
+  OpBuilder &b = rewriter;
+  b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Type f64 = b.getF64Type(), f32 = b.getF32Type();
   double p = op.getNormType().convertToDouble();
@@ -238,8 +241,15 @@ void lowerClipGradNorm(ClipGradNormOp op) {
             ? Value(arith::ExtFOp::create(b, loc, normType, total32))
             : Value(arith::TruncFOp::create(b, loc, normType, total32));
   results.push_back(normResult);
-  op.replaceAllUsesWith(results);
-  op.erase();
+  rewriter.replaceOp(op, results);
+}
+
+void populateLowerMixedPrecisionPatterns(RewritePatternSet &patterns) {
+  patterns.add<LowerWith<UnscaleOp, lowerUnscale>,
+               LowerWith<AllFiniteOp, lowerAllFinite>,
+               LowerWith<LossScaleUpdateOp, lowerLossScaleUpdate>,
+               LowerWith<ClipGradNormOp, lowerClipGradNorm>>(
+      patterns.getContext());
 }
 
 } // namespace mlir::distopt
