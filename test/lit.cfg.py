@@ -18,6 +18,8 @@ config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", 
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%distopt_obj_root", config.distopt_obj_root))
+# Where the tools are, for scripts that run several of them.
+config.substitutions.append(("%distopt_bin", config.distopt_tools_dir))
 config.substitutions.append(("%lit", os.path.join(config.llvm_tools_dir, "lit")))
 config.substitutions.append(("%examples", os.path.join(config.distopt_src_root, "examples")))
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"

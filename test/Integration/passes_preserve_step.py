@@ -3,20 +3,21 @@
 
 For each spec and rank count, imports the step, applies each variant of the
 pipeline (division fusion, bucketing, ZeRO-1/2/3 flat, ZeRO-1/2 greedy,
-gradients and parameters as bucket views, bf16 reduced in f32, the whole
-pipeline with asynchronous collectives), compiles it with
---distopt-lower-to-cpu, runs 3 steps under
-mpirun, and compares the parameters every rank ends with:
-  - with the untransformed step's, bit for bit. The harness's gradients are
-    multiples of 1/32 whose sums are exact in f32 and bf16, so the order in
+gradients and parameters as bucket views, bf16 reduced in f32 and f64, the
+whole pipeline with asynchronous collectives), compiles it with
+distopt-compile, runs 3 steps with distopt-run under mpirun (step_harness.py)
+and compares the parameters the ranks end with (shards gathered):
+  - with the untransformed step's, bit for bit. distopt-run's gradients are
+    multiples of 1/64 whose sums are exact in f32 and bf16, so the order in
     which ranks are summed (which bucketing and sharding change) cannot
     matter: any difference is a bug;
-  - across ranks, bit for bit (replicas must agree);
+  - across ranks, bit for bit (distopt-run compares the replicas);
   - for the f32 SGD spec, with torch.optim.SGD on the averaged gradients,
     bit for bit (the lowering's SGD matches torch exactly).
 
-usage: passes_preserve_step.py SPEC_DIR RANKS... [--only V1,V2...] -- harness arguments
-(--only: just these variants)
+usage: passes_preserve_step.py SPEC_DIR RANKS... [--only V1,V2...] -- [--bin DIR] [--mpirun CMD]
+(--only: just these variants; --bin: where the distopt tools are, default
+the PATH)
 """
 import os
 import subprocess
@@ -26,6 +27,8 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import step_harness  # noqa: E402
 
 FUSE = "--distopt-fuse-div-into-allreduce"
 VARIANTS = {
@@ -78,44 +81,28 @@ VARIANTS = {
                          "--distopt-shard-optimizer=stage=2 strategy=greedy"],
     "pipeline-f64-zero2": ["--distopt-pipeline=reduce-dtype=f64 zero-stage=2"],
 }
-# Greedy sharding of main parameters needs a per-owner initial layout that
-# the harness does not build.
-SKIP = {"mixed.json": {"zero1-greedy", "zero2-greedy", "f64-zero1-greedy", "f64-zero2-greedy"}}
-
-
-def run_harness(step_text, ranks, harness_args, tmp):
+def run_harness(step_text, ranks, harness, tmp):
     path = os.path.join(tmp, "step.mlir")
     with open(path, "w") as f:
         f.write(step_text)
-    out = subprocess.run([sys.executable, os.path.join(HERE, "step_harness.py"),
-                          path, str(ranks)] + harness_args,
-                         capture_output=True, text=True)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-3000:])
-    params = {}
-    for line in out.stdout.splitlines():
-        head, bits = line.split(":", 1)
-        _, rank, _, name = head.split()
-        params.setdefault(int(rank), {})[name] = [int(b) for b in bits.split()]
-    return params
+    return step_harness.run(path, ranks, **harness)
 
 
 def torch_sgd_reference(spec, ranks, steps=3):
-    """torch.optim.SGD on the gradients the harness feeds, averaged."""
-    sys.path.insert(0, HERE)
-    from step_harness import pattern
+    """torch.optim.SGD on the gradients distopt-run feeds, averaged."""
     params = {}
     for p in spec["parameters"]:
         n = int(np.prod(p["shape"]))
-        params[p["name"]] = torch.nn.Parameter(torch.tensor(pattern(p["name"], n)))
+        params[p["name"]] = torch.nn.Parameter(
+            torch.tensor(step_harness.pattern(p["name"], n)))
     opt = spec["optimizer"]
-    sgd = torch.optim.SGD(list(params.values()), lr=0.125, foreach=False,
+    sgd = torch.optim.SGD(list(params.values()), lr=step_harness.LR, foreach=False,
                           momentum=opt.get("momentum", 0),
                           weight_decay=opt.get("weight_decay", 0))
     for k in range(steps):
         for name, param in params.items():
-            base = pattern(name + "g" + str(k), param.numel())
-            grads = [base * np.float32(1 + r / 4) for r in range(ranks)]
+            grads = [step_harness.gradient(name, param.numel(), k, r, ranks)
+                     for r in range(ranks)]
             total = grads[0].copy()
             for g in grads[1:]:
                 total = total + g
@@ -137,9 +124,12 @@ def main():
             raise SystemExit(f"unknown variants: {sorted(unknown)}")
         del ours[at:at + 2]
     spec_dir, ranks_list = sys.argv[1], [int(r) for r in ours]
-    harness_args = sys.argv[split + 1:]
-    opt = harness_args[harness_args.index("--opt") + 1]
-    translate = os.path.join(os.path.dirname(opt), "distopt-translate")
+    rest = sys.argv[split + 1:]
+    harness = {"bin_dir": rest[rest.index("--bin") + 1] if "--bin" in rest else "",
+               "mpirun": rest[rest.index("--mpirun") + 1] if "--mpirun" in rest
+               else "mpirun --allow-run-as-root --oversubscribe"}
+    opt = step_harness.tool(harness["bin_dir"], "distopt-opt")
+    translate = step_harness.tool(harness["bin_dir"], "distopt-translate")
     import json
     import tempfile
     failures = checks = 0
@@ -153,27 +143,26 @@ def main():
                 json.dump(spec, open(sized, "w"))
                 base_text = subprocess.run([translate, "--import-param-spec", sized],
                                            check=True, capture_output=True, text=True).stdout
-                base = run_harness(base_text, ranks, harness_args, tmp)
+                base, agree = run_harness(base_text, ranks, harness, tmp)
                 checks += 1
-                agree = all(base[r] == base[0] for r in base)
                 if not agree:
                     failures += 1
                 print(f"{'PASS' if agree else 'FAIL'}: {spec_name} {ranks} ranks: replicas agree")
                 if spec_name == "sgd3.json":
                     checks += 1
-                    ok = torch_sgd_reference(spec, ranks) == base[0]
+                    ok = torch_sgd_reference(spec, ranks) == base
                     failures += not ok
                     print(f"{'PASS' if ok else 'FAIL'}: {spec_name} {ranks} ranks: equals torch.optim.SGD bit for bit")
                 for variant, flags in VARIANTS.items():
-                    if variant in SKIP.get(spec_name, ()) or (only and variant not in only):
+                    if only and variant not in only:
                         continue
                     checks += 1
                     text = subprocess.run([opt] + flags, input=base_text, check=True,
                                           capture_output=True, text=True).stdout
                     try:
-                        got = run_harness(text, ranks, harness_args, tmp)
+                        got, _ = run_harness(text, ranks, harness, tmp)
                         ok = got == base
-                        detail = "" if ok else f" (rank 0 {list(got[0].items())[0][1][:3]} vs {list(base[0].items())[0][1][:3]})"
+                        detail = "" if ok else f" ({list(got.items())[0][1][:3]} vs {list(base.items())[0][1][:3]})"
                     except RuntimeError as e:
                         ok, detail = False, "\n" + str(e)
                     failures += not ok

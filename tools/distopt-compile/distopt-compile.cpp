@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TestPasses.h"
 #include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
@@ -106,6 +107,12 @@ static cl::opt<bool> runPipeline("distopt-pipeline",
 static cl::opt<unsigned> optLevel("O", cl::desc("LLVM optimisation level"),
                                   cl::init(3), cl::Prefix,
                                   cl::cat(compileCategory));
+static cl::opt<std::string> lowering(
+    "lowering",
+    cl::desc("Passes (textual, without the builtin.module anchor) that "
+             "lower the step to the LLVM dialect instead of --target's; for "
+             "tests: they must allocate with the runtime's allocator"),
+    cl::init(""), cl::Hidden, cl::cat(compileCategory));
 static cl::opt<std::string>
     cpu("cpu",
         cl::desc("CPU to compile for: native (this machine, with all its "
@@ -321,6 +328,10 @@ static std::string findCudaToolkit() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // What --lowering may name: the passes and pipelines, the tests' too.
+  mlir::distopt::registerDistOptPasses();
+  mlir::distopt::registerDistOptPipeline();
+  mlir::distopt::test::registerDistOptTestPipelines();
   // Only this tool's options in --help, not every LLVM backend's.
   cl::HideUnrelatedOptions(compileCategory);
   cl::ParseCommandLineOptions(
@@ -394,7 +405,14 @@ int main(int argc, char **argv) {
     return 1;
   unsigned numStepArgs = step.getNumArguments();
   step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
-  if (cuda)
+  if (!lowering.empty()) {
+    // Anchored, the passes would run on modules nested in the input's.
+    if (StringRef(lowering).starts_with("builtin.module("))
+      return fail("--lowering takes the passes without the builtin.module "
+                  "anchor");
+    if (failed(parsePassPipeline(lowering, pm)))
+      return fail("bad --lowering pipeline '" + lowering + "'");
+  } else if (cuda)
     mlir::distopt::buildDistOptLowerToGPUPipeline(pm, gpuOptions);
   else
     mlir::distopt::buildDistOptLowerToCPUPipeline(pm,
