@@ -38,7 +38,7 @@ void buildMyccDataParallelPipeline(mlir::OpPassManager &pm,
                                    const MyccDataParallelOptions &options) {
   pm.addPass(mlir::createCanonicalizerPass());
   mlir::distopt::DistOptPipelineOptions distopt;
-  distopt.backend = "mpi";
+  distopt.backend = mlir::distopt::CollectiveBackend::Mpi;
   distopt.zeroStage = options.zeroStage;
   distopt.bucketCapMb = 4.0;
   distopt.firstBucketCapMb = 4.0;

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Checkpoint/Checkpoint.h"
+#include "distopt/StepInterface/StepInterface.h"
 #include "distopt/Support/JSON.h"
 #include "distopt/Support/Limits.h"
 
@@ -128,13 +129,9 @@ Error checkPerRankCopies(const Checkpoint &checkpoint) {
 } // namespace
 
 size_t elementBytes(StringRef dtype) {
-  if (dtype == "f64" || dtype == "i64")
-    return 8;
-  if (dtype == "f32" || dtype == "i32")
-    return 4;
-  if (dtype == "bf16" || dtype == "f16")
-    return 2;
-  return 0;
+  // The step interface's element types that the runtime moves (not i1).
+  const step::DType *type = step::lookupDType(dtype);
+  return type && type->runtimeCode >= 0 ? type->bytes : 0;
 }
 
 const Tensor *Checkpoint::find(StringRef role, StringRef name,

@@ -3,6 +3,7 @@
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/StepInterface/StepInterface.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,19 +30,12 @@ Value RuntimeCalls::f64(double v) {
 }
 
 int64_t RuntimeCalls::dtypeCode(Type type) {
-  if (type.isF32())
-    return 0;
-  if (type.isF64())
-    return 1;
-  if (type.isBF16())
-    return 2;
-  if (type.isF16())
-    return 3;
-  if (type.isSignlessInteger(32))
-    return 4;
-  if (type.isSignlessInteger(64))
-    return 5;
-  return -1;
+  // The runtime's codes, from the step interface's dtype table, which
+  // distopt_rt.h defines them for.
+  std::string name;
+  llvm::raw_string_ostream(name) << type;
+  const ::distopt::step::DType *dtype = ::distopt::step::lookupDType(name);
+  return dtype ? dtype->runtimeCode : -1;
 }
 
 bool RuntimeCalls::isContiguous(MemRefType type) {
