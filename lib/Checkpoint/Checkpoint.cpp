@@ -28,6 +28,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 #include <unistd.h>
@@ -391,6 +392,74 @@ Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
   if (Error error = checkPerRankCopies(checkpoint))
     return fail(toString(std::move(error)));
   return checkpoint;
+}
+
+std::string logicalName(StringRef role, StringRef argName, StringRef entry) {
+  if (role != "state")
+    return entry.str();
+  size_t dot = argName.find('.');
+  return (entry + (dot == StringRef::npos ? "" : argName.substr(dot))).str();
+}
+
+Error checkFits(const Checkpoint &checkpoint, const step::Interface &step) {
+  auto fail = [](const Twine &what) -> Error {
+    return createStringError(inconvertibleErrorCode(), what);
+  };
+  std::map<std::tuple<std::string, std::string, int64_t>, const Tensor *> index;
+  for (const Tensor &t : checkpoint.tensors)
+    index[{t.role, t.name, t.rank}] = &t;
+  std::set<const Tensor *> used;
+  auto need = [&](StringRef role, const std::string &name, StringRef dtype,
+                  const std::vector<int64_t> &shape, int64_t rank) -> Error {
+    auto it = index.find({role.str(), name, rank});
+    std::string what = "'" + role.str() + " " + name + "'";
+    if (it == index.end())
+      return fail("has no " + what + " for this step");
+    const Tensor &t = *it->second;
+    auto numel = [](const std::vector<int64_t> &s) {
+      return std::accumulate(s.begin(), s.end(), int64_t(1),
+                             std::multiplies<int64_t>());
+    };
+    if (t.dtype != dtype || t.shape != shape)
+      return fail(what + " is " + t.dtype + " of " + Twine(t.shape.size()) +
+                  " dims / " + Twine(numel(t.shape)) +
+                  " elements, the step wants " + dtype + " of " +
+                  Twine(numel(shape)) + " elements");
+    used.insert(&t);
+    return Error::success();
+  };
+  for (const step::Value &arg : step.args) {
+    bool saved = arg.role == step::Role::Param ||
+                 arg.role == step::Role::MainParam ||
+                 arg.role == step::Role::State;
+    if (!arg.isTensor() || !saved)
+      continue;
+    StringRef role = step::roleName(arg.role);
+    StringRef dtype = arg.dtype->name;
+    if (arg.perRank && checkpoint.worldSize != step.worldSize)
+      return fail("'" + arg.name +
+                  "' is per-rank state (PowerSGD's error feedback) saved on " +
+                  Twine(checkpoint.worldSize) + " ranks; it cannot resume on " +
+                  Twine(step.worldSize));
+    if (arg.layout.empty()) {
+      for (int64_t r = arg.perRank ? 0 : -1,
+                   end = arg.perRank ? step.worldSize : 0;
+           r < end; ++r)
+        if (Error error = need(role, arg.name, dtype, *arg.shape, r))
+          return error;
+      continue;
+    }
+    for (const step::LayoutEntry &e : arg.layout)
+      if (Error error = need(role, logicalName(role, arg.name, e.name), dtype,
+                             e.shape, -1))
+        return error;
+  }
+  for (const Tensor &t : checkpoint.tensors)
+    if (!used.count(&t))
+      return fail("holds '" + t.role + " " + t.name +
+                  "', which this step does not have (a checkpoint of another "
+                  "model or optimizer?)");
+  return Error::success();
 }
 
 } // namespace distopt::checkpoint

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Every field of a step's interface, missing or of the wrong type, and
-values that are out of range or inconsistent: distopt-run must refuse the
-library with an error that names the field's JSON path, never crash, and
-accept a missing field only where the interface allows it to be absent.
+values that are out of range or inconsistent: distopt-run and
+distopt-checkpoint must refuse it with an error that names the field's
+JSON path, never crash, and accept a missing field only where the
+interface allows it to be absent.
 
 Each variant is embedded as `distopt_step_abi` in a small shared library
-built with the system C compiler, and read by `distopt-run --describe`.
+built with the system C compiler, and read by `distopt-run --describe`; and
+written to a file that `distopt-checkpoint fits CKPT FILE` reads.
 
-usage: interface_errors.py DISTOPT_RUN CC TMPDIR
+usage: interface_errors.py DISTOPT_RUN CC TMPDIR DISTOPT_CHECKPOINT CKPT
 """
 import concurrent.futures
 import copy
@@ -67,7 +69,7 @@ def at(doc, path):
 
 
 def main():
-    run, cc, tmp = sys.argv[1:4]
+    run, cc, tmp, checkpoint_tool, ckpt = sys.argv[1:6]
     cases = []  # (label, document, expected path or None when valid)
     for path in paths(VALID):
         if isinstance(path[-1], int):
@@ -132,18 +134,31 @@ def main():
             f.write("const char distopt_step_abi[] = " + json.dumps(text) + ";\n"
                     "void distopt_step_packed(void **args) { (void)args; }\n")
         subprocess.run([cc, "-shared", "-fPIC", "-nostdlib", "-o", library, source], check=True)
-        out = subprocess.run([run, "--describe", library], capture_output=True, text=True)
-        if out.returncode < 0:
-            ok, why = False, f"crashed with signal {-out.returncode}"
-        elif expect is None:
-            # An optional field may be missing; what it leaves inconsistent
-            # (a shard without its layout) is still a clear error.
-            ok = out.returncode == 0 or (out.returncode == 1 and "step interface: args" in out.stderr)
-            why = out.stderr.strip()
-        else:
-            ok = out.returncode == 1 and expect in out.stderr and "step interface" in out.stderr
-            why = out.stderr.strip() or "accepted"
-        return None if ok else f"FAIL: {label}: {why}"
+        interface = os.path.join(tmp, f"abi{i}.json")
+        with open(interface, "w") as f:
+            f.write(text)
+        failures = []
+        for tool, command in (("distopt-run", [run, "--describe", library]),
+                              ("distopt-checkpoint",
+                               [checkpoint_tool, "fits", ckpt, interface])):
+            out = subprocess.run(command, capture_output=True, text=True)
+            if out.returncode < 0:
+                ok, why = False, f"crashed with signal {-out.returncode}"
+            elif expect is None:
+                # An optional field may be missing; what it leaves
+                # inconsistent (a shard without its layout) is still a
+                # clear error. A valid interface may not fit the checkpoint.
+                ok = (out.returncode == 0 or
+                      (out.returncode == 1 and "step interface: args" in out.stderr) or
+                      (tool == "distopt-checkpoint" and out.returncode == 1 and
+                       "for this step" in out.stderr))
+                why = out.stderr.strip()
+            else:
+                ok = out.returncode == 1 and expect in out.stderr and "step interface" in out.stderr
+                why = out.stderr.strip() or "accepted"
+            if not ok:
+                failures.append(f"FAIL: {tool}: {label}: {why}")
+        return "\n".join(failures) or None
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         results = list(pool.map(lambda c: check(*c), [(i, *c) for i, c in enumerate(cases)]))

@@ -1,5 +1,4 @@
-//===- distopt-checkpoint.cpp - inspect and compare checkpoints
-//------------===//
+//===- distopt-checkpoint.cpp - inspect and compare checkpoints -*- C++ -*-===//
 //
 //   distopt-checkpoint info CKPT      validate; print the header and tensors
 //   distopt-checkpoint diff A B       compare tensor by tensor (bitwise),
@@ -8,6 +7,11 @@
 //                                     floating-point tensors may differ by N
 //                                     units in the last place (e.g. runs on
 //                                     different hardware)
+//   distopt-checkpoint fits CKPT STEP.json
+//                                     whether a step (its interface, from
+//                                     distopt-run STEP.so --describe=json)
+//                                     can resume from CKPT: it holds every
+//                                     tensor the step restores, and no other
 //
 // Exit status: 0 valid / equal, 1 otherwise (with the reason on stderr).
 //
@@ -18,6 +22,7 @@
 #include "llvm/Support/CRC.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -127,6 +132,38 @@ static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
   return differences ? 1 : 0;
 }
 
+static int fits(StringRef ckptPath, StringRef interfacePath) {
+  Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(ckptPath);
+  if (!ckpt) {
+    errs() << "distopt-checkpoint: " << toString(ckpt.takeError()) << "\n";
+    return 1;
+  }
+  ErrorOr<std::unique_ptr<MemoryBuffer>> text =
+      MemoryBuffer::getFile(interfacePath, /*IsText=*/true);
+  if (!text) {
+    errs() << "distopt-checkpoint: cannot read " << interfacePath << ": "
+           << text.getError().message() << "\n";
+    return 1;
+  }
+  Expected<distopt::step::Interface> step =
+      distopt::step::parseInterface((*text)->getBuffer());
+  if (!step) {
+    errs() << "distopt-checkpoint: " << interfacePath << ": "
+           << toString(step.takeError()) << "\n";
+    return 1;
+  }
+  if (Error error = checkpoint::checkFits(*ckpt, *step)) {
+    errs() << "distopt-checkpoint: " << ckptPath << ": "
+           << toString(std::move(error)) << "\n";
+    return 1;
+  }
+  outs() << "distopt-checkpoint: " << ckptPath << " fits the step ("
+         << ckpt->tensors.size() << " tensors; the step runs on "
+         << step->worldSize << (step->worldSize == 1 ? " rank" : " ranks")
+         << ")\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   if (argc == 3 && std::strcmp(argv[1], "info") == 0)
@@ -138,7 +175,10 @@ int main(int argc, char **argv) {
       std::strcmp(argv[2], "--max-ulp") == 0 &&
       !StringRef(argv[3]).getAsInteger(10, ulp) && ulp >= 0)
     return diff(argv[4], argv[5], ulp);
+  if (argc == 4 && std::strcmp(argv[1], "fits") == 0)
+    return fits(argv[2], argv[3]);
   errs() << "usage: distopt-checkpoint info CKPT\n"
-            "       distopt-checkpoint diff [--max-ulp N] A B\n";
+            "       distopt-checkpoint diff [--max-ulp N] A B\n"
+            "       distopt-checkpoint fits CKPT STEP.json\n";
   return 2;
 }

@@ -20,13 +20,8 @@ bool isCheckpointed(const Slot &slot) {
                          slot.role == "state");
 }
 
-/// The logical name of a layout entry of `slot`: the parameter's name, and
-/// for state the state key after it ("flat0.exp_avg" holds "w.exp_avg").
 static std::string logicalName(const Slot &slot, const Entry &entry) {
-  if (slot.role != "state")
-    return entry.name;
-  size_t dot = slot.name.find('.');
-  return entry.name + (dot == std::string::npos ? "" : slot.name.substr(dot));
+  return checkpoint::logicalName(slot.role, slot.name, entry.name);
 }
 
 /// Every rank takes part (shards are gathered); rank 0's result is written.
@@ -95,7 +90,9 @@ checkpoint::Checkpoint collectCheckpoint(distopt_rt_comm *comm,
 }
 
 /// Fills every parameter, main parameter and state buffer of this rank from
-/// `ckpt`, whatever world size and layout it was saved with.
+/// `ckpt`, whatever world size and layout it was saved with. (The caller
+/// checked first that it fits: checkpoint::checkFits. The checks here guard
+/// the copies.)
 void restoreCheckpoint(const checkpoint::Checkpoint &ckpt,
                        const std::string &resumePath,
                        const std::vector<Slot> &args,

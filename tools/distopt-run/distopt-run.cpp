@@ -85,11 +85,12 @@ static cl::opt<bool> printParamBits(
     cl::desc("Print every parameter (shards gathered) as its elements' bit "
              "patterns, for comparing runs bit for bit"),
     cl::init(false), cl::cat(runCategory));
-static cl::opt<bool>
-    describeOnly("describe",
-                 cl::desc("Print the step's interface (each argument's and "
-                          "result's role, name, type and layout) and exit"),
-                 cl::init(false), cl::cat(runCategory));
+static cl::opt<std::string> describeOnly(
+    "describe",
+    cl::desc("Print the step's interface (each argument's and result's role, "
+             "name, type and layout) and exit; --describe=json prints it as "
+             "the JSON the step carries (docs/step-abi.md)"),
+    cl::ValueOptional, cl::init(""), cl::cat(runCategory));
 
 namespace checkpoint = distopt::checkpoint;
 
@@ -258,7 +259,16 @@ int main(int argc, char **argv) {
   LoadedStep loaded;
   if (!loadStep(library, loaded))
     return 1;
-  if (describeOnly) {
+  if (describeOnly.getNumOccurrences()) {
+    if (describeOnly == "json") {
+      llvm::outs() << distopt::step::toJSON(loaded.abi) << "\n";
+      return 0;
+    }
+    if (!describeOnly.empty()) {
+      llvm::errs() << "distopt-run: --describe takes nothing or 'json', not '"
+                   << describeOnly << "'\n";
+      return 1;
+    }
     describe(loaded.abi);
     return 0;
   }
@@ -278,6 +288,8 @@ int main(int argc, char **argv) {
     llvm::Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(resumePath);
     if (!ckpt)
       die(llvm::toString(ckpt.takeError()));
+    if (llvm::Error error = checkpoint::checkFits(*ckpt, session.step.abi))
+      die(resumePath + ": " + llvm::toString(std::move(error)));
     restoreCheckpoint(*ckpt, resumePath, session.args, session.buffers);
     firstStep = ckpt->step + 1;
     if (myRank == 0)

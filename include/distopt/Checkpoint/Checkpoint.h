@@ -11,7 +11,9 @@
 #ifndef DISTOPT_CHECKPOINT_CHECKPOINT_H
 #define DISTOPT_CHECKPOINT_CHECKPOINT_H
 
+#include "distopt/StepInterface/StepInterface.h"
 #include "llvm/ADT/StringRef.h"
+
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -41,6 +43,21 @@ struct Checkpoint {
 
 /// Bytes per element of `dtype`, or 0 when it is not one a checkpoint holds.
 size_t elementBytes(llvm::StringRef dtype);
+
+/// The logical name under which a checkpoint holds the tensor a layout entry
+/// `entry` of the argument (`role`, `argName`) describes: the parameter's
+/// name, and for state the state key after it ("flat0.exp_avg" holds
+/// "w.exp_avg").
+std::string logicalName(llvm::StringRef role, llvm::StringRef argName,
+                        llvm::StringRef entry);
+
+/// Whether `checkpoint` holds exactly what `step` restores when it runs on
+/// its world size: every parameter, main parameter and state tensor, whole
+/// (whatever the step's layout), with its dtype and shape; per-rank state
+/// once per rank, saved at that world size; and nothing the step lacks.
+/// Errors say what is missing, different or extra.
+llvm::Error checkFits(const Checkpoint &checkpoint,
+                      const step::Interface &step);
 
 /// Writes `checkpoint` to `path` atomically: a temporary file beside it,
 /// fsync, rename, fsync of the directory. A crash leaves the previous file.
