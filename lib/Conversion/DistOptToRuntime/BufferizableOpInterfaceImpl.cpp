@@ -47,7 +47,8 @@ int64_t runtimeCount(ShapedType input, ShapedType yielded) {
   return std::min(input.getNumElements(), yielded.getNumElements());
 }
 
-/// A collective's input buffer and the size of its group.
+/// A collective's input buffer and the size of its group; the rewriter is
+/// placed before the collective.
 struct Input {
   Value buffer;
   int64_t groupSize;
@@ -61,7 +62,30 @@ FailureOr<Input> getInput(CollectiveOpInterface c, RewriterBase &rewriter,
   ProcessGroupOp group = lookupProcessGroup(c, c.getGroupAttr());
   if (!group)
     return c->emitError("cannot bufferize: the group is not declared");
+  rewriter.setInsertionPoint(c);
   return Input{*buffer, group.getSize()};
+}
+
+/// Calls the runtime's collective for `c` on contiguous buffers, from
+/// `input` into `output` (the same buffer when it works in place). Returns
+/// the request slot of a `_start`.
+Value callCollective(RuntimeCalls &rt, CollectiveOpInterface c,
+                     int64_t groupSize, Value input, Value output) {
+  RankedTensorType resultType = c.getYieldedType();
+  Value comm = rt.world(groupSize);
+  Value send = rt.pointer(input);
+  Value recv = output == input ? send : rt.pointer(output);
+  Value request = c.isAsync() ? rt.requestSlot() : Value();
+  SmallVector<Value> args = {comm, send, recv};
+  llvm::append_range(
+      args,
+      collectiveArgs(
+          rt, c, runtimeCount(cast<ShapedType>(input.getType()), resultType),
+          resultType.getElementType()));
+  if (request)
+    args.push_back(request);
+  rt.call(getRuntimeFunctionName(c), args);
+  return request;
 }
 
 /// Whether the runtime writes the result over the input: the collectives
@@ -103,7 +127,6 @@ struct CollectiveModel
     if (failed(in))
       return failure();
     Value buffer = in->buffer;
-    rewriter.setInsertionPoint(op);
     auto contiguousType = [](ShapedType type) {
       return MemRefType::get(type.getShape(), type.getElementType());
     };
@@ -124,14 +147,7 @@ struct CollectiveModel
                                  .getResult();
 
     RuntimeCalls rt(rewriter, loc, op);
-    Value comm = rt.world(in->groupSize);
-    Value send = rt.pointer(input);
-    Value recv = inPlace ? send : rt.pointer(output);
-    SmallVector<Value> args = {comm, send, recv};
-    llvm::append_range(args, collectiveArgs(rt, c,
-                                            runtimeCount(inputType, resultType),
-                                            resultType.getElementType()));
-    rt.call(getRuntimeFunctionName(c), args);
+    callCollective(rt, c, in->groupSize, input, output);
 
     if (inPlace && copied) { // the result lives in the original buffer
       memref::CopyOp::create(rewriter, loc, input, buffer);
@@ -142,17 +158,14 @@ struct CollectiveModel
   }
 };
 
-/// An asynchronous collective. The one-shot analysis cannot see that the
-/// request keeps using a buffer until its wait, so the start copies the
-/// input into a buffer the request owns (and, when the result differs in
-/// shape, allocates the output); the token becomes (request, result buffer),
-/// which the wait completes and hands on.
-template <typename OpTy>
-struct StartModel
-    : public BufferizableOpInterface::ExternalModel<StartModel<OpTy>, OpTy> {
+/// An op that writes none of its operands and returns no alias of them: it
+/// works in buffers of its own; it reads its operands if `ReadsOperands`.
+template <typename Model, typename OpTy, bool ReadsOperands>
+struct OwnBuffersModel
+    : public BufferizableOpInterface::ExternalModel<Model, OpTy> {
   bool bufferizesToMemoryRead(Operation *, OpOperand &,
                               const AnalysisState &) const {
-    return true;
+    return ReadsOperands;
   }
   bool bufferizesToMemoryWrite(Operation *, OpOperand &,
                                const AnalysisState &) const {
@@ -162,7 +175,16 @@ struct StartModel
                                       const AnalysisState &) const {
     return {};
   }
+};
 
+/// An asynchronous collective. The one-shot analysis cannot see that the
+/// request keeps using a buffer until its wait, so the start copies the
+/// input into a buffer the request owns (and, when the result differs in
+/// shape, allocates the output); the token becomes (request, result buffer),
+/// which the wait completes and hands on.
+template <typename OpTy>
+struct StartModel : public OwnBuffersModel<StartModel<OpTy>, OpTy,
+                                           /*ReadsOperands=*/true> {
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options,
                           BufferizationState &state) const {
@@ -172,7 +194,6 @@ struct StartModel
     if (failed(in))
       return failure();
     Value buffer = in->buffer;
-    rewriter.setInsertionPoint(op);
     auto inputType = cast<MemRefType>(buffer.getType());
     RankedTensorType resultType = c.getYieldedType();
     bool sameShape = inputType.getShape() == resultType.getShape();
@@ -190,16 +211,7 @@ struct StartModel
                                                    resultType.getElementType()))
                                    .getResult();
     RuntimeCalls rt(rewriter, loc, op);
-    Value comm = rt.world(in->groupSize);
-    Value send = rt.pointer(input);
-    Value recv = sameShape ? send : rt.pointer(output);
-    Value request = rt.requestSlot();
-    SmallVector<Value> args = {comm, send, recv};
-    llvm::append_range(args, collectiveArgs(rt, c,
-                                            runtimeCount(inputType, resultType),
-                                            resultType.getElementType()));
-    args.push_back(request);
-    rt.call(getRuntimeFunctionName(c), args);
+    Value request = callCollective(rt, c, in->groupSize, input, output);
     Value token = UnrealizedConversionCastOp::create(
                       rewriter, loc, op->getResult(0).getType(),
                       ValueRange{rt.load(request), output})
@@ -211,19 +223,7 @@ struct StartModel
 
 /// Completes the request behind a token; the result is its buffer.
 struct WaitModel
-    : public BufferizableOpInterface::ExternalModel<WaitModel, WaitOp> {
-  bool bufferizesToMemoryRead(Operation *, OpOperand &,
-                              const AnalysisState &) const {
-    return false;
-  }
-  bool bufferizesToMemoryWrite(Operation *, OpOperand &,
-                               const AnalysisState &) const {
-    return false;
-  }
-  AliasingValueList getAliasingValues(Operation *, OpOperand &,
-                                      const AnalysisState &) const {
-    return {};
-  }
+    : public OwnBuffersModel<WaitModel, WaitOp, /*ReadsOperands=*/false> {
   bool bufferizesToAllocation(Operation *, Value) const { return true; }
 
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,

@@ -181,20 +181,15 @@ LogicalResult ShardChecker::check(Operation *op) {
         return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
                                 /*needGridOrder=*/false);
       })
-      .Case([&](shard::AllGatherOp op) -> LogicalResult {
-        if (failed(tensors()))
-          return failure();
-        return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
-                                /*needGridOrder=*/true);
-      })
+      .Case<shard::AllGatherOp, shard::AllSliceOp>(
+          [&](auto op) -> LogicalResult {
+            if (failed(tensors()))
+              return failure();
+            return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
+                                    /*needGridOrder=*/true);
+          })
       .Case([&](shard::ReduceScatterOp op) -> LogicalResult {
         if (failed(tensors()) || failed(reduction(op.getReduction())))
-          return failure();
-        return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
-                                /*needGridOrder=*/true);
-      })
-      .Case([&](shard::AllSliceOp op) -> LogicalResult {
-        if (failed(tensors()))
           return failure();
         return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
                                 /*needGridOrder=*/true);

@@ -170,39 +170,27 @@ std::string mlir::distopt::getRuntimeFunctionName(CollectiveOpInterface op) {
   return name;
 }
 
-// On a group of one rank every collective returns its input, except a
-// premul_sum, which still scales.
+/// On a group of one rank every collective returns its input, except a
+/// premul_sum, which still scales.
+static OpFoldResult foldOnSingletonGroup(CollectiveOpInterface op) {
+  if (op.getReductionKind() == ReductionKind::PremulSum ||
+      !isSingletonGroup(op, op.getGroupAttr()))
+    return {};
+  return op.getInput();
+}
+
 OpFoldResult AllReduceOp::fold(FoldAdaptor) {
-  if (getReduction() != ReductionKind::PremulSum &&
-      isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
+  return foldOnSingletonGroup(*this);
 }
-
 OpFoldResult ReduceScatterOp::fold(FoldAdaptor) {
-  if (getReduction() != ReductionKind::PremulSum &&
-      isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
+  return foldOnSingletonGroup(*this);
 }
-
-OpFoldResult ReduceOp::fold(FoldAdaptor) {
-  if (getReduction() != ReductionKind::PremulSum &&
-      isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
-}
-
+OpFoldResult ReduceOp::fold(FoldAdaptor) { return foldOnSingletonGroup(*this); }
 OpFoldResult AllGatherOp::fold(FoldAdaptor) {
-  if (isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
+  return foldOnSingletonGroup(*this);
 }
-
 OpFoldResult BroadcastOp::fold(FoldAdaptor) {
-  if (isSingletonGroup(*this, getGroupAttr()))
-    return getInput();
-  return {};
+  return foldOnSingletonGroup(*this);
 }
 
 LogicalResult WaitOp::inferReturnTypes(
