@@ -299,9 +299,15 @@ static void addAbiString(llvm::Module &module, StringRef text) {
                            "distopt_step_abi");
 }
 
-static int fail(const Twine &message) {
+/// Reports `message`; a failure for phases, 1 for main.
+struct Failed {
+  operator LogicalResult() const { return failure(); }
+  template <typename T> operator FailureOr<T>() const { return failure(); }
+  operator int() const { return 1; }
+};
+static Failed fail(const Twine &message) {
   llvm::errs() << "distopt-compile: " << message << "\n";
-  return 1;
+  return {};
 }
 
 /// The CUDA toolkit to assemble kernels with: the option if given, else
@@ -326,85 +332,66 @@ static std::string findCudaToolkit() {
   return "";
 }
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  // What --lowering may name: the passes and pipelines, the tests' too.
-  mlir::distopt::registerDistOptPasses();
-  mlir::distopt::registerDistOptPipeline();
-  mlir::distopt::test::registerDistOptTestPipelines();
-  // Only this tool's options in --help, not every LLVM backend's.
-  cl::HideUnrelatedOptions(compileCategory);
-  cl::ParseCommandLineOptions(
-      argc, argv, "distopt-compile: a step to an object or shared library\n");
-  if (target != "cpu" && target != "cuda")
-    return fail("unknown --target '" + target + "' (cpu or cuda)");
-  bool cuda = target == "cuda";
-  mlir::distopt::DistOptLowerToGPUOptions gpuOptions;
-  if (cuda) {
-    gpuOptions.chip = gpuChip;
-    std::string toolkit = findCudaToolkit();
-    if (gpuFormat == "auto")
-      gpuOptions.format = toolkit.empty() ? "isa" : "fatbin";
-    else if (gpuFormat == "fatbin" || gpuFormat == "isa")
-      gpuOptions.format = gpuFormat;
-    else
-      return fail("unknown --gpu-format '" + gpuFormat +
-                  "' (fatbin, isa or auto)");
-    if (gpuOptions.format == "fatbin" && toolkit.empty())
-      return fail(
-          "--gpu-format=fatbin needs the CUDA toolkit's ptxas: not "
-          "in " +
-          (cudaToolkit.empty()
-               ? std::string("$CUDA_ROOT, $CUDA_HOME or /usr/local/cuda")
-               : "--cuda-toolkit=" + cudaToolkit));
-    gpuOptions.toolkit = toolkit;
-  }
-  StringRef extension = llvm::sys::path::extension(outputFile);
-  if (extension != ".o" && extension != ".so")
-    return fail("the output must end in .o or .so, got '" + outputFile + "'");
+/// --target=cuda's options: the chip, and what to embed (fatbin where the
+/// toolkit's ptxas is found, else PTX).
+static LogicalResult
+configureGPU(mlir::distopt::DistOptLowerToGPUOptions &options) {
+  options.chip = gpuChip;
+  std::string toolkit = findCudaToolkit();
+  if (gpuFormat == "auto")
+    options.format = toolkit.empty() ? "isa" : "fatbin";
+  else if (gpuFormat == "fatbin" || gpuFormat == "isa")
+    options.format = gpuFormat;
+  else
+    return fail("unknown --gpu-format '" + gpuFormat +
+                "' (fatbin, isa or auto)");
+  if (options.format == "fatbin" && toolkit.empty())
+    return fail("--gpu-format=fatbin needs the CUDA toolkit's ptxas: not "
+                "in " +
+                (cudaToolkit.empty()
+                     ? std::string("$CUDA_ROOT, $CUDA_HOME or /usr/local/cuda")
+                     : "--cuda-toolkit=" + cudaToolkit));
+  options.toolkit = toolkit;
+  return success();
+}
 
-  DialectRegistry registry;
-  registerAllDialects(registry);
-  registerAllExtensions(registry);
-  registry.insert<mlir::distopt::DistOptDialect>();
-  mlir::distopt::registerBufferizableOpInterfaceExternalModels(registry);
-  registerBuiltinDialectTranslation(registry);
-  registerLLVMDialectTranslation(registry);
-  registerAllGPUToLLVMIRTranslations(registry);
-  MLIRContext context(registry);
-
-  llvm::SourceMgr sourceMgr;
+/// Parses and verifies the input (verifyInput: some upstream verifiers
+/// crash on bad input) and runs distopt-pipeline if asked.
+static OwningOpRef<ModuleOp> loadStep(MLIRContext &context,
+                                      llvm::SourceMgr &sourceMgr) {
   std::string error;
   auto input = openInputFile(inputFile, &error);
-  if (!input)
-    return fail(error);
+  if (!input) {
+    (void)fail(error);
+    return nullptr;
+  }
   sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
-  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
-  // Verified by verifyInput: some upstream verifiers crash on bad input.
   ParserConfig parserConfig(&context, /*verifyAfterParse=*/false);
   OwningOpRef<ModuleOp> module =
       parseSourceFile<ModuleOp>(sourceMgr, parserConfig);
   if (!module || failed(mlir::distopt::verifyInput(*module)))
-    return 1;
-
-  PassManager pm(&context);
+    return nullptr;
   if (runPipeline || !pipeline.empty()) {
     mlir::distopt::DistOptPipelineOptions options;
-    if (failed(options.parseFromString(pipeline)))
-      return fail("bad --pipeline options '" + pipeline + "'");
+    if (failed(options.parseFromString(pipeline))) {
+      (void)fail("bad --pipeline options '" + pipeline + "'");
+      return nullptr;
+    }
+    PassManager pm(&context);
     mlir::distopt::buildDistOptPipeline(pm, options);
     if (failed(pm.run(*module)))
-      return 1;
-    pm.clear();
+      return nullptr;
   }
-  auto step = module->lookupSymbol<func::FuncOp>("step");
-  if (!step || step.isExternal())
-    return fail("the module has no @step function to compile");
-  FailureOr<si::Interface> abiInfo = describeStep(*module, step, target);
-  if (failed(abiInfo))
-    return 1;
-  unsigned numStepArgs = step.getNumArguments();
-  step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
+  return module;
+}
+
+/// Lowers the step to the LLVM dialect (--lowering's passes, or --target's)
+/// and completes its interface with the results it leaves in argument
+/// buffers. Returns the interface as JSON.
+static FailureOr<std::string>
+lowerStep(ModuleOp module, si::Interface abiInfo,
+          const mlir::distopt::DistOptLowerToGPUOptions *gpu) {
+  PassManager pm(module.getContext());
   if (!lowering.empty()) {
     // Anchored, the passes would run on modules nested in the input's.
     if (StringRef(lowering).starts_with("builtin.module("))
@@ -412,32 +399,31 @@ int main(int argc, char **argv) {
                   "anchor");
     if (failed(parsePassPipeline(lowering, pm)))
       return fail("bad --lowering pipeline '" + lowering + "'");
-  } else if (cuda)
-    mlir::distopt::buildDistOptLowerToGPUPipeline(pm, gpuOptions);
-  else
+  } else if (gpu) {
+    mlir::distopt::buildDistOptLowerToGPUPipeline(pm, *gpu);
+  } else {
     mlir::distopt::buildDistOptLowerToCPUPipeline(pm,
                                                   /*runtimeAllocator=*/true);
-  if (failed(pm.run(*module)))
-    return 1;
+  }
+  if (failed(pm.run(module)))
+    return failure();
   // Which results the step updated in its arguments' buffers (and no longer
   // returns): the driver needs to know.
-  auto lowered = module->lookupSymbol<LLVM::LLVMFuncOp>("step");
+  auto lowered = module.lookupSymbol<LLVM::LLVMFuncOp>("step");
   auto inPlace = lowered ? lowered->getAttrOfType<DenseI64ArrayAttr>(
                                "distopt.in_place_results")
                          : DenseI64ArrayAttr();
   if (!inPlace)
     return fail("@step is called inside the module: distopt-compile needs it "
                 "to be the entry point that the driver calls");
-  // Which results the step left in an argument's buffer (`in_place_arg`),
-  // and which it returns in the results' storage.
-  if (inPlace.size() != static_cast<int64_t>(abiInfo->results.size()))
+  if (inPlace.size() != static_cast<int64_t>(abiInfo.results.size()))
     return fail("the step's results do not match its interface");
   for (auto [result, arg] :
-       llvm::zip_equal(abiInfo->results, inPlace.asArrayRef()))
+       llvm::zip_equal(abiInfo.results, inPlace.asArrayRef()))
     if (arg >= 0)
       result.inPlaceArg = arg;
   std::string abiText;
-  llvm::raw_string_ostream(abiText) << si::toJSON(*abiInfo);
+  llvm::raw_string_ostream(abiText) << si::toJSON(abiInfo);
   // What distopt-run reads back must be valid: a check of the writer.
   if (llvm::Error error = si::parseInterface(abiText).takeError())
     return fail(llvm::toString(std::move(error)));
@@ -454,16 +440,25 @@ int main(int argc, char **argv) {
           if (attr.getName().strref().starts_with("distopt."))
             func.removeResultAttr(i, attr.getName());
   });
+  return abiText;
+}
 
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  llvm::LLVMContext llvmContext;
+/// The LLVM module the object holds: the step, its packed entry point and
+/// interface (the only symbols exported), optimised for --cpu.
+static std::unique_ptr<llvm::Module>
+translateStep(ModuleOp module, llvm::LLVMContext &llvmContext,
+              llvm::TargetMachine &machine, unsigned numStepArgs,
+              StringRef abiText) {
   std::unique_ptr<llvm::Module> llvmModule =
-      translateModuleToLLVMIR(*module, llvmContext);
-  if (!llvmModule)
-    return fail("translation to LLVM IR failed");
-  if (failed(addPackedEntry(*llvmModule, numStepArgs)))
-    return fail("no C interface for @step was generated");
+      translateModuleToLLVMIR(module, llvmContext);
+  if (!llvmModule) {
+    (void)fail("translation to LLVM IR failed");
+    return nullptr;
+  }
+  if (failed(addPackedEntry(*llvmModule, numStepArgs))) {
+    (void)fail("no C interface for @step was generated");
+    return nullptr;
+  }
   addAbiString(*llvmModule, abiText);
   // Only the entry point and the interface are exported: an exported `step`
   // would be preempted by libc's legacy regexp step() when loaded.
@@ -471,14 +466,27 @@ int main(int argc, char **argv) {
     if (!function.isDeclaration() &&
         function.getName() != "distopt_step_packed")
       function.setLinkage(llvm::GlobalValue::InternalLinkage);
+  llvmModule->setTargetTriple(machine.getTargetTriple());
+  llvmModule->setDataLayout(machine.createDataLayout());
+  if (llvm::Error err = makeOptimizingTransformer(optLevel, /*sizeLevel=*/0,
+                                                  &machine)(llvmModule.get())) {
+    (void)fail("LLVM optimisation failed: " + toString(std::move(err)));
+    return nullptr;
+  }
+  return llvmModule;
+}
 
-  // By default this machine's CPU and its features (FMA, AVX-512 where
-  // present).
+/// This machine's CPU and its features (FMA, AVX-512 where present) for
+/// --cpu=native, else the CPU named.
+static std::unique_ptr<llvm::TargetMachine> targetMachine() {
   llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
+  std::string error;
   const llvm::Target *llvmTarget =
       llvm::TargetRegistry::lookupTarget(triple, error);
-  if (!llvmTarget)
-    return fail(error);
+  if (!llvmTarget) {
+    (void)fail(error);
+    return nullptr;
+  }
   llvm::SubtargetFeatures features;
   std::string cpuName = cpu;
   if (cpuName == "native") {
@@ -487,44 +495,106 @@ int main(int argc, char **argv) {
       features.AddFeature(feature, enabled);
   }
   llvm::TargetOptions targetOptions;
-  std::unique_ptr<llvm::TargetMachine> machine(llvmTarget->createTargetMachine(
+  return std::unique_ptr<llvm::TargetMachine>(llvmTarget->createTargetMachine(
       triple, cpuName, features.getString(), targetOptions, llvm::Reloc::PIC_));
-  llvmModule->setTargetTriple(triple);
-  llvmModule->setDataLayout(machine->createDataLayout());
-  if (llvm::Error err = makeOptimizingTransformer(
-          optLevel, /*sizeLevel=*/0, machine.get())(llvmModule.get()))
-    return fail("LLVM optimisation failed: " + toString(std::move(err)));
+}
 
+/// Writes the object file, and for a .so links it with lld (in process).
+static LogicalResult emit(llvm::Module &llvmModule,
+                          llvm::TargetMachine &machine) {
   // lld resets the command-line options of the whole process: keep copies.
   std::string output = outputFile;
+  bool shared = llvm::sys::path::extension(output) == ".so";
   std::string objectPath = output;
   llvm::SmallString<128> temporary;
-  if (extension == ".so") {
+  if (shared) {
     if (llvm::sys::fs::createTemporaryFile("distopt-step", "o", temporary))
       return fail("cannot create a temporary object file");
     objectPath = temporary.str().str();
   }
   {
+    std::string error;
     std::unique_ptr<llvm::ToolOutputFile> object =
         openOutputFile(objectPath, &error);
     if (!object)
       return fail(error);
     llvm::legacy::PassManager codegen;
-    if (machine->addPassesToEmitFile(codegen, object->os(), nullptr,
-                                     llvm::CodeGenFileType::ObjectFile))
+    if (machine.addPassesToEmitFile(codegen, object->os(), nullptr,
+                                    llvm::CodeGenFileType::ObjectFile))
       return fail("this target cannot emit object files");
-    codegen.run(*llvmModule);
+    codegen.run(llvmModule);
     object->keep();
   }
-  if (extension == ".so") {
-    // The runtime's symbols are resolved when the library is loaded.
-    const char *args[] = {"ld.lld",           "-shared", "-Bsymbolic",
-                          objectPath.c_str(), "-o",      output.c_str()};
-    lld::Result linked = lld::lldMain(args, llvm::outs(), llvm::errs(),
-                                      {{lld::Gnu, &lld::elf::link}});
-    llvm::sys::fs::remove(objectPath);
-    if (linked.retCode != 0)
-      return fail("linking " + output + " failed");
-  }
+  if (!shared)
+    return success();
+  // The runtime's symbols are resolved when the library is loaded.
+  const char *args[] = {"ld.lld",           "-shared", "-Bsymbolic",
+                        objectPath.c_str(), "-o",      output.c_str()};
+  lld::Result linked = lld::lldMain(args, llvm::outs(), llvm::errs(),
+                                    {{lld::Gnu, &lld::elf::link}});
+  llvm::sys::fs::remove(objectPath);
+  if (linked.retCode != 0)
+    return fail("linking " + output + " failed");
+  return success();
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  // What --lowering may name: the passes and pipelines, the tests' too.
+  mlir::distopt::registerDistOptPasses();
+  mlir::distopt::registerDistOptPipeline();
+  mlir::distopt::test::registerDistOptTestPipelines();
+  // Only this tool's options in --help, not every LLVM backend's.
+  cl::HideUnrelatedOptions(compileCategory);
+  cl::ParseCommandLineOptions(
+      argc, argv, "distopt-compile: a step to an object or shared library\n");
+  if (target != "cpu" && target != "cuda")
+    return fail("unknown --target '" + target + "' (cpu or cuda)");
+  bool cuda = target == "cuda";
+  mlir::distopt::DistOptLowerToGPUOptions gpu;
+  if (cuda && failed(configureGPU(gpu)))
+    return 1;
+  StringRef extension = llvm::sys::path::extension(outputFile);
+  if (extension != ".o" && extension != ".so")
+    return fail("the output must end in .o or .so, got '" + outputFile + "'");
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registry.insert<mlir::distopt::DistOptDialect>();
+  mlir::distopt::registerBufferizableOpInterfaceExternalModels(registry);
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  registerAllGPUToLLVMIRTranslations(registry);
+  MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = loadStep(context, sourceMgr);
+  if (!module)
+    return 1;
+
+  auto step = module->lookupSymbol<func::FuncOp>("step");
+  if (!step || step.isExternal())
+    return fail("the module has no @step function to compile");
+  FailureOr<si::Interface> abiInfo = describeStep(*module, step, target);
+  if (failed(abiInfo))
+    return 1;
+  unsigned numStepArgs = step.getNumArguments();
+  step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
+  FailureOr<std::string> abiText =
+      lowerStep(*module, *abiInfo, cuda ? &gpu : nullptr);
+  if (failed(abiText))
+    return 1;
+
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  std::unique_ptr<llvm::TargetMachine> machine = targetMachine();
+  if (!machine)
+    return 1;
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateStep(*module, llvmContext, *machine, numStepArgs, *abiText);
+  if (!llvmModule || failed(emit(*llvmModule, *machine)))
+    return 1;
   return 0;
 }
