@@ -61,9 +61,6 @@ struct StepReport {
   int64_t powerSGDTensors = 0, powerSGDBatches = 0;
 };
 
-/// Bytes each rank sends for one collective of `payload` bytes on `n` ranks,
-/// with ring algorithms: all-reduce 2(n-1)/n, reduce-scatter and all-gather
-/// (n-1)/n of the full buffer, broadcast and reduce (pipelined) (n-1)/n.
 /// The group an op that communicates runs over.
 FlatSymbolRefAttr getGroupOf(Operation *op) {
   return llvm::TypeSwitch<Operation *, FlatSymbolRefAttr>(op)
@@ -191,8 +188,10 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       }
       return;
     }
-    StringRef name = op->getName().stripDialect();
-    CollectiveRow &row = report.collectives[name];
+    if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
+            op))
+      return;
+    CollectiveRow &row = report.collectives[op->getName().stripDialect()];
     if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
       // One scalar reduced across ranks.
       ++row.count;
@@ -210,7 +209,8 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       payload = bytesOf(powersgd.getP().getType()) +
                 bytesOf(powersgd.getQ().getType());
       moves = CollectiveKind::AllReduce;
-    } else if (auto topk = dyn_cast<TopKAllReduceOp>(op)) {
+    } else {
+      auto topk = cast<TopKAllReduceOp>(op);
       full = bytesOf(topk.getGrad().getType());
       int64_t numel = topk.getGrad().getType().getNumElements();
       int64_t k = std::max<int64_t>(
@@ -219,8 +219,6 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       payload = k * (full / numel + 4) * n;
       moves = CollectiveKind::AllGather;
       ++row.count;
-    } else {
-      return;
     }
     row.payload += payload;
     row.sent += ringBytesSent(moves, payload, n);

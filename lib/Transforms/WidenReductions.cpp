@@ -30,7 +30,12 @@ struct WidenReductionsPass
 
   void runOnOperation() override {
     MLIRContext *context = &getContext();
-    // Option parsing admits f32 and f64 only.
+    // Option parsing admits f32 and f64 only; a C++ caller may pass None.
+    if (dtype == ReduceDtype::None) {
+      emitError(getOperation().getLoc())
+          << "--distopt-widen-reductions: dtype must be f32 or f64";
+      return signalPassFailure();
+    }
     wide = dtype == ReduceDtype::F64 ? FloatType(Float64Type::get(context))
                                      : FloatType(Float32Type::get(context));
     SmallVector<Operation *> collectives;

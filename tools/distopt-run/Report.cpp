@@ -1,5 +1,4 @@
-//===- Report.cpp - what distopt-run checks and prints after a run -*- C++
-//-*-===//
+//===- Report.cpp - the checks and prints after a run -----------*- C++ -*-===//
 //
 // Replicas that must agree, parameters that must be finite, the memory each
 // rank held, and the parameters' bits for tests that compare runs.
@@ -72,6 +71,10 @@ void printParameterBits(const Session &session) {
       continue;
     size_t width = checkpoint::elementBytes(t.dtype);
     llvm::outs() << "param " << t.name << ":";
+    if (width != 2 && width != 4 && width != 8) {
+      llvm::outs() << " (" << t.dtype << ": no bits to print)\n";
+      continue;
+    }
     for (size_t at = 0; at + width <= t.data.size(); at += width) {
       int64_t bits = 0;
       if (width == 2) {

@@ -100,8 +100,10 @@ void Session::open(LoadedStep loaded, double lrOverride, bool lrGiven) {
   int64_t compiledSize = abi.worldSize;
   device.enabled = abi.device == "cuda";
   if (device.enabled) {
-    // Loading the library loaded its kernels (or recorded why not).
-    check(distopt_rt_cuda_init(-1), "starting CUDA");
+    // Loading the library loaded its kernels (or recorded why not), and the
+    // runtime's message says which function failed.
+    if (distopt_rt_cuda_init(-1) != DISTOPT_RT_OK)
+      die(distopt_rt_last_error());
     // The step's collectives take device buffers (NCCL, the run's world);
     // this driver's own (checks, checkpoints) take host buffers.
     distopt_rt_comm *stepComm = nullptr;

@@ -1,5 +1,4 @@
-//===- ChoiceParser.h - enum-valued options that list their choices -*- C++
-//-*-===//
+//===- ChoiceParser.h - enum options that list their choices ---*- C++ -*-===//
 //
 // llvm::cl's parser for enum options rejects a bad value with "Cannot find
 // option named 'x'!", which names neither the option's meaning nor what it
@@ -16,6 +15,8 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+
+#include <cassert>
 
 namespace mlir::distopt {
 
@@ -47,6 +48,8 @@ public:
   }
 
   /// Returns true, after reporting it, on a value that is not a choice.
+  /// Options take their value after `=` (as pass options always do); the
+  /// flag-per-choice style of llvm::cl enum options is not supported.
   bool parse(llvm::cl::Option &option, llvm::StringRef, llvm::StringRef arg,
              T &value) {
     for (const Choice &choice : Values)
@@ -66,7 +69,9 @@ public:
     AddLiteralOption(Owner, name);
   }
   void removeLiteralOption(llvm::StringRef name) {
-    Values.erase(Values.begin() + findOption(name));
+    unsigned at = findOption(name);
+    assert(at != Values.size() && "no such choice");
+    Values.erase(Values.begin() + at);
   }
 };
 

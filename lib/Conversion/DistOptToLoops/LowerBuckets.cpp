@@ -151,6 +151,9 @@ static Value packRange(OpBuilder &b, Location loc, ValueRange inputs,
 
 void lowerPack(RewriterBase &rewriter, BucketPackOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   auto bucketType = op.getBucket().getType();
   int64_t total = bucketType.getNumElements();
@@ -164,6 +167,9 @@ void lowerPack(RewriterBase &rewriter, BucketPackOp op) {
 
 SmallVector<Value> lowerUnpack(RewriterBase &rewriter, BucketUnpackOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   SmallVector<Value> results;
@@ -186,6 +192,9 @@ Value rankOf(OpBuilder &b, Location loc, Operation *at,
 
 void lowerShardSlice(RewriterBase &rewriter, ShardSliceOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   int64_t chunk = op.getType().getDimSize(0);
@@ -249,6 +258,9 @@ static Value packChunkAtRuntime(OpBuilder &b, Location loc, ValueRange inputs,
 void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
                       BucketPackOp pack, int64_t maxCases) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   int64_t chunk = op.getType().getDimSize(0);
@@ -287,6 +299,9 @@ void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
 
 void lowerOwnedBy(RewriterBase &rewriter, OwnedByOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value rank = rankOf(b, loc, op, op.getGroupAttr());
@@ -307,6 +322,7 @@ void lowerOwnedBy(RewriterBase &rewriter, OwnedByOp op) {
 }
 
 static void lowerRank(RewriterBase &rewriter, RankOp op) {
+  OpBuilder::InsertionGuard guard(rewriter);
   rewriter.setInsertionPoint(op);
   rewriter.replaceOp(op, rankOf(rewriter, op.getLoc(), op, op.getGroupAttr()));
 }

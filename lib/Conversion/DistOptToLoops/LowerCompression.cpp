@@ -211,6 +211,7 @@ static Value orthogonalize(OpBuilder &b, Location loc, Value matrix,
 }
 
 void lowerOrthogonalize(RewriterBase &rewriter, OrthogonalizeOp op) {
+  OpBuilder::InsertionGuard guard(rewriter);
   rewriter.setInsertionPoint(op);
   rewriter.replaceOp(op, orthogonalize(rewriter, op.getLoc(), op.getInput(),
                                        op.getEpsilon().convertToDouble()));
@@ -393,6 +394,9 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
 /// the same order; E' = A with the sent entries zeroed.
 void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   auto type = cast<RankedTensorType>(op.getGrad().getType());

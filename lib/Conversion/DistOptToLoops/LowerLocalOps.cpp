@@ -108,9 +108,9 @@ struct LowerLocalOpsPass
         for (PowerSGDAllReduceOp op : batch.members)
           op.erase();
     }
-    // Everything else, by pattern, one family after another in any order.
-    // The driver only rewrites: no folding, so that what the input holds
-    // stays as it is.
+    // Everything else, by pattern, the families in any order. The driver
+    // only lowers: no folding or constant CSE (it still erases existing ops
+    // that are trivially dead).
     RewritePatternSet patterns(&getContext());
     populateLowerBucketsPatterns(patterns, maxShardCases);
     populateLowerMixedPrecisionPatterns(patterns);

@@ -104,6 +104,9 @@ Value widen(OpBuilder &b, Location loc, Value x, Type to) {
 /// unscale: input * (1 / scale), the reciprocal taken once (GradScaler).
 void lowerUnscale(RewriterBase &rewriter, UnscaleOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value one = arith::ConstantOp::create(
@@ -116,6 +119,9 @@ void lowerUnscale(RewriterBase &rewriter, UnscaleOp op) {
 /// over the ranks: a min of 0/1 across them).
 void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Value ok = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
@@ -141,6 +147,9 @@ void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
 /// loss_scale_update, as torch's _amp_update_scale_.
 void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Type scaleType = op.getScale().getType();
@@ -179,6 +188,9 @@ void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
 /// before the root is taken, so each element counts once.
 void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
   OpBuilder &b = rewriter;
+  // Restored on return: the op is replaced, and a caller's rewriter must not
+  // keep an insertion point at it.
+  OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
   Type f64 = b.getF64Type(), f32 = b.getF32Type();

@@ -88,11 +88,13 @@ Value callCollective(RuntimeCalls &rt, CollectiveOpInterface c,
   return request;
 }
 
-/// Whether the runtime writes the result over the input: the collectives
-/// that keep the input's shape do.
+/// Whether the runtime writes the result over the input: every collective
+/// but reduce_scatter and all_gather (which change dimension 0 and write a
+/// buffer of their own, also on a group of one rank).
 bool worksInPlace(Operation *op) {
-  auto c = cast<CollectiveOpInterface>(op);
-  return c.getInput().getType() == c.getYieldedType();
+  CollectiveKind kind = cast<CollectiveOpInterface>(op).getCollectiveKind();
+  return kind != CollectiveKind::ReduceScatter &&
+         kind != CollectiveKind::AllGather;
 }
 
 template <typename OpTy>

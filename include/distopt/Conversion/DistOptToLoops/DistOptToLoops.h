@@ -1,5 +1,4 @@
-//===- DistOptToLoops.h - local distopt ops to linalg and tensor -*- C++
-//-*-===//
+//===- DistOptToLoops.h - local distopt ops to linalg, tensor ---*- C++ -*-===//
 //
 // The pattern sets of --distopt-lower-local-ops, by family, for a compiler
 // that runs them in its own rewrite, and the target that says what the
