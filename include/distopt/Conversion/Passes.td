@@ -4,7 +4,8 @@
 // shard dialect into distopt (ShardToDistOpt), optimizer and local ops to
 // linalg and tensor (DistOptToLoops), collectives to calls of the runtime
 // on buffers (DistOptToRuntime), and a bufferized step's memory work onto
-// the GPU (DistOptToGPU). Flags are part of the product: see DESIGN.md.
+// the GPU (DistOptToGPU). Flags are part of the product (README.md lists
+// them).
 // Each pass has a test file named after its flag in test/Conversion/<Name>/.
 //
 //===----------------------------------------------------------------------===//

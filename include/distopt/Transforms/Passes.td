@@ -2,7 +2,8 @@
 //
 // The passes that rewrite a step within the distopt dialect: bucketing,
 // the 1/N fusion, reduction precision, ZeRO sharding, PowerSGD, overlap,
-// and the checks and report. Flags are part of the product: see DESIGN.md.
+// and the checks and report. Flags are part of the product (README.md lists
+// them).
 // Each pass has a test file named after its flag in test/Transforms/.
 //
 //===----------------------------------------------------------------------===//

@@ -141,7 +141,8 @@ def DistOpt_AllReduceOp : DistOpt_CollectiveOp<"all_reduce", "AllReduce", 1, 0,
   let hasFolder = 1;
 }
 
-def DistOpt_AllReduceStartOp : DistOpt_CollectiveOp<"all_reduce_start", "AllReduce", 1, 0> {
+def DistOpt_AllReduceStartOp
+    : DistOpt_CollectiveOp<"all_reduce_start", "AllReduce", 1, 0> {
   let summary = "start an asynchronous all_reduce";
   let description = AllReduceDoc # [{
     Returns a token; `distopt.wait` on it yields the reduced tensor.
@@ -165,7 +166,8 @@ defvar ReduceScatterDoc = [{
   must be divisible by the group size.
 }];
 
-def DistOpt_ReduceScatterOp : DistOpt_CollectiveOp<"reduce_scatter", "ReduceScatter", 1, 0> {
+def DistOpt_ReduceScatterOp
+    : DistOpt_CollectiveOp<"reduce_scatter", "ReduceScatter", 1, 0> {
   let summary = "reduce over a group and scatter the chunks along dim 0";
   let description = ReduceScatterDoc # [{
     ```mlir
@@ -181,8 +183,8 @@ def DistOpt_ReduceScatterOp : DistOpt_CollectiveOp<"reduce_scatter", "ReduceScat
   let hasFolder = 1;
 }
 
-def DistOpt_ReduceScatterStartOp : DistOpt_CollectiveOp<"reduce_scatter_start", "ReduceScatter",
-    1, 0> {
+def DistOpt_ReduceScatterStartOp
+    : DistOpt_CollectiveOp<"reduce_scatter_start", "ReduceScatter", 1, 0> {
   let summary = "start an asynchronous reduce_scatter";
   let description = ReduceScatterDoc # [{
     ```mlir
@@ -202,7 +204,8 @@ defvar AllGatherDoc = [{
   rank receives the concatenation.
 }];
 
-def DistOpt_AllGatherOp : DistOpt_CollectiveOp<"all_gather", "AllGather", 0, 0> {
+def DistOpt_AllGatherOp
+    : DistOpt_CollectiveOp<"all_gather", "AllGather", 0, 0> {
   let summary = "concatenate the inputs of all ranks along dim 0";
   let description = AllGatherDoc # [{
     ```mlir
@@ -217,7 +220,8 @@ def DistOpt_AllGatherOp : DistOpt_CollectiveOp<"all_gather", "AllGather", 0, 0> 
   let hasFolder = 1;
 }
 
-def DistOpt_AllGatherStartOp : DistOpt_CollectiveOp<"all_gather_start", "AllGather", 0, 0> {
+def DistOpt_AllGatherStartOp
+    : DistOpt_CollectiveOp<"all_gather_start", "AllGather", 0, 0> {
   let summary = "start an asynchronous all_gather";
   let description = AllGatherDoc # [{
     ```mlir
@@ -252,7 +256,8 @@ def DistOpt_BroadcastOp : DistOpt_CollectiveOp<"broadcast", "Broadcast", 0, 1,
   let hasFolder = 1;
 }
 
-def DistOpt_BroadcastStartOp : DistOpt_CollectiveOp<"broadcast_start", "Broadcast", 0, 1> {
+def DistOpt_BroadcastStartOp
+    : DistOpt_CollectiveOp<"broadcast_start", "Broadcast", 0, 1> {
   let summary = "start an asynchronous broadcast";
   let description = BroadcastDoc # [{
     ```mlir
@@ -289,7 +294,8 @@ def DistOpt_ReduceOp : DistOpt_CollectiveOp<"reduce", "Reduce", 1, 1,
   let hasFolder = 1;
 }
 
-def DistOpt_ReduceStartOp : DistOpt_CollectiveOp<"reduce_start", "Reduce", 1, 1> {
+def DistOpt_ReduceStartOp
+    : DistOpt_CollectiveOp<"reduce_start", "Reduce", 1, 1> {
   let summary = "start an asynchronous reduce";
   let description = ReduceDoc # [{
     ```mlir
