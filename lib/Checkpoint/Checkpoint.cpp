@@ -28,7 +28,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <map>
-#include <numeric>
 #include <set>
 #include <tuple>
 #include <unistd.h>
@@ -416,15 +415,12 @@ Error checkFits(const Checkpoint &checkpoint, const step::Interface &step) {
     if (it == index.end())
       return fail("has no " + what + " for this step");
     const Tensor &t = *it->second;
-    auto numel = [](const std::vector<int64_t> &s) {
-      return std::accumulate(s.begin(), s.end(), int64_t(1),
-                             std::multiplies<int64_t>());
-    };
+    // Both shapes were checked when read (checkedNumElements >= 0).
     if (t.dtype != dtype || t.shape != shape)
       return fail(what + " is " + t.dtype + " of " + Twine(t.shape.size()) +
-                  " dims / " + Twine(numel(t.shape)) +
+                  " dims / " + Twine(checkedNumElements(t.shape)) +
                   " elements, the step wants " + dtype + " of " +
-                  Twine(numel(shape)) + " elements");
+                  Twine(checkedNumElements(shape)) + " elements");
     used.insert(&t);
     return Error::success();
   };

@@ -33,9 +33,9 @@ using namespace mlir::distopt;
 namespace {
 
 /// Bytes of a value of `type`: a tensor, or a scalar (lr, step, a norm).
-int64_t bytesOf(Type type, Type elementOverride = {}) {
+int64_t bytesOf(Type type) {
   if (auto shaped = dyn_cast<ShapedType>(type))
-    return getShapedBytes(shaped, elementOverride);
+    return getShapedBytes(shaped);
   return getElementBytes(type);
 }
 

@@ -2,7 +2,9 @@
 //
 // Private to DistOptToLoops: what LowerLocalOps.cpp calls for each op, and
 // the helpers the families share. Each lowerX replaces `op` through
-// `rewriter` (on tensors), for the patterns of LowerLocalOps.cpp.
+// `rewriter` (on tensors), for the patterns of LowerLocalOps.cpp, and
+// restores the rewriter's insertion point (an InsertionGuard): it must not
+// be left at the op just replaced.
 //
 //===----------------------------------------------------------------------===//
 

@@ -151,8 +151,6 @@ static Value packRange(OpBuilder &b, Location loc, ValueRange inputs,
 
 void lowerPack(RewriterBase &rewriter, BucketPackOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   auto bucketType = op.getBucket().getType();
@@ -167,8 +165,6 @@ void lowerPack(RewriterBase &rewriter, BucketPackOp op) {
 
 SmallVector<Value> lowerUnpack(RewriterBase &rewriter, BucketUnpackOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
@@ -192,8 +188,6 @@ Value rankOf(OpBuilder &b, Location loc, Operation *at,
 
 void lowerShardSlice(RewriterBase &rewriter, ShardSliceOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
@@ -258,8 +252,6 @@ static Value packChunkAtRuntime(OpBuilder &b, Location loc, ValueRange inputs,
 void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
                       BucketPackOp pack, int64_t maxCases) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
@@ -299,8 +291,6 @@ void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
 
 void lowerOwnedBy(RewriterBase &rewriter, OwnedByOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();

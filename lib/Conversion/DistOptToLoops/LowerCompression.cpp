@@ -394,8 +394,6 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
 /// the same order; E' = A with the sent entries zeroed.
 void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();

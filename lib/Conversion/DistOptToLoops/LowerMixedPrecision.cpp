@@ -104,8 +104,6 @@ Value widen(OpBuilder &b, Location loc, Value x, Type to) {
 /// unscale: input * (1 / scale), the reciprocal taken once (GradScaler).
 void lowerUnscale(RewriterBase &rewriter, UnscaleOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
@@ -119,8 +117,6 @@ void lowerUnscale(RewriterBase &rewriter, UnscaleOp op) {
 /// over the ranks: a min of 0/1 across them).
 void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
@@ -147,8 +143,6 @@ void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
 /// loss_scale_update, as torch's _amp_update_scale_.
 void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();
@@ -188,8 +182,6 @@ void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
 /// before the root is taken, so each element counts once.
 void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
   OpBuilder &b = rewriter;
-  // Restored on return: the op is replaced, and a caller's rewriter must not
-  // keep an insertion point at it.
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(op);
   Location loc = op.getLoc();

@@ -88,13 +88,10 @@ Value callCollective(RuntimeCalls &rt, CollectiveOpInterface c,
   return request;
 }
 
-/// Whether the runtime writes the result over the input: every collective
-/// but reduce_scatter and all_gather (which change dimension 0 and write a
-/// buffer of their own, also on a group of one rank).
+/// Whether the runtime writes the result over the input: where the op
+/// keeps its input's shape.
 bool worksInPlace(Operation *op) {
-  CollectiveKind kind = cast<CollectiveOpInterface>(op).getCollectiveKind();
-  return kind != CollectiveKind::ReduceScatter &&
-         kind != CollectiveKind::AllGather;
+  return cast<CollectiveOpInterface>(op).keepsShape();
 }
 
 template <typename OpTy>
@@ -198,7 +195,7 @@ struct StartModel : public OwnBuffersModel<StartModel<OpTy>, OpTy,
     Value buffer = in->buffer;
     auto inputType = cast<MemRefType>(buffer.getType());
     RankedTensorType resultType = c.getYieldedType();
-    bool sameShape = inputType.getShape() == resultType.getShape();
+    bool sameShape = c.keepsShape();
     // The request's own copy of the input (in place for same-shape ones).
     Value input = memref::AllocOp::create(
         rewriter, loc,

@@ -82,13 +82,6 @@ static LogicalResult verifyWireType(Operation *op, std::optional<Type> wire,
   return success();
 }
 
-/// all_gather and reduce_scatter change dimension 0 (checked against the
-/// group size in verifyCollectiveSymbolUses); the others keep the type.
-static bool keepsShape(CollectiveKind kind) {
-  return kind != CollectiveKind::AllGather &&
-         kind != CollectiveKind::ReduceScatter;
-}
-
 LogicalResult mlir::distopt::detail::verifyCollectiveOp(Operation *op) {
   auto collective = cast<CollectiveOpInterface>(op);
   auto inputType = cast<RankedTensorType>(collective.getInput().getType());
@@ -99,7 +92,9 @@ LogicalResult mlir::distopt::detail::verifyCollectiveOp(Operation *op) {
   if (failed(verifyWireType(op, collective.getWireType(), elementType)))
     return failure();
   RankedTensorType yielded = collective.getYieldedType();
-  if (keepsShape(collective.getCollectiveKind())) {
+  // all_gather and reduce_scatter change dimension 0, checked against the
+  // group size in verifyCollectiveSymbolUses.
+  if (collective.keepsShape()) {
     if (yielded != inputType)
       return op->emitOpError()
              << "yields " << yielded << " but the input is " << inputType;
@@ -128,13 +123,13 @@ LogicalResult mlir::distopt::detail::verifyCollectiveSymbolUses(
   if (root && (*root < 0 || *root >= size))
     return op->emitOpError() << "root " << *root << " is out of range for "
                              << symbol << " of size " << size;
-  CollectiveKind kind = collective.getCollectiveKind();
-  if (keepsShape(kind))
+  if (collective.keepsShape())
     return success();
   auto inputType = cast<RankedTensorType>(collective.getInput().getType());
   return verifyDim0AgainstGroup(op, group, inputType.getDimSize(0),
                                 collective.getYieldedType().getDimSize(0),
-                                kind == CollectiveKind::ReduceScatter);
+                                collective.getCollectiveKind() ==
+                                    CollectiveKind::ReduceScatter);
 }
 
 LogicalResult mlir::distopt::detail::verifyDim0AgainstGroup(

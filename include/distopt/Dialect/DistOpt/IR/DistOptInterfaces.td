@@ -57,6 +57,15 @@ def DistOpt_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
     /// moving them (gather, broadcast).
     bool reduces() { return $_op.getReductionKind().has_value(); }
 
+    /// Whether the op yields a tensor of its input's type (and so the
+    /// runtime works in place): all but reduce_scatter and all_gather,
+    /// which change dimension 0 (also on a group of one rank).
+    bool keepsShape() {
+      ::mlir::distopt::CollectiveKind kind = $_op.getCollectiveKind();
+      return kind != ::mlir::distopt::CollectiveKind::ReduceScatter &&
+             kind != ::mlir::distopt::CollectiveKind::AllGather;
+    }
+
     /// The whole tensor the collective moves: the gathered result of an
     /// all_gather, the input of the others.
     ::mlir::RankedTensorType getFullType() {
