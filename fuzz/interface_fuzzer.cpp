@@ -7,26 +7,19 @@
 
 #include "distopt/StepInterface/StepInterface.h"
 
-#include "llvm/Support/raw_ostream.h"
-
+#include <cstdio>
 #include <cstdlib>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  llvm::StringRef text(reinterpret_cast<const char *>(data), size);
-  llvm::Expected<distopt::step::Interface> parsed =
-      distopt::step::parseInterface(text);
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
+  std::string_view text(reinterpret_cast<const char *>(data), size);
+  auto parsed = distopt::step::parseInterface(text);
+  if (!parsed)
     return 0;
-  }
-  std::string written;
-  llvm::raw_string_ostream(written) << distopt::step::toJSON(*parsed);
-  llvm::Expected<distopt::step::Interface> again =
-      distopt::step::parseInterface(written);
+  std::string written = distopt::step::toJSON(*parsed).str();
+  auto again = distopt::step::parseInterface(written);
   if (!again) {
-    llvm::errs() << "an accepted interface does not read back: "
-                 << llvm::toString(again.takeError()) << "\n"
-                 << written << "\n";
+    std::fprintf(stderr, "an accepted interface does not read back: %s\n%s\n",
+                 again.error().c_str(), written.c_str());
     std::abort();
   }
   return 0;

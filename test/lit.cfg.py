@@ -38,6 +38,8 @@ import shutil
 
 config.substitutions.append(
     ("%rt_test", os.path.join(config.distopt_obj_root, "runtime", "bin", "distopt-rt-test")))
+config.substitutions.append(
+    ("%step_test", os.path.join(config.distopt_obj_root, "runtime", "bin", "distopt-step-test")))
 mpirun = shutil.which("mpirun")
 if mpirun:
     config.available_features.add("mpi")

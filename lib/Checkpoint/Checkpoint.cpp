@@ -12,31 +12,29 @@
 
 #include "distopt/Checkpoint/Checkpoint.h"
 #include "distopt/StepInterface/StepInterface.h"
-#include "distopt/Support/JSON.h"
 #include "distopt/Support/Limits.h"
 
-#include "llvm/ADT/STLExtras.h"
-#include "llvm/Support/CRC.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/JSON.h"
-#include "llvm/Support/MathExtras.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <map>
 #include <set>
+#include <sys/stat.h>
 #include <tuple>
 #include <unistd.h>
-
-using namespace llvm;
 
 namespace distopt::checkpoint {
 
 namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+uint64_t alignTo(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
 constexpr char kMagic[8] = {'D', 'O', 'P', 'T', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kVersion = 1;
@@ -44,9 +42,22 @@ constexpr size_t kPreambleBytes = 24;
 constexpr uint64_t kMaxHeaderBytes = 16 << 20;
 constexpr uint64_t kAlignment = 64;
 
+/// zlib's CRC-32 (polynomial 0xEDB88320, reflected), table-driven.
 uint32_t crcOf(const char *data, size_t size) {
-  return llvm::crc32(
-      ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(data), size));
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k)
+        c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i)
+    crc = table[(crc ^ static_cast<uint8_t>(data[i])) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
 }
 
 template <typename T> T load(const char *p) {
@@ -96,7 +107,7 @@ struct Writer {
 /// dtype and shape, and no whole copy beside them. A header that says
 /// another world size than its copies hold would drop or invent a rank's
 /// state on resume.
-Error checkPerRankCopies(const Checkpoint &checkpoint) {
+std::string checkPerRankCopies(const Checkpoint &checkpoint) {
   std::map<std::pair<std::string, std::string>, std::vector<const Tensor *>>
       copies;
   std::set<std::pair<std::string, std::string>> whole;
@@ -109,32 +120,27 @@ Error checkPerRankCopies(const Checkpoint &checkpoint) {
   for (auto &[key, list] : copies) {
     std::string what = "tensor '" + key.first + " " + key.second + "'";
     if (whole.count(key))
-      return createStringError(inconvertibleErrorCode(),
-                               what + " is saved both whole and per rank");
+      return what + " is saved both whole and per rank";
     if (static_cast<int64_t>(list.size()) != checkpoint.worldSize)
-      return createStringError(
-          inconvertibleErrorCode(),
-          what + " has " + Twine(list.size()) + " per-rank copies for " +
-              Twine(checkpoint.worldSize) + " ranks (the header's world size)");
+      return what + " has " + str(list.size()) + " per-rank copies for " +
+             str(checkpoint.worldSize) + " ranks (the header's world size)";
     for (const Tensor *t : list)
       if (t->dtype != list.front()->dtype || t->shape != list.front()->shape)
-        return createStringError(
-            inconvertibleErrorCode(),
-            what + ": the copies of ranks " + Twine(list.front()->rank) +
-                " and " + Twine(t->rank) + " differ in dtype or shape");
+        return what + ": the copies of ranks " + str(list.front()->rank) +
+               " and " + str(t->rank) + " differ in dtype or shape";
   }
-  return Error::success();
+  return "";
 }
 
 } // namespace
 
-size_t elementBytes(StringRef dtype) {
+size_t elementBytes(std::string_view dtype) {
   // The step interface's element types that the runtime moves (not i1).
   const step::DType *type = step::lookupDType(dtype);
   return type && type->runtimeCode >= 0 ? type->bytes : 0;
 }
 
-const Tensor *Checkpoint::find(StringRef role, StringRef name,
+const Tensor *Checkpoint::find(std::string_view role, std::string_view name,
                                int64_t rank) const {
   for (const Tensor &t : tensors)
     if (t.role == role && t.name == name && t.rank == rank)
@@ -142,38 +148,36 @@ const Tensor *Checkpoint::find(StringRef role, StringRef name,
   return nullptr;
 }
 
-Error write(StringRef path, const Checkpoint &checkpoint,
-            int64_t failAfterBytes) {
-  auto fail = [&](const Twine &what) {
-    return createStringError(inconvertibleErrorCode(), path + ": " + what);
-  };
+std::string write(const std::string &path, const Checkpoint &checkpoint,
+                  int64_t failAfterBytes) {
+  auto fail = [&](const std::string &what) { return path + ": " + what; };
   // The header, with offsets relative to the data section.
   json::Array tensors;
   uint64_t dataBytes = 0;
   for (const Tensor &t : checkpoint.tensors) {
     dataBytes = alignTo(dataBytes, kAlignment);
-    json::Object entry{
+    json::Value entry = json::Object{
         {"role", t.role},
         {"name", t.name},
         {"dtype", t.dtype},
-        {"shape", json::Array(t.shape)},
+        {"shape", t.shape},
         {"offset", static_cast<int64_t>(dataBytes)},
         {"bytes", static_cast<int64_t>(t.data.size())},
         {"crc32", static_cast<int64_t>(crcOf(t.data.data(), t.data.size()))}};
     if (t.rank >= 0)
-      entry["rank"] = t.rank;
+      entry.set("rank", t.rank);
     tensors.push_back(std::move(entry));
     dataBytes += t.data.size();
   }
-  json::Object header{{"format", "distopt-checkpoint"},
-                      {"version", static_cast<int64_t>(kVersion)},
-                      {"world_size", checkpoint.worldSize},
-                      {"step", checkpoint.step},
-                      {"model", checkpoint.model},
-                      {"data_bytes", static_cast<int64_t>(dataBytes)},
-                      {"tensors", std::move(tensors)}};
-  std::string headerText;
-  raw_string_ostream(headerText) << json::Value(std::move(header));
+  json::Value header =
+      json::Object{{"format", "distopt-checkpoint"},
+                   {"version", static_cast<int64_t>(kVersion)},
+                   {"world_size", checkpoint.worldSize},
+                   {"step", checkpoint.step},
+                   {"model", checkpoint.model},
+                   {"data_bytes", static_cast<int64_t>(dataBytes)},
+                   {"tensors", std::move(tensors)}};
+  std::string headerText = header.str();
 
   std::string preamble(kMagic, sizeof(kMagic));
   append<uint32_t>(preamble, kVersion);
@@ -184,8 +188,7 @@ Error write(StringRef path, const Checkpoint &checkpoint,
 
   // Into a temporary file beside the target, so that the rename is atomic
   // and a crash at any point leaves the previous checkpoint as it was.
-  std::string temporary =
-      (path + ".tmp." + Twine(static_cast<int64_t>(::getpid()))).str();
+  std::string temporary = path + ".tmp." + str(::getpid());
   int fd =
       ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -212,82 +215,110 @@ Error write(StringRef path, const Checkpoint &checkpoint,
     return fail("cannot write " + temporary + ": " +
                 std::strerror(savedErrno ? savedErrno : errno));
   }
-  if (::rename(temporary.c_str(), path.str().c_str()) != 0) {
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
     int error = errno;
     ::unlink(temporary.c_str());
-    return fail(Twine("cannot rename the temporary file into place: ") +
+    return fail(std::string("cannot rename the temporary file into place: ") +
                 std::strerror(error));
   }
   // The rename is durable once the directory is.
-  SmallString<256> directory(path);
-  sys::path::remove_filename(directory);
-  if (directory.empty())
-    directory = ".";
+  size_t slash = path.rfind('/');
+  std::string directory = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   int dirFd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dirFd >= 0) {
     ::fsync(dirFd);
     ::close(dirFd);
   }
-  return Error::success();
+  return "";
 }
 
-Expected<Checkpoint> read(StringRef path) {
-  ErrorOr<std::unique_ptr<MemoryBuffer>> file =
-      MemoryBuffer::getFile(path, /*IsText=*/false,
-                            /*RequiresNullTerminator=*/false);
-  if (!file)
-    return createStringError(inconvertibleErrorCode(),
-                             path +
-                                 ": cannot read: " + file.getError().message());
-  return decode((*file)->getBuffer(), path);
+json::Expected<Checkpoint> read(const std::string &path) {
+  using Result = json::Expected<Checkpoint>;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat info;
+  if (fd < 0 || ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    std::string why = fd < 0                  ? std::strerror(errno)
+                      : S_ISDIR(info.st_mode) ? "Is a directory"
+                                              : "not a regular file";
+    if (fd >= 0)
+      ::close(fd);
+    return Result::failure(path + ": cannot read: " + why);
+  }
+  std::string bytes;
+  bytes.resize(static_cast<size_t>(info.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      std::string why = n < 0 ? std::strerror(errno) : "the file shrank";
+      ::close(fd);
+      return Result::failure(path + ": cannot read: " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return decode(bytes, path);
 }
 
-Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
-  auto fail = [&](const Twine &what) -> Error {
-    return createStringError(inconvertibleErrorCode(), path + ": " + what);
+json::Expected<Checkpoint> decode(std::string_view bytes,
+                                  const std::string &path) {
+  using Result = json::Expected<Checkpoint>;
+  auto fail = [&](const std::string &what) {
+    return Result::failure(path + ": " + what);
   };
   uint64_t size = bytes.size();
   if (size < kPreambleBytes)
-    return fail("truncated: " + Twine(size) +
+    return fail("truncated: " + str(size) +
                 " bytes, shorter than the 24-byte preamble");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
     return fail("not a distopt checkpoint (no DOPTCKPT magic)");
   uint32_t version = load<uint32_t>(bytes.data() + 8);
   if (version != kVersion)
-    return fail("format version " + Twine(version) +
-                "; this distopt-run reads version " + Twine(kVersion));
+    return fail("format version " + str(version) +
+                "; this distopt-run reads version " + str(kVersion));
   uint32_t headerCrc = load<uint32_t>(bytes.data() + 12);
   uint64_t headerBytes = load<uint64_t>(bytes.data() + 16);
   if (headerBytes > kMaxHeaderBytes)
-    return fail("a header of " + Twine(headerBytes) +
+    return fail("a header of " + std::to_string(headerBytes) +
                 " bytes is over the 16 MiB limit (corrupted)");
   if (kPreambleBytes + headerBytes > size)
     return fail("truncated: the header needs " +
-                Twine(kPreambleBytes + headerBytes) + " bytes, the file has " +
-                Twine(size));
-  StringRef headerText = bytes.substr(kPreambleBytes, headerBytes);
+                str(kPreambleBytes + headerBytes) + " bytes, the file has " +
+                str(size));
+  std::string_view headerText = bytes.substr(kPreambleBytes, headerBytes);
   if (crcOf(headerText.data(), headerText.size()) != headerCrc)
     return fail("the header's checksum does not match (corrupted)");
 
-  Expected<json::Value> parsed = parseJSON(headerText);
+  json::Expected<json::Value> parsed = json::parse(headerText);
   if (!parsed)
-    return fail("malformed header: " + toString(parsed.takeError()));
-  const json::Object *header = parsed->getAsObject();
-  auto integer = [&](const json::Object *o, StringRef key,
+    return fail("malformed header: " + parsed.error());
+  const json::Value *header = parsed->getObject() ? &*parsed : nullptr;
+  auto integer = [&](const json::Value *o, std::string_view key,
                      int64_t &out) -> bool {
-    std::optional<int64_t> value = o ? o->getInteger(key) : std::nullopt;
+    const json::Value *v = o ? o->get(key) : nullptr;
+    std::optional<int64_t> value = v ? v->getInteger() : std::nullopt;
     if (!value)
       return false;
     out = *value;
     return true;
   };
-  auto string = [&](const json::Object *o, StringRef key,
+  auto string = [&](const json::Value *o, std::string_view key,
                     std::string &out) -> bool {
-    std::optional<StringRef> value = o ? o->getString(key) : std::nullopt;
+    const json::Value *v = o ? o->get(key) : nullptr;
+    const std::string *value = v ? v->getString() : nullptr;
     if (!value)
       return false;
-    out = value->str();
+    out = *value;
     return true;
+  };
+  auto array = [](const json::Value *o,
+                  std::string_view key) -> const json::Array * {
+    const json::Value *v = o ? o->get(key) : nullptr;
+    return v ? v->getArray() : nullptr;
   };
   Checkpoint checkpoint;
   int64_t dataBytes = 0;
@@ -296,58 +327,58 @@ Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
       !integer(header, "world_size", checkpoint.worldSize) ||
       !integer(header, "step", checkpoint.step) ||
       !integer(header, "data_bytes", dataBytes) ||
-      !string(header, "model", checkpoint.model) ||
-      !header->getArray("tensors"))
+      !string(header, "model", checkpoint.model) || !array(header, "tensors"))
     return fail("malformed header: format, world_size, step, model, "
                 "data_bytes and tensors are required");
   if (checkpoint.worldSize < 1 || checkpoint.worldSize > kMaxWorldSize ||
       checkpoint.step < 0 || dataBytes < 0)
-    return fail("malformed header: world_size " + Twine(checkpoint.worldSize) +
-                " (1 to " + Twine(kMaxWorldSize) + "), step " +
-                Twine(checkpoint.step) + ", data_bytes " + Twine(dataBytes));
+    return fail("malformed header: world_size " + str(checkpoint.worldSize) +
+                " (1 to " + str(kMaxWorldSize) + "), step " +
+                str(checkpoint.step) + ", data_bytes " + str(dataBytes));
   uint64_t dataStart = alignTo(kPreambleBytes + headerBytes, kAlignment);
   if (dataStart + static_cast<uint64_t>(dataBytes) != size)
-    return fail(
-        (dataStart + static_cast<uint64_t>(dataBytes) > size ? "truncated"
-                                                             : "extended") +
-        Twine(": the header describes ") + Twine(dataStart + dataBytes) +
-        " bytes, the file has " + Twine(size));
+    return fail(std::string(dataStart + static_cast<uint64_t>(dataBytes) > size
+                                ? "truncated"
+                                : "extended") +
+                ": the header describes " +
+                std::to_string(dataStart + dataBytes) +
+                " bytes, the file has " + str(size));
 
   // Every byte is covered: padding must be zero, so that no bit flip
   // anywhere in the file goes unnoticed.
   auto zero = [&](uint64_t from, uint64_t to) {
-    return llvm::all_of(bytes.substr(from, to - from),
-                        [](char c) { return c == 0; });
+    std::string_view span = bytes.substr(from, to - from);
+    return std::all_of(span.begin(), span.end(), [](char c) { return c == 0; });
   };
   if (!zero(kPreambleBytes + headerBytes, dataStart))
     return fail("nonzero padding after the header (corrupted)");
   std::vector<std::pair<uint64_t, uint64_t>> extents;
   std::set<std::tuple<std::string, std::string, int64_t>> seen;
-  for (const json::Value &value : *header->getArray("tensors")) {
-    const json::Object *entry = value.getAsObject();
+  for (const json::Value &value : *array(header, "tensors")) {
+    const json::Value *entry = value.getObject() ? &value : nullptr;
     Tensor t;
     int64_t offset, length, crc;
     if (!string(entry, "role", t.role) || !string(entry, "name", t.name) ||
         !string(entry, "dtype", t.dtype) || !integer(entry, "offset", offset) ||
         !integer(entry, "bytes", length) || !integer(entry, "crc32", crc) ||
-        !entry->getArray("shape"))
+        !array(entry, "shape"))
       return fail("malformed header: a tensor needs role, name, dtype, "
                   "shape, offset, bytes and crc32");
     std::string what = "tensor '" + t.role + " " + t.name + "'";
     if (const json::Value *rank = entry->get("rank")) {
-      std::optional<int64_t> value = rank->getAsInteger();
+      std::optional<int64_t> value = rank->getInteger();
       if (!value || *value < 0 || *value >= checkpoint.worldSize)
         return fail(what + ": rank must be an integer from 0 to " +
-                    Twine(checkpoint.worldSize - 1) +
+                    str(checkpoint.worldSize - 1) +
                     " (the checkpoint's world size is " +
-                    Twine(checkpoint.worldSize) + ")");
+                    str(checkpoint.worldSize) + ")");
       t.rank = *value;
     }
     size_t element = elementBytes(t.dtype);
     if (!element)
       return fail(what + ": unknown dtype '" + t.dtype + "'");
-    for (const json::Value &d : *entry->getArray("shape")) {
-      std::optional<int64_t> dim = d.getAsInteger();
+    for (const json::Value &d : *array(entry, "shape")) {
+      std::optional<int64_t> dim = d.getInteger();
       if (!dim || *dim < 0)
         return fail(what + ": a shape holds non-negative integers");
       t.shape.push_back(*dim);
@@ -357,16 +388,15 @@ Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
       return fail(what + ": more than 2^53 elements (corrupted)");
     uint64_t expected = element * static_cast<uint64_t>(numel);
     if (length < 0 || static_cast<uint64_t>(length) != expected)
-      return fail(what + ": " + Twine(length) + " bytes for " +
-                  Twine(expected) + " bytes of shape and dtype");
+      return fail(what + ": " + str(length) + " bytes for " +
+                  std::to_string(expected) + " bytes of shape and dtype");
     if (offset < 0 || offset % kAlignment != 0 ||
         static_cast<uint64_t>(offset) > static_cast<uint64_t>(dataBytes) ||
         static_cast<uint64_t>(length) >
             static_cast<uint64_t>(dataBytes - offset))
-      return fail(what + ": data at [" + Twine(offset) + ", " + Twine(offset) +
-                  " + " + Twine(length) +
-                  ") lies outside the data section of " + Twine(dataBytes) +
-                  " bytes");
+      return fail(what + ": data at [" + str(offset) + ", " + str(offset) +
+                  " + " + str(length) + ") lies outside the data section of " +
+                  str(dataBytes) + " bytes");
     const char *data = bytes.data() + dataStart + offset;
     if (crcOf(data, length) != static_cast<uint32_t>(crc))
       return fail(what + ": its checksum does not match (corrupted)");
@@ -377,7 +407,7 @@ Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
     extents.push_back({static_cast<uint64_t>(offset),
                        static_cast<uint64_t>(offset + length)});
   }
-  llvm::sort(extents);
+  std::sort(extents.begin(), extents.end());
   uint64_t covered = 0;
   for (auto [begin, end] : extents) {
     if (begin < covered)
@@ -388,41 +418,43 @@ Expected<Checkpoint> decode(StringRef bytes, StringRef path) {
   }
   if (!zero(dataStart + covered, size))
     return fail("nonzero bytes after the last tensor (corrupted)");
-  if (Error error = checkPerRankCopies(checkpoint))
-    return fail(toString(std::move(error)));
+  std::string perRank = checkPerRankCopies(checkpoint);
+  if (!perRank.empty())
+    return fail(perRank);
   return checkpoint;
 }
 
-std::string logicalName(StringRef role, StringRef argName, StringRef entry) {
+std::string logicalName(std::string_view role, std::string_view argName,
+                        std::string_view entry) {
   if (role != "state")
-    return entry.str();
+    return std::string(entry);
   size_t dot = argName.find('.');
-  return (entry + (dot == StringRef::npos ? "" : argName.substr(dot))).str();
+  return std::string(entry) +
+         std::string(dot == std::string_view::npos ? "" : argName.substr(dot));
 }
 
-Error checkFits(const Checkpoint &checkpoint, const step::Interface &step) {
-  auto fail = [](const Twine &what) -> Error {
-    return createStringError(inconvertibleErrorCode(), what);
-  };
+std::string checkFits(const Checkpoint &checkpoint,
+                      const step::Interface &step) {
   std::map<std::tuple<std::string, std::string, int64_t>, const Tensor *> index;
   for (const Tensor &t : checkpoint.tensors)
     index[{t.role, t.name, t.rank}] = &t;
   std::set<const Tensor *> used;
-  auto need = [&](StringRef role, const std::string &name, StringRef dtype,
-                  const std::vector<int64_t> &shape, int64_t rank) -> Error {
-    auto it = index.find({role.str(), name, rank});
-    std::string what = "'" + role.str() + " " + name + "'";
+  auto need = [&](std::string_view role, const std::string &name,
+                  std::string_view dtype, const std::vector<int64_t> &shape,
+                  int64_t rank) -> std::string {
+    auto it = index.find({std::string(role), name, rank});
+    std::string what = "'" + std::string(role) + " " + name + "'";
     if (it == index.end())
-      return fail("has no " + what + " for this step");
+      return "has no " + what + " for this step";
     const Tensor &t = *it->second;
     // Both shapes were checked when read (checkedNumElements >= 0).
     if (t.dtype != dtype || t.shape != shape)
-      return fail(what + " is " + t.dtype + " of " + Twine(t.shape.size()) +
-                  " dims / " + Twine(checkedNumElements(t.shape)) +
-                  " elements, the step wants " + dtype + " of " +
-                  Twine(checkedNumElements(shape)) + " elements");
+      return what + " is " + t.dtype + " of " + str(t.shape.size()) +
+             " dims / " + str(checkedNumElements(t.shape)) +
+             " elements, the step wants " + std::string(dtype) + " of " +
+             str(checkedNumElements(shape)) + " elements";
     used.insert(&t);
-    return Error::success();
+    return "";
   };
   for (const step::Value &arg : step.args) {
     bool saved = arg.role == step::Role::Param ||
@@ -430,32 +462,36 @@ Error checkFits(const Checkpoint &checkpoint, const step::Interface &step) {
                  arg.role == step::Role::State;
     if (!arg.isTensor() || !saved)
       continue;
-    StringRef role = step::roleName(arg.role);
-    StringRef dtype = arg.dtype->name;
+    std::string_view role = step::roleName(arg.role);
+    std::string_view dtype = arg.dtype->name;
     if (arg.perRank && checkpoint.worldSize != step.worldSize)
-      return fail("'" + arg.name +
-                  "' is per-rank state (PowerSGD's error feedback) saved on " +
-                  Twine(checkpoint.worldSize) + " ranks; it cannot resume on " +
-                  Twine(step.worldSize));
+      return "'" + arg.name +
+             "' is per-rank state (PowerSGD's error feedback) saved on " +
+             str(checkpoint.worldSize) + " ranks; it cannot resume on " +
+             str(step.worldSize);
     if (arg.layout.empty()) {
       for (int64_t r = arg.perRank ? 0 : -1,
                    end = arg.perRank ? step.worldSize : 0;
-           r < end; ++r)
-        if (Error error = need(role, arg.name, dtype, *arg.shape, r))
+           r < end; ++r) {
+        std::string error = need(role, arg.name, dtype, *arg.shape, r);
+        if (!error.empty())
           return error;
+      }
       continue;
     }
-    for (const step::LayoutEntry &e : arg.layout)
-      if (Error error = need(role, logicalName(role, arg.name, e.name), dtype,
-                             e.shape, -1))
+    for (const step::LayoutEntry &e : arg.layout) {
+      std::string error =
+          need(role, logicalName(role, arg.name, e.name), dtype, e.shape, -1);
+      if (!error.empty())
         return error;
+    }
   }
   for (const Tensor &t : checkpoint.tensors)
     if (!used.count(&t))
-      return fail("holds '" + t.role + " " + t.name +
-                  "', which this step does not have (a checkpoint of another "
-                  "model or optimizer?)");
-  return Error::success();
+      return "holds '" + t.role + " " + t.name +
+             "', which this step does not have (a checkpoint of another "
+             "model or optimizer?)";
+  return "";
 }
 
 } // namespace distopt::checkpoint

@@ -1,24 +1,28 @@
 //===- StepInterface.cpp - a compiled step's interface as JSON --*- C++ -*-===//
+//
+// Standard C++ only: the host step library in runtime/ compiles this file.
+//
+//===----------------------------------------------------------------------===//
 
 #include "distopt/StepInterface/StepInterface.h"
 
-#include "distopt/Support/JSON.h"
 #include "distopt/Support/Limits.h"
 #include "distopt_rt.h"
 
-#include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FormatVariadic.h"
-
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cinttypes>
 #include <cmath>
-
-using namespace llvm;
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
 
 namespace distopt::step {
 
 namespace {
 
-constexpr std::pair<Role, StringLiteral> kRoles[] = {
+constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::Param, "param"},
     {Role::Grad, "grad"},
     {Role::MainParam, "main_param"},
@@ -38,55 +42,55 @@ constexpr DType kDTypes[] = {
     {"i1", 1, false, -1},
 };
 
-constexpr std::pair<Init, StringLiteral> kInits[] = {
+constexpr std::pair<Init, std::string_view> kInits[] = {
     {Init::Zeros, "zeros"},
     {Init::Randn, "randn"},
     {Init::RandnEachStep, "randn_each_step"},
 };
 
 /// The path of `key` in the object at `path` ("" is the root).
-std::string child(const Twine &path, StringRef key) {
-  std::string base = path.str();
-  return base.empty() ? key.str() : base + "." + key.str();
+std::string child(const std::string &path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
 }
+
+std::string str(int64_t v) { return std::to_string(v); }
 
 /// Reads JSON with a path to every value, keeping the first error: the
 /// reading goes on with defaults, and the caller asks for the error once.
 class Reader {
 public:
   /// Records an error at `path` (the first one wins).
-  void fail(const Twine &path, const Twine &message) {
+  void fail(const std::string &path, const std::string &message) {
     if (error.empty())
-      error = (path + ": " + message).str();
+      error = path + ": " + message;
   }
   bool failed() const { return !error.empty(); }
-  Error takeError() {
-    return createStringError(inconvertibleErrorCode(),
-                             "step interface: " + error);
-  }
+  std::string takeError() { return "step interface: " + error; }
 
-  const json::Object *object(const json::Value *value, const Twine &path) {
-    const json::Object *o = value ? value->getAsObject() : nullptr;
-    if (!o)
+  /// `value` as an object (null, with an error, when it is not one).
+  const json::Value *object(const json::Value *value, const std::string &path) {
+    if (!value || !value->getObject()) {
       fail(path, value ? "expected an object" : "missing");
-    return o;
+      return nullptr;
+    }
+    return value;
   }
-  const json::Array *array(const json::Object &o, StringRef key,
-                           const Twine &path, bool required = true) {
+  const json::Array *array(const json::Value &o, std::string_view key,
+                           const std::string &path, bool required = true) {
     const json::Value *value = o.get(key);
     if (!value) {
       if (required)
         fail(child(path, key), "missing");
       return nullptr;
     }
-    const json::Array *a = value->getAsArray();
+    const json::Array *a = value->getArray();
     if (!a)
       fail(child(path, key), "expected an array");
     return a;
   }
   /// An integer in [lo, hi]; `fallback` when the key is absent (if given).
-  int64_t integer(const json::Object &o, StringRef key, const Twine &path,
-                  int64_t lo, int64_t hi,
+  int64_t integer(const json::Value &o, std::string_view key,
+                  const std::string &path, int64_t lo, int64_t hi,
                   std::optional<int64_t> fallback = std::nullopt) {
     const json::Value *value = o.get(key);
     if (!value) {
@@ -96,42 +100,45 @@ public:
     }
     return integer(*value, child(path, key), lo, hi);
   }
-  int64_t integer(const json::Value &value, const Twine &path, int64_t lo,
+  int64_t integer(const json::Value &value, const std::string &path, int64_t lo,
                   int64_t hi) {
-    std::optional<int64_t> v = value.getAsInteger();
+    std::optional<int64_t> v = value.getInteger();
     if (!v || *v < lo || *v > hi) {
-      fail(path, "expected an integer from " + Twine(lo) + " to " + Twine(hi));
+      fail(path, "expected an integer from " + str(lo) + " to " + str(hi));
       return lo;
     }
     return *v;
   }
-  std::string string(const json::Object &o, StringRef key, const Twine &path,
-                     std::optional<StringRef> fallback = std::nullopt) {
+  std::string string(const json::Value &o, std::string_view key,
+                     const std::string &path,
+                     std::optional<std::string_view> fallback = std::nullopt) {
     const json::Value *value = o.get(key);
     if (!value) {
       if (!fallback)
         fail(child(path, key), "missing");
-      return fallback.value_or("").str();
+      return std::string(fallback.value_or(""));
     }
-    std::optional<StringRef> s = value->getAsString();
+    const std::string *s = value->getString();
     if (!s)
       fail(child(path, key), "expected a string");
-    return s.value_or("").str();
+    return s ? *s : std::string();
   }
-  bool boolean(const json::Object &o, StringRef key, const Twine &path) {
+  bool boolean(const json::Value &o, std::string_view key,
+               const std::string &path) {
     const json::Value *value = o.get(key);
     if (!value)
       return false;
-    std::optional<bool> b = value->getAsBoolean();
+    std::optional<bool> b = value->getBoolean();
     if (!b)
       fail(child(path, key), "expected true or false");
     return b.value_or(false);
   }
   /// A shape: non-negative dimensions with at most kMaxElements elements.
-  std::vector<int64_t> shape(const json::Array &dims, const Twine &path) {
+  std::vector<int64_t> shape(const json::Array &dims, const std::string &path) {
     std::vector<int64_t> out;
-    for (auto [i, d] : llvm::enumerate(dims))
-      out.push_back(integer(d, path + "[" + Twine(i) + "]", 0, kMaxElements));
+    for (size_t i = 0; i < dims.size(); ++i)
+      out.push_back(
+          integer(dims[i], path + "[" + str(i) + "]", 0, kMaxElements));
     if (!failed() && checkedNumElements(out) < 0)
       fail(path, "more than 2^53 elements");
     return out;
@@ -144,26 +151,27 @@ private:
 Value readValue(Reader &r, const json::Value &json, const std::string &path,
                 int64_t worldSize, size_t numArgs, bool isResult) {
   Value v;
-  const json::Object *o = r.object(&json, path);
+  const json::Value *o = r.object(&json, path);
   if (!o)
     return v;
-  std::string role = r.string(*o, "role", path, StringRef());
+  std::string role = r.string(*o, "role", path, "");
   if (!role.empty()) {
     if (std::optional<Role> parsed = parseRole(role))
       v.role = *parsed;
     else
       r.fail(path + ".role", "unknown role '" + role + "'");
   }
-  v.name = r.string(*o, "name", path, StringRef());
+  v.name = r.string(*o, "name", path, "");
   std::string dtype = r.string(*o, "dtype", path);
   v.dtype = lookupDType(dtype);
   if (!v.dtype && !r.failed())
     r.fail(path + ".dtype", "unknown element type '" + dtype + "'");
   if (const json::Array *dims = r.array(*o, "shape", path, false))
     v.shape = r.shape(*dims, path + ".shape");
-  std::string init = r.string(*o, "init", path, StringRef("zeros"));
-  auto knownInit = llvm::find_if(
-      kInits, [&](const auto &entry) { return entry.second == init; });
+  std::string init = r.string(*o, "init", path, "zeros");
+  auto knownInit =
+      std::find_if(std::begin(kInits), std::end(kInits),
+                   [&](const auto &entry) { return entry.second == init; });
   if (knownInit == std::end(kInits))
     r.fail(path + ".init", "unknown init '" + init + "'");
   else
@@ -179,9 +187,9 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
                                static_cast<int64_t>(numArgs) - 1);
   }
   if (const json::Array *entries = r.array(*o, "layout", path, false)) {
-    for (auto [i, e] : llvm::enumerate(*entries)) {
-      std::string at = path + ".layout[" + std::to_string(i) + "]";
-      const json::Object *entry = r.object(&e, at);
+    for (size_t i = 0; i < entries->size(); ++i) {
+      std::string at = path + ".layout[" + str(i) + "]";
+      const json::Value *entry = r.object(&(*entries)[i], at);
       if (!entry)
         break;
       LayoutEntry le;
@@ -204,65 +212,65 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
     return v;
   }
   if (v.role == Role::LearningRate || v.role == Role::Step)
-    r.fail(path + ".shape", "the " + roleName(v.role) + " is a scalar");
+    r.fail(path + ".shape",
+           "the " + std::string(roleName(v.role)) + " is a scalar");
   if (v.shardOf) {
     if (v.layout.empty())
       r.fail(path + ".shard_of", "a flat shard needs its layout");
     else if (v.shardOf != v.numel() * worldSize)
-      r.fail(path + ".shard_of", Twine(v.shardOf) + " elements in all, but " +
-                                     Twine(worldSize) + " ranks of " +
-                                     Twine(v.numel()) + " elements hold " +
-                                     Twine(v.numel() * worldSize));
+      r.fail(path + ".shard_of", str(v.shardOf) + " elements in all, but " +
+                                     str(worldSize) + " ranks of " +
+                                     str(v.numel()) + " elements hold " +
+                                     str(v.numel() * worldSize));
   }
   // A flat shard's entries lie in the whole buffer, the others' in this one;
   // entries of one owner (or without one) do not overlap.
   int64_t extent = v.shardOf ? v.shardOf : v.numel();
   std::vector<std::tuple<int64_t, int64_t, int64_t>> spans;
-  for (auto [i, e] : llvm::enumerate(v.layout)) {
-    std::string at = path + ".layout[" + std::to_string(i) + "]";
+  for (size_t i = 0; i < v.layout.size(); ++i) {
+    const LayoutEntry &e = v.layout[i];
+    std::string at = path + ".layout[" + str(i) + "]";
     if (v.shardOf && e.owner)
       r.fail(at + ".owner", "a flat shard's entries have no owner");
     if (e.offset > extent || e.numel() > extent - e.offset)
-      r.fail(at, "elements [" + Twine(e.offset) + ", " +
-                     Twine(e.offset + e.numel()) + ") lie outside the " +
-                     Twine(extent) + " elements of the buffer");
+      r.fail(at, "elements [" + str(e.offset) + ", " +
+                     str(e.offset + e.numel()) + ") lie outside the " +
+                     str(extent) + " elements of the buffer");
     spans.push_back({e.owner.value_or(-1), e.offset, e.offset + e.numel()});
   }
-  llvm::sort(spans);
+  std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i)
     if (std::get<0>(spans[i]) == std::get<0>(spans[i - 1]) &&
         std::get<1>(spans[i]) < std::get<2>(spans[i - 1]))
       r.fail(path + ".layout",
-             "two entries overlap at element " + Twine(std::get<1>(spans[i])));
+             "two entries overlap at element " + str(std::get<1>(spans[i])));
   return v;
 }
 
 } // namespace
 
-StringRef roleName(Role role) {
+std::string_view roleName(Role role) {
   for (const auto &[r, name] : kRoles)
     if (r == role)
       return name;
   return "";
 }
 
-std::optional<Role> parseRole(StringRef name) {
+std::optional<Role> parseRole(std::string_view name) {
   for (const auto &[role, spelling] : kRoles)
     if (spelling == name)
       return role;
   return std::nullopt;
 }
 
-ArrayRef<DType> dtypes() { return kDTypes; }
-
-const DType *lookupDType(StringRef name) {
+const DType *lookupDType(std::string_view name) {
   for (const DType &d : kDTypes)
     if (d.name == name)
       return &d;
   return nullptr;
 }
 
-StringRef initName(Init init) {
+std::string_view initName(Init init) {
   for (const auto &[i, name] : kInits)
     if (i == init)
       return name;
@@ -287,87 +295,92 @@ uint64_t Value::bytes() const {
   return static_cast<uint64_t>(numel()) * (dtype ? dtype->bytes : 0);
 }
 
-Expected<Interface> parseInterface(StringRef text) {
-  Expected<json::Value> parsed = parseJSON(text);
+json::Expected<Interface> parseInterface(std::string_view text) {
+  using Result = json::Expected<Interface>;
+  json::Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
-    return createStringError(inconvertibleErrorCode(),
-                             "step interface: malformed JSON: " +
-                                 toString(parsed.takeError()));
+    return Result::failure("step interface: malformed JSON: " + parsed.error());
   Reader r;
   Interface result;
-  const json::Object *root = r.object(&*parsed, "");
+  const json::Value *root = r.object(&*parsed, "");
   if (!root)
-    return r.takeError();
+    return Result::failure(r.takeError());
   int64_t version = r.integer(*root, "version", "", 0, INT64_MAX);
   if (!r.failed() && version != Interface::kVersion)
-    r.fail("version", "version " + Twine(version) + "; this distopt reads " +
-                          Twine(Interface::kVersion) +
+    r.fail("version", "version " + str(version) + "; this distopt reads " +
+                          str(Interface::kVersion) +
                           " (recompile the step with this distopt-compile)");
-  result.device = r.string(*root, "device", "", StringRef("cpu"));
+  result.device = r.string(*root, "device", "", "cpu");
   if (result.device != "cpu" && result.device != "cuda")
     r.fail("device", "expected cpu or cuda, got '" + result.device + "'");
   result.worldSize = r.integer(*root, "world_size", "", 1, kMaxWorldSize);
   if (const json::Value *lr = root->get("lr")) {
-    std::optional<double> value = lr->getAsNumber();
+    std::optional<double> value = lr->getNumber();
     if (!value || !std::isfinite(*value) || *value < 0)
       r.fail("lr", "expected a finite, non-negative number");
     result.lr = value;
   }
-  result.model = r.string(*root, "model", "", StringRef());
-  if (const json::Object *collectives =
+  result.model = r.string(*root, "model", "", "");
+  if (const json::Value *collectives =
           r.object(root->get("collectives"), "collectives")) {
     result.collectiveCount =
         r.integer(*collectives, "count", "collectives", 0, INT64_MAX);
     std::string fingerprint =
         r.string(*collectives, "fingerprint", "collectives");
+    char *end = nullptr;
+    errno = 0;
+    unsigned long long value = std::strtoull(fingerprint.c_str(), &end, 0);
     if (!r.failed() &&
-        StringRef(fingerprint).getAsInteger(0, result.collectiveFingerprint))
+        (fingerprint.empty() || *end || errno || fingerprint[0] == '-' ||
+         fingerprint[0] == '+' ||
+         std::isspace(static_cast<unsigned char>(fingerprint[0]))))
       r.fail("collectives.fingerprint", "expected a number (0x...)");
+    result.collectiveFingerprint = value;
   }
   const json::Array *args = r.array(*root, "args", "");
   const json::Array *results = r.array(*root, "results", "");
   if (r.failed())
-    return r.takeError();
-  for (auto [i, v] : llvm::enumerate(*args))
-    result.args.push_back(readValue(r, v, "args[" + std::to_string(i) + "]",
+    return Result::failure(r.takeError());
+  for (size_t i = 0; i < args->size(); ++i)
+    result.args.push_back(readValue(r, (*args)[i], "args[" + str(i) + "]",
                                     result.worldSize, 0, false));
-  for (auto [i, v] : llvm::enumerate(*results))
-    result.results.push_back(readValue(r, v,
-                                       "results[" + std::to_string(i) + "]",
+  for (size_t i = 0; i < results->size(); ++i)
+    result.results.push_back(readValue(r, (*results)[i],
+                                       "results[" + str(i) + "]",
                                        result.worldSize, args->size(), true));
   if (r.failed())
-    return r.takeError();
+    return Result::failure(r.takeError());
   return result;
 }
 
 json::Value toJSON(const Interface &interface) {
   auto value = [](const Value &v) {
-    json::Object o{{"dtype", v.dtype ? StringRef(v.dtype->name) : ""}};
+    json::Value o = json::Object{};
     if (v.role != Role::None)
-      o["role"] = roleName(v.role);
+      o.set("role", roleName(v.role));
     if (!v.name.empty())
-      o["name"] = v.name;
+      o.set("name", v.name);
+    o.set("dtype", v.dtype ? v.dtype->name : "");
     if (v.shape)
-      o["shape"] = json::Array(*v.shape);
+      o.set("shape", *v.shape);
     if (v.init != Init::Zeros)
-      o["init"] = initName(v.init);
+      o.set("init", initName(v.init));
     if (v.perRank)
-      o["per_rank"] = true;
+      o.set("per_rank", true);
     if (v.shardOf)
-      o["shard_of"] = v.shardOf;
+      o.set("shard_of", v.shardOf);
     if (v.inPlaceArg)
-      o["in_place_arg"] = *v.inPlaceArg;
+      o.set("in_place_arg", *v.inPlaceArg);
     if (!v.layout.empty()) {
       json::Array entries;
       for (const LayoutEntry &e : v.layout) {
-        json::Object entry{{"name", e.name},
-                           {"offset", e.offset},
-                           {"shape", json::Array(e.shape)}};
+        json::Value entry = json::Object{
+            {"name", e.name}, {"offset", e.offset}, {"shape", e.shape}};
         if (e.owner)
-          entry["owner"] = *e.owner;
+          entry.set("owner", *e.owner);
         entries.push_back(std::move(entry));
       }
-      o["layout"] = std::move(entries);
+      o.set("layout", std::move(entries));
     }
     return o;
   };
@@ -376,21 +389,21 @@ json::Value toJSON(const Interface &interface) {
     args.push_back(value(v));
   for (const Value &v : interface.results)
     results.push_back(value(v));
-  json::Object root{
-      {"version", Interface::kVersion},
-      {"device", interface.device},
-      {"world_size", interface.worldSize},
-      {"args", std::move(args)},
-      {"results", std::move(results)},
-      {"collectives",
-       json::Object{
-           {"count", interface.collectiveCount},
-           {"fingerprint",
-            formatv("{0:x16}", interface.collectiveFingerprint).str()}}}};
-  if (interface.lr)
-    root["lr"] = *interface.lr;
+  char fingerprint[24];
+  std::snprintf(fingerprint, sizeof(fingerprint), "0x%016" PRIx64,
+                interface.collectiveFingerprint);
+  json::Value root = json::Object{{"version", Interface::kVersion},
+                                  {"device", interface.device},
+                                  {"world_size", interface.worldSize}};
   if (!interface.model.empty())
-    root["model"] = interface.model;
+    root.set("model", interface.model);
+  if (interface.lr)
+    root.set("lr", *interface.lr);
+  root.set("collectives",
+           json::Object{{"count", interface.collectiveCount},
+                        {"fingerprint", std::string(fingerprint)}});
+  root.set("args", std::move(args));
+  root.set("results", std::move(results));
   return root;
 }
 

@@ -197,12 +197,41 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_host_comm(int64_t expected_size,
                                                       distopt_rt_comm **comm);
 /* The backend distopt_rt_host_comm uses: "mpi" or "single". */
 DISTOPT_RT_API const char *distopt_rt_host_backend(void);
+/* Creates a communicator over the ranks of an MPI communicator the caller
+ * owns (an mpi4py communicator's MPI._addressof(comm), or &MPI_COMM_WORLD):
+ * `mpi_comm` points to an MPI_Comm, which is duplicated, so the caller's
+ * traffic and the runtime's never mix. MPI must be initialised by the
+ * caller (with at least MPI_THREAD_SERIALIZED) and is never finalised by
+ * the runtime. Other arguments as in distopt_rt_comm_create. */
+DISTOPT_RT_API distopt_rt_status
+distopt_rt_comm_create_mpi(const void *mpi_comm, int64_t expected_size,
+                           double timeout_seconds, distopt_rt_comm **comm);
+/* For hosts of compiled steps: makes `comm` what distopt_rt_world returns on
+ * this thread (a step then runs on the host's communicator rather than the
+ * process's default world); null restores the default. The host keeps
+ * `comm` alive while it is bound. */
+DISTOPT_RT_API void distopt_rt_bind_world(distopt_rt_comm *comm);
 /* For compiled steps: reports the last error of this thread on stderr and
- * ends the run (MPI_Abort when MPI is up, so no rank is left waiting). */
+ * ends the run (MPI_Abort when MPI is up, so no rank is left waiting) --
+ * unless a host set a fatal handler on this thread, which is called instead
+ * and must not return (the host step library unwinds to its caller). */
 DISTOPT_RT_API void distopt_rt_fatal(distopt_rt_status status);
+typedef void (*distopt_rt_fatal_handler)(distopt_rt_status status,
+                                         void *context);
+/* Sets (or, with null, clears) this thread's fatal handler. */
+DISTOPT_RT_API void
+distopt_rt_set_fatal_handler(distopt_rt_fatal_handler handler, void *context);
 /* Ends the run like distopt_rt_fatal, for a driver that has printed its own
  * message: prints nothing. */
 DISTOPT_RT_API void distopt_rt_abort(void);
+
+/* Converts `count` elements between element types (rounding to nearest
+ * even; the same type: a copy). `in` and `out` must not overlap. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_convert(const void *in,
+                                                    distopt_rt_dtype in_type,
+                                                    void *out,
+                                                    distopt_rt_dtype out_type,
+                                                    int64_t count);
 
 /* Completes and frees the request; returns the collective's status. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_wait(distopt_rt_request *request);

@@ -23,6 +23,9 @@
 
 namespace distopt::rt {
 
+/// DISTOPT_RT_TIMEOUT seconds, or 300.
+double defaultTimeout();
+
 /// Records `message` as this thread's last error and returns `status`.
 distopt_rt_status fail(distopt_rt_status status, std::string message);
 const std::string &lastError();
@@ -65,7 +68,11 @@ std::unique_ptr<Transport> createSingleTransport();
 /// Ends the whole run now: MPI_Abort when MPI is up, else exit(1).
 [[noreturn]] void abortRun();
 /// Null (with the last error set) when MPI is not built in or fails.
-std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status);
+/// Over a duplicate of `*parent` (an MPI_Comm the caller owns; MPI must be
+/// initialised), or of MPI_COMM_WORLD when `parent` is null (initialising
+/// MPI if needed).
+std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
+                                              const void *parent = nullptr);
 
 /// Arguments of one collective call.
 struct Collective {

@@ -112,14 +112,15 @@ public:
         localPeers.push_back({r, all[r].pid, all[r].startTime});
   }
   ~MpiTransport() override {
-    MPI_Comm_free(&comm);
+    // A host that owns MPI (mpi4py) may have finalised it before it frees
+    // the last session: the communicator went with it.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+      MPI_Comm_free(&comm);
     std::lock_guard<std::mutex> lock(initMutex);
-    if (--liveTransports == 0 && weInitialised) {
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized)
-        MPI_Finalize();
-    }
+    if (--liveTransports == 0 && weInitialised && !finalized)
+      MPI_Finalize();
   }
   int64_t rank() const override { return myRank; }
   int64_t size() const override { return mySize; }
@@ -243,10 +244,28 @@ private:
 
 } // namespace
 
-std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status) {
+std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
+                                              const void *parent) {
   std::lock_guard<std::mutex> lock(initMutex);
-  int initialised = 0;
+  int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  if (parent && (!initialised || finalized)) {
+    *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
+                   "an MPI communicator was given but MPI is not initialised "
+                   "(or already finalised)");
+    return nullptr;
+  }
+  if (parent) {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
+                     "MPI was initialised without MPI_THREAD_SERIALIZED; the "
+                     "runtime's worker thread needs it");
+      return nullptr;
+    }
+  }
   if (!initialised) {
     int provided = 0;
     int code =
@@ -265,7 +284,13 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status) {
   }
   // Errors come back as codes, never as an abort inside MPI.
   MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  int code = MPI_Comm_dup(
+      parent ? *static_cast<const MPI_Comm *>(parent) : MPI_COMM_WORLD, &comm);
+  if (code != MPI_SUCCESS) {
+    *status = fail(DISTOPT_RT_BACKEND_ERROR,
+                   "duplicating the MPI communicator: " + mpiError(code));
+    return nullptr;
+  }
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int rank = 0, size = 0;
   MPI_Comm_rank(comm, &rank);
@@ -288,7 +313,8 @@ void abortRun() {
 
 void abortRun() { std::_Exit(1); }
 
-std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status) {
+std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
+                                              const void *) {
   *status = fail(DISTOPT_RT_UNAVAILABLE,
                  "this distopt runtime was built without MPI");
   return nullptr;

@@ -20,6 +20,11 @@
 
 using namespace distopt::rt;
 
+double distopt::rt::defaultTimeout() {
+  const char *text = std::getenv("DISTOPT_RT_TIMEOUT");
+  return text ? std::atof(text) : 300.0;
+}
+
 namespace {
 
 /// Runs `body`, turning an exception into a status.
@@ -36,12 +41,6 @@ template <typename F> distopt_rt_status guarded(const char *call, F body) {
 
 bool launchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
-}
-
-/// DISTOPT_RT_TIMEOUT, or 300 s.
-double defaultTimeout() {
-  const char *text = std::getenv("DISTOPT_RT_TIMEOUT");
-  return text ? std::atof(text) : 300.0;
 }
 
 distopt_rt_status invalid(const char *call, const std::string &why) {
@@ -125,6 +124,20 @@ Collective make(Collective::Kind kind, const void *send, void *recv,
   return Collective{kind, send, recv, count, type, op, scale, root, wire};
 }
 
+/// What the host bound with distopt_rt_bind_world, on this thread.
+thread_local distopt_rt_comm *boundWorld = nullptr;
+thread_local distopt_rt_fatal_handler fatalHandler = nullptr;
+thread_local void *fatalContext = nullptr;
+
+/// The error for a step compiled for `expected` ranks on `actual`.
+distopt_rt_status worldSizeMismatch(int64_t rank, int64_t expected,
+                                    int64_t actual) {
+  std::ostringstream message;
+  message << "rank " << rank << ": the step was compiled for " << expected
+          << " ranks but runs on " << actual;
+  return fail(DISTOPT_RT_WORLD_SIZE_MISMATCH, message.str());
+}
+
 } // namespace
 
 extern "C" {
@@ -158,12 +171,9 @@ distopt_rt_status distopt_rt_comm_create(const char *backend,
     if (!transport)
       return status;
     transport->timeout = timeoutSeconds;
-    if (expectedSize != 0 && transport->size() != expectedSize) {
-      std::ostringstream message;
-      message << "rank " << transport->rank() << ": the step was compiled for "
-              << expectedSize << " ranks but runs on " << transport->size();
-      return fail(DISTOPT_RT_WORLD_SIZE_MISMATCH, message.str());
-    }
+    if (expectedSize != 0 && transport->size() != expectedSize)
+      return worldSizeMismatch(transport->rank(), expectedSize,
+                               transport->size());
     std::unique_ptr<DeviceCollectives> device;
     if (nccl) {
       device = createNcclCollectives(*transport, &status);
@@ -317,6 +327,40 @@ distopt_rt_status distopt_rt_reduce_start(distopt_rt_comm *comm,
       true, request);
 }
 
+distopt_rt_status distopt_rt_comm_create_mpi(const void *mpiComm,
+                                             int64_t expectedSize,
+                                             double timeoutSeconds,
+                                             distopt_rt_comm **comm) {
+  const char *call = "distopt_rt_comm_create_mpi";
+  return guarded(call, [&] {
+    if (!comm || !mpiComm)
+      return invalid(call, "null MPI communicator or output pointer");
+    if (!(timeoutSeconds > 0))
+      return invalid(call, "the timeout must be positive");
+    if (expectedSize < 0)
+      return invalid(call, "negative expected world size");
+    distopt_rt_status status = DISTOPT_RT_OK;
+    std::unique_ptr<Transport> transport = createMpiTransport(&status, mpiComm);
+    if (!transport)
+      return status;
+    transport->timeout = timeoutSeconds;
+    if (expectedSize != 0 && transport->size() != expectedSize)
+      return worldSizeMismatch(transport->rank(), expectedSize,
+                               transport->size());
+    *comm = new distopt_rt_comm{
+        std::make_unique<Communicator>(std::move(transport), nullptr)};
+    return DISTOPT_RT_OK;
+  });
+}
+
+void distopt_rt_bind_world(distopt_rt_comm *comm) { boundWorld = comm; }
+
+void distopt_rt_set_fatal_handler(distopt_rt_fatal_handler handler,
+                                  void *context) {
+  fatalHandler = handler;
+  fatalContext = context;
+}
+
 distopt_rt_status distopt_rt_world(int64_t expectedSize,
                                    distopt_rt_comm **comm) {
   static std::mutex mutex;
@@ -324,6 +368,13 @@ distopt_rt_status distopt_rt_world(int64_t expectedSize,
   const char *call = "distopt_rt_world";
   if (!comm)
     return invalid(call, "null output pointer");
+  if (boundWorld) {
+    if (expectedSize != 0 && boundWorld->impl->size() != expectedSize)
+      return worldSizeMismatch(boundWorld->impl->rank(), expectedSize,
+                               boundWorld->impl->size());
+    *comm = boundWorld;
+    return DISTOPT_RT_OK;
+  }
   std::lock_guard<std::mutex> lock(mutex);
   if (!world) {
     const char *backend = std::getenv("DISTOPT_RT_BACKEND");
@@ -340,16 +391,16 @@ distopt_rt_status distopt_rt_world(int64_t expectedSize,
       world = nullptr;
     });
   } else if (expectedSize != 0 && world->impl->size() != expectedSize) {
-    std::ostringstream message;
-    message << "rank " << world->impl->rank() << ": the step was compiled for "
-            << expectedSize << " ranks but runs on " << world->impl->size();
-    return fail(DISTOPT_RT_WORLD_SIZE_MISMATCH, message.str());
+    return worldSizeMismatch(world->impl->rank(), expectedSize,
+                             world->impl->size());
   }
   *comm = world;
   return DISTOPT_RT_OK;
 }
 
 void distopt_rt_fatal(distopt_rt_status status) {
+  if (fatalHandler)
+    fatalHandler(status, fatalContext); // does not return
   std::fprintf(stderr, "distopt: fatal error (status %d): %s\n",
                static_cast<int>(status), lastError().c_str());
   std::fflush(stderr);
@@ -366,6 +417,16 @@ distopt_rt_status distopt_rt_host_comm(int64_t expectedSize,
                                        distopt_rt_comm **comm) {
   return distopt_rt_comm_create(distopt_rt_host_backend(), expectedSize,
                                 defaultTimeout(), comm);
+}
+
+distopt_rt_status distopt_rt_convert(const void *in, distopt_rt_dtype inType,
+                                     void *out, distopt_rt_dtype outType,
+                                     int64_t count) {
+  if (!isValid(inType) || !isValid(outType) || count < 0 ||
+      (count > 0 && (!in || !out)))
+    return invalid("distopt_rt_convert", "bad types, count or buffers");
+  convert(in, inType, out, outType, count);
+  return DISTOPT_RT_OK;
 }
 
 distopt_rt_status distopt_rt_wait(distopt_rt_request *request) {

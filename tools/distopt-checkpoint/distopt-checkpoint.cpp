@@ -39,9 +39,9 @@ static std::string describe(const checkpoint::Tensor &t) {
 }
 
 static int info(StringRef path) {
-  Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(path);
+  auto ckpt = checkpoint::read(path.str());
   if (!ckpt) {
-    errs() << "distopt-checkpoint: " << toString(ckpt.takeError()) << "\n";
+    errs() << "distopt-checkpoint: " << ckpt.error() << "\n";
     return 1;
   }
   outs() << path << ": model '" << ckpt->model << "', step " << ckpt->step
@@ -89,14 +89,14 @@ static int64_t maxUlp(const checkpoint::Tensor &x,
 }
 
 static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
-  Expected<checkpoint::Checkpoint> left = checkpoint::read(a);
+  auto left = checkpoint::read(a.str());
   if (!left) {
-    errs() << "distopt-checkpoint: " << toString(left.takeError()) << "\n";
+    errs() << "distopt-checkpoint: " << left.error() << "\n";
     return 1;
   }
-  Expected<checkpoint::Checkpoint> right = checkpoint::read(b);
+  auto right = checkpoint::read(b.str());
   if (!right) {
-    errs() << "distopt-checkpoint: " << toString(right.takeError()) << "\n";
+    errs() << "distopt-checkpoint: " << right.error() << "\n";
     return 1;
   }
   int differences = 0;
@@ -133,9 +133,9 @@ static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
 }
 
 static int fits(StringRef ckptPath, StringRef interfacePath) {
-  Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(ckptPath);
+  auto ckpt = checkpoint::read(ckptPath.str());
   if (!ckpt) {
-    errs() << "distopt-checkpoint: " << toString(ckpt.takeError()) << "\n";
+    errs() << "distopt-checkpoint: " << ckpt.error() << "\n";
     return 1;
   }
   ErrorOr<std::unique_ptr<MemoryBuffer>> text =
@@ -145,16 +145,15 @@ static int fits(StringRef ckptPath, StringRef interfacePath) {
            << text.getError().message() << "\n";
     return 1;
   }
-  Expected<distopt::step::Interface> step =
-      distopt::step::parseInterface((*text)->getBuffer());
+  auto step = distopt::step::parseInterface((*text)->getBuffer().str());
   if (!step) {
-    errs() << "distopt-checkpoint: " << interfacePath << ": "
-           << toString(step.takeError()) << "\n";
+    errs() << "distopt-checkpoint: " << interfacePath << ": " << step.error()
+           << "\n";
     return 1;
   }
-  if (Error error = checkpoint::checkFits(*ckpt, *step)) {
-    errs() << "distopt-checkpoint: " << ckptPath << ": "
-           << toString(std::move(error)) << "\n";
+  std::string misfit = checkpoint::checkFits(*ckpt, *step);
+  if (!misfit.empty()) {
+    errs() << "distopt-checkpoint: " << ckptPath << ": " << misfit << "\n";
     return 1;
   }
   outs() << "distopt-checkpoint: " << ckptPath << " fits the step ("

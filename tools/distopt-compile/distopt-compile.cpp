@@ -51,7 +51,6 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
@@ -140,7 +139,7 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
   if (!attrs)
     return value;
   if (auto role = attrs.getAs<StringAttr>(abi::kRole)) {
-    std::optional<si::Role> parsed = si::parseRole(role.getValue());
+    std::optional<si::Role> parsed = si::parseRole(role.strref());
     if (!parsed)
       return step->emitError() << what << " has an unknown distopt.role "
                                << role << " (docs/step-abi.md)";
@@ -422,11 +421,10 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
        llvm::zip_equal(abiInfo.results, inPlace.asArrayRef()))
     if (arg >= 0)
       result.inPlaceArg = arg;
-  std::string abiText;
-  llvm::raw_string_ostream(abiText) << si::toJSON(abiInfo);
+  std::string abiText = si::toJSON(abiInfo).str();
   // What distopt-run reads back must be valid: a check of the writer.
-  if (llvm::Error error = si::parseInterface(abiText).takeError())
-    return fail(llvm::toString(std::move(error)));
+  if (auto reread = si::parseInterface(abiText); !reread)
+    return fail(reread.error());
   // The interface is in the JSON now; LLVM has no use for these attributes.
   module->walk([](LLVM::LLVMFuncOp func) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i)

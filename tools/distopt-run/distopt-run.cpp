@@ -2,22 +2,21 @@
 //
 // mpirun -np N distopt-run step.so --steps 10
 //
-// Loads a step compiled by distopt-compile, builds its arguments from the
-// interface it carries (docs/step-abi.md): parameters from a fixed pattern,
-// the same on every rank (laid out into this rank's shard where the step is
-// sharded), gradients that differ per rank and per step, state at zero (or
-// a seeded normal draw, the same on all ranks, where the step asks for it).
-// Runs the steps, feeding each result back to the argument of the same role
-// and name, prints the time per step (and the loss, for a step that returns
-// one with role "loss"), and checks that every rank holds the same
-// replicated parameters; exits non-zero if not. The step's buffers and the
-// running of one step are in Session.cpp, their fills in Buffers.cpp, their
-// mapping to checkpoints in CheckpointMapping.cpp, the checks after the run
-// in Report.cpp.
+// Runs a step compiled by distopt-compile through the host step library
+// (runtime/distopt_step.h), as a training program would: the library loads
+// the step, gives every argument a buffer (laid out as its interface says,
+// docs/step-abi.md), runs it and saves and loads checkpoints. distopt-run
+// feeds it parameters from a fixed pattern, the same on every rank,
+// gradients that differ per rank and per step (Fills.cpp), prints the time
+// per step (and the loss, for a step that returns one with role "loss"),
+// and checks that every rank holds the same replicated parameters; exits
+// non-zero if not (Report.cpp).
 //
 //===----------------------------------------------------------------------===//
 
-#include "Session.h"
+#include "Run.h"
+
+#include "distopt/StepInterface/StepInterface.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -28,6 +27,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -92,9 +93,43 @@ static cl::opt<std::string> describeOnly(
              "the JSON the step carries (docs/step-abi.md)"),
     cl::ValueOptional, cl::init(""), cl::cat(runCategory));
 
-namespace checkpoint = distopt::checkpoint;
-
 using namespace distopt::run;
+
+namespace distopt::run {
+
+[[noreturn]] void die(const std::string &message) {
+  llvm::errs() << "distopt-run: " << message << "\n";
+  llvm::errs().flush();
+  distopt_rt_abort(); // every rank ends, none waits for this one
+  std::_Exit(1);      // not reached
+}
+
+void check(distopt_rt_status status, const char *what) {
+  if (status == DISTOPT_RT_OK)
+    return;
+  // The runtime's messages name the rank already.
+  std::string error = distopt_rt_last_error();
+  if (error.rfind("rank ", 0) == 0)
+    die(error + " (" + what + ")");
+  die(std::string(what) + ": " + error);
+}
+
+void Run::describe() {
+  int64_t numArgs = distopt_step_num_args(step);
+  int64_t numResults = distopt_step_num_results(step);
+  args.resize(numArgs);
+  results.resize(numResults);
+  for (int64_t i = 0; i < numArgs; ++i)
+    check(distopt_step_arg(step, i, &args[i]), "describing the step");
+  for (int64_t i = 0; i < numResults; ++i)
+    check(distopt_step_result(step, i, &results[i]), "describing the step");
+  tensors.resize(distopt_step_num_tensors(step));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    check(distopt_step_tensor_info(step, i, &tensors[i]),
+          "describing the step");
+}
+
+} // namespace distopt::run
 
 namespace {
 
@@ -148,19 +183,19 @@ public:
   Progress(int64_t firstStep, int64_t lastStep)
       : lastStep(lastStep), lastReportStep(firstStep - 1) {}
 
-  void after(int64_t step, const Session &session) {
+  void after(int64_t step, const Run &run) {
     auto now = std::chrono::steady_clock::now();
     double since = std::chrono::duration<double>(now - lastReport).count();
     bool due = printEvery ? step % printEvery == 0
                           : progressSeconds > 0 && since >= progressSeconds;
     if (!due)
       return;
-    if (myRank == 0) {
+    if (run.rank == 0) {
       llvm::outs() << "step " << step << "/" << lastStep;
-      if (!session.losses.empty())
-        llvm::outs() << ": loss " << llvm::format("%.6f", session.losses.back())
+      if (!run.losses.empty())
+        llvm::outs() << ": loss " << llvm::format("%.6f", run.losses.back())
                      << ",";
-      llvm::outs() << " " << llvm::format("%.3f", session.times.back() * 1e3)
+      llvm::outs() << " " << llvm::format("%.3f", run.times.back() * 1e3)
                    << " ms/step, "
                    << llvm::format("%.1f", (step - lastReportStep) /
                                                std::max(since, 1e-9))
@@ -180,15 +215,15 @@ private:
 
 /// Rank 0's summary: time per step (median and spread, the first step left
 /// out), the loss, and whether the replicas agree.
-void printSummary(const Session &session, int64_t firstStep, int64_t lastStep,
+void printSummary(const Run &run, int64_t firstStep, int64_t lastStep,
                   std::pair<int64_t, int64_t> replicas, bool anyNonFinite) {
-  if (myRank != 0)
+  if (run.rank != 0)
     return;
-  const std::vector<double> &times = session.times;
+  const std::vector<double> &times = run.times;
   std::vector<double> sorted(times.begin() + (times.size() > 1), times.end());
   std::sort(sorted.begin(), sorted.end());
   llvm::raw_ostream &os = llvm::outs();
-  os << "distopt-run: " << steps << " steps on " << worldSize << " ranks";
+  os << "distopt-run: " << steps << " steps on " << run.size << " ranks";
   if (!sorted.empty()) {
     os << ", " << llvm::format("%.3f", sorted[sorted.size() / 2] * 1e3)
        << " ms per step (median";
@@ -204,14 +239,16 @@ void printSummary(const Session &session, int64_t firstStep, int64_t lastStep,
        << llvm::format("%.3f", percentile(0.9)) << ")";
   }
   os << "\n";
-  if (!session.losses.empty())
-    os << "distopt-run: loss " << llvm::format("%.6f", session.losses.front())
+  if (!run.losses.empty())
+    os << "distopt-run: loss " << llvm::format("%.6f", run.losses.front())
        << " at step " << firstStep << ", "
-       << llvm::format("%.6f", session.losses.back()) << " at step " << lastStep
+       << llvm::format("%.6f", run.losses.back()) << " at step " << lastStep
        << "\n";
   auto [compared, differing] = replicas;
-  bool returnsParameters = llvm::any_of(
-      session.results, [](const Slot &r) { return r.role == "param"; });
+  bool returnsParameters =
+      llvm::any_of(run.results, [](const distopt_step_value &r) {
+        return std::strcmp(r.role, "param") == 0;
+      });
   if (differing == 0 && compared > 0 && !anyNonFinite)
     os << "distopt-run: replicas agree on " << compared
        << " parameter tensors\n";
@@ -223,30 +260,14 @@ void printSummary(const Session &session, int64_t firstStep, int64_t lastStep,
           "compare\n";
 }
 
-/// Rank 0 writes the checkpoint; every rank learns whether it worked.
-void saveCheckpoint(const Session &session, int64_t lastStep) {
-  checkpoint::Checkpoint ckpt =
-      collectCheckpoint(session.comm, session.args, session.buffers, lastStep,
-                        session.step.abi.model);
-  int64_t failed = 0;
-  if (myRank == 0) {
-    if (llvm::Error error =
-            checkpoint::write(savePath, ckpt, saveKillAfterBytes)) {
-      llvm::errs() << "distopt-run: rank 0: "
-                   << llvm::toString(std::move(error)) << "\n";
-      failed = 1;
-    } else {
-      llvm::outs() << "distopt-run: saved " << ckpt.tensors.size()
-                   << " tensors after step " << lastStep << " to " << savePath
-                   << "\n";
-    }
-  }
-  check(distopt_rt_broadcast(session.comm, &failed, &failed, 1, DISTOPT_RT_I64,
-                             0, DISTOPT_RT_I64),
-        "agreeing on the checkpoint");
-  if (failed)
-    die("rank 0 could not save the checkpoint");
-  llvm::outs().flush();
+/// The logical tensors a checkpoint of the run holds (per-rank state once
+/// per rank).
+int64_t savedTensors(const Run &run) {
+  int64_t count = 0;
+  for (const distopt_step_tensor &t : run.tensors)
+    if (std::strcmp(t.role, "grad") != 0)
+      count += t.per_rank ? run.size : 1;
+  return count;
 }
 
 } // namespace
@@ -256,12 +277,15 @@ int main(int argc, char **argv) {
   cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(argc, argv,
                               "distopt-run: run a compiled step on N ranks\n");
-  LoadedStep loaded;
-  if (!loadStep(library, loaded))
+  Run run;
+  if (distopt_step_open(library.c_str(), &run.step) != DISTOPT_RT_OK) {
+    llvm::errs() << "distopt-run: " << distopt_rt_last_error() << "\n";
     return 1;
+  }
+  std::string compiledFor = distopt_step_device(run.step);
   if (describeOnly.getNumOccurrences()) {
     if (describeOnly == "json") {
-      llvm::outs() << distopt::step::toJSON(loaded.abi) << "\n";
+      llvm::outs() << distopt_step_interface(run.step) << "\n";
       return 0;
     }
     if (!describeOnly.empty()) {
@@ -269,59 +293,84 @@ int main(int argc, char **argv) {
                    << describeOnly << "'\n";
       return 1;
     }
-    describe(loaded.abi);
+    // The library read it already; it is valid.
+    describe(*distopt::step::parseInterface(distopt_step_interface(run.step)));
     return 0;
   }
-  const std::string &compiledFor = loaded.abi.device;
   if (deviceOption != "auto" && deviceOption != compiledFor) {
     llvm::errs() << "distopt-run: " << library << " was compiled for "
                  << compiledFor << " (distopt-compile --target=" << compiledFor
                  << "), not --device=" << deviceOption << "\n";
     return 1;
   }
-  Session session;
-  session.open(std::move(loaded), lrOption, lrOption.getNumOccurrences() > 0);
+  run.describe();
+  check(distopt_session_create(run.step, nullptr, &run.session),
+        "starting the session");
+  run.rank = distopt_session_rank(run.session);
+  run.size = distopt_session_size(run.session);
+  if (lrOption.getNumOccurrences())
+    check(distopt_session_set_lr(run.session, lrOption),
+          "setting the learning rate");
+  fillParameters(run);
 
   // A resumed run continues the saved one: its state, its step count.
-  int64_t firstStep = 1;
   if (!resumePath.empty()) {
-    llvm::Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(resumePath);
-    if (!ckpt)
-      die(llvm::toString(ckpt.takeError()));
-    if (llvm::Error error = checkpoint::checkFits(*ckpt, session.step.abi))
-      die(resumePath + ": " + llvm::toString(std::move(error)));
-    restoreCheckpoint(*ckpt, resumePath, session.args, session.buffers);
-    firstStep = ckpt->step + 1;
-    if (myRank == 0)
+    int64_t savedOn = 0;
+    check(distopt_session_load(run.session, resumePath.c_str(), &savedOn),
+          "resuming");
+    if (run.rank == 0)
       llvm::outs() << "distopt-run: resumed " << resumePath << " after step "
-                   << ckpt->step << " (saved on " << ckpt->worldSize
-                   << " ranks)\n";
+                   << distopt_session_steps_done(run.session) << " (saved on "
+                   << savedOn << " ranks)\n";
   }
+  int64_t firstStep = distopt_session_steps_done(run.session) + 1;
   int64_t lastStep = firstStep - 1 + steps;
-  session.upload();
+  std::vector<size_t> losses;
+  for (size_t k = 0; k < run.results.size(); ++k)
+    if (std::strcmp(run.results[k].role, "loss") == 0)
+      losses.push_back(k);
   Progress progress(firstStep, lastStep);
   for (int64_t step = firstStep; step <= lastStep; ++step) {
-    session.run(step);
-    progress.after(step, session);
+    fillGradients(run, step);
+    check(distopt_session_run(run.session), "running the step");
+    run.times.push_back(distopt_session_last_seconds(run.session));
+    if (!losses.empty()) {
+      double loss = 0;
+      check(distopt_session_scalar(run.session, losses.front(), &loss),
+            "reading the loss");
+      run.losses.push_back(loss);
+    }
+    progress.after(step, run);
   }
-  session.download();
 
   // Replicas must agree on every parameter that is not sharded, and no
   // parameter may have diverged.
-  std::pair<int64_t, int64_t> replicas = compareReplicas(session, printParams);
-  int64_t nonFinite = countNonFiniteParameters(session);
-  if (nonFinite && myRank == 0)
+  std::pair<int64_t, int64_t> replicas = compareReplicas(run, printParams);
+  int64_t nonFinite = countNonFiniteParameters(run);
+  if (nonFinite && run.rank == 0)
     llvm::errs() << "distopt-run: " << nonFinite
                  << " parameter elements are inf or NaN on some rank: the "
                     "run diverged (check the learning rate)\n";
   if (printParamBits)
-    printParameterBits(session);
+    printParameterBits(run);
   if (printMemoryOption)
-    distopt::run::printMemory(session);
-  printSummary(session, firstStep, lastStep, replicas, nonFinite != 0);
+    printMemory(run);
+  printSummary(run, firstStep, lastStep, replicas, nonFinite != 0);
   llvm::outs().flush();
-  if (!savePath.empty())
-    saveCheckpoint(session, lastStep);
-  session.close();
+  if (!savePath.empty()) {
+    // The test of atomic saves reaches the library's writer this way.
+    if (saveKillAfterBytes >= 0)
+      setenv("DISTOPT_CHECKPOINT_KILL_AFTER_BYTES",
+             std::to_string(saveKillAfterBytes).c_str(), 1);
+    check(distopt_session_save(run.session, savePath.c_str()),
+          "saving the checkpoint");
+    if (run.rank == 0)
+      llvm::outs() << "distopt-run: saved " << savedTensors(run)
+                   << " tensors after step " << lastStep << " to " << savePath
+                   << "\n";
+    llvm::outs().flush();
+  }
+  distopt_session_destroy(run.session);
+  distopt_step_close(run.step);
   return replicas.second || nonFinite ? 1 : 0;
 }

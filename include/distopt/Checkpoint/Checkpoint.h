@@ -4,7 +4,8 @@
 // naming every tensor with its role, dtype, shape, place and CRC-32, then the
 // raw data. Tensors are logical (a parameter, or a parameter's state), never
 // shards, so a checkpoint resumes at any world size. Reading validates
-// everything before any data is used; writing is atomic.
+// everything before any data is used; writing is atomic. Standard C++ only,
+// no LLVM: the host step library in runtime/ compiles it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,12 +13,10 @@
 #define DISTOPT_CHECKPOINT_CHECKPOINT_H
 
 #include "distopt/StepInterface/StepInterface.h"
-#include "llvm/ADT/StringRef.h"
-
-#include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace distopt::checkpoint {
@@ -37,41 +36,43 @@ struct Checkpoint {
   std::string model;
   std::vector<Tensor> tensors;
 
-  const Tensor *find(llvm::StringRef role, llvm::StringRef name,
+  const Tensor *find(std::string_view role, std::string_view name,
                      int64_t rank = -1) const;
 };
 
 /// Bytes per element of `dtype`, or 0 when it is not one a checkpoint holds.
-size_t elementBytes(llvm::StringRef dtype);
+size_t elementBytes(std::string_view dtype);
 
 /// The logical name under which a checkpoint holds the tensor a layout entry
 /// `entry` of the argument (`role`, `argName`) describes: the parameter's
 /// name, and for state the state key after it ("flat0.exp_avg" holds
 /// "w.exp_avg").
-std::string logicalName(llvm::StringRef role, llvm::StringRef argName,
-                        llvm::StringRef entry);
+std::string logicalName(std::string_view role, std::string_view argName,
+                        std::string_view entry);
 
 /// Whether `checkpoint` holds exactly what `step` restores when it runs on
 /// its world size: every parameter, main parameter and state tensor, whole
 /// (whatever the step's layout), with its dtype and shape; per-rank state
 /// once per rank, saved at that world size; and nothing the step lacks.
-/// Errors say what is missing, different or extra.
-llvm::Error checkFits(const Checkpoint &checkpoint,
+/// Returns what is missing, different or extra; "" when it fits.
+std::string checkFits(const Checkpoint &checkpoint,
                       const step::Interface &step);
 
 /// Writes `checkpoint` to `path` atomically: a temporary file beside it,
 /// fsync, rename, fsync of the directory. A crash leaves the previous file.
 /// `failAfterBytes` (for tests) stops the process with SIGKILL once that many
-/// bytes of the temporary file are written; negative: never.
-llvm::Error write(llvm::StringRef path, const Checkpoint &checkpoint,
+/// bytes of the temporary file are written; negative: never. Returns the
+/// error ("" on success), naming the file.
+std::string write(const std::string &path, const Checkpoint &checkpoint,
                   int64_t failAfterBytes = -1);
 
 /// Reads and validates `path`; every error names the file and what is wrong.
-llvm::Expected<Checkpoint> read(llvm::StringRef path);
+json::Expected<Checkpoint> read(const std::string &path);
 
 /// Validates and decodes a checkpoint's bytes (as read() does a file's);
 /// errors are prefixed with `name`.
-llvm::Expected<Checkpoint> decode(llvm::StringRef bytes, llvm::StringRef name);
+json::Expected<Checkpoint> decode(std::string_view bytes,
+                                  const std::string &name);
 
 } // namespace distopt::checkpoint
 

@@ -3,8 +3,8 @@
 // The one definition of a compiled step's interface (docs/step-abi.md): the
 // role of each argument and result, its element type, shape and flat layout,
 // and the JSON that distopt-compile embeds in the library and that
-// distopt-run (or any driver) reads back. LLVMSupport only, no MLIR: the
-// runtime's drivers use it where LLVM is not installed.
+// distopt-run, the host step library (runtime/, distopt_step.h) or any
+// driver reads back. Standard C++ only, no LLVM: the runtime links it.
 //
 // The reader checks every field before anything is computed from it: a
 // malformed or inconsistent interface (a missing dtype, a negative offset, a
@@ -16,14 +16,12 @@
 #ifndef DISTOPT_STEPINTERFACE_STEPINTERFACE_H
 #define DISTOPT_STEPINTERFACE_STEPINTERFACE_H
 
-#include "llvm/ADT/ArrayRef.h"
-#include "llvm/ADT/StringRef.h"
-#include "llvm/Support/Error.h"
-#include "llvm/Support/JSON.h"
+#include "distopt/StepInterface/JSON.h"
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace distopt::step {
@@ -42,22 +40,20 @@ enum class Role {
 
 /// The spelling of `role` in IR attributes and the interface ("param", ...);
 /// "" for Role::None.
-llvm::StringRef roleName(Role role);
+std::string_view roleName(Role role);
 /// The role spelled `name`, or std::nullopt.
-std::optional<Role> parseRole(llvm::StringRef name);
+std::optional<Role> parseRole(std::string_view name);
 
 /// An element type, spelled as MLIR prints it, with its size and the
 /// runtime's code for it (distopt_rt_dtype; -1 where the runtime has none).
 struct DType {
-  llvm::StringLiteral name;
+  std::string_view name;
   unsigned bytes;
   bool isFloat;
   int runtimeCode;
 };
-/// Every element type a step's interface may use.
-llvm::ArrayRef<DType> dtypes();
 /// The element type spelled `name`, or null.
-const DType *lookupDType(llvm::StringRef name);
+const DType *lookupDType(std::string_view name);
 
 /// How the driver fills a state argument before the first step.
 enum class Init {
@@ -65,7 +61,7 @@ enum class Init {
   Randn,         // a standard normal draw, the same on every rank
   RandnEachStep, // a fresh such draw before every step
 };
-llvm::StringRef initName(Init init);
+std::string_view initName(Init init);
 
 /// Where one tensor lies in a flat buffer (docs/step-abi.md).
 struct LayoutEntry {
@@ -111,11 +107,12 @@ struct Interface {
   uint64_t collectiveFingerprint = 0;
 };
 
-/// Reads and validates an interface; errors name the JSON path.
-llvm::Expected<Interface> parseInterface(llvm::StringRef text);
+/// Reads and validates an interface; errors ("step interface: PATH: what")
+/// name the JSON path.
+json::Expected<Interface> parseInterface(std::string_view text);
 
 /// The interface as JSON (what parseInterface reads).
-llvm::json::Value toJSON(const Interface &interface);
+json::Value toJSON(const Interface &interface);
 
 } // namespace distopt::step
 

@@ -1,0 +1,249 @@
+/*===- distopt_step.h - run compiled steps from a training program -*- C
+-*-===*\
+ *
+ * The host step library: a training loop opens a step compiled by
+ * distopt-compile, reads its interface, creates a session on its own
+ * communicator, hands the step its parameter and gradient buffers (or takes
+ * views of buffers the session owns), runs a step after each backward pass,
+ * reads the step's scalars and saves or loads checkpoints. No LLVM.
+ *
+ * Every function that can fail returns a distopt_rt_status; the message is
+ * distopt_rt_last_error() (this thread's, "" when none). Nothing aborts
+ * the process: a collective that times out, a peer that died, a world size
+ * that does not match, a binding of the wrong shape or dtype all come back
+ * as statuses. After a step fails part way, the session's buffers hold a
+ * partly updated step: restore them from a checkpoint before going on.
+ *
+ * Threads: one thread at a time per session; sessions on different
+ * communicators may run on different threads.
+ *
+ * The API is versioned: DISTOPT_STEP_API_VERSION changes when a function or
+ * structure changes incompatibly; distopt_step_api_version() returns the
+ * version the library was built with.
+ *
+\*===----------------------------------------------------------------------===*/
+
+#ifndef DISTOPT_STEP_H
+#define DISTOPT_STEP_H
+
+#include "distopt_rt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISTOPT_STEP_API_VERSION 1
+
+typedef struct distopt_step distopt_step;       /* a loaded step */
+typedef struct distopt_session distopt_session; /* a step on a communicator */
+
+/* The library (libdistopt_rt.so, which also holds the runtime compiled
+ * steps call) and this header's version. */
+DISTOPT_RT_API int distopt_step_api_version(void);
+
+/*--- Steps -----------------------------------------------------------------*/
+
+/* Loads a shared library written by distopt-compile and validates the
+ * interface it carries (docs/step-abi.md). */
+DISTOPT_RT_API distopt_rt_status distopt_step_open(const char *path,
+                                                   distopt_step **step);
+/* Frees a step; its sessions must be destroyed first. */
+DISTOPT_RT_API void distopt_step_close(distopt_step *step);
+
+/* The interface as JSON, as distopt-compile wrote it (valid while the step
+ * is open). */
+DISTOPT_RT_API const char *distopt_step_interface(const distopt_step *step);
+/* The number of ranks it was compiled for, and where its buffers live
+ * ("cpu" or "cuda"). */
+DISTOPT_RT_API int64_t distopt_step_world_size(const distopt_step *step);
+DISTOPT_RT_API const char *distopt_step_device(const distopt_step *step);
+
+/* One argument or result of the step. Strings and arrays stay valid while
+ * the step is open. */
+typedef struct distopt_step_value {
+  const char *role;   /* "param", "grad", "main_param", "state", "lr",
+                         "step", "loss", ... or "" */
+  const char *name;   /* the parameter's name, "w.exp_avg", "bucket0", ... */
+  const char *dtype;  /* "f32", "f64", "bf16", "f16", "i32", "i64", "i1" */
+  int32_t dtype_code; /* its distopt_rt_dtype, -1 for i1 */
+  int32_t is_tensor;  /* 0: a scalar */
+  int64_t ndim;       /* tensors: the number of dimensions (0 for 0-d) */
+  const int64_t *shape;
+  int64_t numel;
+  int64_t bytes;          /* numel times the element's size */
+  const char *init;       /* "zeros", "randn", "randn_each_step" */
+  int32_t per_rank;       /* state that differs per rank */
+  int64_t shard_of;       /* a flat ZeRO shard: the whole buffer's length */
+  int64_t in_place_arg;   /* results: the argument it is left in, or -1 */
+  int64_t layout_entries; /* tensors laid out in a flat buffer */
+} distopt_step_value;
+
+/* Where one tensor lies in a flat argument (a gradient bucket, a flat
+ * parameter, a ZeRO shard). */
+typedef struct distopt_step_layout_entry {
+  const char *name;
+  int64_t offset; /* elements, in the whole flat buffer */
+  int64_t ndim;
+  const int64_t *shape;
+  int64_t numel;
+  int64_t owner; /* greedy sharding: the rank that holds it; else -1 */
+} distopt_step_layout_entry;
+
+DISTOPT_RT_API int64_t distopt_step_num_args(const distopt_step *step);
+DISTOPT_RT_API int64_t distopt_step_num_results(const distopt_step *step);
+DISTOPT_RT_API distopt_rt_status distopt_step_arg(const distopt_step *step,
+                                                  int64_t index,
+                                                  distopt_step_value *value);
+DISTOPT_RT_API distopt_rt_status distopt_step_result(const distopt_step *step,
+                                                     int64_t index,
+                                                     distopt_step_value *value);
+DISTOPT_RT_API distopt_rt_status
+distopt_step_layout(const distopt_step *step, int64_t arg, int64_t entry,
+                    distopt_step_layout_entry *out);
+/* The argument of this role and name, or -1. */
+DISTOPT_RT_API int64_t distopt_step_find_arg(const distopt_step *step,
+                                             const char *role,
+                                             const char *name);
+
+/* The step's tensors as a model and a checkpoint name them: each
+ * parameter, gradient, main parameter and state tensor ("w", "w.exp_avg"),
+ * whole, wherever the arguments hold it (an argument of its own, an entry
+ * of a gradient bucket or flat parameter, ZeRO shards on every rank, one
+ * owner rank). */
+typedef struct distopt_step_tensor {
+  const char *role; /* "param", "grad", "main_param", "state" */
+  const char *name;
+  const char *dtype;
+  int32_t dtype_code;
+  int32_t per_rank; /* each rank holds its own copy */
+  int64_t ndim;
+  const int64_t *shape;
+  int64_t numel;
+  int64_t bytes;
+  int64_t arg;   /* the argument that holds it */
+  int32_t whole; /* every rank holds all of it (no ZeRO shard or owner) */
+} distopt_step_tensor;
+
+DISTOPT_RT_API int64_t distopt_step_num_tensors(const distopt_step *step);
+DISTOPT_RT_API distopt_rt_status distopt_step_tensor_info(
+    const distopt_step *step, int64_t index, distopt_step_tensor *tensor);
+/* The tensor of this role and name, or -1. */
+DISTOPT_RT_API int64_t distopt_step_find_tensor(const distopt_step *step,
+                                                const char *role,
+                                                const char *name);
+
+/*--- Sessions --------------------------------------------------------------*/
+
+typedef struct distopt_session_options {
+  /* Where the ranks come from, the first that is set:
+   *   mpi_comm: a pointer to the caller's MPI_Comm (mpi4py:
+   *     MPI._addressof(comm)); the caller initialised MPI;
+   *   backend: "mpi" (MPI_COMM_WORLD, initialising MPI if needed), "single"
+   *     (one process), or null/"" for the process's default world
+   *     (DISTOPT_RT_BACKEND, else "mpi" under mpirun, else "single"). */
+  const void *mpi_comm;
+  const char *backend;
+  /* How long a collective may wait for its peers, in seconds; 0: the
+   * DISTOPT_RT_TIMEOUT environment variable, else 300. */
+  double timeout_seconds;
+  /* The learning rate the steps start with; a negative value: the one the
+   * step was compiled with (its spec's), else 1e-3. */
+  double lr;
+  /* Seed of the draws the step's interface asks for (PowerSGD's initial Q;
+   * init "randn"): the same on every rank. */
+  uint64_t seed;
+} distopt_session_options;
+
+/* The defaults: the process's default world, DISTOPT_RT_TIMEOUT, the
+ * compiled learning rate, seed 42. */
+DISTOPT_RT_API void
+distopt_session_default_options(distopt_session_options *options);
+
+/* Collective over the ranks: every rank creates its session together. The
+ * world size must be the one the step was compiled for, and every rank must
+ * load the same step (their collectives are compared). Every tensor
+ * argument gets a zeroed, 64-byte-aligned buffer the session owns; state
+ * the interface says to draw ("randn") is drawn. */
+DISTOPT_RT_API distopt_rt_status distopt_session_create(
+    distopt_step *step, const distopt_session_options *options,
+    distopt_session **session);
+DISTOPT_RT_API void distopt_session_destroy(distopt_session *session);
+DISTOPT_RT_API int64_t distopt_session_rank(const distopt_session *session);
+DISTOPT_RT_API int64_t distopt_session_size(const distopt_session *session);
+
+/* The buffer of tensor argument `arg` (owned or bound): the step reads it
+ * and leaves its update there. Stable for the session's life unless the
+ * argument is bound again. For a step compiled for cuda, device memory. */
+DISTOPT_RT_API void *distopt_session_arg_data(distopt_session *session,
+                                              int64_t arg);
+/* Binds caller memory to argument `arg` instead of the session's buffer
+ * (zero copy): `bytes` must be the argument's size, `data` aligned to its
+ * element and valid until it is unbound or the session destroyed. The
+ * caller's content is kept; the session's own buffer is freed. Null `data`
+ * returns the argument to a zeroed buffer of the session's. */
+DISTOPT_RT_API distopt_rt_status distopt_session_bind(distopt_session *session,
+                                                      int64_t arg, void *data,
+                                                      int64_t bytes);
+/* Where tensor `index` (distopt_step_tensor_info) lies in this rank's
+ * buffers when this rank holds all of it (`whole`): an argument of its own,
+ * or its entry in a gradient bucket or flat parameter. A view the caller
+ * may read and write in place (DDP's gradient_as_bucket_view, FSDP's
+ * FlatParameter); null, with an error, for a tensor held as shards. */
+DISTOPT_RT_API void *distopt_session_tensor_data(distopt_session *session,
+                                                 int64_t index);
+/* Copies a whole tensor (row-major, the step's dtype, `bytes` its size) into
+ * the parts of it this rank holds: local, no communication. Every rank
+ * passes the same values for a tensor that is not per rank. */
+DISTOPT_RT_API distopt_rt_status distopt_session_write_tensor(
+    distopt_session *session, int64_t index, const void *data, int64_t bytes);
+/* Copies a whole tensor out of the ranks that hold it. Collective for a
+ * tensor that is not whole here (every rank calls it, in the same order);
+ * a per-rank tensor is this rank's copy. */
+DISTOPT_RT_API distopt_rt_status distopt_session_read_tensor(
+    distopt_session *session, int64_t index, void *out, int64_t bytes);
+
+/* The learning rate of the next steps (finite, >= 0). */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_set_lr(distopt_session *session, double lr);
+/* Runs one step on every rank (collective): the step number is one more
+ * than the steps done (1 for the first). Gradients must be in place
+ * (backward wrote them into the gradient arguments); results go back into
+ * the buffers of the arguments they update. */
+DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
+/* Steps done: run, or restored from a checkpoint. */
+DISTOPT_RT_API int64_t
+distopt_session_steps_done(const distopt_session *session);
+/* A scalar result of the last step (its loss, gradient norm, loss scale,
+ * whether it was skipped), as a double. */
+DISTOPT_RT_API distopt_rt_status distopt_session_scalar(
+    const distopt_session *session, int64_t result, double *value);
+/* Seconds the last step took (the step itself: its collectives and math). */
+DISTOPT_RT_API double
+distopt_session_last_seconds(const distopt_session *session);
+
+/* Checkpoints (docs/checkpoint.md), collective: shards are gathered, rank 0
+ * writes `path` atomically and every rank returns its status. Loading
+ * reads `path` on every rank (a shared file system), checks that it fits
+ * the step, and fills parameters, main parameters and state whatever world
+ * size and layout it was saved with; steps done continue from it, and
+ * *saved_world_size (if not null) receives the world size it was saved
+ * at. Every rank fails if one cannot load it. */
+DISTOPT_RT_API distopt_rt_status distopt_session_save(distopt_session *session,
+                                                      const char *path);
+DISTOPT_RT_API distopt_rt_status distopt_session_load(
+    distopt_session *session, const char *path, int64_t *saved_world_size);
+
+/* The session's host communicator (for a driver's own checks), and the
+ * communicator the step's collectives run on (the same, except for a CUDA
+ * step: NCCL on device buffers). */
+DISTOPT_RT_API distopt_rt_comm *
+distopt_session_comm(const distopt_session *session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTOPT_STEP_H */

@@ -1,0 +1,541 @@
+//===- Session.cpp - a step on a communicator, one step at a time -*- C++ -*-=//
+//
+// A session gives every tensor argument a buffer (the session's, or the
+// caller's), passes the learning rate and the step number, calls the
+// step's packed entry point on the session's communicator, and puts each
+// result back into the buffer of the argument it updates, so that views
+// the caller holds stay valid from step to step. A failure inside the step
+// (a collective that timed out, a dead peer) is not the end of the
+// process: the runtime's fatal handler unwinds to the session, which
+// returns the status.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cuda.h"
+#include "Step.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <csetjmp>
+#include <cstring>
+#include <set>
+
+using namespace distopt;
+using namespace distopt::rt;
+
+namespace {
+
+/// MLIR marks the buffers of constant globals with this allocated pointer.
+constexpr uintptr_t kGlobalMarker = 0xdeadbeef;
+
+std::string describe(const step::Value &v, size_t index, const char *kind) {
+  std::string text = std::string(kind) + " #" + std::to_string(index);
+  if (v.role != step::Role::None || !v.name.empty())
+    text += " (" + std::string(step::roleName(v.role)) +
+            (v.name.empty() ? "" : " '" + v.name + "'") + ")";
+  return text;
+}
+
+distopt_rt_status invalid(const std::string &message) {
+  return fail(DISTOPT_RT_INVALID_ARGUMENT, message);
+}
+
+/// A zeroed host buffer of `bytes`, 64-byte aligned, from the runtime's
+/// allocator (compiled steps free and reuse what it hands out).
+void *allocateHost(size_t bytes) {
+  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void *p = _mlir_memref_to_llvm_aligned_alloc(64, rounded);
+  if (p)
+    std::memset(p, 0, rounded);
+  return p;
+}
+
+/// A standard normal draw from a seeded generator, the same on every rank
+/// (PowerSGD's initial Q): a linear congruential generator and Box-Muller.
+void drawNormal(const step::Value &v, void *out, uint64_t seed) {
+  uint64_t state = seed;
+  for (char c : v.name)
+    state = state * 31 + static_cast<unsigned char>(c);
+  auto uniform = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
+  };
+  std::vector<double> values(v.numel());
+  for (double &x : values)
+    x = std::sqrt(-2 * std::log(uniform())) *
+        std::cos(6.283185307179586 * uniform());
+  convert(values.data(), DISTOPT_RT_F64, out,
+          static_cast<distopt_rt_dtype>(v.dtype->runtimeCode),
+          static_cast<int64_t>(values.size()));
+}
+
+/// Where each result the step returns (not in place) lies in the storage
+/// the packed entry point writes: an LLVM struct of memref descriptors
+/// ({allocated, aligned, offset, sizes, strides}) and scalars, each at its
+/// natural alignment.
+std::vector<int64_t> resultOffsets(const step::Interface &abi,
+                                   size_t &totalBytes) {
+  std::vector<int64_t> offsets(abi.results.size(), -1);
+  size_t at = 0;
+  for (size_t k = 0; k < abi.results.size(); ++k) {
+    const step::Value &r = abi.results[k];
+    if (r.inPlaceArg)
+      continue;
+    size_t size = r.isTensor() ? 8 * (3 + 2 * r.shape->size())
+                               : std::max<size_t>(1, r.dtype->bytes);
+    size_t align = r.isTensor() ? 8 : size;
+    at = (at + align - 1) / align * align;
+    offsets[k] = static_cast<int64_t>(at);
+    at += size;
+  }
+  totalBytes = at;
+  return offsets;
+}
+
+/// A scalar of `dtype` at `p` as a double.
+double scalarValue(const step::DType &dtype, const void *p) {
+  double value = 0;
+  if (dtype.name == "i1")
+    return *static_cast<const uint8_t *>(p) & 1;
+  if (dtype.runtimeCode >= 0)
+    convert(p, static_cast<distopt_rt_dtype>(dtype.runtimeCode), &value,
+            DISTOPT_RT_F64, 1);
+  return value;
+}
+
+/// How the runtime's fatal handler reaches back into distopt_session_run.
+struct Unwind {
+  std::jmp_buf jump;
+  distopt_rt_status status = DISTOPT_RT_OK;
+};
+
+void unwindToSession(distopt_rt_status status, void *context) {
+  auto *unwind = static_cast<Unwind *>(context);
+  unwind->status = status;
+  std::longjmp(unwind->jump, 1);
+}
+
+/// Calls the entry point with the runtime's fatal errors unwinding to here;
+/// kept out of line so that nothing of the caller's frame is live across
+/// the jump.
+[[gnu::noinline]] distopt_rt_status
+callStep(void (*entry)(void **), void **args, distopt_rt_comm *world) {
+  Unwind unwind;
+  distopt_rt_bind_world(world);
+  distopt_rt_set_fatal_handler(unwindToSession, &unwind);
+  if (setjmp(unwind.jump) == 0)
+    entry(args);
+  distopt_rt_set_fatal_handler(nullptr, nullptr);
+  distopt_rt_bind_world(nullptr);
+  return unwind.status;
+}
+
+distopt_rt_status checkSameStep(distopt_rt_comm *comm,
+                                const step::Interface &abi, int64_t rank) {
+  int64_t mine[2] = {static_cast<int64_t>(abi.collectiveFingerprint),
+                     abi.collectiveCount};
+  int64_t lowest[2], highest[2];
+  distopt_rt_status status = distopt_rt_all_reduce(
+      comm, mine, lowest, 2, DISTOPT_RT_I64, DISTOPT_RT_MIN, 1, DISTOPT_RT_I64);
+  if (status == DISTOPT_RT_OK)
+    status = distopt_rt_all_reduce(comm, mine, highest, 2, DISTOPT_RT_I64,
+                                   DISTOPT_RT_MAX, 1, DISTOPT_RT_I64);
+  if (status != DISTOPT_RT_OK)
+    return status;
+  if (lowest[0] != highest[0] || lowest[1] != highest[1]) {
+    char fingerprint[24];
+    std::snprintf(fingerprint, sizeof(fingerprint), "%016" PRIx64,
+                  abi.collectiveFingerprint);
+    return fail(DISTOPT_RT_INVALID_ARGUMENT,
+                "rank " + std::to_string(rank) +
+                    ": the ranks run different steps: this rank's has " +
+                    std::to_string(abi.collectiveCount) +
+                    " collectives with fingerprint " + fingerprint +
+                    ", another rank's differ; run the same compiled step on "
+                    "every rank");
+  }
+  return DISTOPT_RT_OK;
+}
+
+/// Which argument each result updates: the one of the same role and name
+/// (a loss, or another scalar the step reports, updates none: SIZE_MAX).
+distopt_rt_status matchResults(const step::Interface &abi,
+                               std::vector<size_t> &resultArg) {
+  resultArg.assign(abi.results.size(), SIZE_MAX);
+  for (size_t k = 0; k < abi.results.size(); ++k) {
+    const step::Value &r = abi.results[k];
+    for (size_t i = 0; i < abi.args.size(); ++i)
+      if (abi.args[i].isTensor() && r.isTensor() &&
+          abi.args[i].role == r.role && abi.args[i].name == r.name &&
+          r.role != step::Role::None)
+        resultArg[k] = i;
+    if (r.inPlaceArg && resultArg[k] != static_cast<size_t>(*r.inPlaceArg))
+      return invalid(describe(r, k, "result") + " is left in argument #" +
+                     std::to_string(*r.inPlaceArg) +
+                     ", not in the argument it replaces");
+    // Not fed back, the next step would read a stale argument.
+    if (resultArg[k] == SIZE_MAX && r.isTensor() && r.role != step::Role::Loss)
+      return invalid(
+          describe(r, k, "result") +
+          (r.role == step::Role::None ? " has no distopt.role"
+                                      : " replaces no argument") +
+          ": give it the distopt.role and distopt.name of the argument it "
+          "updates (docs/step-abi.md)");
+  }
+  return DISTOPT_RT_OK;
+}
+
+} // namespace
+
+distopt_session::~distopt_session() {
+  for (size_t i = 0; i < data.size(); ++i)
+    if (owned[i] && data[i]) {
+      if (device)
+        distopt_rt_cuda_free(data[i]);
+      else
+        _mlir_memref_to_llvm_free(data[i]);
+    }
+  if (ownsComm && comm)
+    distopt_rt_comm_destroy(comm);
+  if (step)
+    --step->sessions;
+}
+
+extern "C" {
+
+void distopt_session_default_options(distopt_session_options *options) {
+  if (!options)
+    return;
+  *options = distopt_session_options{};
+  options->lr = -1;
+  options->seed = 42;
+}
+
+distopt_rt_status distopt_session_create(distopt_step *step,
+                                         const distopt_session_options *given,
+                                         distopt_session **out) {
+  if (!step || !out)
+    return invalid("distopt_session_create: null step or output pointer");
+  distopt_session_options options;
+  distopt_session_default_options(&options);
+  if (given)
+    options = *given;
+  const step::Interface &abi = step->abi;
+  double timeout =
+      options.timeout_seconds > 0 ? options.timeout_seconds : defaultTimeout();
+  auto session = std::make_unique<distopt_session>();
+  session->step = step;
+  ++step->sessions;
+  session->device = abi.device == "cuda";
+  session->seed = options.seed;
+  std::string backend = options.backend ? options.backend : "";
+  distopt_rt_status status = DISTOPT_RT_OK;
+  if (session->device) {
+    // The step's collectives take device buffers (NCCL over the process's
+    // world); the session's own exchanges take host buffers.
+    if (options.mpi_comm || !backend.empty())
+      return fail(DISTOPT_RT_UNAVAILABLE,
+                  "a step compiled for cuda runs on the process's default "
+                  "world; a communicator of the caller's is not supported "
+                  "for it yet");
+    if (distopt_rt_cuda_init(-1) != DISTOPT_RT_OK)
+      return DISTOPT_RT_UNAVAILABLE; // the runtime's message says why
+    status = distopt_rt_world(abi.worldSize, &session->stepComm);
+    if (status == DISTOPT_RT_OK)
+      status = distopt_rt_host_comm(abi.worldSize, &session->comm);
+    session->ownsComm = status == DISTOPT_RT_OK;
+  } else if (options.mpi_comm) {
+    status = distopt_rt_comm_create_mpi(options.mpi_comm, abi.worldSize,
+                                        timeout, &session->comm);
+    session->stepComm = session->comm;
+    session->ownsComm = status == DISTOPT_RT_OK;
+  } else if (!backend.empty()) {
+    status = distopt_rt_comm_create(backend.c_str(), abi.worldSize, timeout,
+                                    &session->comm);
+    session->stepComm = session->comm;
+    session->ownsComm = status == DISTOPT_RT_OK;
+  } else {
+    // The process's world, shared by every session on it (borrowed).
+    status = distopt_rt_world(abi.worldSize, &session->stepComm);
+    session->comm = session->stepComm;
+  }
+  if (status != DISTOPT_RT_OK)
+    return status;
+  distopt_rt_comm_rank(session->comm, &session->rank);
+  distopt_rt_comm_size(session->comm, &session->size);
+  status = checkSameStep(session->comm, abi, session->rank);
+  if (status != DISTOPT_RT_OK)
+    return status;
+
+  std::vector<size_t> resultArg;
+  if ((status = matchResults(abi, resultArg)) != DISTOPT_RT_OK)
+    return session->error(status, lastError());
+  session->lr = options.lr >= 0 ? options.lr : abi.lr.value_or(1e-3);
+  if (!std::isfinite(session->lr))
+    return session->invalid("the learning rate must be finite and "
+                            "non-negative");
+  session->data.assign(abi.args.size(), nullptr);
+  session->owned.assign(abi.args.size(), false);
+  session->scalars.assign(abi.results.size(), NAN);
+  for (size_t i = 0; i < abi.args.size(); ++i) {
+    const step::Value &v = abi.args[i];
+    if (!v.isTensor()) {
+      bool known = v.role == step::Role::LearningRate ||
+                   (v.role == step::Role::Step && v.dtype->name == "i64");
+      if (!known)
+        return session->invalid(
+            describe(v, i, "argument") +
+            " is a scalar the session cannot pass: only the "
+            "learning rate and the step number are (give it "
+            "distopt.role \"lr\" or \"step\")");
+      continue;
+    }
+    std::vector<char> host;
+    void *buffer;
+    if (session->device) {
+      status = distopt_rt_cuda_alloc(std::max<uint64_t>(v.bytes(), 1), &buffer);
+      if (status != DISTOPT_RT_OK)
+        return status;
+      host.assign(v.bytes(), 0);
+    } else {
+      buffer = allocateHost(v.bytes());
+      if (!buffer)
+        return session->error(DISTOPT_RT_BACKEND_ERROR,
+                              "out of memory allocating " +
+                                  std::to_string(v.bytes()) + " bytes for " +
+                                  describe(v, i, "argument"));
+    }
+    session->data[i] = buffer;
+    session->owned[i] = true;
+    if (v.init == step::Init::Randn || v.init == step::Init::RandnEachStep)
+      drawNormal(v, session->device ? host.data() : buffer, session->seed);
+    if (session->device &&
+        (status = distopt_rt_cuda_copy(buffer, host.data(), v.bytes())) !=
+            DISTOPT_RT_OK)
+      return status;
+  }
+  *out = session.release();
+  return DISTOPT_RT_OK;
+}
+
+void distopt_session_destroy(distopt_session *session) { delete session; }
+
+int64_t distopt_session_rank(const distopt_session *session) {
+  return session ? session->rank : -1;
+}
+
+int64_t distopt_session_size(const distopt_session *session) {
+  return session ? session->size : 0;
+}
+
+distopt_rt_comm *distopt_session_comm(const distopt_session *session) {
+  return session ? session->comm : nullptr;
+}
+
+void *distopt_session_arg_data(distopt_session *session, int64_t arg) {
+  if (!session || arg < 0 || arg >= static_cast<int64_t>(session->data.size()))
+    return nullptr;
+  return session->data[arg];
+}
+
+distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
+                                       void *data, int64_t bytes) {
+  if (!session || arg < 0 ||
+      arg >= static_cast<int64_t>(session->step->abi.args.size()))
+    return invalid("distopt_session_bind: no argument #" + std::to_string(arg));
+  const step::Value &v = session->step->abi.args[arg];
+  std::string what = describe(v, arg, "argument");
+  if (!v.isTensor())
+    return session->invalid("cannot bind " + what + ": it is a scalar");
+  void *fresh = data;
+  if (data) {
+    if (bytes != static_cast<int64_t>(v.bytes()))
+      return session->invalid(
+          "cannot bind " + what + ": " + std::to_string(bytes) +
+          " bytes given, the step takes " + std::to_string(v.bytes()) + " (" +
+          std::string(v.dtype->name) + ", " + std::to_string(v.numel()) +
+          " elements)");
+    if (reinterpret_cast<uintptr_t>(data) % v.dtype->bytes)
+      return session->invalid("cannot bind " + what +
+                              ": the buffer is not aligned to " +
+                              std::to_string(v.dtype->bytes) + " bytes");
+  } else if (session->device) {
+    if (distopt_rt_cuda_alloc(std::max<uint64_t>(v.bytes(), 1), &fresh) !=
+        DISTOPT_RT_OK)
+      return DISTOPT_RT_BACKEND_ERROR;
+    std::vector<char> zeros(v.bytes(), 0);
+    distopt_rt_cuda_copy(fresh, zeros.data(), v.bytes());
+  } else if (!(fresh = allocateHost(v.bytes()))) {
+    return session->error(DISTOPT_RT_BACKEND_ERROR,
+                          "out of memory for " + what);
+  }
+  if (session->owned[arg]) {
+    if (session->device)
+      distopt_rt_cuda_free(session->data[arg]);
+    else
+      _mlir_memref_to_llvm_free(session->data[arg]);
+  }
+  session->data[arg] = fresh;
+  session->owned[arg] = data == nullptr;
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_session_set_lr(distopt_session *session, double lr) {
+  if (!session)
+    return invalid("distopt_session_set_lr: null session");
+  // torch.optim's rule: a learning rate is a finite, non-negative number.
+  if (!std::isfinite(lr) || lr < 0)
+    return session->invalid(
+        "the learning rate must be finite and non-negative, got " +
+        std::to_string(lr));
+  session->lr = lr;
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_session_run(distopt_session *session) {
+  if (!session)
+    return invalid("distopt_session_run: null session");
+  if (session->broken)
+    return session->error(DISTOPT_RT_FAILED,
+                          "an earlier step of this session failed part way; "
+                          "create a new session (and load a checkpoint)");
+  const step::Interface &abi = session->step->abi;
+  int64_t stepNumber = session->stepsDone + 1;
+  size_t numArgs = abi.args.size();
+  for (size_t i = 0; i < numArgs; ++i)
+    if (abi.args[i].init == step::Init::RandnEachStep) {
+      const step::Value &v = abi.args[i];
+      std::vector<char> host(session->device ? v.bytes() : 0);
+      drawNormal(v, session->device ? host.data() : session->data[i],
+                 session->seed + stepNumber);
+      if (session->device)
+        distopt_rt_cuda_copy(session->data[i], host.data(), v.bytes());
+    }
+  // Descriptors and scalars, then one pointer to each for the entry point.
+  std::vector<std::vector<int64_t>> descriptors(numArgs);
+  std::vector<void *> descriptorPtrs(numArgs);
+  std::vector<float> floats(numArgs);
+  std::vector<double> doubles(numArgs);
+  std::vector<int64_t> ints(numArgs);
+  std::vector<void *> packed(1 + numArgs);
+  size_t resultBytes = 0;
+  std::vector<int64_t> offsets = resultOffsets(abi, resultBytes);
+  std::vector<int64_t> storage((resultBytes + 7) / 8 + 1);
+  void *resultPtr = storage.data();
+  packed[0] = &resultPtr;
+  for (size_t i = 0; i < numArgs; ++i) {
+    const step::Value &v = abi.args[i];
+    if (v.isTensor()) {
+      auto address = reinterpret_cast<int64_t>(session->data[i]);
+      std::vector<int64_t> &d = descriptors[i];
+      d = {address, address, 0};
+      d.insert(d.end(), v.shape->begin(), v.shape->end());
+      int64_t stride = 1;
+      std::vector<int64_t> strides(v.shape->size());
+      for (size_t k = strides.size(); k-- > 0;) {
+        strides[k] = stride;
+        stride *= (*v.shape)[k];
+      }
+      d.insert(d.end(), strides.begin(), strides.end());
+      descriptorPtrs[i] = d.data();
+      packed[1 + i] = &descriptorPtrs[i];
+    } else if (v.role == step::Role::LearningRate && v.dtype->name == "f64") {
+      doubles[i] = session->lr;
+      packed[1 + i] = &doubles[i];
+    } else if (v.role == step::Role::LearningRate) {
+      floats[i] = static_cast<float>(session->lr);
+      packed[1 + i] = &floats[i];
+    } else {
+      ints[i] = stepNumber;
+      packed[1 + i] = &ints[i];
+    }
+  }
+
+  auto begin = std::chrono::steady_clock::now();
+  distopt_rt_status status =
+      callStep(session->step->entry, packed.data(), session->stepComm);
+  if (status == DISTOPT_RT_OK && session->device)
+    status = distopt_rt_cuda_synchronize();
+  session->lastSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+          .count();
+  if (status != DISTOPT_RT_OK) {
+    // What the step allocated before it failed is lost with its frames.
+    session->broken = true;
+    return status;
+  }
+
+  // Each returned result into the buffer of the argument it updates (the
+  // caller's views stay valid); then what the step allocated is freed,
+  // once (a bucket's results are views of one allocation).
+  std::vector<size_t> resultArg;
+  matchResults(abi, resultArg);
+  std::set<void *> allocations;
+  const char *base = reinterpret_cast<const char *>(storage.data());
+  for (size_t k = 0; k < abi.results.size(); ++k) {
+    const step::Value &r = abi.results[k];
+    if (offsets[k] < 0)
+      continue;
+    const char *at = base + offsets[k];
+    if (!r.isTensor()) {
+      session->scalars[k] = scalarValue(*r.dtype, at);
+      continue;
+    }
+    int64_t d[3];
+    std::memcpy(d, at, sizeof(d));
+    const char *returned =
+        reinterpret_cast<const char *>(d[1]) + d[2] * r.dtype->bytes;
+    size_t target = resultArg[k];
+    if (target != SIZE_MAX && returned != session->data[target]) {
+      if (session->device)
+        distopt_rt_cuda_copy(session->data[target], returned, r.bytes());
+      else
+        std::memcpy(session->data[target], returned, r.bytes());
+    }
+    if (target == SIZE_MAX && r.numel() > 0) {
+      // A loss: its first element is the step's scalar.
+      char first[8] = {};
+      if (session->device)
+        distopt_rt_cuda_copy(first, returned, r.dtype->bytes);
+      else
+        std::memcpy(first, returned, r.dtype->bytes);
+      session->scalars[k] = scalarValue(*r.dtype, first);
+    }
+    allocations.insert(reinterpret_cast<void *>(d[0]));
+  }
+  for (void *allocation : allocations) {
+    bool isArgument = std::find(session->data.begin(), session->data.end(),
+                                allocation) != session->data.end();
+    if (isArgument || reinterpret_cast<uintptr_t>(allocation) == kGlobalMarker)
+      continue;
+    if (session->device)
+      distopt_rt_cuda_free(allocation);
+    else
+      _mlir_memref_to_llvm_free(allocation);
+  }
+  ++session->stepsDone;
+  return DISTOPT_RT_OK;
+}
+
+int64_t distopt_session_steps_done(const distopt_session *session) {
+  return session ? session->stepsDone : 0;
+}
+
+distopt_rt_status distopt_session_scalar(const distopt_session *session,
+                                         int64_t result, double *value) {
+  if (!session || !value || result < 0 ||
+      result >= static_cast<int64_t>(session->scalars.size()))
+    return invalid("distopt_session_scalar: no result #" +
+                   std::to_string(result));
+  if (std::isnan(session->scalars[result]) && session->stepsDone == 0)
+    return invalid("distopt_session_scalar: no step has run yet");
+  *value = session->scalars[result];
+  return DISTOPT_RT_OK;
+}
+
+double distopt_session_last_seconds(const distopt_session *session) {
+  return session ? session->lastSeconds : 0;
+}
+
+} // extern "C"

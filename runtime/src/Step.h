@@ -1,0 +1,130 @@
+//===- Step.h - the host step library's loaded steps and sessions -*- C++ -*-=//
+//
+// What distopt_step.h's handles hold: a loaded step (its entry point, its
+// validated interface and the logical tensors that interface describes),
+// and a session (the step on a communicator, a buffer per argument, the
+// learning rate and the steps done). Step.cpp loads and describes steps,
+// Session.cpp creates sessions and runs them, SessionTensors.cpp maps
+// logical tensors to and from this rank's buffers and checkpoints.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_RT_STEP_H
+#define DISTOPT_RT_STEP_H
+
+#include "Comm.h"
+#include "distopt/Checkpoint/Checkpoint.h"
+#include "distopt/StepInterface/StepInterface.h"
+#include "distopt_step.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace distopt::rt {
+
+/// A tensor as a model and a checkpoint name it (a parameter "w", its state
+/// "w.exp_avg", its gradient), wherever the step's arguments hold it: a
+/// whole argument, or an entry of a flat one (a gradient bucket, a flat
+/// parameter, a ZeRO shard, greedy ownership).
+struct LogicalTensor {
+  step::Role role;
+  std::string name;
+  const step::DType *dtype;
+  std::vector<int64_t> shape;
+  int64_t numel;
+  size_t arg;     // the argument that holds it
+  int64_t entry;  // its layout entry there, or -1 for the whole argument
+  int64_t offset; // in elements, in the whole flat buffer
+  int64_t owner;  // greedy: the rank holding it; -1 otherwise
+  bool perRank;   // a copy per rank (PowerSGD's error feedback)
+  size_t bytes() const { return numel * dtype->bytes; }
+};
+
+/// The C strings and arrays distopt_step_value points at, per value.
+struct ValueView {
+  std::string role, init;
+  std::vector<int64_t> shape;
+};
+
+/// Whether a flat argument's entries are all held whole by every rank (a
+/// gradient bucket, a flat parameter): neither a flat shard nor greedy.
+bool isReplicatedLayout(const step::Value &value);
+
+/// Calls `fn(first, at, count)` for the elements [first, first + count) of
+/// `t` that this rank holds, at [at, at + count) of its argument's buffer
+/// (in elements).
+template <typename Fn>
+void forEachLocalPart(const LogicalTensor &t, const step::Value &arg,
+                      int64_t rank, Fn fn) {
+  if (t.entry < 0) {
+    fn(0, 0, t.numel);
+    return;
+  }
+  if (!arg.shardOf) {
+    if (t.owner < 0 || t.owner == rank)
+      fn(0, t.offset, t.numel);
+    return;
+  }
+  int64_t size = arg.numel();
+  int64_t begin = rank * size;
+  int64_t lo = std::max(t.offset, begin);
+  int64_t hi = std::min(t.offset + t.numel, begin + size);
+  if (lo < hi)
+    fn(lo - t.offset, lo - begin, hi - lo);
+}
+
+} // namespace distopt::rt
+
+struct distopt_step {
+  void *handle = nullptr;
+  void (*entry)(void **) = nullptr; // distopt_step_packed
+  std::string json;
+  distopt::step::Interface abi;
+  std::vector<distopt::rt::LogicalTensor> tensors;
+  std::vector<distopt::rt::ValueView> argViews, resultViews;
+  int64_t sessions = 0;
+
+  /// The logical tensor (role, name), or null.
+  const distopt::rt::LogicalTensor *find(std::string_view role,
+                                         std::string_view name) const;
+};
+
+struct distopt_session {
+  distopt_step *step = nullptr;
+  /// The host communicator (checks, checkpoints) and the one the step's
+  /// collectives run on (the same but for a CUDA step: NCCL).
+  distopt_rt_comm *comm = nullptr, *stepComm = nullptr;
+  bool ownsComm = false; // the step's is the process's world, or `comm`
+  bool device = false;   // buffers in device memory (a CUDA step)
+  int64_t rank = 0, size = 1;
+  double lr = 1e-3;
+  uint64_t seed = 42;
+  int64_t stepsDone = 0;
+  double lastSeconds = 0;
+  /// Per argument: the buffer the step reads and updates, and whether the
+  /// session allocated it.
+  std::vector<void *> data;
+  std::vector<bool> owned;
+  /// Per result: its value as a double, for scalars.
+  std::vector<double> scalars;
+  /// A step failed part way: the communicator may be unusable.
+  bool broken = false;
+
+  /// Records `message` as the last error, naming this rank once (as the
+  /// runtime's own messages do), and returns `status`.
+  distopt_rt_status error(distopt_rt_status status,
+                          const std::string &message) const {
+    if (message.rfind("rank ", 0) == 0)
+      return distopt::rt::fail(status, message);
+    return distopt::rt::fail(status,
+                             "rank " + std::to_string(rank) + ": " + message);
+  }
+  distopt_rt_status invalid(const std::string &message) const {
+    return error(DISTOPT_RT_INVALID_ARGUMENT, message);
+  }
+
+  ~distopt_session();
+};
+
+#endif // DISTOPT_RT_STEP_H
