@@ -57,6 +57,12 @@ if os.path.exists(torch_python) and subprocess.run(
         [torch_python, "-c", "import torch, numpy"], capture_output=True).returncode == 0:
     config.available_features.add("torch")
     config.substitutions.append(("%torch_python", torch_python))
+    # The Python package (python/distopt) and its examples, from the build
+    # tree; `mpi4py` where Debian's python3-mpi4py is installed.
+    if subprocess.run([torch_python, "-c", "import mpi4py, sklearn"],
+                      capture_output=True).returncode == 0:
+        config.available_features.add("mpi4py")
+config.substitutions.append(("%distopt_python", os.path.join(config.distopt_obj_root, "python")))
 config.substitutions.append(("%mlir_runner", os.path.join(config.llvm_tools_dir, "mlir-runner")))
 config.substitutions.append(("%mlir_lib_dir", os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")))
 config.substitutions.append(

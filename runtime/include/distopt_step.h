@@ -216,6 +216,11 @@ DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
 /* Steps done: run, or restored from a checkpoint. */
 DISTOPT_RT_API int64_t
 distopt_session_steps_done(const distopt_session *session);
+/* Sets the steps done, for a program that restores the optimizer's state
+ * itself (torch.optim's state_dict): the next step is `steps` + 1, which
+ * bias corrections and schedules depend on. The same on every rank. */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_set_steps_done(distopt_session *session, int64_t steps);
 /* A scalar result of the last step (its loss, gradient norm, loss scale,
  * whether it was skipped), as a double. */
 DISTOPT_RT_API distopt_rt_status distopt_session_scalar(

@@ -522,6 +522,17 @@ int64_t distopt_session_steps_done(const distopt_session *session) {
   return session ? session->stepsDone : 0;
 }
 
+distopt_rt_status distopt_session_set_steps_done(distopt_session *session,
+                                                 int64_t steps) {
+  if (!session)
+    return invalid("distopt_session_set_steps_done: null session");
+  if (steps < 0)
+    return session->invalid("the steps done must be >= 0, not " +
+                            std::to_string(steps));
+  session->stepsDone = steps;
+  return DISTOPT_RT_OK;
+}
+
 distopt_rt_status distopt_session_scalar(const distopt_session *session,
                                          int64_t result, double *value) {
   if (!session || !value || result < 0 ||

@@ -7,13 +7,15 @@ LLVM_PREFIX=/usr/lib/llvm-22
 
 # Debian packages the build and the tests need. mlir-22-tools is required by
 # MLIR's CMake config although libmlir-22-dev does not depend on it; OpenMPI
-# runs the multi-rank tests; python3-torch (CPU) is the numerical reference.
+# runs the multi-rank tests; python3-torch (CPU) is the numerical reference;
+# mpi4py, scikit-learn (its bundled digits) and torchvision run the PyTorch
+# examples (examples/torch) through the Python package.
 DISTOPT_PACKAGES=(
   cmake ninja-build gcc g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   clang-format-22 liblld-22-dev zlib1g-dev libzstd-dev
   libopenmpi-dev openmpi-bin
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-mpi4py python3-sklearn python3-torchvision
 )
 
 distopt_install_packages() {

@@ -1,0 +1,118 @@
+"""Compiling steps: a parameter spec or an MLIR file, through a pipeline, to a
+shared library the host step library opens. Results are cached by the hash of
+everything that decides them (the input, the pipeline, the target, the
+compiler binaries), so a training script recompiles only when one changes.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+
+from . import _config
+from .errors import CompileError
+
+
+def tools_dir():
+    return os.environ.get("DISTOPT_TOOLS_DIR") or _config.TOOLS_DIR
+
+
+def _tool(name):
+    path = os.path.join(tools_dir(), name)
+    if not os.access(path, os.X_OK):
+        raise CompileError(f"{path}: not found (set DISTOPT_TOOLS_DIR to the "
+                           "directory holding distopt-compile)")
+    return path
+
+
+def _tool_identity(path):
+    stat = os.stat(path)
+    return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def cache_dir():
+    return os.environ.get("DISTOPT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "distopt")
+
+
+def _read_source(source):
+    """(kind, bytes): kind is 'spec' or 'mlir'."""
+    if isinstance(source, dict):
+        return "spec", json.dumps(source, sort_keys=True).encode()
+    path = os.fspath(source)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CompileError(f"{path}: {e.strerror}") from None
+    return ("spec" if path.endswith(".json") else "mlir"), data
+
+
+def _run(command, what):
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CompileError(f"{what} failed:\n{result.stderr.strip()}")
+
+
+def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
+            comm=None):
+    """Compiles `source` and returns the path of the step's shared library.
+
+    source: a parameter spec (a dict, or a path ending in .json,
+      docs/param-spec.md) or a path to an MLIR step (docs/dialect.md).
+    pipeline: distopt-pipeline's options ("zero-stage=2 powersgd-rank=4").
+    target: "cpu" or "cuda" (distopt-compile --target).
+    extra_args: more distopt-compile arguments.
+    cache: the directory of compiled steps (default $DISTOPT_CACHE_DIR, else
+      ~/.cache/distopt); compiled once per content hash.
+    comm: an mpi4py communicator: rank 0 compiles, the others wait for it
+      and get its path (or its error).
+    """
+    if comm is not None and comm.Get_size() > 1:
+        outcome = None
+        if comm.Get_rank() == 0:
+            try:
+                outcome = ("ok", compile(source, pipeline, target, extra_args,
+                                         cache))
+            except CompileError as e:
+                outcome = ("error", str(e))
+        outcome = comm.bcast(outcome, root=0)
+        if outcome[0] == "error":
+            raise CompileError(outcome[1])
+        return outcome[1]
+
+    kind, data = _read_source(source)
+    translate = _tool("distopt-translate")
+    compiler = _tool("distopt-compile")
+    key = hashlib.sha256()
+    for part in (kind, data, pipeline, target, *extra_args,
+                 _tool_identity(translate), _tool_identity(compiler)):
+        key.update(part if isinstance(part, bytes) else part.encode())
+        key.update(b"\0")
+    directory = cache or cache_dir()
+    os.makedirs(directory, exist_ok=True)
+    output = os.path.join(directory, key.hexdigest()[:32] + ".so")
+    if os.path.exists(output):
+        return output
+
+    with tempfile.TemporaryDirectory(dir=directory) as work:
+        mlir = os.path.join(work, "step.mlir")
+        if kind == "spec":
+            spec = os.path.join(work, "spec.json")
+            with open(spec, "wb") as f:
+                f.write(data)
+            _run([translate, "--import-param-spec", spec, "-o", mlir],
+                 "distopt-translate --import-param-spec")
+        else:
+            with open(mlir, "wb") as f:
+                f.write(data)
+        library = os.path.join(work, "step.so")
+        command = [compiler, mlir, f"--target={target}", "-o", library]
+        if pipeline:
+            command.append(f"--pipeline={pipeline}")
+        command += list(extra_args)
+        _run(command, "distopt-compile")
+        # Atomic: a concurrent compile of the same step finds a whole file.
+        os.replace(library, output)
+    return output

@@ -1,0 +1,405 @@
+"""Steps and sessions: the host step library (distopt_step.h) from Python.
+
+    step = distopt.Step(distopt.compile(spec, pipeline="zero-stage=2"))
+    session = distopt.Session(step, comm=MPI.COMM_WORLD)
+    weight = session.tensor("fc.weight")            # numpy view, zero copy
+    grad = session.tensor("fc.weight", role="grad", like="torch")
+    ...backward writes grad...
+    scalars = session.run()
+
+Views share memory with the session's buffers: they stay valid while the
+session is open (keep a reference to it) and the argument is not bound again.
+"""
+
+import ctypes
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._native import STATUS_NAMES, SessionOptions, StepTensor, StepValue
+from ._native import last_error, lib
+from .errors import DistoptError
+
+# The step's dtypes as numpy holds them (bf16 as its raw 16 bits).
+_NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16,
+                 "bf16": np.uint16, "i32": np.int32, "i64": np.int64,
+                 "i1": np.bool_}
+_TORCH_DTYPE_NAMES = {"f32": "float32", "f64": "float64", "f16": "float16",
+                      "bf16": "bfloat16", "i32": "int32", "i64": "int64",
+                      "i1": "bool"}
+
+
+def _check(status):
+    if status != 0:
+        raise DistoptError(last_error(), STATUS_NAMES.get(status, str(status)))
+
+
+def _text(value):
+    return value.decode() if value else ""
+
+
+@dataclass(frozen=True)
+class Value:
+    """An argument or result of the compiled function (docs/step-abi.md)."""
+    index: int
+    role: str
+    name: str
+    dtype: str
+    shape: tuple  # () for a scalar or a 0-d tensor
+    is_tensor: bool
+    numel: int
+    nbytes: int
+    init: str
+    per_rank: bool
+    shard_of: int  # a flat ZeRO shard: the whole buffer's length, else 0
+    in_place_arg: int  # results: the argument it is left in, or -1
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as the model names it, wherever the arguments hold it."""
+    index: int
+    role: str
+    name: str
+    dtype: str
+    shape: tuple
+    numel: int
+    nbytes: int
+    arg: int
+    whole: bool  # this rank holds all of it (no ZeRO shard or owner)
+    per_rank: bool
+
+
+def _value(index, v):
+    return Value(index, _text(v.role), _text(v.name), _text(v.dtype),
+                 tuple(v.shape[i] for i in range(v.ndim)), bool(v.is_tensor),
+                 v.numel, v.bytes, _text(v.init), bool(v.per_rank),
+                 v.shard_of, v.in_place_arg)
+
+
+class Step:
+    """A step compiled by distopt-compile (or distopt.compile), loaded."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        handle = ctypes.c_void_p()
+        _check(lib.distopt_step_open(self.path.encode(), ctypes.byref(handle)))
+        self._handle = handle
+        self.interface = json.loads(lib.distopt_step_interface(handle))
+        self.world_size = lib.distopt_step_world_size(handle)
+        self.device = _text(lib.distopt_step_device(handle))
+        self.args = []
+        for i in range(lib.distopt_step_num_args(handle)):
+            v = StepValue()
+            _check(lib.distopt_step_arg(handle, i, ctypes.byref(v)))
+            self.args.append(_value(i, v))
+        self.results = []
+        for i in range(lib.distopt_step_num_results(handle)):
+            v = StepValue()
+            _check(lib.distopt_step_result(handle, i, ctypes.byref(v)))
+            self.results.append(_value(i, v))
+        self.tensors = []
+        for i in range(lib.distopt_step_num_tensors(handle)):
+            t = StepTensor()
+            _check(lib.distopt_step_tensor_info(handle, i, ctypes.byref(t)))
+            self.tensors.append(TensorInfo(
+                i, _text(t.role), _text(t.name), _text(t.dtype),
+                tuple(t.shape[d] for d in range(t.ndim)), t.numel, t.bytes,
+                t.arg, bool(t.whole), bool(t.per_rank)))
+        self._by_name = {(t.role, t.name): t for t in self.tensors}
+        self._sessions = 0
+
+    def tensor(self, name, role="param"):
+        """The TensorInfo of `name` with `role`; KeyError naming both."""
+        try:
+            return self._by_name[(role, name)]
+        except KeyError:
+            raise KeyError(f"the step has no {role} tensor '{name}'") from None
+
+    def close(self):
+        if self._handle and self._sessions == 0:
+            lib.distopt_step_close(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        if getattr(self, "_handle", None) and self._sessions == 0:
+            self.close()
+
+    def __repr__(self):
+        return (f"Step({self.path!r}: {len(self.args)} arguments, "
+                f"{self.world_size} ranks, {self.device})")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class _CudaBuffer:
+    """Device memory exposed to torch through __cuda_array_interface__."""
+
+    def __init__(self, pointer, shape, typestr):
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": typestr, "data": (pointer, False),
+            "version": 2}
+
+
+class Session:
+    """A step on a communicator: collective to create, run and checkpoint.
+
+    comm: an mpi4py communicator (its size must be the step's world size);
+      None: backend.
+    backend: "mpi", "single", or None for the process's default world
+      (DISTOPT_RT_BACKEND, else MPI under mpirun, else one process).
+    timeout: seconds a collective waits for its peers (default:
+      DISTOPT_RT_TIMEOUT, else 300).
+    lr: the learning rate to start with (default: the compiled one).
+    seed: the seed of the draws the interface asks for (PowerSGD's Q).
+    """
+
+    def __init__(self, step, comm=None, backend=None, timeout=None, lr=None,
+                 seed=42):
+        self.step = step
+        options = SessionOptions()
+        lib.distopt_session_default_options(ctypes.byref(options))
+        self._comm_handle = None
+        if comm is not None:
+            from mpi4py import MPI
+            self._comm_handle = MPI._addressof(comm)
+            options.mpi_comm = self._comm_handle
+        elif backend:
+            options.backend = backend.encode()
+        if timeout is not None:
+            options.timeout_seconds = float(timeout)
+        if lr is not None:
+            options.lr = float(lr)
+        options.seed = seed
+        handle = ctypes.c_void_p()
+        _check(lib.distopt_session_create(step._handle, ctypes.byref(options),
+                                          ctypes.byref(handle)))
+        self._handle = handle
+        step._sessions += 1
+        self.rank = lib.distopt_session_rank(handle)
+        self.size = lib.distopt_session_size(handle)
+        self._bound = {}
+        self._scalar_results = [
+            r for r in step.results if not r.is_tensor and r.in_place_arg < 0]
+
+    # --- buffers -------------------------------------------------------------
+
+    def _live(self):
+        if not self._handle:
+            raise DistoptError("the session is closed")
+        return self._handle
+
+    def _view(self, pointer, dtype, shape, like):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(
+            _NUMPY_DTYPES[dtype]).itemsize
+        if self.step.device == "cuda":
+            torch = _torch()
+            if like != "torch":
+                raise DistoptError("a step compiled for cuda has its buffers "
+                                   "in device memory: use like='torch'")
+            raw = {2: "<i2", 4: "<i4", 8: "<i8", 1: "|b1"}[
+                np.dtype(_NUMPY_DTYPES[dtype]).itemsize]
+            view = torch.as_tensor(_CudaBuffer(pointer, tuple(shape), raw),
+                                   device="cuda")
+            return view.view(getattr(torch, _TORCH_DTYPE_NAMES[dtype]))
+        buffer = (ctypes.c_char * max(nbytes, 1)).from_address(pointer)
+        if like == "torch":
+            torch = _torch()
+            flat = torch.frombuffer(buffer, dtype=getattr(
+                torch, _TORCH_DTYPE_NAMES[dtype]), count=nbytes // np.dtype(
+                    _NUMPY_DTYPES[dtype]).itemsize)
+            return flat.view(shape)
+        return np.frombuffer(buffer, dtype=_NUMPY_DTYPES[dtype],
+                             count=nbytes // np.dtype(
+                                 _NUMPY_DTYPES[dtype]).itemsize).reshape(shape)
+
+    def tensor(self, name, role="param", like="numpy"):
+        """A view (zero copy) of tensor `name` in this rank's buffers: a
+        numpy array (bf16 as uint16 bits) or, with like="torch", a torch
+        tensor. Only for a tensor this rank holds whole (not a ZeRO shard):
+        read() gathers the others."""
+        info = self.step.tensor(name, role)
+        pointer = lib.distopt_session_tensor_data(self._live(), info.index)
+        if not pointer:
+            raise DistoptError(last_error())
+        return self._view(pointer, info.dtype, info.shape, like)
+
+    def arg(self, index, like="numpy"):
+        """A view of argument `index`'s whole buffer (a bucket, a shard)."""
+        value = self.step.args[index]
+        pointer = lib.distopt_session_arg_data(self._live(), index)
+        if not value.is_tensor or not pointer:
+            raise DistoptError(f"argument #{index} ('{value.name}') has no "
+                               "buffer: it is a scalar")
+        return self._view(pointer, value.dtype, value.shape, like)
+
+    def bind(self, name, array, role="param"):
+        """Makes the caller's `array` (numpy or torch, contiguous, of the
+        argument's dtype and shape) the buffer of the argument that holds
+        `name` with `role` (zero copy). Only for a tensor that is an
+        argument of its own; the array must outlive the binding."""
+        info = self.step.tensor(name, role)
+        value = self.step.args[info.arg]
+        what = f"{role} '{name}' (argument #{info.arg})"
+        if value.shape != info.shape or not info.whole:
+            raise DistoptError(f"cannot bind {what}: it lies in the flat "
+                               f"argument '{value.name}' of shape "
+                               f"{list(value.shape)}; use tensor() for a view")
+        pointer, nbytes, dtype, shape, contiguous = _describe_array(array)
+        if dtype != value.dtype:
+            raise DistoptError(f"cannot bind {what}: the array is {dtype}, "
+                               f"the step takes {value.dtype}")
+        if tuple(shape) != value.shape:
+            raise DistoptError(f"cannot bind {what}: the array has shape "
+                               f"{list(shape)}, the step takes "
+                               f"{list(value.shape)}")
+        if not contiguous:
+            raise DistoptError(f"cannot bind {what}: the array is not "
+                               "contiguous")
+        _check(lib.distopt_session_bind(self._live(), info.arg, pointer,
+                                        nbytes))
+        self._bound[info.arg] = array
+
+    def unbind(self, name, role="param"):
+        """Gives the argument a zeroed buffer of the session's again."""
+        info = self.step.tensor(name, role)
+        _check(lib.distopt_session_bind(self._live(), info.arg, None, 0))
+        self._bound.pop(info.arg, None)
+
+    def write(self, name, value, role="param"):
+        """Copies a whole tensor (numpy, torch or anything np.asarray takes)
+        into the parts of it this rank holds. Every rank passes the same
+        values for a tensor that is not per rank."""
+        info = self.step.tensor(name, role)
+        host = _to_numpy(value, info.dtype)
+        if host.shape != info.shape and host.size != info.numel:
+            raise DistoptError(f"cannot write {role} '{name}': shape "
+                               f"{list(host.shape)}, the step's is "
+                               f"{list(info.shape)}")
+        host = np.ascontiguousarray(host)
+        _check(lib.distopt_session_write_tensor(
+            self._live(), info.index, host.ctypes.data, info.nbytes))
+
+    def read(self, name, role="param", like="numpy"):
+        """A copy of a whole tensor. Collective for a tensor this rank does
+        not hold whole (every rank reads it, in the same order)."""
+        info = self.step.tensor(name, role)
+        out = np.empty(info.shape, dtype=_NUMPY_DTYPES[info.dtype])
+        _check(lib.distopt_session_read_tensor(
+            self._live(), info.index, out.ctypes.data, info.nbytes))
+        if like == "torch":
+            torch = _torch()
+            tensor = torch.from_numpy(out)
+            return tensor.view(torch.bfloat16) if info.dtype == "bf16" else \
+                tensor
+        return out
+
+    # --- steps ---------------------------------------------------------------
+
+    @property
+    def lr(self):
+        return self._lr if hasattr(self, "_lr") else None
+
+    @lr.setter
+    def lr(self, value):
+        _check(lib.distopt_session_set_lr(self._live(), float(value)))
+        self._lr = float(value)
+
+    @property
+    def steps_done(self):
+        return lib.distopt_session_steps_done(self._live())
+
+    @steps_done.setter
+    def steps_done(self, steps):
+        _check(lib.distopt_session_set_steps_done(self._live(), int(steps)))
+
+    def run(self):
+        """Runs one step on every rank (collective). Returns the step's
+        scalar results by name (or role, for an unnamed one): its loss,
+        gradient norm, loss scale."""
+        _check(lib.distopt_session_run(self._live()))
+        return self.scalars()
+
+    def scalars(self):
+        out = {}
+        value = ctypes.c_double()
+        for r in self._scalar_results:
+            _check(lib.distopt_session_scalar(self._handle, r.index,
+                                              ctypes.byref(value)))
+            out[r.name or r.role or f"result{r.index}"] = value.value
+        return out
+
+    @property
+    def last_seconds(self):
+        return lib.distopt_session_last_seconds(self._live())
+
+    def save(self, path):
+        """Saves parameters and state (collective; rank 0 writes)."""
+        _check(lib.distopt_session_save(self._live(), str(path).encode()))
+
+    def load(self, path):
+        """Loads a checkpoint saved at any world size (collective); returns
+        the world size it was saved at."""
+        saved = ctypes.c_int64()
+        _check(lib.distopt_session_load(self._live(), str(path).encode(),
+                                        ctypes.byref(saved)))
+        return saved.value
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            lib.distopt_session_destroy(self._handle)
+            self._handle = None
+            self.step._sessions -= 1
+            self._bound.clear()
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _describe_array(array):
+    """(pointer, nbytes, distopt dtype or None, shape, contiguous)."""
+    if hasattr(array, "data_ptr"):  # torch
+        names = {v: k for k, v in _TORCH_DTYPE_NAMES.items()}
+        dtype = names.get(str(array.dtype).replace("torch.", ""), "?")
+        if array.device.type != "cpu":
+            raise DistoptError("bind() takes host memory (device memory: a "
+                               "step compiled for cuda owns its buffers)")
+        return (array.data_ptr(), array.numel() * array.element_size(), dtype,
+                tuple(array.shape), array.is_contiguous())
+    if not isinstance(array, np.ndarray):
+        raise DistoptError(f"bind() takes a numpy array or a torch tensor, "
+                           f"not {type(array).__name__}")
+    # numpy has no bf16: its raw bits, as uint16.
+    names = {np.dtype(v): k for k, v in _NUMPY_DTYPES.items()}
+    return (array.ctypes.data, array.nbytes, names.get(array.dtype),
+            array.shape, array.flags["C_CONTIGUOUS"])
+
+
+def _to_numpy(value, dtype):
+    """`value` as numpy holds the step's dtype (bf16: rounded to nearest
+    even, as raw uint16 bits; a uint16 array is taken as bits already)."""
+    if hasattr(value, "detach"):  # torch
+        torch = _torch()
+        value = value.detach().cpu().contiguous()
+        if dtype == "bf16":
+            return value.to(torch.bfloat16).view(torch.int16).numpy().view(
+                np.uint16)
+        if value.dtype == torch.bfloat16:
+            value = value.float()
+        return value.numpy().astype(_NUMPY_DTYPES[dtype], copy=False)
+    value = np.asarray(value)
+    if dtype == "bf16" and value.dtype != np.uint16:
+        bits = value.astype(np.float32).view(np.uint32)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        nan = np.isnan(value.astype(np.float32))
+        return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+    return value.astype(_NUMPY_DTYPES[dtype], copy=False)

@@ -1,0 +1,233 @@
+"""distopt.torch.DistributedOptimizer and the Python bindings against torch.optim
+(test/Integration/torch-optimizer.test). Run under mpirun; every rank runs
+every check. Usage: torch_optimizer.py BUILD_PYTHON_DIR CACHE_DIR
+
+- torch.optim's state_dict into DistributedOptimizer and back: after a
+  hand-over at step 5, both continue to step 10 on the same gradients and
+  end within f32 rounding of each other (AdamW, SGD with momentum; plain and
+  ZeRO-2, where state_dict gathers the shards);
+- an LR schedule (LambdaLR) drives the compiled step's rate;
+- save_checkpoint / load_checkpoint continue bit for bit;
+- errors: a binding of the wrong dtype or shape names the argument, ZeRO-3
+  is refused with the reason, an integer parameter is refused by name, a
+  spec the importer rejects raises CompileError with its message.
+"""
+
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, sys.argv[1])
+CACHE = sys.argv[2]
+
+import distopt  # noqa: E402
+from distopt.torch import DistributedOptimizer  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+failures = 0
+checks = 0
+
+
+def check(cond, what):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print(f"rank {rank}: FAILED: {what}", flush=True)
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(7, 33), torch.nn.Tanh(),
+                               torch.nn.Linear(33, 5))
+
+
+def gradients(step, module):
+    """Deterministic per-rank gradients; the average over ranks is what a
+    torch.optim optimizer on one process sees."""
+    out = []
+    for i, p in enumerate(module.parameters()):
+        g = torch.Generator().manual_seed(100 * step + 10 * i)
+        base = torch.randn(p.shape, generator=g)
+        out.append([base * (1 + r) / 3 for r in range(size)])
+    return out
+
+
+def feed(opt_params, step, module, mine):
+    for p, per_rank in zip(opt_params, gradients(step, module)):
+        if mine:
+            p.grad.copy_(per_rank[rank])
+        else:
+            p.grad = sum(per_rank) / size
+
+
+def relative(a, b):
+    return max((x - y).abs().max().item() / max(y.abs().max().item(), 1e-12)
+               for x, y in zip(a, b))
+
+
+def hand_over(recipe, pipeline):
+    """distopt for 5 steps, state_dict to torch.optim, both 5 more; and the
+    other way round."""
+    torch_cls = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[
+        recipe["type"]]
+    kwargs = {k: v for k, v in recipe.items() if k != "type"}
+
+    ours_model = model()
+    ours = DistributedOptimizer(ours_model.named_parameters(), recipe,
+                                pipeline=pipeline, comm=comm, cache=CACHE)
+    for step in range(5):
+        feed(list(ours_model.parameters()), step, ours_model, True)
+        ours.step()
+    theirs_model = model()
+    theirs_model.load_state_dict(ours_model.state_dict())
+    theirs = torch_cls(theirs_model.parameters(), **kwargs)
+    theirs.load_state_dict(ours.state_dict())
+    for step in range(5, 10):
+        feed(list(ours_model.parameters()), step, ours_model, True)
+        ours.step()
+        feed(list(theirs_model.parameters()), step, theirs_model, False)
+        theirs.step()
+    # 2e-6: f32 rounding of a different summation order over 10 steps.
+    diff = relative(list(ours_model.parameters()),
+                    list(theirs_model.parameters()))
+    check(diff < 2e-6, f"{recipe['type']} {pipeline}: distopt -> torch.optim "
+          f"hand-over differs by {diff:.2e}")
+
+    # torch.optim -> distopt.
+    theirs_model = model()
+    theirs = torch_cls(theirs_model.parameters(), **kwargs)
+    for step in range(5):
+        feed(list(theirs_model.parameters()), step, theirs_model, False)
+        theirs.step()
+    ours_model = model()
+    ours_model.load_state_dict(theirs_model.state_dict())
+    ours = DistributedOptimizer(ours_model.named_parameters(), recipe,
+                                pipeline=pipeline, comm=comm, cache=CACHE)
+    ours.load_state_dict(theirs.state_dict())
+    check(ours.session.steps_done == 5 or recipe["type"] == "sgd",
+          f"steps done after loading: {ours.session.steps_done}")
+    for step in range(5, 10):
+        feed(list(ours_model.parameters()), step, ours_model, True)
+        ours.step()
+        feed(list(theirs_model.parameters()), step, theirs_model, False)
+        theirs.step()
+    diff = relative(list(ours_model.parameters()),
+                    list(theirs_model.parameters()))
+    check(diff < 2e-6, f"{recipe['type']} {pipeline}: torch.optim -> distopt "
+          f"hand-over differs by {diff:.2e}")
+    sd = ours.state_dict()
+    check(set(sd["state"][0]) == set(theirs.state_dict()["state"][0]),
+          f"state keys {sorted(sd['state'][0])}")
+
+
+def schedule():
+    recipe = {"type": "adamw", "lr": 0.01, "weight_decay": 0.1}
+    ours_model, theirs_model = model(), model()
+    ours = DistributedOptimizer(ours_model.named_parameters(), recipe,
+                                comm=comm, cache=CACHE)
+    theirs = torch.optim.AdamW(theirs_model.parameters(), lr=0.01,
+                               weight_decay=0.1)
+    decay = lambda step: 1.0 / (1 + step)  # noqa: E731
+    ours_sched = torch.optim.lr_scheduler.LambdaLR(ours, decay)
+    theirs_sched = torch.optim.lr_scheduler.LambdaLR(theirs, decay)
+    for step in range(6):
+        feed(list(ours_model.parameters()), step, ours_model, True)
+        ours.step()
+        ours_sched.step()
+        feed(list(theirs_model.parameters()), step, theirs_model, False)
+        theirs.step()
+        theirs_sched.step()
+    diff = relative(list(ours_model.parameters()),
+                    list(theirs_model.parameters()))
+    check(diff < 2e-6, f"LambdaLR: differs by {diff:.2e}")
+    # The sixth step ran at the sixth rate.
+    check(abs(ours.session.lr - 0.01 / 6) < 1e-12,
+          f"the step's rate follows the schedule: {ours.session.lr}")
+
+
+def checkpoint(tmp):
+    recipe = {"type": "adamw", "lr": 0.01}
+    runs = []
+    for resume in (False, True):
+        m = model()
+        opt = DistributedOptimizer(m.named_parameters(), recipe,
+                                   pipeline="zero-stage=2", comm=comm,
+                                   cache=CACHE)
+        first = 0
+        if resume:
+            check(opt.load_checkpoint(tmp) == size, "saved world size")
+            first = 3
+        for step in range(first, 6):
+            feed(list(m.parameters()), step, m, True)
+            opt.step()
+            if step == 2 and not resume:
+                opt.save_checkpoint(tmp)
+        runs.append([p.detach().clone() for p in m.parameters()])
+    check(all(torch.equal(a, b) for a, b in zip(*runs)),
+          "resuming from save_checkpoint is bit for bit")
+
+
+def errors():
+    step = distopt.Step(distopt.compile(
+        {"model": "e", "world_size": size, "optimizer": {"type": "sgd",
+                                                         "lr": 0.1},
+         "parameters": [{"name": "w", "shape": [3, 2], "dtype": "f32"}]},
+        comm=comm, cache=CACHE))
+    session = distopt.Session(step, comm=comm)
+    for bad, words in ((np.zeros((3, 2), np.float64), "float64"),
+                       (np.zeros((2, 3), np.float32), "[2, 3]"),
+                       (np.zeros((3, 4), np.float32)[:, :2], "contiguous")):
+        try:
+            session.bind("w", bad)
+            check(False, f"binding {words} was accepted")
+        except distopt.DistoptError as e:
+            check("param 'w'" in str(e) and (words in str(e) or
+                                             words == "float64"),
+                  f"binding error: {e}")
+    mine = np.ones((3, 2), np.float32)
+    session.bind("w", mine)
+    session.tensor("w", "grad")[:] = 1.0
+    session.run()
+    check(np.allclose(mine, 0.9), f"the bound array is updated: {mine}")
+    session.close()
+
+    m = model()
+    try:
+        DistributedOptimizer(m.named_parameters(), {"type": "adamw",
+                                                    "lr": 1e-3},
+                             pipeline="zero-stage=3", comm=comm, cache=CACHE)
+        check(size == 1, "zero-stage=3 accepted")
+    except distopt.DistoptError as e:
+        check("zero-stage" in str(e) and "'0.weight'" in str(e),
+              f"zero-stage=3: {e}")
+    ints = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    try:
+        DistributedOptimizer([("counts", ints)], {"type": "sgd", "lr": 0.1},
+                             comm=comm, cache=CACHE)
+        check(False, "a float64 parameter was accepted")
+    except distopt.DistoptError as e:
+        check("'counts'" in str(e), f"float64 parameter: {e}")
+    try:
+        DistributedOptimizer(m.named_parameters(),
+                             {"type": "adamw", "lr": 1e-3, "momentom": 0.9},
+                             comm=comm, cache=CACHE)
+        check(False, "a misspelt key was accepted")
+    except distopt.CompileError as e:
+        check("momentom" in str(e), f"misspelt key: {e}")
+
+
+hand_over({"type": "adamw", "lr": 0.01, "betas": (0.9, 0.99),
+           "weight_decay": 0.05}, "")
+hand_over({"type": "adamw", "lr": 0.01, "weight_decay": 0.05}, "zero-stage=2")
+hand_over({"type": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01},
+          "zero-stage=1")
+schedule()
+checkpoint(comm.bcast(f"{CACHE}/resume.ckpt" if rank == 0 else None))
+errors()
+print(f"torch_optimizer: rank {rank}: {checks} checks, {failures} failed",
+      flush=True)
+sys.exit(1 if failures else 0)
