@@ -121,6 +121,9 @@ void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,
       pm, bufferization::BufferDeallocationPipelineOptions());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createConvertBufferizationToMemRefPass());
+  // Loops over contiguous memory as one loop: LLVM vectorizes N-D nests
+  // with small inner sizes (conv weights' 3x3) with gathers and scatters.
+  pm.addNestedPass<func::FuncOp>(createCollapseContiguousLoopsPass());
 }
 
 void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,

@@ -145,8 +145,9 @@ void buildDistOptLowerToGPUPipeline(OpPassManager &pm,
                                     const DistOptLowerToGPUOptions &options);
 /// The lowerings' stages, for compilers that assemble their own:
 /// - a step on buffers: optimizers and local ops lowered, bufferized,
-///   runtime calls for the collectives, deallocations for its temporaries
-///   (`maxShardCases`: see --distopt-lower-local-ops);
+///   runtime calls for the collectives, deallocations for its temporaries,
+///   loops over contiguous memory collapsed to one (`maxShardCases`: see
+///   --distopt-lower-local-ops);
 void buildBufferizedStepPipeline(OpPassManager &pm, int64_t maxShardCases = 64);
 /// - the CPU lowering's second half: loops on buffers to the LLVM dialect
 ///   (`runtimeAllocator`: allocate through the runtime's caching allocator);

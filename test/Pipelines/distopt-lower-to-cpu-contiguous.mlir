@@ -1,0 +1,38 @@
+// RUN: distopt-opt %s --distopt-lower-to-cpu | FileCheck %s
+// RUN: distopt-compile %s --cpu=skylake-avx512 -o %t.o
+// RUN: llvm-objdump -d %t.o | FileCheck %s --check-prefix=OBJ
+
+// The update of a conv weight (64x64x3x3) runs as one loop over its 36864
+// contiguous elements, each operand addressed by that one index. Kept as
+// four loops, the innermost of 3 was unrolled by LLVM and the loop around
+// it vectorized with gathers and scatters at a stride of 9 elements (at
+// 0.3 of the memory bound on ResNet-50's tensors, docs/benchmarks.md B1).
+// CHECK-LABEL: llvm.func @step(
+// CHECK: %[[N:.*]] = llvm.mlir.constant(36864 : index) : i64
+// CHECK: ^bb1(%[[I:.*]]: i64):
+// CHECK: llvm.icmp "slt" %[[I]], %[[N]] : i64
+// CHECK-COUNT-4: llvm.getelementptr inbounds|nuw %{{.*}}[%[[I]]] : (!llvm.ptr, i64) -> !llvm.ptr, f32
+// CHECK-NOT: llvm.icmp
+// CHECK: llvm.return
+
+// Compiled for a CPU with AVX-512 (where LLVM finds gathers cheap), the
+// step vectorizes with plain loads and stores.
+// OBJ-LABEL: <distopt_step_packed>:
+// OBJ-NOT: gather
+// OBJ-NOT: scatter
+// OBJ: ret
+module attributes {distopt.world_size = 1 : i64} {
+  func.func @step(
+      %p: tensor<64x64x3x3xf32> {distopt.name = "w", distopt.role = "param"},
+      %g: tensor<64x64x3x3xf32> {distopt.name = "w", distopt.role = "grad"},
+      %m: tensor<64x64x3x3xf32> {distopt.name = "w.exp_avg", distopt.role = "state"},
+      %v: tensor<64x64x3x3xf32> {distopt.name = "w.exp_avg_sq", distopt.role = "state"},
+      %lr: f32 {distopt.role = "lr"}, %step: i64 {distopt.role = "step"})
+      -> (tensor<64x64x3x3xf32> {distopt.name = "w", distopt.role = "param"},
+          tensor<64x64x3x3xf32> {distopt.name = "w.exp_avg", distopt.role = "state"},
+          tensor<64x64x3x3xf32> {distopt.name = "w.exp_avg_sq", distopt.role = "state"}) {
+    %np, %ns:2 = distopt.adamw_update %p, %g state(%m, %v) lr(%lr) step(%step)
+        : tensor<64x64x3x3xf32>, f32
+    return %np, %ns#0, %ns#1 : tensor<64x64x3x3xf32>, tensor<64x64x3x3xf32>, tensor<64x64x3x3xf32>
+  }
+}
