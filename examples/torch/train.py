@@ -192,11 +192,34 @@ def ddp_group(comm):
     return path
 
 
+def plot(args, curves, size):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps = range(1, len(curves[0]) + 1)
+    ax.plot(steps, curves[1], color="0.6", linewidth=4,
+            label="DDP (gloo) + torch.optim.AdamW")
+    ax.plot(steps, curves[0], color="tab:blue", linewidth=1.2,
+            label=f"distopt DistributedOptimizer ({args.pipeline or 'default'})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (mean over ranks)")
+    ax.set_yscale("log")
+    ax.set_title(f"{args.model}, {size} ranks: the two curves overlap")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=100)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["cnn", "resnet18", "gpt"],
                         default="cnn")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="digits: train this many passes over the 1,500 "
+                             "training images instead of --steps, printing "
+                             "loss and accuracy after each")
     parser.add_argument("--batch", type=int, default=64,
                         help="global batch (divided among the ranks)")
     parser.add_argument("--lr", type=float, default=None)
@@ -209,6 +232,8 @@ def main():
                              "allowed, relative to the parameter's largest "
                              "magnitude")
     parser.add_argument("--print-every", type=int, default=50)
+    parser.add_argument("--plot", metavar="PNG",
+                        help="--compare: plot both loss curves (matplotlib)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads per rank")
     args = parser.parse_args()
@@ -219,6 +244,13 @@ def main():
     if args.batch % size:
         parser.error(f"--batch {args.batch} is not a multiple of {size} ranks")
     factory, batch, loss_fn, evaluate, recipe = build(args)
+    per_epoch = 0
+    if args.epochs:
+        if args.model == "gpt":
+            parser.error("--epochs is for the digits models")
+        per_epoch = 1500 // args.batch
+        args.steps = args.epochs * per_epoch
+        args.print_every = 0
 
     torch.manual_seed(0)
     model = factory()
@@ -246,6 +278,8 @@ def main():
         ref_opt = torch_optimizer(reference.parameters(), recipe)
 
     step_seconds = 0.0
+    epoch_loss = epoch_ref_loss = 0.0
+    curves = ([], [])
     for step in range(args.steps):
         xb, yb = batch(step, rank, size)
         loss = loss_fn(model, xb, yb)
@@ -263,8 +297,28 @@ def main():
             ref_opt.zero_grad()
             ref_losses = comm.allreduce(ref_loss.item()) / size
             line += f"  (DDP + torch.optim: {ref_losses:.4f})"
-        if rank == 0 and (step + 1) % args.print_every == 0:
+            curves[0].append(losses)
+            curves[1].append(ref_losses)
+        if rank == 0 and args.print_every and (step + 1) % args.print_every == 0:
             print(line, flush=True)
+        if per_epoch:
+            epoch_loss += losses / per_epoch
+            epoch_ref_loss += ref_losses / per_epoch if args.compare else 0
+            done = step % per_epoch + 1
+            if rank == 0 and sys.stdout.isatty():
+                bar = "#" * (30 * done // per_epoch)
+                print(f"\repoch {step // per_epoch + 1}/{args.epochs} "
+                      f"[{bar:<30}] {done}/{per_epoch}", end="", flush=True)
+            if done == per_epoch:
+                line = (f"epoch {step // per_epoch + 1}/{args.epochs}  "
+                        f"loss {epoch_loss:.4f}  {evaluate(model)}")
+                if args.compare:
+                    line += (f"  | DDP + torch.optim: loss "
+                             f"{epoch_ref_loss:.4f}  {evaluate(reference)}")
+                if rank == 0:
+                    print(("\r" if sys.stdout.isatty() else "") + line,
+                          flush=True)
+                epoch_loss = epoch_ref_loss = 0.0
 
     if rank == 0:
         print(f"{evaluate(model)}; optimizer step {1e3 * step_seconds / args.steps:.2f} ms "
@@ -286,6 +340,8 @@ def main():
                   flush=True)
         if worst > args.tolerance:
             status = 1
+        if args.plot and rank == 0:
+            plot(args, curves, size)
         import torch.distributed as dist
         dist.destroy_process_group()
         if rank == 0 and os.path.exists(rendezvous):
