@@ -73,6 +73,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     torch.optim.lr_scheduler works: param_groups[0]["lr"] is the rate of
     the next step. One parameter group.
+
+    Under zero-stage=3 the step keeps each rank's shard of the parameters;
+    the model's parameters are then tensors of their own, gathered after
+    every step (collective), so the model holds them whole: the memory
+    saved is the optimizer state's and the gradients' after reduction, not
+    the parameters'.
     """
 
     def __init__(self, named_parameters, recipe, pipeline="", comm=None,
@@ -108,6 +114,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._named = named
         self._param_views = []
         self._grad_views = []
+        self._gathered = []
         with torch.no_grad():
             for name, p in named:
                 self._adopt(name, p)
@@ -117,11 +124,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _adopt(self, name, p):
         info = self.compiled.tensor(name, "param")
-        if not info.whole:
-            raise DistoptError(
-                f"parameter '{name}' is sharded between steps (zero-stage=3):"
-                " the model needs it whole for its forward pass; use "
-                "zero-stage 1 or 2")
         initial = p.detach().cpu().clone()
         if self.comm is not None and self.comm.Get_size() > 1:
             # As DDP does: every rank starts from rank 0's parameters.
@@ -132,10 +134,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if any(t.role == "main_param" and t.name == name
                for t in self.compiled.tensors):
             self.session.write(name, initial.float(), "main_param")
-        view = self.session.tensor(name, "param", like="torch")
         grad = self.session.tensor(name, "grad", like="torch")
         grad.zero_()
-        p.data = view
+        if info.whole:
+            view = self.session.tensor(name, "param", like="torch")
+            p.data = view
+        else:
+            # ZeRO-3: the step keeps only this rank's shard between steps;
+            # the model's forward needs the whole parameter, gathered into
+            # its own tensor after every step (as FSDP gathers before the
+            # forward).
+            view = None
+            p.data = initial.to(p.device)
+            self._gathered.append((name, p))
         p.grad = grad
         self._param_views.append(view)
         self._grad_views.append(grad)
@@ -148,7 +159,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         for (name, p), view, grad in zip(self._named, self._param_views,
                                          self._grad_views):
-            if p.data.data_ptr() != view.data_ptr():
+            if view is not None and p.data.data_ptr() != view.data_ptr():
                 view.copy_(p.data)  # the program replaced .data: adopt it
                 p.data = view
             if p.grad is None:
@@ -161,7 +172,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if lr != self.session.lr:
             self.session.lr = lr
         self.scalars = self.session.run()
+        self._gather()
         return loss
+
+    def _gather(self):
+        for name, p in self._gathered:
+            p.data.copy_(self.session.read(name, "param", like="torch"))
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in place: they stay views of the step's
@@ -252,5 +268,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Loads a checkpoint saved at any world size into the model's
         parameters and the optimizer; returns that world size."""
         saved = self.session.load(path)
+        self._gather()
         self.param_groups[0]["lr"] = self.session.lr
         return saved
