@@ -10,10 +10,23 @@
 
 distopt.process_group @world size 4
 
-func.func @step(%model: tensor<4096xbf16>, %grad: tensor<4096xbf16>,
-                %main: tensor<4096xf32>, %momentum: tensor<4096xf32>,
-                %scale: f32, %tracker: i64, %lr: f32, %step: i64)
-    -> (tensor<4096xbf16>, tensor<4096xf32>, tensor<4096xf32>, f32, i64) {
+//
+// The roles say what a driver passes and feeds back (docs/step-abi.md); the
+// loss scale and its growth tracker are scalar state, starting from 2^16
+// and 0 (distopt.value) and saved in checkpoints.
+
+func.func @step(%model: tensor<4096xbf16> {distopt.role = "param", distopt.name = "model"},
+                %grad: tensor<4096xbf16> {distopt.role = "grad", distopt.name = "model"},
+                %main: tensor<4096xf32> {distopt.role = "main_param", distopt.name = "model"},
+                %momentum: tensor<4096xf32> {distopt.role = "state", distopt.name = "model.momentum_buffer"},
+                %scale: f32 {distopt.role = "state", distopt.name = "loss_scale", distopt.value = 65536.0 : f64},
+                %tracker: i64 {distopt.role = "state", distopt.name = "loss_scale_growth_tracker"},
+                %lr: f32 {distopt.role = "lr"}, %step: i64 {distopt.role = "step"})
+    -> (tensor<4096xbf16> {distopt.role = "param", distopt.name = "model"},
+        tensor<4096xf32> {distopt.role = "main_param", distopt.name = "model"},
+        tensor<4096xf32> {distopt.role = "state", distopt.name = "model.momentum_buffer"},
+        f32 {distopt.role = "state", distopt.name = "loss_scale"},
+        i64 {distopt.role = "state", distopt.name = "loss_scale_growth_tracker"}) {
   %reduced = distopt.all_reduce avg %grad on @world : tensor<4096xbf16>
   %finite = distopt.all_finite %reduced on @world : tensor<4096xbf16>
 

@@ -11,12 +11,38 @@
 
 distopt.process_group @world size 2
 
+#layout = [{name = "w1", offset = 0 : i64, shape = array<i64: 64, 32>},
+           {name = "b1", offset = 2048 : i64, shape = array<i64: 64>},
+           {name = "w2", offset = 2112 : i64, shape = array<i64: 10, 64>},
+           {name = "b2", offset = 2752 : i64, shape = array<i64: 10>}]
+
+//
+// The parameters reach their update through a pack and a shard, so the
+// roles cannot be inferred (--distopt-infer-step-roles): they are written
+// out, and the sharded state says which parameters it holds, so that a
+// checkpoint stores them whole (docs/step-abi.md).
+
 func.func @step(
-    %w1: tensor<64x32xf32>, %b1: tensor<64xf32>, %w2: tensor<10x64xf32>, %b2: tensor<10xf32>,
-    %gw1: tensor<64x32xf32>, %gb1: tensor<64xf32>, %gw2: tensor<10x64xf32>, %gb2: tensor<10xf32>,
-    %m: tensor<1384xf32>, %v: tensor<1384xf32>, %lr: f32, %step: i64)
-    -> (tensor<64x32xf32>, tensor<64xf32>, tensor<10x64xf32>, tensor<10xf32>,
-        tensor<1384xf32>, tensor<1384xf32>, f32) {
+    %w1: tensor<64x32xf32> {distopt.role = "param", distopt.name = "w1"},
+    %b1: tensor<64xf32> {distopt.role = "param", distopt.name = "b1"},
+    %w2: tensor<10x64xf32> {distopt.role = "param", distopt.name = "w2"},
+    %b2: tensor<10xf32> {distopt.role = "param", distopt.name = "b2"},
+    %gw1: tensor<64x32xf32> {distopt.role = "grad", distopt.name = "w1"},
+    %gb1: tensor<64xf32> {distopt.role = "grad", distopt.name = "b1"},
+    %gw2: tensor<10x64xf32> {distopt.role = "grad", distopt.name = "w2"},
+    %gb2: tensor<10xf32> {distopt.role = "grad", distopt.name = "b2"},
+    %m: tensor<1384xf32> {distopt.role = "state", distopt.name = "flat0.exp_avg",
+                          distopt.shard_of = 2768, distopt.layout = #layout},
+    %v: tensor<1384xf32> {distopt.role = "state", distopt.name = "flat0.exp_avg_sq",
+                          distopt.shard_of = 2768, distopt.layout = #layout},
+    %lr: f32 {distopt.role = "lr"}, %step: i64 {distopt.role = "step"})
+    -> (tensor<64x32xf32> {distopt.role = "param", distopt.name = "w1"},
+        tensor<64xf32> {distopt.role = "param", distopt.name = "b1"},
+        tensor<10x64xf32> {distopt.role = "param", distopt.name = "w2"},
+        tensor<10xf32> {distopt.role = "param", distopt.name = "b2"},
+        tensor<1384xf32> {distopt.role = "state", distopt.name = "flat0.exp_avg"},
+        tensor<1384xf32> {distopt.role = "state", distopt.name = "flat0.exp_avg_sq"},
+        f32) {
   %grads = distopt.bucket_pack %gw1, %gb1, %gw2, %gb2
       : tensor<64x32xf32>, tensor<64xf32>, tensor<10x64xf32>, tensor<10xf32> -> tensor<2768xf32>
   %my_grads = distopt.reduce_scatter avg %grads on @world : tensor<2768xf32> -> tensor<1384xf32>

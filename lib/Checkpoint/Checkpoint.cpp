@@ -460,10 +460,18 @@ std::string checkFits(const Checkpoint &checkpoint,
     bool saved = arg.role == step::Role::Param ||
                  arg.role == step::Role::MainParam ||
                  arg.role == step::Role::State;
-    if (!arg.isTensor() || !saved)
-      continue;
     std::string_view role = step::roleName(arg.role);
     std::string_view dtype = arg.dtype->name;
+    // Scalar state (a loss scale) is a 0-d tensor.
+    if (!arg.isTensor() && arg.role == step::Role::State &&
+        arg.dtype->runtimeCode >= 0) {
+      if (std::string error = need(role, arg.name, dtype, {}, -1);
+          !error.empty())
+        return error;
+      continue;
+    }
+    if (!arg.isTensor() || !saved)
+      continue;
     if (arg.perRank && checkpoint.worldSize != step.worldSize)
       return "'" + arg.name +
              "' is per-rank state (PowerSGD's error feedback) saved on " +

@@ -65,6 +65,8 @@ void mlir::distopt::buildDistOptPipeline(
   // see the constants they match.
   pm.addPass(createCanonicalizerPass());
   OpPassManager &func = pm.nest<func::FuncOp>();
+  // The passes below find parameters, gradients and state by role.
+  func.addPass(createInferStepRolesPass());
   func.addPass(createFuseDivIntoAllReducePass(
       FuseDivIntoAllReducePassOptions{options.backend}));
   if (options.reduceDtype != ReduceDtype::None)

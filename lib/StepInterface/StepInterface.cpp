@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <tuple>
 
 namespace distopt::step {
@@ -202,10 +204,20 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
       v.layout.push_back(std::move(le));
     }
   }
+  if (const json::Value *initial = o->get("value")) {
+    std::optional<double> number = initial->getNumber();
+    if (!number || !std::isfinite(*number))
+      r.fail(path + ".value", "expected a finite number");
+    else
+      v.initialValue = number;
+  }
   if (r.failed())
     return v;
 
   // Consistency: what a driver computes from the value must stay inside it.
+  if (v.initialValue && (v.isTensor() || v.role != Role::State || isResult))
+    r.fail(path + ".value", "only a scalar state argument has an initial "
+                            "value");
   if (!v.isTensor()) {
     if (!v.layout.empty() || v.shardOf || v.perRank)
       r.fail(path, "a scalar has no layout, shard or per-rank copies");
@@ -350,7 +362,62 @@ json::Expected<Interface> parseInterface(std::string_view text) {
                                        result.worldSize, args->size(), true));
   if (r.failed())
     return Result::failure(r.takeError());
+  size_t offender = 0;
+  if (std::string error = checkStateArguments(result, &offender);
+      !error.empty()) {
+    r.fail("args[" + str(offender) + "]", error);
+    return Result::failure(r.takeError());
+  }
   return result;
+}
+
+std::string checkStateArguments(const Interface &interface, size_t *arg) {
+  // torch.optim's state keys, which name tensors of the parameter's shape.
+  static const char *const kKeys[] = {"exp_avg",
+                                      "exp_avg_sq",
+                                      "max_exp_avg_sq",
+                                      "momentum_buffer",
+                                      "square_avg",
+                                      "grad_avg",
+                                      "sum"};
+  std::map<std::string, int64_t, std::less<>> params;
+  for (const Value &v : interface.args) {
+    if (v.role != Role::Param && v.role != Role::MainParam)
+      continue;
+    params.emplace(v.name, v.numel());
+    for (const LayoutEntry &e : v.layout)
+      params.emplace(e.name, e.numel());
+  }
+  for (size_t i = 0; i < interface.args.size(); ++i) {
+    const Value &v = interface.args[i];
+    if (v.role != Role::State || v.perRank || !v.layout.empty() ||
+        !v.isTensor())
+      continue;
+    size_t dot = v.name.rfind('.');
+    std::string_view key = dot == std::string::npos
+                               ? std::string_view(v.name)
+                               : std::string_view(v.name).substr(dot + 1);
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      continue;
+    std::string_view param =
+        std::string_view(v.name).substr(0, dot == std::string::npos ? 0 : dot);
+    auto it = params.find(param);
+    std::string what =
+        "state argument '" + v.name + "' (" + str(v.numel()) + " elements)";
+    *arg = i;
+    if (it == params.end())
+      return what + " belongs to no parameter '" + std::string(param) +
+             "': name it <parameter>." + std::string(key) +
+             ", or give it the distopt.layout of the parameters it holds "
+             "(and distopt.shard_of, for a ZeRO shard)";
+    if (it->second != v.numel())
+      return what + " is not the size of parameter '" + std::string(param) +
+             "' (" + str(it->second) +
+             "): a ZeRO shard needs distopt.layout and distopt.shard_of "
+             "(docs/step-abi.md), or a checkpoint would keep one rank's "
+             "part as the whole";
+  }
+  return "";
 }
 
 json::Value toJSON(const Interface &interface) {
@@ -371,6 +438,8 @@ json::Value toJSON(const Interface &interface) {
       o.set("shard_of", v.shardOf);
     if (v.inPlaceArg)
       o.set("in_place_arg", *v.inPlaceArg);
+    if (v.initialValue)
+      o.set("value", *v.initialValue);
     if (!v.layout.empty()) {
       json::Array entries;
       for (const LayoutEntry &e : v.layout) {

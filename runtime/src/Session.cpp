@@ -278,17 +278,20 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   session->data.assign(abi.args.size(), nullptr);
   session->owned.assign(abi.args.size(), false);
   session->scalars.assign(abi.results.size(), NAN);
+  session->scalarState.assign(abi.args.size(), 0);
   for (size_t i = 0; i < abi.args.size(); ++i) {
     const step::Value &v = abi.args[i];
     if (!v.isTensor()) {
       bool known = v.role == step::Role::LearningRate ||
-                   (v.role == step::Role::Step && v.dtype->name == "i64");
+                   (v.role == step::Role::Step && v.dtype->name == "i64") ||
+                   v.role == step::Role::State;
       if (!known)
         return session->invalid(
             describe(v, i, "argument") +
             " is a scalar the session cannot pass: only the "
-            "learning rate and the step number are (give it "
-            "distopt.role \"lr\" or \"step\")");
+            "learning rate, the step number and state are (give it "
+            "distopt.role \"lr\", \"step\" or \"state\")");
+      session->scalarState[i] = v.initialValue.value_or(0);
       continue;
     }
     std::vector<char> host;
@@ -418,6 +421,9 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
   std::vector<float> floats(numArgs);
   std::vector<double> doubles(numArgs);
   std::vector<int64_t> ints(numArgs);
+  std::vector<int32_t> int32s(numArgs);
+  std::vector<uint8_t> bits(numArgs);
+  std::vector<uint16_t> halves(numArgs);
   std::vector<void *> packed(1 + numArgs);
   size_t resultBytes = 0;
   std::vector<int64_t> offsets = resultOffsets(abi, resultBytes);
@@ -446,6 +452,30 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
     } else if (v.role == step::Role::LearningRate) {
       floats[i] = static_cast<float>(session->lr);
       packed[1 + i] = &floats[i];
+    } else if (v.role == step::Role::State) {
+      // Scalar state (a loss scale): its value, as its type holds it.
+      double value = session->scalarState[i];
+      std::string_view type = v.dtype->name;
+      if (type == "f64") {
+        doubles[i] = value;
+        packed[1 + i] = &doubles[i];
+      } else if (type == "i64") {
+        ints[i] = static_cast<int64_t>(value);
+        packed[1 + i] = &ints[i];
+      } else if (type == "i32") {
+        int32s[i] = static_cast<int32_t>(value);
+        packed[1 + i] = &int32s[i];
+      } else if (type == "i1") {
+        bits[i] = value != 0;
+        packed[1 + i] = &bits[i];
+      } else if (type == "f32") {
+        floats[i] = static_cast<float>(value);
+        packed[1 + i] = &floats[i];
+      } else { // bf16, f16: rounded from the double
+        convert(&value, DISTOPT_RT_F64, &halves[i],
+                static_cast<distopt_rt_dtype>(v.dtype->runtimeCode), 1);
+        packed[1 + i] = &halves[i];
+      }
     } else {
       ints[i] = stepNumber;
       packed[1 + i] = &ints[i];
@@ -480,6 +510,12 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
     const char *at = base + offsets[k];
     if (!r.isTensor()) {
       session->scalars[k] = scalarValue(*r.dtype, at);
+      // The next value of the scalar state of the same role and name.
+      if (r.role == step::Role::State)
+        for (size_t i = 0; i < numArgs; ++i)
+          if (!abi.args[i].isTensor() && abi.args[i].role == r.role &&
+              abi.args[i].name == r.name)
+            session->scalarState[i] = session->scalars[k];
       continue;
     }
     int64_t d[3];

@@ -30,6 +30,12 @@ distopt_rt_dtype rtType(const step::DType *dtype) {
   return static_cast<distopt_rt_dtype>(dtype->runtimeCode);
 }
 
+/// A scalar a checkpoint keeps (as a 0-d tensor): state of a type it holds.
+bool isScalarState(const step::Value &v) {
+  return !v.isTensor() && v.role == step::Role::State &&
+         v.dtype->runtimeCode >= 0;
+}
+
 bool isCheckpointed(const step::Value &v) {
   return v.isTensor() &&
          (v.role == step::Role::Param || v.role == step::Role::MainParam ||
@@ -89,6 +95,17 @@ distopt_rt_status restore(distopt_session *s,
         {std::string(step::roleName(t.role)), t.name, t.perRank ? rank : -1});
     return it == index.end() ? nullptr : it->second;
   };
+  for (size_t i = 0; i < s->step->abi.args.size(); ++i) {
+    const step::Value &v = s->step->abi.args[i];
+    if (!isScalarState(v))
+      continue;
+    auto it = index.find({"state", v.name, -1});
+    if (it == index.end() || it->second->data.size() != v.dtype->bytes)
+      return s->invalid(path + ": has no 'state " + v.name + "' scalar (" +
+                        std::string(v.dtype->name) + ") for this step");
+    convert(it->second->data.data(), rtType(v.dtype), &s->scalarState[i],
+            DISTOPT_RT_F64, 1);
+  }
   for (const LogicalTensor &t : s->step->tensors) {
     const step::Value &arg = s->step->abi.args[t.arg];
     if (!isCheckpointed(arg))
@@ -287,6 +304,17 @@ distopt_rt_status distopt_session_save(distopt_session *session,
       add(checkpoint::logicalName(role, v.name, e.name), e.shape, data, bytes,
           -1);
     }
+  }
+  // Scalar state (a loss scale): 0-d tensors, the same on every rank.
+  for (size_t i = 0; i < abi.args.size(); ++i) {
+    const step::Value &v = abi.args[i];
+    if (!isScalarState(v))
+      continue;
+    checkpoint::Tensor t{"state", v.name, std::string(v.dtype->name),
+                         {},      -1,     std::vector<char>(v.dtype->bytes)};
+    convert(&session->scalarState[i], DISTOPT_RT_F64, t.data.data(),
+            rtType(v.dtype), 1);
+    ckpt.tensors.push_back(std::move(t));
   }
   int64_t failed = 0;
   std::string error;

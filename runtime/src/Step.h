@@ -108,6 +108,9 @@ struct distopt_session {
   std::vector<bool> owned;
   /// Per result: its value as a double, for scalars.
   std::vector<double> scalars;
+  /// Per argument: the value of scalar state (a loss scale, its growth
+  /// tracker), fed back from the result of the same role and name.
+  std::vector<double> scalarState;
   /// A step failed part way: the communicator may be unusable.
   bool broken = false;
 

@@ -123,6 +123,12 @@ def main():
     case("a scalar with a layout", "args[5]",
          lambda d: d["args"][5].update(layout=[{"name": "x", "offset": 0, "shape": []}]))
     case("nested 100000 deep", "nested deeper than 64", lambda d: d.update(model=None))
+    # Optimizer state that would be saved as if whole: a ZeRO shard stripped
+    # of its layout and shard_of, and a parameter's state of another size.
+    case("a shard without its layout", "args[2]: state argument 'flat0.exp_avg' (8 elements) belongs to no parameter",
+         lambda d: [d["args"][2].pop("layout"), d["args"][2].pop("shard_of")])
+    case("state of another size", "args[3]: state argument 'w.exp_avg' (8 elements) is not the size of parameter 'w' (16)",
+         lambda d: d["args"][3].update(name="w.exp_avg", shape=[8], layout=[]) or d["args"][3].pop("layout"))
 
     def check(i, label, doc, expect):
         text = json.dumps(doc)

@@ -157,6 +157,19 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
                                << init << " (zeros, randn, randn_each_step)";
   }
   value.perRank = bool(attrs.get(abi::kPerRank));
+  if (Attribute initial = attrs.get("distopt.value")) {
+    if (auto f = dyn_cast<FloatAttr>(initial))
+      value.initialValue = f.getValueAsDouble();
+    else if (auto i = dyn_cast<IntegerAttr>(initial))
+      value.initialValue = static_cast<double>(i.getInt());
+    else
+      return step->emitError() << what << " has a distopt.value " << initial
+                               << " that is not a number";
+    if (value.role != si::Role::State || value.isTensor())
+      return step->emitError() << what
+                               << " has a distopt.value, which only "
+                                  "a scalar state argument takes";
+  }
   if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
     value.shardOf = shardOf.getInt();
   if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
@@ -224,7 +237,7 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
   if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
     abiInfo.worldSize = world.getInt();
   else
-    step.walk([&](mlir::distopt::ProcessGroupOp group) {
+    module.walk([&](mlir::distopt::ProcessGroupOp group) {
       abiInfo.worldSize = std::max(abiInfo.worldSize, group.getSize());
     });
   if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
@@ -237,6 +250,14 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
                       step.getArgumentTypes()[i], step.getArgAttrDict(i));
     if (failed(value))
       return failure();
+    // A driver cannot know what to pass: say what would tell it.
+    if (value->role == si::Role::None)
+      return emitError(step.getArgument(i).getLoc())
+             << "argument #" << i << " (" << step.getArgumentTypes()[i]
+             << ") has no distopt.role, and no optimizer update says what "
+                "it is: add {distopt.role = \"param\" | \"grad\" | "
+                "\"main_param\" | \"state\" | \"lr\" | \"step\", "
+                "distopt.name = \"...\"} (docs/step-abi.md)";
     abiInfo.args.push_back(std::move(*value));
   }
   for (unsigned i = 0; i < step.getNumResults(); ++i) {
@@ -245,8 +266,20 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
                       step.getResultTypes()[i], step.getResultAttrDict(i));
     if (failed(value))
       return failure();
+    // Not fed back, the next step would read a stale argument.
+    if (value->role == si::Role::None && value->isTensor())
+      return step.emitError()
+             << "result #" << i << " (" << step.getResultTypes()[i]
+             << ") has no distopt.role: give it the distopt.role and "
+                "distopt.name of the argument it updates, or role \"loss\" "
+                "(docs/step-abi.md)";
     abiInfo.results.push_back(std::move(*value));
   }
+  size_t offender = 0;
+  if (std::string error = si::checkStateArguments(abiInfo, &offender);
+      !error.empty())
+    return emitError(step.getArgument(offender).getLoc())
+           << "argument #" << offender << ": " << error;
   std::tie(abiInfo.collectiveFingerprint, abiInfo.collectiveCount) =
       collectiveFingerprint(step);
   return abiInfo;
@@ -284,8 +317,11 @@ static LogicalResult addPackedEntry(llvm::Module &module,
   for (auto [i, param] : llvm::enumerate(ciface->args()))
     args.push_back(load(param.getType(), first + i));
   llvm::Value *returned = b.CreateCall(ciface, args);
+  // args[0] holds a pointer to the storage, as args[1 + i] holds a pointer
+  // to argument i.
   if (byValue)
-    b.CreateStore(returned, b.CreateLoad(ptr, packed->getArg(0)));
+    b.CreateStore(returned,
+                  b.CreateLoad(ptr, b.CreateLoad(ptr, packed->getArg(0))));
   b.CreateRetVoid();
   return success();
 }
@@ -370,17 +406,21 @@ static OwningOpRef<ModuleOp> loadStep(MLIRContext &context,
       parseSourceFile<ModuleOp>(sourceMgr, parserConfig);
   if (!module || failed(mlir::distopt::verifyInput(*module)))
     return nullptr;
+  // The pipeline infers a hand-written step's roles first; without it,
+  // that pass alone.
+  PassManager pm(&context);
   if (runPipeline || !pipeline.empty()) {
     mlir::distopt::DistOptPipelineOptions options;
     if (failed(options.parseFromString(pipeline))) {
       (void)fail("bad --pipeline options '" + pipeline + "'");
       return nullptr;
     }
-    PassManager pm(&context);
     mlir::distopt::buildDistOptPipeline(pm, options);
-    if (failed(pm.run(*module)))
-      return nullptr;
+  } else {
+    pm.addNestedPass<func::FuncOp>(mlir::distopt::createInferStepRolesPass());
   }
+  if (failed(pm.run(*module)))
+    return nullptr;
   return module;
 }
 

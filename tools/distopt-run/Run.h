@@ -34,6 +34,9 @@ struct Run {
   std::vector<distopt_step_tensor> tensors;
   /// Per step run: its time in seconds; the loss, where the step has one.
   std::vector<double> times, losses;
+  /// The last step's other scalar results (a gradient norm, a loss scale),
+  /// labelled by name, role or position.
+  std::vector<std::pair<std::string, double>> scalars;
 
   void describe();
   distopt_rt_comm *comm() const { return distopt_session_comm(session); }

@@ -195,6 +195,9 @@ public:
       if (!run.losses.empty())
         llvm::outs() << ": loss " << llvm::format("%.6f", run.losses.back())
                      << ",";
+      for (const auto &[label, value] : run.scalars)
+        llvm::outs() << " " << label << " " << llvm::format("%.6g", value)
+                     << ",";
       llvm::outs() << " " << llvm::format("%.3f", run.times.back() * 1e3)
                    << " ms/step, "
                    << llvm::format("%.1f", (step - lastReportStep) /
@@ -244,6 +247,9 @@ void printSummary(const Run &run, int64_t firstStep, int64_t lastStep,
        << " at step " << firstStep << ", "
        << llvm::format("%.6f", run.losses.back()) << " at step " << lastStep
        << "\n";
+  for (const auto &[label, value] : run.scalars)
+    os << "distopt-run: " << label << " " << llvm::format("%.6g", value)
+       << " at step " << lastStep << "\n";
   auto [compared, differing] = replicas;
   bool returnsParameters =
       llvm::any_of(run.results, [](const distopt_step_value &r) {
@@ -267,6 +273,10 @@ int64_t savedTensors(const Run &run) {
   for (const distopt_step_tensor &t : run.tensors)
     if (std::strcmp(t.role, "grad") != 0)
       count += t.per_rank ? run.size : 1;
+  // Scalar state (a loss scale) is saved as a 0-d tensor.
+  for (const distopt_step_value &v : run.args)
+    if (!v.is_tensor && std::strcmp(v.role, "state") == 0)
+      ++count;
   return count;
 }
 
@@ -325,10 +335,14 @@ int main(int argc, char **argv) {
   }
   int64_t firstStep = distopt_session_steps_done(run.session) + 1;
   int64_t lastStep = firstStep - 1 + steps;
-  std::vector<size_t> losses;
-  for (size_t k = 0; k < run.results.size(); ++k)
-    if (std::strcmp(run.results[k].role, "loss") == 0)
+  std::vector<size_t> losses, scalars;
+  for (size_t k = 0; k < run.results.size(); ++k) {
+    const distopt_step_value &r = run.results[k];
+    if (std::strcmp(r.role, "loss") == 0)
       losses.push_back(k);
+    else if (!r.is_tensor && r.in_place_arg < 0)
+      scalars.push_back(k);
+  }
   Progress progress(firstStep, lastStep);
   for (int64_t step = firstStep; step <= lastStep; ++step) {
     fillGradients(run, step);
@@ -339,6 +353,17 @@ int main(int argc, char **argv) {
       check(distopt_session_scalar(run.session, losses.front(), &loss),
             "reading the loss");
       run.losses.push_back(loss);
+    }
+    run.scalars.clear();
+    for (size_t k : scalars) {
+      const distopt_step_value &r = run.results[k];
+      double value = 0;
+      check(distopt_session_scalar(run.session, k, &value),
+            "reading a scalar result");
+      std::string label = *r.name   ? r.name
+                          : *r.role ? r.role
+                                    : "result #" + std::to_string(k);
+      run.scalars.emplace_back(label, value);
     }
     progress.after(step, run);
   }

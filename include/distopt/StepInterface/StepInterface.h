@@ -86,6 +86,10 @@ struct Value {
   int64_t shardOf = 0;
   /// Results: the argument whose buffer holds the result after the call.
   std::optional<int64_t> inPlaceArg;
+  /// A scalar state argument (a loss scale, its growth tracker): the value
+  /// it starts from (0 when absent). The step's result of the same role
+  /// and name is its next value.
+  std::optional<double> initialValue;
   std::vector<LayoutEntry> layout;
 
   bool isTensor() const { return shape.has_value(); }
@@ -110,6 +114,16 @@ struct Interface {
 /// Reads and validates an interface; errors ("step interface: PATH: what")
 /// name the JSON path.
 json::Expected<Interface> parseInterface(std::string_view text);
+
+/// Whether each optimizer state argument says what it holds, so that
+/// checkpoints keep it whole: one named `P.<torch state key>` (exp_avg,
+/// momentum_buffer, ...) without a layout must have the shape of
+/// parameter `P` (an argument of role param or main_param, or an entry of
+/// one's layout). A ZeRO shard without its distopt.layout and
+/// distopt.shard_of would otherwise be saved as if it were the whole
+/// tensor. Returns "" or, for the first offender, its argument index in
+/// `*arg` and what is wrong.
+std::string checkStateArguments(const Interface &interface, size_t *arg);
 
 /// The interface as JSON (what parseInterface reads).
 json::Value toJSON(const Interface &interface);

@@ -370,6 +370,45 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def InferStepRolesPass
+    : Pass<"distopt-infer-step-roles", "::mlir::func::FuncOp"> {
+  let summary = "Give a hand-written step's arguments and results their "
+                "roles, from its optimizer updates";
+  let description = [{
+    A driver needs each argument's `distopt.role` and `distopt.name`
+    (docs/step-abi.md). Where a step lacks them, its optimizer updates say
+    what most arguments are:
+
+    - an update's parameter operand, when it is an argument, is a
+      parameter (named `arg<N>` after its position, unless it has a name);
+    - its state operands are that parameter's state, named with torch's
+      keys (`arg0.exp_avg`, `arg0.momentum_buffer`, ...);
+    - its `lr` and `step` operands are the learning rate and step number;
+    - the argument its gradient comes from, through all-reduces, bucket
+      packing and unpacking (slot by slot), `clip_grad_norm`, `unscale`
+      and float casts, is the parameter's gradient;
+    - a returned update of an argument (or a select between it and the
+      argument, a skipped step) gets that argument's role and name.
+
+    Existing attributes are kept and win; an argument two updates disagree
+    about (a parameter of one and the state of another) is an error at the
+    update, naming the argument. What cannot be inferred (a parameter that
+    reaches its update through a ZeRO shard, a loss scale) is left for
+    `distopt-compile`, which names each argument still without a role.
+    `distopt-pipeline` and `distopt-compile` run this pass first.
+
+    ```mlir
+    // Before:
+    func.func @step(%w: tensor<16xf32>, %g: tensor<16xf32>, %m: tensor<16xf32>,
+                    %v: tensor<16xf32>, %lr: f64, %t: i64) -> (tensor<16xf32>, ...)
+    // After: %w {distopt.role = "param", distopt.name = "arg0"},
+    //        %g {distopt.role = "grad", distopt.name = "arg0"},
+    //        %m {distopt.role = "state", distopt.name = "arg0.exp_avg"}, ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";

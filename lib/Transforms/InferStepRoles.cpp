@@ -1,0 +1,246 @@
+//===- InferStepRoles.cpp - roles of a hand-written step --------*- C++ -*-===//
+//
+// --distopt-infer-step-roles: a step written by hand rarely carries the
+// distopt.role / distopt.name attributes a driver needs (docs/step-abi.md).
+// Its optimizer updates say what most arguments are: an update's parameter
+// operand is a parameter, its state operands are that parameter's state
+// (named with torch's keys), its lr and step operands the learning rate and
+// step number, and the argument its gradient operand comes from (through
+// reductions, bucket packing and unpacking, clipping, unscaling and casts)
+// the parameter's gradient. Results that are updates of an argument get
+// that argument's role and name. Existing attributes are kept; an argument
+// two updates disagree about is an error naming it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <string>
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_INFERSTEPROLESPASS
+#include "distopt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// torch.optim's names for the state operands of `op`, in operand order.
+SmallVector<std::string> stateKeys(Operation *op) {
+  return TypeSwitch<Operation *, SmallVector<std::string>>(op)
+      .Case([](SGDUpdateOp) -> SmallVector<std::string> {
+        return {"momentum_buffer"};
+      })
+      .Case<AdamUpdateOp, AdamWUpdateOp>([](auto) -> SmallVector<std::string> {
+        return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+      })
+      .Case([](RMSpropUpdateOp rms) {
+        SmallVector<std::string> keys = {"square_avg"};
+        if (rms.getMomentum().convertToDouble() > 0)
+          keys.push_back("momentum_buffer");
+        if (rms.getCentered())
+          keys.push_back("grad_avg");
+        return keys;
+      })
+      .Case([](AdagradUpdateOp) -> SmallVector<std::string> { return {"sum"}; })
+      .Default([](Operation *) { return SmallVector<std::string>{}; });
+}
+
+/// The argument `value` carries unchanged in meaning: itself, or what it
+/// was reduced, clipped, unscaled, cast, packed into a bucket and unpacked
+/// from (the same slot) from. Null when it comes from anything else.
+BlockArgument sourceArgument(Value value) {
+  while (true) {
+    if (auto arg = dyn_cast<BlockArgument>(value))
+      return arg;
+    Operation *op = value.getDefiningOp();
+    auto result = cast<OpResult>(value);
+    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      if (result.getResultNumber() >= clip.getInputs().size())
+        return {};
+      value = clip.getInputs()[result.getResultNumber()];
+    } else if (auto unscale = dyn_cast<UnscaleOp>(op)) {
+      value = unscale.getInput();
+    } else if (isa<arith::ExtFOp, arith::TruncFOp>(op)) {
+      value = op->getOperand(0);
+    } else if (auto collective = dyn_cast<CollectiveOpInterface>(op);
+               collective && collective.reduces() &&
+               collective.getCollectiveKind() == CollectiveKind::AllReduce &&
+               !collective.isAsync()) {
+      value = collective.getInput();
+    } else if (auto unpack = dyn_cast<BucketUnpackOp>(op)) {
+      // The bucket back to its pack, through whole-bucket reductions.
+      Value bucket = unpack.getBucket();
+      while (auto collective = bucket.getDefiningOp<CollectiveOpInterface>()) {
+        if (!collective.reduces() || collective.isAsync() ||
+            collective.getCollectiveKind() != CollectiveKind::AllReduce)
+          return {};
+        bucket = collective.getInput();
+      }
+      auto pack = bucket.getDefiningOp<BucketPackOp>();
+      if (!pack || pack.getInputs().size() != unpack.getResults().size())
+        return {};
+      value = pack.getInputs()[result.getResultNumber()];
+    } else {
+      return {};
+    }
+  }
+}
+
+struct Inference {
+  func::FuncOp func;
+  // argument -> (role, name), as inferred; kept apart from the attributes
+  // so that a conflict can name both claims.
+  llvm::DenseMap<unsigned, std::pair<StringRef, std::string>> args;
+
+  /// The role and name argument `index` has, from its attributes or as
+  /// inferred so far.
+  std::pair<StringRef, std::string> known(unsigned index) {
+    StringRef role = abi::getArgRole(func, index);
+    if (!role.empty())
+      return {role, abi::getArgName(func, index).str()};
+    auto it = args.find(index);
+    return it == args.end() ? std::pair<StringRef, std::string>() : it->second;
+  }
+
+  LogicalResult claim(Operation *user, BlockArgument arg, StringRef role,
+                      const std::string &name) {
+    if (arg.getOwner() != &func.getBody().front())
+      return success();
+    unsigned index = arg.getArgNumber();
+    auto [haveRole, haveName] = known(index);
+    if (haveRole.empty()) {
+      args[index] = {role, name};
+      return success();
+    }
+    // Names written out win (a ZeRO shard's state is named after its flat
+    // buffer, not after the parameter it updates); roles must agree.
+    bool written = !abi::getArgRole(func, index).empty();
+    if (haveRole == role && (written || name.empty() || haveName == name))
+      return success();
+    InFlightDiagnostic diag =
+        user->emitOpError()
+        << "uses argument #" << index << " as " << role
+        << (name.empty() ? "" : " '" + name + "'") << ", but it is already "
+        << haveRole << (haveName.empty() ? "" : " '" + haveName + "'")
+        << "; give it distopt.role and distopt.name (docs/step-abi.md)";
+    diag.attachNote(arg.getLoc()) << "argument #" << index;
+    return failure();
+  }
+
+  LogicalResult visitUpdate(Operation *op) {
+    // Operands: param, grad, state..., lr, step.
+    Value param = op->getOperand(0);
+    auto paramArg = dyn_cast<BlockArgument>(param);
+    if (!paramArg || paramArg.getOwner() != &func.getBody().front())
+      return success(); // a ZeRO shard or a bucket view: nothing to infer
+    unsigned index = paramArg.getArgNumber();
+    auto [role, name] = known(index);
+    if (role.empty())
+      role = abi::kParam;
+    else if (role != abi::kParam && role != abi::kMainParam)
+      return claim(op, paramArg, abi::kParam, "");
+    // Its gradient and state are named after it: it needs a name.
+    if (name.empty()) {
+      name = "arg" + std::to_string(index);
+      args[index] = {role, name};
+    }
+    if (BlockArgument grad = sourceArgument(op->getOperand(1)))
+      if (failed(claim(op, grad, abi::kGrad, name)))
+        return failure();
+    SmallVector<std::string> keys = stateKeys(op);
+    unsigned numState = op->getNumOperands() - 4;
+    for (unsigned i = 0; i < numState && i < keys.size(); ++i)
+      if (auto state = dyn_cast<BlockArgument>(op->getOperand(2 + i)))
+        if (failed(claim(op, state, abi::kState, name + "." + keys[i])))
+          return failure();
+    if (auto lr = dyn_cast<BlockArgument>(op->getOperand(2 + numState)))
+      if (failed(claim(op, lr, abi::kLearningRate, "")))
+        return failure();
+    if (auto step = dyn_cast<BlockArgument>(op->getOperand(3 + numState)))
+      if (failed(claim(op, step, abi::kStep, "")))
+        return failure();
+    return success();
+  }
+
+  /// The argument a returned value updates: an update's new parameter or
+  /// state, or a select between such a value and the argument itself (a
+  /// step skipped on overflow).
+  std::optional<unsigned> updatedArgument(Value value) {
+    auto result = dyn_cast<OpResult>(value);
+    if (!result)
+      return std::nullopt;
+    Operation *op = result.getOwner();
+    if (auto select = dyn_cast<arith::SelectOp>(op)) {
+      if (auto arg = updatedArgument(select.getTrueValue()))
+        return arg;
+      return updatedArgument(select.getFalseValue());
+    }
+    if (stateKeys(op).empty())
+      return std::nullopt;
+    // new_param <- param; new_state[i] <- state[i].
+    Value source = result.getResultNumber() == 0
+                       ? op->getOperand(0)
+                       : op->getOperand(1 + result.getResultNumber());
+    auto arg = dyn_cast<BlockArgument>(source);
+    if (!arg || arg.getOwner() != &func.getBody().front())
+      return std::nullopt;
+    return arg.getArgNumber();
+  }
+
+  LogicalResult run() {
+    if (func.isExternal())
+      return success();
+    WalkResult walked = func.walk([&](Operation *op) {
+      if (!stateKeys(op).empty() && failed(visitUpdate(op)))
+        return WalkResult::interrupt();
+      return WalkResult::advance();
+    });
+    if (walked.wasInterrupted())
+      return failure();
+    MLIRContext *context = func.getContext();
+    for (auto &[index, roleName] : args) {
+      func.setArgAttr(index, abi::kRole,
+                      StringAttr::get(context, roleName.first));
+      if (!roleName.second.empty())
+        func.setArgAttr(index, abi::kName,
+                        StringAttr::get(context, roleName.second));
+    }
+    auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
+    for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
+      if (!abi::getResultRole(func, k).empty())
+        continue;
+      std::optional<unsigned> arg = updatedArgument(value);
+      if (!arg)
+        continue;
+      auto [role, name] = known(*arg);
+      if (role.empty())
+        continue;
+      func.setResultAttr(k, abi::kRole, StringAttr::get(context, role));
+      if (!name.empty())
+        func.setResultAttr(k, abi::kName, StringAttr::get(context, name));
+    }
+    return success();
+  }
+};
+
+struct InferStepRolesPass
+    : public distopt::impl::InferStepRolesPassBase<InferStepRolesPass> {
+  void runOnOperation() override {
+    Inference inference;
+    inference.func = getOperation();
+    if (failed(inference.run()))
+      signalPassFailure();
+  }
+};
+
+} // namespace
