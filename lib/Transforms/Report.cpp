@@ -146,10 +146,11 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       report.paramBytes += bytes;
     else if (role == abi::kMainParam || role == abi::kState)
       report.stateBytes += bytes;
-    // A bucket the caller fills (--distopt-grad-as-bucket-view), or the flat
-    // parameter it keeps (--distopt-param-as-bucket-view): what was packed.
+    // A gradient bucket the caller fills (--distopt-grad-as-bucket-view):
+    // what was packed. (Flat parameters and ZeRO shards are model state,
+    // not buckets.)
     auto layout = func.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
-    if ((role == abi::kGrad || role == abi::kParam) && layout) {
+    if (role == abi::kGrad && layout) {
       int64_t total = cast<RankedTensorType>(type).getNumElements();
       int64_t elements = 0;
       for (auto entry : layout.getAsRange<DictionaryAttr>())
@@ -160,6 +161,15 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
 
   func.walk([&](Operation *op) {
     if (auto pack = dyn_cast<BucketPackOp>(op)) {
+      // A bucket is what a reduction takes (ZeRO packs parameters too, to
+      // shard and gather them: not buckets).
+      bool reduced = llvm::any_of(pack->getUsers(), [](Operation *user) {
+        auto collective = dyn_cast<CollectiveOpInterface>(user);
+        return (collective && collective.reduces()) ||
+               isa<PowerSGDAllReduceOp, TopKAllReduceOp>(user);
+      });
+      if (!reduced)
+        return;
       int64_t packed, elements = 0;
       pack.getOffsets(&packed);
       for (Type type : pack.getInputs().getTypes())

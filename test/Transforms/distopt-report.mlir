@@ -10,6 +10,14 @@
 // HAND: distopt report for @step: world of 2 ranks, 1024 parameters
 // HAND: total 8192 8.0000
 
+// Under ZeRO-3 the gradients' flat buffer is the one bucket: the packs of
+// parameters that are sharded and gathered are model state, not buckets.
+// RUN: distopt-translate --import-param-spec %S/../Runtime/Inputs/adamw-2.json | distopt-opt --distopt-pipeline=zero-stage=3 --distopt-report -o /dev/null | FileCheck %s --check-prefix=ZERO3
+// ZERO3: buckets: 1
+// ZERO3-NEXT: # tensors elements bytes padding
+// ZERO3-NEXT: 0 4 {{[0-9]+}} {{[0-9]+}} {{[0-9]+$}}
+// ZERO3-NEXT: all
+
 // IR: distopt.all_reduce avg
 // BADFILE: --distopt-report: {{.*}}/nonexistent/dir/r.txt
 
