@@ -242,6 +242,10 @@ def main():
                              "parameters in the step (NeMo style); --compare "
                              "then trains the fp32 model with DDP, as the "
                              "precision baseline")
+    parser.add_argument("--progress", action="store_true",
+                        help="--epochs: draw a progress bar (mpirun makes "
+                             "every rank's output look like a terminal, so "
+                             "the caller says whether there is one)")
     parser.add_argument("--plot", metavar="PNG",
                         help="--compare: plot both loss curves (matplotlib)")
     parser.add_argument("--threads", type=int, default=1,
@@ -317,7 +321,7 @@ def main():
             epoch_loss += losses / per_epoch
             epoch_ref_loss += ref_losses / per_epoch if args.compare else 0
             done = step % per_epoch + 1
-            if rank == 0 and sys.stdout.isatty():
+            if rank == 0 and args.progress:
                 bar = "#" * (30 * done // per_epoch)
                 print(f"\repoch {step // per_epoch + 1}/{args.epochs} "
                       f"[{bar:<30}] {done}/{per_epoch}", end="", flush=True)
@@ -328,8 +332,7 @@ def main():
                     line += (f"  | DDP + torch.optim: loss "
                              f"{epoch_ref_loss:.4f}  {evaluate(reference)}")
                 if rank == 0:
-                    print(("\r" if sys.stdout.isatty() else "") + line,
-                          flush=True)
+                    print(("\r" if args.progress else "") + line, flush=True)
                 epoch_loss = epoch_ref_loss = 0.0
 
     if rank == 0:
