@@ -80,7 +80,8 @@ void mlir::distopt::buildDistOptPipeline(
   if (options.powersgdRank != 0)
     func.addPass(createPowerSGDPass(PowerSGDPassOptions{
         options.powersgdRank, options.minCompressionRate, options.errorFeedback,
-        options.warmStart, options.powersgdBatchMb}));
+        options.warmStart, options.powersgdBatchMb,
+        options.powersgdOrthogonalizationEpsilon}));
   if (options.bucketize)
     func.addPass(createPipelineBucketizePass(options));
   if (options.gradAsBucketView)

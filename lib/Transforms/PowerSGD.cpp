@@ -42,6 +42,11 @@ struct PowerSGDPass : public distopt::impl::PowerSGDPassBase<PowerSGDPass> {
       return emitError(loc) << "--distopt-powersgd: rank must be at least 1, "
                                "got "
                             << rank.getValue();
+    if (!(orthogonalizationEpsilon >= 0) ||
+        !std::isfinite(orthogonalizationEpsilon))
+      return emitError(loc) << "--distopt-powersgd: orthogonalization-epsilon "
+                               "must be finite and >= 0, got "
+                            << orthogonalizationEpsilon.getValue();
     if (!(minCompressionRate > 0))
       return emitError(loc) << "--distopt-powersgd: min-compression-rate must "
                                "be positive, got "
@@ -158,6 +163,9 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
   NamedAttrList attrs;
   attrs.set("group", group);
   attrs.set("rank", builder.getI64IntegerAttr(plan.rank));
+  if (orthogonalizationEpsilon != 0)
+    attrs.set("orthogonalization_epsilon",
+              builder.getF64FloatAttr(orthogonalizationEpsilon));
   auto op = PowerSGDAllReduceOp::create(builder, loc, types, operands,
                                         attrs.getAttrs());
   created.insert(op);

@@ -68,7 +68,7 @@ def split(flat, shapes, order):
     return [pieces[i] for i in range(len(shapes))]
 
 
-def hook_reference(rank, error_feedback, data_seed=7, layers=ONE_LAYER):
+def hook_reference(rank, error_feedback, data_seed=7, layers=ONE_LAYER, epsilon=0):
     """The hook's Qs and errors before step 4, step 4's gradients, and what
     the hook made of them: for each weight (layers: (out, in) each, chained),
     the result, P, Q and the error (in this process's process group;
@@ -83,7 +83,7 @@ def hook_reference(rank, error_feedback, data_seed=7, layers=ONE_LAYER):
     state = powersgd.PowerSGDState(
         process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
         min_compression_rate=0, use_error_feedback=error_feedback, warm_start=True,
-        orthogonalization_epsilon=0)
+        orthogonalization_epsilon=epsilon)
     index = {id(p): i for i, p in enumerate(model.parameters())}
     order = []  # the bucket's tensors, as parameter indices
 
@@ -124,8 +124,9 @@ def types(shape, rank):
     return f"tensor<{n}x{m}xf32>", f"tensor<{n}x{rank}xf32>", f"tensor<{m}x{rank}xf32>"
 
 
-def ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback):
+def ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback, epsilon=0):
     """The ops on one process; per weight: result, P, Q (and error)."""
+    attrs = f" {{orthogonalization_epsilon = {epsilon!r} : f64}}" if epsilon else ""
     lines = ["distopt.process_group @world size 1", PRINT_DECL, "func.func @main() {"]
     shapes, prints = [], []
     for t, (grad, q, e) in enumerate(zip(grads, qs, es)):
@@ -138,11 +139,11 @@ def ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback):
         if error_feedback:
             lines += [f"  %e{t} = arith.constant {dense(e)}",
                       f"  %r{t}, %p{t}n, %q{t}n, %e{t}n = distopt.powersgd_all_reduce "
-                      f"%g{t}, %p{t}, %q{t}, %e{t} on @world rank {rank} : {gt}, {pt}, {qt}"]
+                      f"%g{t}, %p{t}, %q{t}, %e{t} on @world rank {rank}{attrs} : {gt}, {pt}, {qt}"]
             tensor_shapes.append((n, m))
         else:
             lines += [f"  %r{t}, %p{t}n, %q{t}n = distopt.powersgd_all_reduce "
-                      f"%g{t}, %p{t}, %q{t} on @world rank {rank} : {gt}, {pt}, {qt}"]
+                      f"%g{t}, %p{t}, %q{t} on @world rank {rank}{attrs} : {gt}, {pt}, {qt}"]
         for name, value, shape in zip("rpqe", [f"%r{t}", f"%p{t}n", f"%q{t}n", f"%e{t}n"],
                                       tensor_shapes):
             prints += print_bits(f"{name}{t}", value, shape)
@@ -253,16 +254,21 @@ def main():
     dist.init_process_group("gloo", init_method=f"file://{init.name}", rank=0, world_size=1)
     tally = Tally()
     names = ["result", "P", "Q", "error"]
-    cases = [(rank, ef, ONE_LAYER) for rank in (1, 2, 4) for ef in (True, False)]
-    cases.append((2, True, TWO_LAYERS))
-    for rank, error_feedback, layers in cases:
-        grads, qs, es, want = hook_reference(rank, error_feedback, layers=layers)
-        got = ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback)
+    cases = [(rank, ef, ONE_LAYER, 0) for rank in (1, 2, 4) for ef in (True, False)]
+    cases.append((2, True, TWO_LAYERS, 0))
+    # The hook's orthogonalization_epsilon (--distopt-powersgd's option):
+    # large enough to change every column.
+    cases.append((2, True, ONE_LAYER, 0.5))
+    for rank, error_feedback, layers, epsilon in cases:
+        grads, qs, es, want = hook_reference(rank, error_feedback, layers=layers,
+                                             epsilon=epsilon)
+        got = ours(opt, runner, libdir, rtlib, grads, qs, es, rank, error_feedback, epsilon)
         worst = max(compare(g, w, rank) for g, w in zip(got, want))
         ok = len(got) == len(want) and all(len(g) == len(w) for g, w in zip(got, want))
         ok = ok and worst <= TOLERANCE
         label = (f"rank {rank}, error feedback {'on' if error_feedback else 'off'}"
-                 + (f", {len(layers)} weights" if len(layers) > 1 else ""))
+                 + (f", {len(layers)} weights" if len(layers) > 1 else "")
+                 + (f", orthogonalization epsilon {epsilon}" if epsilon else ""))
         tally.check(ok, f"{label}: {', '.join(names[:len(want[0])])} "
               f"within {worst:.1e} of their largest magnitude")
     dist.destroy_process_group()

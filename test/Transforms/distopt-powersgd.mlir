@@ -6,6 +6,8 @@
 // RUN: distopt-opt %s -split-input-file --distopt-powersgd=batch-mb=1 | FileCheck %s --check-prefix=BATCH
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=batch-mb=-1 2>&1 | FileCheck %s --check-prefix=BATCH-MB
 // RUN: not distopt-opt %s -split-input-file --distopt-pipeline="powersgd-rank=1 powersgd-batch-mb=inf" 2>&1 | FileCheck %s --check-prefix=BATCH-MB-INF
+// RUN: distopt-opt %s -split-input-file --distopt-pipeline="powersgd-rank=1 powersgd-orthogonalization-epsilon=1e-8" | FileCheck %s --check-prefix=EPS
+// RUN: not distopt-opt %s -split-input-file --distopt-powersgd=orthogonalization-epsilon=-1 2>&1 | FileCheck %s --check-prefix=EPS-BAD
 //
 // PyTorch's compression ratios on ResNet-18 (CIFAR) gradients: 243x at rank
 // 1, 136x at 2, 72x at 4, 37x at 8.
@@ -23,6 +25,8 @@
 // RATE: --distopt-powersgd: min-compression-rate must be positive, got 0
 // BATCH-MB: --distopt-powersgd: batch-mb must be finite and not negative, got -1
 // BATCH-MB-INF: --distopt-powersgd: batch-mb must be finite and not negative, got INF
+// EPS: distopt.powersgd_all_reduce {{.*}} rank 1 {orthogonalization_epsilon = 1.000000e-08 : f64}
+// EPS-BAD: --distopt-powersgd: orthogonalization-epsilon must be finite and >= 0, got -1
 // Its 21 compressed tensors issue 2 collectives each by default; with
 // batch-mb their factors share them (the lowering's batches, which
 // distopt-lower-local-ops.mlir checks): 44 MB of them in 2 batches of up to

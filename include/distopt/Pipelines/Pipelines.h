@@ -46,6 +46,11 @@ struct DistOptPipelineOptions
   Option<bool> warmStart{*this, "warm-start",
                          llvm::cl::desc("PowerSGD warm start"),
                          llvm::cl::init(true)};
+  Option<double> powersgdOrthogonalizationEpsilon{
+      *this, "powersgd-orthogonalization-epsilon",
+      llvm::cl::desc("PowerSGD: added to each column's norm when P is "
+                     "orthogonalized (the hook's orthogonalization_epsilon)"),
+      llvm::cl::init(0)};
   Option<double> powersgdBatchMb{
       *this, "powersgd-batch-mb",
       llvm::cl::desc("PowerSGD: MiB of compressed gradients whose factors "

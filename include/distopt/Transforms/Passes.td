@@ -364,7 +364,11 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
            "Start each step from the previous step's Q">,
     Option<"batchMb", "batch-mb", "double", "0",
            "MiB of compressed gradients whose factors share two all_reduces "
-           "(0: two per tensor)">
+           "(0: two per tensor)">,
+    Option<"orthogonalizationEpsilon", "orthogonalization-epsilon", "double",
+           "0",
+           "Added to each column's norm when P is orthogonalized, as the "
+           "hook's orthogonalization_epsilon (0: divide by the norm alone)">
   ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect",
                            "::mlir::tensor::TensorDialect"];
