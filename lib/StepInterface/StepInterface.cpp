@@ -221,6 +221,9 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   if (!v.isTensor()) {
     if (!v.layout.empty() || v.shardOf || v.perRank)
       r.fail(path, "a scalar has no layout, shard or per-rank copies");
+    else if (v.init != Init::Zeros)
+      r.fail(path + ".init",
+             "a scalar starts from its value, not from '" + init + "'");
     return v;
   }
   if (v.role == Role::LearningRate || v.role == Role::Step)
@@ -368,7 +371,41 @@ json::Expected<Interface> parseInterface(std::string_view text) {
     r.fail("args[" + str(offender) + "]", error);
     return Result::failure(r.takeError());
   }
+  if (std::string error = checkResults(result, &offender); !error.empty()) {
+    r.fail("results[" + str(offender) + "]", error);
+    return Result::failure(r.takeError());
+  }
   return result;
+}
+
+std::string checkResults(const Interface &interface, size_t *result) {
+  auto describe = [](const Value &v) {
+    std::string text(v.dtype ? v.dtype->name : "?");
+    if (!v.isTensor())
+      return text + " scalar";
+    text += "[";
+    for (size_t d = 0; d < v.shape->size(); ++d)
+      text += (d ? "x" : "") + str((*v.shape)[d]);
+    return text + "]";
+  };
+  for (size_t k = 0; k < interface.results.size(); ++k) {
+    const Value &r = interface.results[k];
+    if (r.role == Role::None)
+      continue;
+    for (size_t i = 0; i < interface.args.size(); ++i) {
+      const Value &a = interface.args[i];
+      if (a.role != r.role || a.name != r.name)
+        continue;
+      // The result is written back into the argument's buffer.
+      if (a.dtype != r.dtype || a.shape != r.shape) {
+        *result = k;
+        return "result '" + r.name + "' (" + describe(r) +
+               ") replaces argument #" + str(i) + ", which is " + describe(a) +
+               ": the two must have one type";
+      }
+    }
+  }
+  return "";
 }
 
 std::string checkStateArguments(const Interface &interface, size_t *arg) {

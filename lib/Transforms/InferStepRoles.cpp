@@ -215,12 +215,21 @@ struct Inference {
         func.setArgAttr(index, abi::kName,
                         StringAttr::get(context, roleName.second));
     }
-    auto ret = cast<func::ReturnOp>(func.getBody().back().getTerminator());
-    for (auto [k, value] : llvm::enumerate(ret.getOperands())) {
-      if (!abi::getResultRole(func, k).empty())
+    // Every return (a function may have several blocks) must return the
+    // update of the same argument for the result to take its role.
+    SmallVector<func::ReturnOp> returns;
+    for (Block &block : func.getBody())
+      if (auto ret = dyn_cast_if_present<func::ReturnOp>(
+              block.empty() ? nullptr : &block.back()))
+        returns.push_back(ret);
+    for (unsigned k = 0; k < func.getNumResults(); ++k) {
+      if (!abi::getResultRole(func, k).empty() || returns.empty())
         continue;
-      std::optional<unsigned> arg = updatedArgument(value);
-      if (!arg)
+      std::optional<unsigned> arg = updatedArgument(returns[0].getOperand(k));
+      if (!arg || llvm::any_of(llvm::drop_begin(returns), [&](auto ret) {
+            std::optional<unsigned> other = updatedArgument(ret.getOperand(k));
+            return !other || *other != *arg;
+          }))
         continue;
       auto [role, name] = known(*arg);
       if (role.empty())

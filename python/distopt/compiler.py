@@ -31,6 +31,25 @@ def _tool_identity(path):
     return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
+def _host_cpu():
+    """What --cpu=native compiles for: the processor's model and features.
+    A cache shared between machines (a home directory on NFS) must not hand
+    one machine code built for another's instructions."""
+    identity = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key = line.split(":", 1)[0].strip()
+                if key in ("model name", "flags", "Features", "CPU part"):
+                    identity.append(line.strip())
+                elif not line.strip() and identity:
+                    break  # the first processor says it for all
+    except OSError:
+        pass
+    import platform
+    return platform.machine() + "\n" + "\n".join(identity)
+
+
 def cache_dir():
     return os.environ.get("DISTOPT_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "distopt")
@@ -75,19 +94,22 @@ def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
             try:
                 outcome = ("ok", compile(source, pipeline, target, extra_args,
                                          cache))
-            except CompileError as e:
-                outcome = ("error", str(e))
+            except Exception as e:  # the others must not wait forever
+                outcome = ("error", str(e) if isinstance(e, CompileError)
+                           else f"{type(e).__name__}: {e}")
         outcome = comm.bcast(outcome, root=0)
         if outcome[0] == "error":
             raise CompileError(outcome[1])
         return outcome[1]
 
     kind, data = _read_source(source)
-    translate = _tool("distopt-translate")
+    translate = _tool("distopt-translate") if kind == "spec" else ""
     compiler = _tool("distopt-compile")
     key = hashlib.sha256()
     for part in (kind, data, pipeline, target, *extra_args,
-                 _tool_identity(translate), _tool_identity(compiler)):
+                 _tool_identity(translate) if translate else "",
+                 _tool_identity(compiler),
+                 _host_cpu()):
         key.update(part if isinstance(part, bytes) else part.encode())
         key.update(b"\0")
     directory = cache or cache_dir()

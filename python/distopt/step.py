@@ -108,7 +108,6 @@ class Step:
                 tuple(t.shape[d] for d in range(t.ndim)), t.numel, t.bytes,
                 t.arg, bool(t.whole), bool(t.per_rank)))
         self._by_name = {(t.role, t.name): t for t in self.tensors}
-        self._sessions = 0
 
     def tensor(self, name, role="param"):
         """The TensorInfo of `name` with `role`; KeyError naming both."""
@@ -118,13 +117,13 @@ class Step:
             raise KeyError(f"the step has no {role} tensor '{name}'") from None
 
     def close(self):
-        if self._handle and self._sessions == 0:
+        """Releases the step; sessions still open keep it loaded until they
+        close."""
+        if getattr(self, "_handle", None):
             lib.distopt_step_close(self._handle)
             self._handle = None
 
-    def __del__(self):
-        if getattr(self, "_handle", None) and self._sessions == 0:
-            self.close()
+    __del__ = close
 
     def __repr__(self):
         return (f"Step({self.path!r}: {len(self.args)} arguments, "
@@ -179,7 +178,6 @@ class Session:
         _check(lib.distopt_session_create(step._handle, ctypes.byref(options),
                                           ctypes.byref(handle)))
         self._handle = handle
-        step._sessions += 1
         self.rank = lib.distopt_session_rank(handle)
         self.size = lib.distopt_session_size(handle)
         self._bound = {}
@@ -196,6 +194,8 @@ class Session:
     def _view(self, pointer, dtype, shape, like):
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(
             _NUMPY_DTYPES[dtype]).itemsize
+        # A view keeps the session (and so its buffers) alive: each holds
+        # the object it was made from, which holds the session.
         if self.step.device == "cuda":
             torch = _torch()
             if like != "torch":
@@ -203,19 +203,23 @@ class Session:
                                    "in device memory: use like='torch'")
             raw = {2: "<i2", 4: "<i4", 8: "<i8", 1: "|b1"}[
                 np.dtype(_NUMPY_DTYPES[dtype]).itemsize]
-            view = torch.as_tensor(_CudaBuffer(pointer, tuple(shape), raw),
-                                   device="cuda")
+            source = _CudaBuffer(pointer, tuple(shape), raw)
+            source.owner = self
+            view = torch.as_tensor(source, device="cuda")
             return view.view(getattr(torch, _TORCH_DTYPE_NAMES[dtype]))
-        buffer = (ctypes.c_char * max(nbytes, 1)).from_address(pointer)
+        count = nbytes // np.dtype(_NUMPY_DTYPES[dtype]).itemsize
+        if count == 0:  # nothing to view; frombuffer refuses an empty buffer
+            empty = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
+            return _numpy_to_torch(empty, dtype) if like == "torch" else empty
+        buffer = (ctypes.c_char * nbytes).from_address(pointer)
+        buffer.owner = self
         if like == "torch":
             torch = _torch()
             flat = torch.frombuffer(buffer, dtype=getattr(
-                torch, _TORCH_DTYPE_NAMES[dtype]), count=nbytes // np.dtype(
-                    _NUMPY_DTYPES[dtype]).itemsize)
+                torch, _TORCH_DTYPE_NAMES[dtype]), count=count)
             return flat.view(shape)
         return np.frombuffer(buffer, dtype=_NUMPY_DTYPES[dtype],
-                             count=nbytes // np.dtype(
-                                 _NUMPY_DTYPES[dtype]).itemsize).reshape(shape)
+                             count=count).reshape(shape)
 
     def tensor(self, name, role="param", like="numpy"):
         """A view (zero copy) of tensor `name` in this rank's buffers: a
@@ -260,6 +264,9 @@ class Session:
         if not contiguous:
             raise DistoptError(f"cannot bind {what}: the array is not "
                                "contiguous")
+        if isinstance(array, np.ndarray) and not array.flags.writeable:
+            raise DistoptError(f"cannot bind {what}: the array is read-only "
+                               "(the step writes into it)")
         _check(lib.distopt_session_bind(self._live(), info.arg, pointer,
                                         nbytes))
         self._bound[info.arg] = array
@@ -292,22 +299,19 @@ class Session:
         _check(lib.distopt_session_read_tensor(
             self._live(), info.index, out.ctypes.data, info.nbytes))
         if like == "torch":
-            torch = _torch()
-            tensor = torch.from_numpy(out)
-            return tensor.view(torch.bfloat16) if info.dtype == "bf16" else \
-                tensor
+            return _numpy_to_torch(out, info.dtype)
         return out
 
     # --- steps ---------------------------------------------------------------
 
     @property
     def lr(self):
-        return self._lr if hasattr(self, "_lr") else None
+        """The learning rate the next step takes."""
+        return lib.distopt_session_lr(self._live())
 
     @lr.setter
     def lr(self, value):
         _check(lib.distopt_session_set_lr(self._live(), float(value)))
-        self._lr = float(value)
 
     @property
     def steps_done(self):
@@ -328,7 +332,7 @@ class Session:
         out = {}
         value = ctypes.c_double()
         for r in self._scalar_results:
-            _check(lib.distopt_session_scalar(self._handle, r.index,
+            _check(lib.distopt_session_scalar(self._live(), r.index,
                                               ctypes.byref(value)))
             out[r.name or r.role or f"result{r.index}"] = value.value
         return out
@@ -353,7 +357,6 @@ class Session:
         if getattr(self, "_handle", None):
             lib.distopt_session_destroy(self._handle)
             self._handle = None
-            self.step._sessions -= 1
             self._bound.clear()
 
     __del__ = close
@@ -382,6 +385,15 @@ def _describe_array(array):
     names = {np.dtype(v): k for k, v in _NUMPY_DTYPES.items()}
     return (array.ctypes.data, array.nbytes, names.get(array.dtype),
             array.shape, array.flags["C_CONTIGUOUS"])
+
+
+def _numpy_to_torch(array, dtype):
+    """A torch tensor sharing `array`'s memory (bf16 from its uint16 bits:
+    torch takes no uint16 array)."""
+    torch = _torch()
+    if dtype == "bf16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def _to_numpy(value, dtype):

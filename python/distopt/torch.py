@@ -146,7 +146,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # forward).
             view = None
             p.data = initial.to(p.device)
-            self._gathered.append((name, p))
+            self._gathered.append([name, p, p._version])
         p.grad = grad
         self._param_views.append(view)
         self._grad_views.append(grad)
@@ -157,6 +157,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        # ZeRO-3: an in-place edit of a gathered parameter since the last
+        # step (under no_grad, which bumps its version) goes to the shards.
+        for entry in self._gathered:
+            name, p, version = entry
+            if p._version != version:
+                self.session.write(name, p.detach(), "param")
         for (name, p), view, grad in zip(self._named, self._param_views,
                                          self._grad_views):
             if view is not None and p.data.data_ptr() != view.data_ptr():
@@ -176,8 +182,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return loss
 
     def _gather(self):
-        for name, p in self._gathered:
+        for entry in self._gathered:
+            name, p = entry[0], entry[1]
             p.data.copy_(self.session.read(name, "param", like="torch"))
+            entry[2] = p._version
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in place: they stay views of the step's
@@ -226,9 +234,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 f"the state dict has {len(groups)} parameter groups of "
                 f"{[len(g['params']) for g in groups]} parameters; this "
                 f"optimizer has 1 group of {len(self._named)}")
+        # The learning rate is the step's input; the other hyperparameters
+        # are compiled into it.
         for key, value in groups[0].items():
-            if key != "params":
-                self.param_groups[0][key] = value
+            ours = self.param_groups[0].get(key)
+            if key in ("params", "lr", "foreach", "fused", "capturable",
+                       "differentiable") or key not in self.param_groups[0]:
+                continue  # the rate, or how torch runs, not what it computes
+            if ours != value and not (isinstance(ours, (tuple, list)) and
+                                      tuple(ours) == tuple(value)):
+                raise ValueError(
+                    f"the state dict's '{key}' is {value!r}; this step was "
+                    f"compiled with {ours!r} (compile one with that "
+                    "recipe)")
+        self.param_groups[0]["lr"] = groups[0]["lr"]
         steps = None
         for position, (name, p) in enumerate(self._named):
             index = groups[0]["params"][position]
@@ -237,6 +256,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 continue
             known = set(self._state_keys(name))
             for key, value in entry.items():
+                if value is None:  # SGD without momentum: no buffer
+                    continue
                 if key == "step":
                     steps = int(float(value))
                     continue

@@ -50,7 +50,8 @@ DISTOPT_RT_API int distopt_step_api_version(void);
  * interface it carries (docs/step-abi.md). */
 DISTOPT_RT_API distopt_rt_status distopt_step_open(const char *path,
                                                    distopt_step **step);
-/* Frees a step; its sessions must be destroyed first. */
+/* Frees a step; one that sessions still use is freed with the last of them
+ * (the step must not be used through this handle after the call). */
 DISTOPT_RT_API void distopt_step_close(distopt_step *step);
 
 /* The interface as JSON, as distopt-compile wrote it (valid while the step
@@ -208,6 +209,8 @@ DISTOPT_RT_API distopt_rt_status distopt_session_read_tensor(
 /* The learning rate of the next steps (finite, >= 0). */
 DISTOPT_RT_API distopt_rt_status
 distopt_session_set_lr(distopt_session *session, double lr);
+/* The learning rate the next step takes (NaN for a null session). */
+DISTOPT_RT_API double distopt_session_lr(const distopt_session *session);
 /* Runs one step on every rank (collective): the step number is one more
  * than the steps done (1 for the first). Gradients must be in place
  * (backward wrote them into the gradient arguments); results go back into

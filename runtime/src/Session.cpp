@@ -199,7 +199,7 @@ distopt_session::~distopt_session() {
   if (ownsComm && comm)
     distopt_rt_comm_destroy(comm);
   if (step)
-    --step->sessions;
+    releaseStep(step);
 }
 
 extern "C" {
@@ -226,7 +226,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
       options.timeout_seconds > 0 ? options.timeout_seconds : defaultTimeout();
   auto session = std::make_unique<distopt_session>();
   session->step = step;
-  ++step->sessions;
+  retainStep(step);
   session->device = abi.device == "cuda";
   session->seed = options.seed;
   std::string backend = options.backend ? options.backend : "";
@@ -282,15 +282,18 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   for (size_t i = 0; i < abi.args.size(); ++i) {
     const step::Value &v = abi.args[i];
     if (!v.isTensor()) {
-      bool known = v.role == step::Role::LearningRate ||
+      std::string_view type = v.dtype->name;
+      bool isFloat =
+          type == "f32" || type == "f64" || type == "bf16" || type == "f16";
+      bool known = (v.role == step::Role::LearningRate && isFloat) ||
                    (v.role == step::Role::Step && v.dtype->name == "i64") ||
                    v.role == step::Role::State;
       if (!known)
         return session->invalid(
             describe(v, i, "argument") +
             " is a scalar the session cannot pass: only the "
-            "learning rate, the step number and state are (give it "
-            "distopt.role \"lr\", \"step\" or \"state\")");
+            "learning rate (a float), the step number (i64) and state "
+            "are (give it distopt.role \"lr\", \"step\" or \"state\")");
       session->scalarState[i] = v.initialValue.value_or(0);
       continue;
     }
@@ -396,6 +399,10 @@ distopt_rt_status distopt_session_set_lr(distopt_session *session, double lr) {
   return DISTOPT_RT_OK;
 }
 
+double distopt_session_lr(const distopt_session *session) {
+  return session ? session->lr : NAN;
+}
+
 distopt_rt_status distopt_session_run(distopt_session *session) {
   if (!session)
     return invalid("distopt_session_run: null session");
@@ -407,7 +414,8 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
   int64_t stepNumber = session->stepsDone + 1;
   size_t numArgs = abi.args.size();
   for (size_t i = 0; i < numArgs; ++i)
-    if (abi.args[i].init == step::Init::RandnEachStep) {
+    if (abi.args[i].isTensor() &&
+        abi.args[i].init == step::Init::RandnEachStep) {
       const step::Value &v = abi.args[i];
       std::vector<char> host(session->device ? v.bytes() : 0);
       drawNormal(v, session->device ? host.data() : session->data[i],
@@ -446,39 +454,34 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
       d.insert(d.end(), strides.begin(), strides.end());
       descriptorPtrs[i] = d.data();
       packed[1 + i] = &descriptorPtrs[i];
-    } else if (v.role == step::Role::LearningRate && v.dtype->name == "f64") {
-      doubles[i] = session->lr;
+      continue;
+    }
+    // A scalar (the learning rate, the step number, a loss scale), as its
+    // type holds it.
+    double value = v.role == step::Role::LearningRate ? session->lr
+                   : v.role == step::Role::State
+                       ? session->scalarState[i]
+                       : static_cast<double>(stepNumber);
+    std::string_view type = v.dtype->name;
+    if (type == "f64") {
+      doubles[i] = value;
       packed[1 + i] = &doubles[i];
-    } else if (v.role == step::Role::LearningRate) {
-      floats[i] = static_cast<float>(session->lr);
-      packed[1 + i] = &floats[i];
-    } else if (v.role == step::Role::State) {
-      // Scalar state (a loss scale): its value, as its type holds it.
-      double value = session->scalarState[i];
-      std::string_view type = v.dtype->name;
-      if (type == "f64") {
-        doubles[i] = value;
-        packed[1 + i] = &doubles[i];
-      } else if (type == "i64") {
-        ints[i] = static_cast<int64_t>(value);
-        packed[1 + i] = &ints[i];
-      } else if (type == "i32") {
-        int32s[i] = static_cast<int32_t>(value);
-        packed[1 + i] = &int32s[i];
-      } else if (type == "i1") {
-        bits[i] = value != 0;
-        packed[1 + i] = &bits[i];
-      } else if (type == "f32") {
-        floats[i] = static_cast<float>(value);
-        packed[1 + i] = &floats[i];
-      } else { // bf16, f16: rounded from the double
-        convert(&value, DISTOPT_RT_F64, &halves[i],
-                static_cast<distopt_rt_dtype>(v.dtype->runtimeCode), 1);
-        packed[1 + i] = &halves[i];
-      }
-    } else {
-      ints[i] = stepNumber;
+    } else if (type == "i64") {
+      ints[i] = static_cast<int64_t>(value);
       packed[1 + i] = &ints[i];
+    } else if (type == "i32") {
+      int32s[i] = static_cast<int32_t>(value);
+      packed[1 + i] = &int32s[i];
+    } else if (type == "i1") {
+      bits[i] = value != 0;
+      packed[1 + i] = &bits[i];
+    } else if (type == "f32") {
+      floats[i] = static_cast<float>(value);
+      packed[1 + i] = &floats[i];
+    } else { // bf16, f16: rounded from the double
+      convert(&value, DISTOPT_RT_F64, &halves[i],
+              static_cast<distopt_rt_dtype>(v.dtype->runtimeCode), 1);
+      packed[1 + i] = &halves[i];
     }
   }
 

@@ -80,10 +80,11 @@ bool isWhole(const LogicalTensor &t, const step::Value &arg) {
   return t.entry < 0 || isReplicatedLayout(arg);
 }
 
-/// Fills this rank's buffers from `ckpt`, which checkFits accepted.
+/// Fills this rank's buffers from `ckpt`, which checkFits accepted; with
+/// `write` false, only checks that it holds every part this rank needs.
 distopt_rt_status restore(distopt_session *s,
                           const checkpoint::Checkpoint &ckpt,
-                          const std::string &path) {
+                          const std::string &path, bool write) {
   std::map<std::tuple<std::string, std::string, int64_t>,
            const checkpoint::Tensor *>
       index;
@@ -103,8 +104,9 @@ distopt_rt_status restore(distopt_session *s,
     if (it == index.end() || it->second->data.size() != v.dtype->bytes)
       return s->invalid(path + ": has no 'state " + v.name + "' scalar (" +
                         std::string(v.dtype->name) + ") for this step");
-    convert(it->second->data.data(), rtType(v.dtype), &s->scalarState[i],
-            DISTOPT_RT_F64, 1);
+    if (write)
+      convert(it->second->data.data(), rtType(v.dtype), &s->scalarState[i],
+              DISTOPT_RT_F64, 1);
   }
   for (const LogicalTensor &t : s->step->tensors) {
     const step::Value &arg = s->step->abi.args[t.arg];
@@ -116,6 +118,8 @@ distopt_rt_status restore(distopt_session *s,
                         std::string(step::roleName(t.role)) + " " + t.name +
                         "' of " + std::to_string(t.bytes()) +
                         " bytes for this step");
+    if (!write)
+      continue;
     size_t element = t.dtype->bytes;
     forEachLocalPart(
         t, arg, s->rank, [&](int64_t first, int64_t at, int64_t count) {
@@ -351,13 +355,15 @@ distopt_rt_status distopt_session_load(distopt_session *session,
                checkpoint::checkFits(*ckpt, session->step->abi);
            !misfit.empty())
     error = std::string(path) + ": " + misfit;
-  distopt_rt_status status = DISTOPT_RT_OK;
-  if (error.empty())
-    status = restore(session, *ckpt, path);
-  if (status != DISTOPT_RT_OK)
+  if (error.empty() && session->broken)
+    error = "an earlier step of this session failed part way; create a new "
+            "session to load into";
+  if (error.empty() && restore(session, *ckpt, path, false) != DISTOPT_RT_OK)
     error = lastError();
-  // Every rank resumes, or none: a rank that could not read would run from
-  // other values than its peers.
+  // Every rank resumes, or none (and none changes a buffer before all
+  // agree): a rank that could not read would run from other values than
+  // its peers.
+  distopt_rt_status status;
   int64_t mine = !error.empty(), any = 0;
   status = distopt_rt_all_reduce(session->comm, &mine, &any, 1, DISTOPT_RT_I64,
                                  DISTOPT_RT_MAX, 1, DISTOPT_RT_I64);
@@ -367,6 +373,8 @@ distopt_rt_status distopt_session_load(distopt_session *session,
     return session->invalid(error);
   if (any)
     return session->invalid("another rank could not load " + std::string(path));
+  if ((status = restore(session, *ckpt, path, true)) != DISTOPT_RT_OK)
+    return status;
   session->stepsDone = ckpt->step;
   if (savedWorldSize)
     *savedWorldSize = ckpt->worldSize;

@@ -24,7 +24,26 @@ bool isReplicatedLayout(const step::Value &value) {
   return true;
 }
 
+void retainStep(distopt_step *step) {
+  std::lock_guard<std::mutex> lock(step->lifetime);
+  ++step->sessions;
+}
+
+void releaseStep(distopt_step *step) {
+  {
+    std::lock_guard<std::mutex> lock(step->lifetime);
+    if (--step->sessions > 0 || !step->closed)
+      return;
+  }
+  delete step;
+}
+
 } // namespace distopt::rt
+
+distopt_step::~distopt_step() {
+  if (handle)
+    dlclose(handle);
+}
 
 namespace {
 
@@ -143,10 +162,14 @@ distopt_rt_status distopt_step_open(const char *path, distopt_step **out) {
 void distopt_step_close(distopt_step *step) {
   if (!step)
     return;
-  // The library's code may still be needed by a session left open: then it
-  // stays loaded.
-  if (step->sessions == 0)
-    dlclose(step->handle);
+  {
+    // Sessions left open still run the library's code and read the
+    // interface: the last one frees the step.
+    std::lock_guard<std::mutex> lock(step->lifetime);
+    step->closed = true;
+    if (step->sessions > 0)
+      return;
+  }
   delete step;
 }
 

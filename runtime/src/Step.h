@@ -18,6 +18,7 @@
 #include "distopt_step.h"
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ struct ValueView {
 /// gradient bucket, a flat parameter): neither a flat shard nor greedy.
 bool isReplicatedLayout(const step::Value &value);
 
+/// A session starts or stops using `step`; the last to stop frees a step
+/// already closed.
+void retainStep(distopt_step *step);
+void releaseStep(distopt_step *step);
+
 /// Calls `fn(first, at, count)` for the elements [first, first + count) of
 /// `t` that this rank holds, at [at, at + count) of its argument's buffer
 /// (in elements).
@@ -83,7 +89,12 @@ struct distopt_step {
   distopt::step::Interface abi;
   std::vector<distopt::rt::LogicalTensor> tensors;
   std::vector<distopt::rt::ValueView> argViews, resultViews;
+  /// A step closed while sessions still use it is freed with the last one.
+  std::mutex lifetime;
   int64_t sessions = 0;
+  bool closed = false;
+
+  ~distopt_step();
 
   /// The logical tensor (role, name), or null.
   const distopt::rt::LogicalTensor *find(std::string_view role,

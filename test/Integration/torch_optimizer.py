@@ -14,7 +14,9 @@ every check. Usage: torch_optimizer.py BUILD_PYTHON_DIR CACHE_DIR
   spec the importer rejects raises CompileError with its message.
 """
 
+import gc
 import sys
+import weakref
 
 import numpy as np
 import torch
@@ -213,6 +215,92 @@ def errors():
         check("momentom" in str(e), f"misspelt key: {e}")
 
 
+def lifetimes(tmp):
+    """Views keep their session alive; a step closed under an open session
+    stays usable by it; bf16 reads as torch; a load that fails on one rank
+    changes no rank's buffers."""
+    spec = {"model": "l", "world_size": size,
+            "optimizer": {"type": "sgd", "lr": 0.5},
+            "parameters": [{"name": "w", "shape": [4, 3], "dtype": "f32"},
+                           {"name": "h", "shape": [5], "dtype": "bf16"}]}
+    step = distopt.Step(distopt.compile(spec, comm=comm, cache=CACHE))
+    session = distopt.Session(step, comm=comm)
+    alive = weakref.ref(session)
+    view = session.tensor("w", "grad", like="torch")
+    del session
+    gc.collect()
+    check(alive() is not None, "a view keeps its session alive")
+    session = alive()
+    step.close()  # the open session keeps the step
+    session.write("w", np.full((4, 3), 2.0, np.float32))
+    session.write("h", np.arange(5, dtype=np.float32) / 4)
+    view.fill_(1.0)
+    session.tensor("h", "grad")[:] = 0
+    session.run()
+    check(np.array_equal(session.read("w"), np.full((4, 3), 1.5, np.float32)),
+          f"a step closed under its session still runs: {session.read('w')}")
+    h = session.read("h", like="torch")
+    check(h.dtype == torch.bfloat16 and
+          torch.equal(h.float(), torch.arange(5.0) / 4),
+          f"bf16 read as a torch tensor: {h}")
+    good = comm.bcast(f"{tmp}/good.ckpt" if rank == 0 else None)
+    session.save(good)
+    session.run()  # now the buffers differ from the checkpoint
+    before = session.read("w")
+    try:
+        session.load(good if rank < size - 1 else f"{tmp}/missing.ckpt")
+        check(False, "a load that failed on one rank succeeded")
+    except distopt.DistoptError as e:
+        check("missing.ckpt" in str(e) or "another rank" in str(e),
+              f"the failed load names the cause: {e}")
+    check(np.array_equal(session.read("w"), before),
+          "a failed load changes no buffer on any rank")
+    session.close()
+    del view, session, h
+    gc.collect()
+    check(alive() is None, "the session is freed with its last view")
+
+
+def zero3_in_place_edit():
+    """Under ZeRO-3 the model's parameters are gathered copies: an in-place
+    edit between steps (no_grad) reaches the step's shards."""
+    m = model()
+    opt = DistributedOptimizer(m.named_parameters(), {"type": "sgd",
+                                                      "lr": 0.1},
+                               pipeline="zero-stage=3", comm=comm,
+                               cache=CACHE)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(0.5)
+    edited = [p.detach().clone() for p in m.parameters()]
+    opt.zero_grad()
+    opt.step()  # zero gradients: the parameters stay where the edit put them
+    check(all(torch.equal(p, e) for p, e in zip(m.parameters(), edited)),
+          "an in-place edit under ZeRO-3 survives the step")
+
+
+def load_torch_state():
+    """torch.optim.SGD's state dict without momentum (momentum_buffer None)
+    loads; hyperparameters compiled into the step must match."""
+    m = model()
+    reference = torch.optim.SGD(m.parameters(), lr=0.1)
+    for p in m.parameters():
+        p.grad = torch.ones_like(p)
+    reference.step()
+    state = reference.state_dict()
+    opt = DistributedOptimizer(model().named_parameters(),
+                               {"type": "sgd", "lr": 0.1}, comm=comm,
+                               cache=CACHE)
+    opt.load_state_dict(state)
+    check(opt.session.steps_done == 1, "SGD's state dict sets the step")
+    state["param_groups"][0]["momentum"] = 0.9
+    try:
+        opt.load_state_dict(state)
+        check(False, "a state dict of another momentum was accepted")
+    except ValueError as e:
+        check("'momentum'" in str(e), f"another momentum: {e}")
+
+
 hand_over({"type": "adamw", "lr": 0.01, "betas": (0.9, 0.99),
            "weight_decay": 0.05}, "")
 hand_over({"type": "adamw", "lr": 0.01, "weight_decay": 0.05}, "zero-stage=2")
@@ -222,6 +310,9 @@ hand_over({"type": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01},
 schedule()
 checkpoint(comm.bcast(f"{CACHE}/resume.ckpt" if rank == 0 else None))
 errors()
+lifetimes(comm.bcast(CACHE if rank == 0 else None))
+zero3_in_place_edit()
+load_torch_state()
 print(f"torch_optimizer: rank {rank}: {checks} checks, {failures} failed",
       flush=True)
 sys.exit(1 if failures else 0)

@@ -122,6 +122,13 @@ def main():
     case("a shaped learning rate", "args[4].shape", lambda d: d["args"][4].update(shape=[1]))
     case("a scalar with a layout", "args[5]",
          lambda d: d["args"][5].update(layout=[{"name": "x", "offset": 0, "shape": []}]))
+    case("a scalar drawn at random", "args[5].init",
+         lambda d: d["args"][5].update(init="randn"))
+    # A result is written back into the argument it replaces.
+    case("a result of another shape", "results[0]: result 'w' (f32[8]) replaces argument #0, which is f32[4x4]",
+         lambda d: d["results"][0].update(shape=[8]))
+    case("a result of another dtype", "results[0]: result 'w' (f64[4x4]) replaces argument #0",
+         lambda d: d["results"][0].update(dtype="f64"))
     case("nested 100000 deep", "nested deeper than 64", lambda d: d.update(model=None))
     # Optimizer state that would be saved as if whole: a ZeRO shard stripped
     # of its layout and shard_of, and a parameter's state of another size.
@@ -155,7 +162,8 @@ def main():
                 # inconsistent (a shard without its layout) is still a
                 # clear error. A valid interface may not fit the checkpoint.
                 ok = (out.returncode == 0 or
-                      (out.returncode == 1 and "step interface: args" in out.stderr) or
+                      (out.returncode == 1 and ("step interface: args" in out.stderr or
+                                                "step interface: results" in out.stderr)) or
                       (tool == "distopt-checkpoint" and out.returncode == 1 and
                        "for this step" in out.stderr))
                 why = out.stderr.strip()

@@ -75,3 +75,19 @@ func.func @conflict(%p: tensor<4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>, %lr
   %q1, %p2 = distopt.sgd_update %b, %g state(%p) lr(%lr) step(%t) {momentum = 0.9} : tensor<4xf32>, f32
   return %p1, %q1 : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Several returns: a result takes a role only where every return gives the
+// update of the same argument.
+// CHECK-LABEL: func.func @branches
+// CHECK-SAME: -> (tensor<4xf32> {distopt.name = "arg0", distopt.role = "param"}, tensor<4xf32>)
+func.func @branches(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64, %c: i1)
+    -> (tensor<4xf32>, tensor<4xf32>) {
+  %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
+  cf.cond_br %c, ^a, ^b
+^a:
+  return %p1, %p1 : tensor<4xf32>, tensor<4xf32>
+^b:
+  return %p1, %g : tensor<4xf32>, tensor<4xf32>
+}

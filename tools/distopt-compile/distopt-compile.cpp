@@ -170,6 +170,10 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
                                << " has a distopt.value, which only "
                                   "a scalar state argument takes";
   }
+  if (!value.isTensor() && value.init != si::Init::Zeros)
+    return step->emitError() << what
+                             << " is a scalar: it starts from its "
+                                "distopt.value, not from a distopt.init";
   if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
     value.shardOf = shardOf.getInt();
   if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
@@ -280,6 +284,8 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
       !error.empty())
     return emitError(step.getArgument(offender).getLoc())
            << "argument #" << offender << ": " << error;
+  if (std::string error = si::checkResults(abiInfo, &offender); !error.empty())
+    return step.emitError() << "result #" << offender << ": " << error;
   std::tie(abiInfo.collectiveFingerprint, abiInfo.collectiveCount) =
       collectiveFingerprint(step);
   return abiInfo;

@@ -125,6 +125,12 @@ json::Expected<Interface> parseInterface(std::string_view text);
 /// `*arg` and what is wrong.
 std::string checkStateArguments(const Interface &interface, size_t *arg);
 
+/// Whether each result that replaces an argument (same role and name) has
+/// that argument's type: it is written back into the argument's buffer.
+/// Returns "" or, for the first offender, its result index in `*result`
+/// and what is wrong.
+std::string checkResults(const Interface &interface, size_t *result);
+
 /// The interface as JSON (what parseInterface reads).
 json::Value toJSON(const Interface &interface);
 
