@@ -32,6 +32,7 @@ constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::LearningRate, "lr"},
     {Role::Step, "step"},
     {Role::Loss, "loss"},
+    {Role::Skipped, "skipped"},
 };
 
 constexpr DType kDTypes[] = {
@@ -218,6 +219,11 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   if (v.initialValue && (v.isTensor() || v.role != Role::State || isResult))
     r.fail(path + ".value", "only a scalar state argument has an initial "
                             "value");
+  if ((v.role == Role::Skipped || v.role == Role::Loss) && !isResult)
+    r.fail(path + ".role",
+           "only a result has role '" + std::string(roleName(v.role)) + "'");
+  else if (v.role == Role::Skipped && (v.isTensor() || v.dtype->name != "i1"))
+    r.fail(path + ".role", "a skipped flag is an i1 scalar");
   if (!v.isTensor()) {
     if (!v.layout.empty() || v.shardOf || v.perRank)
       r.fail(path, "a scalar has no layout, shard or per-rank copies");

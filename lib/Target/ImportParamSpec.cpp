@@ -3,8 +3,11 @@
 // Reads a parameter spec and builds the plain data-parallel step: for each
 // parameter, in spec order, an all_reduce sum of its gradient, the division
 // by the world size, and the optimizer update (on an fp32 main copy when the
-// spec asks for main parameters). Every unknown key and every malformed value
-// is an error that names its JSON path; nothing is silently ignored.
+// spec asks for main parameters). With loss scaling, the reduced gradients
+// are checked for overflow (the step is skipped on every rank if any is
+// not finite) and unscaled; with clipping, they are clipped by their global
+// norm before the updates. Every unknown key and every malformed value is an
+// error that names its JSON path; nothing is silently ignored.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,8 +26,12 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/GlobPattern.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
+
+#include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::distopt;
@@ -39,11 +46,26 @@ struct Parameter {
   FloatType elementType;
 };
 
+/// torch.nn.utils.clip_grad_norm_ over all gradients.
+struct Clipping {
+  double maxNorm;
+  double normType; // inf for the maximum norm
+};
+
+/// torch's GradScaler rule (dynamic) or a fixed scale (static).
+struct LossScaling {
+  bool dynamic;
+  double initScale, growthFactor, backoffFactor;
+  int64_t growthInterval;
+};
+
 /// The optimizer: the update op, its hyperparameter attributes and the torch
 /// names of its per-parameter state tensors.
 struct Optimizer {
   StringRef opName;
   double lr = 1e-3;
+  /// A parameter group's factor on the step's learning rate.
+  double lrScale = 1.0;
   NamedAttrList hyperparameters;
   SmallVector<std::string> stateNames;
 };
@@ -68,7 +90,13 @@ private:
   FailureOr<bool> getBool(const json::Object &object, StringRef key,
                           StringRef path);
   FailureOr<FloatType> parseDType(const json::Value *value, StringRef path);
-  LogicalResult readOptimizer(const json::Object &object);
+  LogicalResult readOptimizer(const json::Object &object, Optimizer &optimizer,
+                              StringRef path,
+                              ArrayRef<StringRef> groupKeys = {});
+  LogicalResult readParamGroups(const json::Value &value,
+                                const json::Object &defaults);
+  LogicalResult readClipping(const json::Value &value);
+  LogicalResult readLossScaling(const json::Value &value);
   LogicalResult readParameter(const json::Value &value, size_t index);
   OwningOpRef<ModuleOp> build();
 
@@ -80,6 +108,12 @@ private:
   int64_t worldSize = 0;
   bool mainParams = false;
   Optimizer optimizer;
+  /// Parameter groups (param_groups): each parameter's group, or -1 for
+  /// the defaults.
+  SmallVector<Optimizer> groups;
+  SmallVector<int64_t> groupOf;
+  std::optional<Clipping> clipping;
+  std::optional<LossScaling> lossScaling;
   SmallVector<Parameter> parameters;
 };
 
@@ -141,17 +175,25 @@ FailureOr<FloatType> SpecReader::parseDType(const json::Value *value,
                      << "' (expected f32, bf16 or f16)";
 }
 
-LogicalResult SpecReader::readOptimizer(const json::Object &object) {
+LogicalResult SpecReader::readOptimizer(const json::Object &object,
+                                        Optimizer &optimizer, StringRef path,
+                                        ArrayRef<StringRef> groupKeys) {
+  // The keys a type allows, and those of a parameter group.
+  auto keys = [&](std::initializer_list<StringRef> own) {
+    SmallVector<StringRef> all(own);
+    llvm::append_range(all, groupKeys);
+    return all;
+  };
   std::optional<StringRef> type = object.getString("type");
   if (!type)
-    return error("optimizer.type")
+    return error(path + ".type")
            << "expected one of sgd, adam, adamw, rmsprop, adagrad";
   NamedAttrList &attrs = optimizer.hyperparameters;
   auto setF64 = [&](StringRef attr, double value) {
     attrs.set(attr, builder.getF64FloatAttr(value));
   };
   auto number = [&](StringRef key, double fallback) {
-    return getNumber(object, key, "optimizer", fallback);
+    return getNumber(object, key, path, fallback);
   };
   // Reads `key` into attribute `attr` when present.
   auto optionalF64 = [&](StringRef key, StringRef attr) -> LogicalResult {
@@ -164,7 +206,7 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
     return success();
   };
   auto flag = [&](StringRef key) -> FailureOr<bool> {
-    FailureOr<bool> value = getBool(object, key, "optimizer");
+    FailureOr<bool> value = getBool(object, key, path);
     if (succeeded(value) && *value)
       attrs.set(key, builder.getUnitAttr());
     return value;
@@ -172,18 +214,18 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
 
   FailureOr<double> lr = number("lr", 1e-3);
   if (succeeded(lr) && *lr < 0)
-    return error("optimizer.lr") << "must be non-negative (torch.optim's "
-                                    "rule), got "
-                                 << *lr;
+    return error(path + ".lr") << "must be non-negative (torch.optim's "
+                                  "rule), got "
+                               << *lr;
   if (failed(lr) || failed(flag("maximize")) ||
       failed(optionalF64("weight_decay", "weight_decay")))
     return failure();
   optimizer.lr = *lr;
 
   if (*type == "sgd") {
-    if (failed(checkKeys(object, "optimizer",
-                         {"type", "lr", "momentum", "dampening", "weight_decay",
-                          "nesterov", "maximize"})) ||
+    if (failed(checkKeys(object, path,
+                         keys({"type", "lr", "momentum", "dampening",
+                               "weight_decay", "nesterov", "maximize"}))) ||
         failed(optionalF64("momentum", "momentum")) ||
         failed(optionalF64("dampening", "dampening")) ||
         failed(flag("nesterov")))
@@ -195,16 +237,16 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
     return success();
   }
   if (*type == "adam" || *type == "adamw") {
-    if (failed(checkKeys(object, "optimizer",
-                         {"type", "lr", "betas", "eps", "weight_decay",
-                          "amsgrad", "maximize"})) ||
+    if (failed(checkKeys(object, path,
+                         keys({"type", "lr", "betas", "eps", "weight_decay",
+                               "amsgrad", "maximize"}))) ||
         failed(optionalF64("eps", "eps")))
       return failure();
     if (const json::Value *betas = object.get("betas")) {
       const json::Array *pair = betas->getAsArray();
       if (!pair || pair->size() != 2 || !(*pair)[0].getAsNumber() ||
           !(*pair)[1].getAsNumber())
-        return error("optimizer.betas") << "expected [beta1, beta2]";
+        return error(path + ".betas") << "expected [beta1, beta2]";
       setF64("beta1", *(*pair)[0].getAsNumber());
       setF64("beta2", *(*pair)[1].getAsNumber());
     }
@@ -219,9 +261,9 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
     return success();
   }
   if (*type == "rmsprop") {
-    if (failed(checkKeys(object, "optimizer",
-                         {"type", "lr", "alpha", "eps", "weight_decay",
-                          "momentum", "centered", "maximize"})) ||
+    if (failed(checkKeys(object, path,
+                         keys({"type", "lr", "alpha", "eps", "weight_decay",
+                               "momentum", "centered", "maximize"}))) ||
         failed(optionalF64("alpha", "alpha")) ||
         failed(optionalF64("eps", "eps")) ||
         failed(optionalF64("momentum", "momentum")))
@@ -239,9 +281,9 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
     return success();
   }
   if (*type == "adagrad") {
-    if (failed(checkKeys(object, "optimizer",
-                         {"type", "lr", "lr_decay", "eps", "weight_decay",
-                          "initial_accumulator_value", "maximize"})) ||
+    if (failed(checkKeys(object, path,
+                         keys({"type", "lr", "lr_decay", "eps", "weight_decay",
+                               "initial_accumulator_value", "maximize"}))) ||
         failed(optionalF64("lr_decay", "lr_decay")) ||
         failed(optionalF64("eps", "eps")))
       return failure();
@@ -252,9 +294,154 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object) {
     optimizer.stateNames = {"sum"};
     return success();
   }
-  return error("optimizer.type")
+  return error(path + ".type")
          << "unknown optimizer '" << *type
          << "' (expected sgd, adam, adamw, rmsprop or adagrad)";
+}
+
+LogicalResult SpecReader::readParamGroups(const json::Value &value,
+                                          const json::Object &defaults) {
+  const json::Array *list = value.getAsArray();
+  if (!list)
+    return error("param_groups") << "expected a list of groups";
+  groupOf.assign(parameters.size(), -1);
+  for (auto [g, entry] : llvm::enumerate(*list)) {
+    std::string path = ("param_groups[" + Twine(g) + "]").str();
+    const json::Object *group = entry.getAsObject();
+    if (!group)
+      return error(path) << "expected an object";
+    if (group->get("lr"))
+      return error(path + ".lr")
+             << "a group scales the step's learning rate: use lr_scale";
+    if (group->get("type"))
+      return error(path + ".type")
+             << "every group uses the optimizer's type; give only "
+                "hyperparameters that differ";
+    // The group's optimizer: the defaults with its overrides.
+    json::Object merged = defaults;
+    for (const auto &[key, v] : *group)
+      merged[key] = v;
+    Optimizer optimizerOfGroup;
+    if (failed(readOptimizer(merged, optimizerOfGroup, path,
+                             {"params", "lr_scale"})))
+      return failure();
+    FailureOr<double> scale = getNumber(*group, "lr_scale", path, 1.0);
+    if (failed(scale))
+      return failure();
+    if (*scale < 0)
+      return error(path + ".lr_scale")
+             << "must be non-negative, got " << *scale;
+    optimizerOfGroup.lrScale = *scale;
+    groups.push_back(std::move(optimizerOfGroup));
+
+    const json::Array *patterns = group->getArray("params");
+    if (!patterns || patterns->empty())
+      return error(path + ".params")
+             << "expected a non-empty list of names or glob patterns";
+    for (auto [k, patternValue] : llvm::enumerate(*patterns)) {
+      std::string at = (path + ".params[" + Twine(k) + "]").str();
+      std::optional<StringRef> text = patternValue.getAsString();
+      if (!text)
+        return error(at) << "expected a name or glob pattern";
+      llvm::Expected<llvm::GlobPattern> pattern =
+          llvm::GlobPattern::create(*text);
+      if (!pattern)
+        return error(at) << llvm::toString(pattern.takeError());
+      bool matched = false;
+      for (auto [i, p] : llvm::enumerate(parameters)) {
+        if (!pattern->match(p.name))
+          continue;
+        matched = true;
+        if (groupOf[i] >= 0 && groupOf[i] != static_cast<int64_t>(g))
+          return error(at) << "parameter '" << p.name << "' is in param_groups["
+                           << groupOf[i] << "] already";
+        groupOf[i] = g;
+      }
+      if (!matched)
+        return error(at) << "'" << *text << "' matches no parameter";
+    }
+  }
+  return success();
+}
+
+LogicalResult SpecReader::readClipping(const json::Value &value) {
+  const json::Object *object = value.getAsObject();
+  if (!object)
+    return error("clip_grad_norm") << "expected an object";
+  if (failed(checkKeys(*object, "clip_grad_norm", {"max_norm", "norm_type"})))
+    return failure();
+  FailureOr<double> maxNorm =
+      getNumber(*object, "max_norm", "clip_grad_norm", std::nullopt);
+  if (failed(maxNorm))
+    return failure();
+  if (*maxNorm <= 0)
+    return error("clip_grad_norm.max_norm")
+           << "must be positive, got " << *maxNorm;
+  double normType = 2.0;
+  if (const json::Value *type = object->get("norm_type")) {
+    std::optional<double> number = type->getAsNumber();
+    if (type->getAsString() == "inf")
+      normType = std::numeric_limits<double>::infinity();
+    else if (number && std::isfinite(*number) && *number > 0)
+      normType = *number;
+    else
+      return error("clip_grad_norm.norm_type")
+             << "expected a positive number or \"inf\"";
+  }
+  clipping = Clipping{*maxNorm, normType};
+  return success();
+}
+
+LogicalResult SpecReader::readLossScaling(const json::Value &value) {
+  const json::Object *object = value.getAsObject();
+  std::optional<StringRef> type =
+      object ? object->getString("type") : std::nullopt;
+  if (!type || (*type != "dynamic" && *type != "static"))
+    return error("loss_scaling.type") << "expected \"dynamic\" or \"static\"";
+  StringRef path = "loss_scaling";
+  LossScaling scaling{*type == "dynamic", 65536.0, 2.0, 0.5, 2000};
+  auto positive = [&](StringRef key, double fallback,
+                      double &out) -> LogicalResult {
+    FailureOr<double> number = getNumber(*object, key, path, fallback);
+    if (failed(number))
+      return failure();
+    if (*number <= 0 || *number > 3.4e38) // an f32 scale
+      return error(path + "." + key)
+             << "must be positive and fit in f32, got " << *number;
+    out = *number;
+    return success();
+  };
+  if (!scaling.dynamic) {
+    if (failed(checkKeys(*object, path, {"type", "scale"})))
+      return failure();
+    if (!object->get("scale"))
+      return error(path) << "missing 'scale'";
+    if (failed(positive("scale", 1.0, scaling.initScale)))
+      return failure();
+    lossScaling = scaling;
+    return success();
+  }
+  if (failed(checkKeys(*object, path,
+                       {"type", "init_scale", "growth_factor", "backoff_factor",
+                        "growth_interval"})) ||
+      failed(positive("init_scale", 65536.0, scaling.initScale)) ||
+      failed(positive("growth_factor", 2.0, scaling.growthFactor)) ||
+      failed(positive("backoff_factor", 0.5, scaling.backoffFactor)))
+    return failure();
+  if (scaling.growthFactor <= 1)
+    return error(path + ".growth_factor")
+           << "must be greater than 1, got " << scaling.growthFactor;
+  if (scaling.backoffFactor >= 1)
+    return error(path + ".backoff_factor")
+           << "must be less than 1, got " << scaling.backoffFactor;
+  if (const json::Value *interval = object->get("growth_interval")) {
+    std::optional<int64_t> steps = interval->getAsInteger();
+    if (!steps || *steps < 1)
+      return error(path + ".growth_interval") << "expected a positive integer";
+    scaling.growthInterval = *steps;
+  }
+  lossScaling = scaling;
+  return success();
 }
 
 LogicalResult SpecReader::readParameter(const json::Value &value,
@@ -301,10 +488,17 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
     error("spec") << "expected a JSON object";
     return nullptr;
   }
-  if (failed(checkKeys(
-          *root, "spec",
-          {"model", "world_size", "optimizer", "main_params", "parameters"})))
+  if (failed(checkKeys(*root, "spec",
+                       {"model", "world_size", "optimizer", "main_params",
+                        "parameters", "param_groups", "clip_grad_norm",
+                        "loss_scaling"})))
     return nullptr;
+  if (const json::Value *clip = root->get("clip_grad_norm"))
+    if (failed(readClipping(*clip)))
+      return nullptr;
+  if (const json::Value *scaling = root->get("loss_scaling"))
+    if (failed(readLossScaling(*scaling)))
+      return nullptr;
   modelName = root->getString("model").value_or("model").str();
   std::optional<int64_t> world = root->getInteger("world_size");
   if (!world || *world < 1 || *world > ::distopt::kMaxWorldSize) {
@@ -322,7 +516,7 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
     error("optimizer") << "expected an object";
     return nullptr;
   }
-  if (failed(readOptimizer(*opt)))
+  if (failed(readOptimizer(*opt, optimizer, "optimizer")))
     return nullptr;
   const json::Array *params = root->getArray("parameters");
   if (!params || params->empty()) {
@@ -347,6 +541,9 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
       return nullptr;
     }
   }
+  if (const json::Value *groupList = root->get("param_groups"))
+    if (failed(readParamGroups(*groupList, *opt)))
+      return nullptr;
   return build();
 }
 
@@ -398,11 +595,27 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   for (auto [i, p] : llvm::enumerate(parameters))
     if (hasMain(p))
       mainArg[i] = addArg(tensorType(p, f32), abi::kMainParam, p.name);
+  // A parameter's optimizer: its group's, or the defaults.
+  auto optimizerOf = [&](size_t i) -> const Optimizer & {
+    return groupOf.empty() || groupOf[i] < 0 ? optimizer : groups[groupOf[i]];
+  };
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Type stateElement = hasMain(p) ? f32 : p.elementType;
-    for (const std::string &state : optimizer.stateNames)
+    for (const std::string &state : optimizerOf(i).stateNames)
       stateArgs[i].push_back(addArg(tensorType(p, stateElement), abi::kState,
                                     p.name + "." + state));
+  }
+  // The loss scale (f32, as torch's GradScaler keeps it) and its growth
+  // tracker are scalar state, fed back and checkpointed.
+  std::optional<size_t> scaleArg, trackerArg;
+  if (lossScaling && lossScaling->dynamic) {
+    scaleArg = addArg(f32, abi::kState, "loss_scale");
+    trackerArg =
+        addArg(builder.getI64Type(), abi::kState, "loss_scale_growth_tracker");
+    NamedAttrList withValue(argAttrs[*scaleArg]);
+    withValue.set("distopt.value",
+                  builder.getF64FloatAttr(lossScaling->initScale));
+    argAttrs[*scaleArg] = withValue.getDictionary(context);
   }
   // f64, as torch.optim keeps it (a Python float): a rate rounded to f32
   // would move every update away from torch's.
@@ -417,12 +630,32 @@ OwningOpRef<ModuleOp> SpecReader::build() {
       resultArgs.push_back(mainArg[i]);
   for (auto &states : stateArgs)
     llvm::append_range(resultArgs, states);
+  if (scaleArg) {
+    resultArgs.push_back(*scaleArg);
+    resultArgs.push_back(*trackerArg);
+  }
   SmallVector<Type> resultTypes;
   SmallVector<DictionaryAttr> resultAttrs;
   for (size_t arg : resultArgs) {
     resultTypes.push_back(argTypes[arg]);
-    resultAttrs.push_back(argAttrs[arg]);
+    NamedAttrList attrs(argAttrs[arg]);
+    attrs.erase("distopt.value"); // an argument's starting value
+    resultAttrs.push_back(attrs.getDictionary(context));
   }
+  // Reported, not fed back: the gradient norm before clipping, and whether
+  // the step was skipped for an overflow.
+  auto addReport = [&](Type type, StringRef role, StringRef name) {
+    resultTypes.push_back(type);
+    NamedAttrList attrs;
+    if (!role.empty())
+      attrs.set(abi::kRole, builder.getStringAttr(role));
+    attrs.set(abi::kName, builder.getStringAttr(name));
+    resultAttrs.push_back(attrs.getDictionary(context));
+  };
+  if (clipping)
+    addReport(f32, "", "grad_norm");
+  if (lossScaling)
+    addReport(builder.getI1Type(), abi::kSkipped, "skipped");
 
   auto func = func::FuncOp::create(
       builder, loc, "step", builder.getFunctionType(argTypes, resultTypes));
@@ -454,38 +687,111 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     reduced[i] = arith::DivFOp::create(builder, paramLoc, sum, worldConst);
   }
 
-  Value lr = body->getArgument(lrArg), step = body->getArgument(stepArg);
+  // Loss scaling: an overflow in any rank's gradient reaches every rank
+  // through the all-reduce (inf + x = inf), so a local check agrees. As
+  // torch's scaler, the scaled gradients are checked, then unscaled.
+  Value finite, scale;
+  if (lossScaling) {
+    finite = AllFiniteOp::create(builder, loc, reduced, /*group=*/nullptr);
+    scale = scaleArg ? Value(body->getArgument(*scaleArg))
+                     : Value(arith::ConstantOp::create(
+                           builder, loc,
+                           builder.getF32FloatAttr(lossScaling->initScale)));
+  }
+  SmallVector<Value> grads(n);
   for (auto [i, p] : llvm::enumerate(parameters)) {
-    Location paramLoc = paramLocs[i];
     size_t target = hasMain(p) ? mainArg[i] : paramArg[i];
     auto targetType = cast<RankedTensorType>(argTypes[target]);
-    Value mean = reduced[i];
+    grads[i] = reduced[i];
     if (hasMain(p))
-      mean = arith::ExtFOp::create(builder, paramLoc, targetType, mean);
+      grads[i] =
+          arith::ExtFOp::create(builder, paramLocs[i], targetType, grads[i]);
+    if (scale)
+      grads[i] = UnscaleOp::create(builder, paramLocs[i], grads[i], scale);
+  }
+  Value norm;
+  if (clipping) {
+    SmallVector<Type> types;
+    for (Value g : grads)
+      types.push_back(g.getType());
+    auto clip = ClipGradNormOp::create(
+        builder, loc, types, f32, grads,
+        builder.getF64FloatAttr(clipping->maxNorm),
+        builder.getF64FloatAttr(clipping->normType), /*group=*/nullptr,
+        /*tensor_bounds=*/nullptr);
+    llvm::copy(clip.getClipped(), grads.begin());
+    norm = clip.getTotalNorm();
+  }
+  // A skipped step leaves parameters and state as they were, bit for bit.
+  auto keepIfSkipped = [&](Value updatedValue, Value old) -> Value {
+    if (!finite)
+      return updatedValue;
+    return arith::SelectOp::create(builder, updatedValue.getLoc(), finite,
+                                   updatedValue, old);
+  };
+
+  Value lr = body->getArgument(lrArg), step = body->getArgument(stepArg);
+  // A group's rate: the step's times its lr_scale, computed once.
+  llvm::DenseMap<const Optimizer *, Value> scaledLr;
+  auto lrOf = [&](const Optimizer &opt) {
+    if (opt.lrScale == 1.0)
+      return lr;
+    Value &scaled = scaledLr[&opt];
+    if (!scaled)
+      scaled = arith::MulFOp::create(
+          builder, loc, lr,
+          arith::ConstantOp::create(builder, loc,
+                                    builder.getF64FloatAttr(opt.lrScale)));
+    return scaled;
+  };
+  for (auto [i, p] : llvm::enumerate(parameters)) {
+    Location paramLoc = paramLocs[i];
+    const Optimizer &opt = optimizerOf(i);
+    size_t target = hasMain(p) ? mainArg[i] : paramArg[i];
+    auto targetType = cast<RankedTensorType>(argTypes[target]);
+    Value mean = grads[i];
 
     SmallVector<Value> operands = {body->getArgument(target), mean};
     for (size_t s : stateArgs[i])
       operands.push_back(body->getArgument(s));
-    operands.push_back(lr);
+    operands.push_back(lrOf(opt));
     operands.push_back(step);
     SmallVector<Type> updateTypes(1 + stateArgs[i].size(), targetType);
-    OperationState state(paramLoc, optimizer.opName);
+    OperationState state(paramLoc, opt.opName);
     state.addOperands(operands);
     state.addTypes(updateTypes);
-    state.addAttributes(optimizer.hyperparameters);
+    state.addAttributes(opt.hyperparameters);
     Operation *update = builder.create(state);
 
-    updated[target] = update->getResult(0);
+    updated[target] =
+        keepIfSkipped(update->getResult(0), body->getArgument(target));
     for (auto [k, s] : llvm::enumerate(stateArgs[i]))
-      updated[s] = update->getResult(1 + k);
+      updated[s] =
+          keepIfSkipped(update->getResult(1 + k), body->getArgument(s));
     if (hasMain(p))
       updated[paramArg[i]] = arith::TruncFOp::create(
-          builder, paramLoc, tensorType(p, p.elementType),
-          update->getResult(0));
+          builder, paramLoc, tensorType(p, p.elementType), updated[target]);
+  }
+  if (scaleArg) {
+    auto next = LossScaleUpdateOp::create(
+        builder, loc, f32, builder.getI64Type(), body->getArgument(*scaleArg),
+        body->getArgument(*trackerArg), finite,
+        builder.getF64FloatAttr(lossScaling->growthFactor),
+        builder.getF64FloatAttr(lossScaling->backoffFactor),
+        builder.getI64IntegerAttr(lossScaling->growthInterval));
+    updated[*scaleArg] = next.getNewScale();
+    updated[*trackerArg] = next.getNewGrowthTracker();
   }
   SmallVector<Value> results;
   for (size_t arg : resultArgs)
     results.push_back(updated[arg]);
+  if (norm)
+    results.push_back(norm);
+  if (finite) {
+    Value yes =
+        arith::ConstantOp::create(builder, loc, builder.getBoolAttr(true));
+    results.push_back(arith::XOrIOp::create(builder, loc, finite, yes));
+  }
   func::ReturnOp::create(builder, loc, results);
 
   // Verifier errors (a hyperparameter out of range, say) are located at the

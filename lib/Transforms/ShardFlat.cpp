@@ -20,8 +20,13 @@ using namespace mlir;
 using namespace mlir::distopt;
 using namespace mlir::distopt::zero;
 
-LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
-                                 unsigned index) {
+/// Elements per alignment unit of the group's parameters.
+static int64_t alignElements(const Update &first, int64_t alignment) {
+  return alignment / getElementBytes(first.paramType().getElementType());
+}
+
+Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
+                                       ArrayRef<Update *> group) {
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
   Location loc = first.op->getLoc();
@@ -31,23 +36,19 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
   // One element layout for every buffer of the group, whatever its type.
   Type paramElement = first.paramType().getElementType();
   Type gradElement = first.reduction.getType().getElementType();
-  int64_t alignElems = alignment / getElementBytes(paramElement);
+  int64_t alignElems = alignElements(first, alignment);
   auto bucketAlignment = [&](Type element) {
     return builder.getI64IntegerAttr(alignElems * getElementBytes(element));
   };
   SmallVector<Type> paramTypes;
   for (Update *u : group)
     paramTypes.push_back(u->paramType());
+  FlatGroup flat;
   int64_t packed;
-  SmallVector<int64_t> offsets = computeBucketOffsets(
+  flat.offsets = computeBucketOffsets(
       paramTypes, alignElems * getElementBytes(paramElement), &packed);
-  int64_t padded = llvm::alignTo(packed, size * alignElems);
-  int64_t shard = padded / size;
-  std::string prefix = ("flat" + Twine(index)).str();
-  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
-                        layoutAttr(builder, group, offsets));
-  NamedAttribute shardOf(builder.getStringAttr("distopt.shard_of"),
-                         builder.getI64IntegerAttr(padded));
+  flat.padded = llvm::alignTo(packed, size * alignElems);
+  flat.shard = flat.padded / size;
 
   // Gradients: this rank's chunk of the reduced flat gradient.
   SmallVector<Value> locals, reducedGrads;
@@ -55,25 +56,43 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
     locals.push_back(u->reduction.getInput());
     reducedGrads.push_back(u->reduction.getResult());
   }
-  Value gradShard;
   if (stage >= 2) {
     auto bucket =
-        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
+        BucketPackOp::create(builder, loc, flatType(flat.padded, gradElement),
                              locals, bucketAlignment(gradElement));
-    gradShard = ReduceScatterOp::create(
-        builder, loc, flatType(shard, gradElement), bucket, groupRef,
+    flat.grad = ReduceScatterOp::create(
+        builder, loc, flatType(flat.shard, gradElement), bucket, groupRef,
         first.reduction.getWireTypeAttr(), first.reduction.getReductionAttr(),
         first.reduction.getScaleAttr());
   } else {
     auto bucket =
-        BucketPackOp::create(builder, loc, flatType(padded, gradElement),
+        BucketPackOp::create(builder, loc, flatType(flat.padded, gradElement),
                              reducedGrads, bucketAlignment(gradElement));
-    gradShard = ShardSliceOp::create(builder, loc, flatType(shard, gradElement),
-                                     bucket, groupRef);
+    flat.grad = ShardSliceOp::create(
+        builder, loc, flatType(flat.shard, gradElement), bucket, groupRef);
   }
-  if (first.convert)
-    gradShard =
-        convertGradient(builder, loc, gradShard, flatType(shard, paramElement));
+  return flat;
+}
+
+void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
+                         unsigned index, const FlatGroup &flat) {
+  Update &first = *group.front();
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Location loc = first.op->getLoc();
+  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
+  Type paramElement = first.paramType().getElementType();
+  Type gradElement = first.reduction.getType().getElementType();
+  int64_t alignElems = alignElements(first, alignment);
+  auto bucketAlignment = [&](Type element) {
+    return builder.getI64IntegerAttr(alignElems * getElementBytes(element));
+  };
+  int64_t padded = flat.padded, shard = flat.shard;
+  Value gradShard = flat.grad;
+  std::string prefix = ("flat" + Twine(index)).str();
+  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
+                        layoutAttr(builder, group, flat.offsets));
+  NamedAttribute shardOf(builder.getStringAttr("distopt.shard_of"),
+                         builder.getI64IntegerAttr(padded));
 
   // Parameters: main parameters are state; plain ones are sharded at stage 3.
   Value paramShard;
@@ -112,12 +131,19 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
     result.setType(flatType(
         shard, cast<RankedTensorType>(result.getType()).getElementType()));
 
+  // A skipped step keeps the old chunks, as the selects kept the tensors.
+  auto kept = [&](Value updated, Value old) -> Value {
+    if (!first.keep)
+      return updated;
+    return arith::SelectOp::create(builder, loc, first.keep, updated, old);
+  };
   auto resultAttrs = [&](BlockArgument arg) {
     return func.getArgAttrDict(arg.getArgNumber());
   };
   for (auto [k, arg] : llvm::enumerate(stateShards))
-    newResults.push_back({update->getResult(1 + k), resultAttrs(arg)});
-  Value newParam = update->getResult(0);
+    newResults.push_back(
+        {kept(update->getResult(1 + k), arg), resultAttrs(arg)});
+  Value newParam = kept(update->getResult(0), paramShard);
   if (first.paramIsMain || stage == 3)
     newResults.push_back(
         {newParam, resultAttrs(cast<BlockArgument>(paramShard))});
@@ -137,13 +163,18 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
   };
   // Stage 3: where the step itself uses a parameter (a forward pass, say),
   // the parameter is gathered from the shards just before its first use.
+  // The selects that kept the old tensors go with the updates.
+  auto replaced = [&](Operation *user) {
+    return llvm::any_of(
+        group, [&](Update *u) { return llvm::is_contained(u->selects, user); });
+  };
   auto gatherAtUses = [&](Value chunk, ArrayRef<Value> fulls,
                           ArrayRef<Operation *> updates) {
     Block &entry = func.getBody().front();
     Operation *firstUse = nullptr;
     for (auto [full, update] : llvm::zip_equal(fulls, updates))
       for (Operation *user : full.getUsers())
-        if (user != update)
+        if (user != update && !replaced(user))
           if (Operation *inEntry = entry.findAncestorOpInBlock(*user))
             if (!firstUse || inEntry->isBeforeInBlock(firstUse))
               firstUse = inEntry;
@@ -161,8 +192,9 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
     for (auto [full, update, now] :
          llvm::zip_equal(fulls, updates, unpack.getResults())) {
       Operation *updateOp = update; // lambdas capture no structured bindings
-      Value(full).replaceUsesWithIf(
-          now, [&](OpOperand &use) { return use.getOwner() != updateOp; });
+      Value(full).replaceUsesWithIf(now, [&](OpOperand &use) {
+        return use.getOwner() != updateOp && !replaced(use.getOwner());
+      });
     }
   };
   if (stage == 3 && !first.paramIsMain) {
@@ -204,19 +236,8 @@ LogicalResult Sharder::shardFlat(func::FuncOp func, ArrayRef<Update *> group,
   } else if (stage < 3) {
     SmallVector<Value> params;
     for (Update *u : group)
-      params.push_back(u->op->getResult(0));
+      params.push_back(u->selects.empty() ? u->op->getResult(0)
+                                          : u->selects.front().getResult());
     gatherInto(newParam, params);
   }
-
-  // Users before producers. At stage 1 the reductions feed the new bucket.
-  for (Update *u : group) {
-    for (arith::TruncFOp trunc : u->downcasts)
-      toErase.push_back(trunc);
-    toErase.push_back(u->op);
-    if (u->convert)
-      toErase.push_back(u->convert);
-    if (stage >= 2)
-      toErase.push_back(u->reduction);
-  }
-  return success();
 }

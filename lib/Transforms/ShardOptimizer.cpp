@@ -28,6 +28,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/STLExtras.h"
 
@@ -122,6 +123,10 @@ struct ShardOptimizerPass
 
 private:
   FailureOr<Update> analyze(func::FuncOp func, Operation *op);
+  LogicalResult checkSpanningOps(ArrayRef<Update> updates);
+  void shardFlat(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
+                 Sharder &sharder);
+  LogicalResult restoreDominance(func::FuncOp func);
 };
 
 } // namespace
@@ -162,42 +167,115 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   u.param = cast<BlockArgument>(param);
   u.paramIsMain = role == abi::kMainParam;
   u.name = abi::getArgName(func, u.param.getArgNumber());
-  // A main parameter is optimizer state; a model parameter may have other
-  // uses (at stage 3 they are given the parameter gathered from its shards).
-  if (u.paramIsMain && !u.param.hasOneUse())
-    return fail("its main parameter has other uses than the update");
 
+  // The gradient: reduced, then possibly converted, unscaled and clipped;
+  // each step on the way has no other use (the reduction's are below).
   Value grad = op->getOperand(1);
+  auto onlyLink = [](Value v) {
+    return v.hasOneUse() || v.getDefiningOp<AllReduceOp>();
+  };
+  if (!onlyLink(grad))
+    return fail("its gradient has other uses than the update");
+  if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
+    if (clip.getGroupAttr())
+      return fail("its gradient is clipped over a group already (the "
+                  "step is sharded by hand)");
+    u.clip = clip;
+    u.clipIndex = cast<OpResult>(grad).getResultNumber();
+    grad = clip.getInputs()[u.clipIndex];
+    if (!onlyLink(grad))
+      return fail("the gradient it clips has other uses than the clipping");
+  }
+  if (auto unscale = grad.getDefiningOp<UnscaleOp>()) {
+    // The scale must not depend on what sharding moves.
+    if (!isEntryArg(unscale.getScale()) &&
+        !matchPattern(unscale.getScale(), m_Constant()))
+      return fail("its gradient is unscaled by a value that is neither a "
+                  "step argument nor a constant");
+    u.unscale = unscale;
+    grad = unscale.getInput();
+    if (!onlyLink(grad))
+      return fail("the gradient it unscales has other uses");
+  }
   if (isa_and_present<arith::ExtFOp, arith::TruncFOp>(grad.getDefiningOp())) {
     u.convert = grad.getDefiningOp();
     grad = u.convert->getOperand(0);
+    if (!onlyLink(grad))
+      return fail("the gradient it converts has other uses");
   }
   u.reduction = grad.getDefiningOp<AllReduceOp>();
   if (!u.reduction)
-    return fail("its gradient must come straight from a distopt.all_reduce "
-                "(possibly through arith.extf or arith.truncf): run "
+    return fail("its gradient must come from a distopt.all_reduce, possibly "
+                "through arith.extf or arith.truncf, distopt.unscale and "
+                "distopt.clip_grad_norm: run "
                 "--distopt-fuse-div-into-allreduce before this pass and "
                 "--distopt-bucketize after it");
-  if (!u.reduction->hasOneUse() || (u.convert && !u.convert->hasOneUse()))
-    return fail("its reduced gradient has other uses than the update");
+  // Besides the chain to the update, the reduced gradient may be checked
+  // for overflow.
+  for (Operation *user : u.reduction->getUsers()) {
+    if (user == op || user == u.convert || user == u.unscale || user == u.clip)
+      continue;
+    auto check = dyn_cast<AllFiniteOp>(user);
+    if (!check || (u.finiteCheck && u.finiteCheck != check))
+      return fail("its reduced gradient has other uses than the update and "
+                  "one distopt.all_finite");
+    u.finiteCheck = check;
+  }
+
+  // A new value, possibly kept only if `keep` holds: arith.select %keep,
+  // new, old. Returns what stands for the new value afterwards.
+  auto keptValue = [&](Value updated, Value old) -> FailureOr<Value> {
+    if (!updated.hasOneUse())
+      return updated;
+    auto select = dyn_cast<arith::SelectOp>(*updated.user_begin());
+    if (!select || select.getTrueValue() != updated ||
+        select.getFalseValue() != old || !isa<TensorType>(select.getType()))
+      return updated;
+    if (u.keep && u.keep != select.getCondition())
+      return failure();
+    u.keep = select.getCondition();
+    u.selects.push_back(select);
+    return select.getResult();
+  };
+  // The old values are read only by the update and the selects.
+  auto onlyUpdated = [&](Value old) {
+    return llvm::all_of(old.getUsers(), [&](Operation *user) {
+      return user == op || llvm::is_contained(u.selects, user);
+    });
+  };
 
   unsigned numState = op->getNumOperands() - 4;
   for (unsigned k = 0; k < numState; ++k) {
     Value state = op->getOperand(2 + k);
     if (!isEntryArg(state) ||
         abi::getArgRole(func, cast<BlockArgument>(state).getArgNumber()) !=
-            abi::kState ||
-        !state.hasOneUse())
+            abi::kState)
       return fail("state operand #" + Twine(k) +
-                  " must be a step argument with role state used only by "
-                  "this update");
+                  " must be a step argument with role state");
     u.state.push_back(cast<BlockArgument>(state));
   }
-  for (unsigned k = 1; k < op->getNumResults(); ++k)
-    if (!onlyReturned(op->getResult(k)))
-      return fail("its new state must only be returned");
+  FailureOr<Value> newParam = keptValue(op->getResult(0), u.param);
+  if (failed(newParam))
+    return fail("its results are kept under different conditions");
+  for (unsigned k = 1; k < op->getNumResults(); ++k) {
+    FailureOr<Value> newState = keptValue(op->getResult(k), u.state[k - 1]);
+    if (failed(newState))
+      return fail("its results are kept under different conditions");
+    if (!onlyReturned(*newState))
+      return fail("its new state must only be returned (or kept by "
+                  "arith.select and returned)");
+    if (!onlyUpdated(u.state[k - 1]))
+      return fail("state operand #" + Twine(k - 1) +
+                  " has other uses than the update");
+  }
+  // A main parameter is optimizer state; a model parameter may have other
+  // uses (at stage 3 they are given the parameter gathered from its shards).
+  if (u.paramIsMain && !onlyUpdated(u.param))
+    return fail("its main parameter has other uses than the update");
+  if (u.keep && u.selects.size() != op->getNumResults())
+    return fail("only some of its results are kept by arith.select");
 
-  for (Operation *user : op->getResult(0).getUsers()) {
+  for (Operation *user : (*newParam).getUsers()) {
     if (isa<func::ReturnOp>(user))
       continue;
     auto trunc = dyn_cast<arith::TruncFOp>(user);
@@ -224,6 +302,183 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   return u;
 }
 
+/// What spans several updates (the overflow check, clipping by the global
+/// norm) is rebuilt from their chunks: it must take nothing else, and the
+/// greedy strategy does not rebuild it.
+LogicalResult ShardOptimizerPass::checkSpanningOps(ArrayRef<Update> updates) {
+  llvm::SmallDenseMap<Operation *, unsigned> readers;
+  for (const Update &u : updates) {
+    if (u.clip)
+      ++readers[u.clip];
+    if (u.finiteCheck)
+      ++readers[u.finiteCheck];
+    bool composed = u.clip || u.finiteCheck || u.unscale || u.keep;
+    if (composed && strategy == ZeroStrategy::Greedy)
+      return u.op->emitError()
+             << "cannot shard '" << u.op->getName()
+             << "' with strategy=greedy: its gradient is unscaled, clipped "
+                "or checked for overflow, which only strategy=flat shards";
+    if (u.keep && (!u.finiteCheck || u.keep != u.finiteCheck->getResult(0)))
+      return u.op->emitError()
+             << "cannot shard '" << u.op->getName()
+             << "': its results are kept by arith.select under a condition "
+                "other than the distopt.all_finite of its gradient";
+  }
+  for (auto [op, count] : readers) {
+    if (op->getNumOperands() == count)
+      continue;
+    InFlightDiagnostic diag = op->emitError()
+                              << "cannot shard '" << op->getName()
+                              << "': " << op->getNumOperands() - count
+                              << " of its " << op->getNumOperands()
+                              << " inputs are not gradients of the updates "
+                                 "being sharded";
+    return diag;
+  }
+  return success();
+}
+
+void ShardOptimizerPass::shardFlat(func::FuncOp func,
+                                   ArrayRef<SmallVector<Update *>> groups,
+                                   Sharder &sharder) {
+  // Every group's gradient chunk first.
+  SmallVector<Sharder::FlatGroup> flats;
+  for (ArrayRef<Update *> group : groups)
+    flats.push_back(sharder.reduceFlat(func, group));
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Location loc = groups.front().front()->op->getLoc();
+  FlatSymbolRefAttr groupRef = groups.front().front()->reduction.getGroupAttr();
+  // Spanning ops, each over the chunks of the groups it read: `chunk(g)`
+  // is group g's input to the op.
+  auto rebuild = [&](Operation *op, auto chunk, auto create) {
+    SmallVector<Value> inputs;
+    SmallVector<unsigned> members;
+    for (auto [g, group] : llvm::enumerate(groups))
+      if (group.front()->finiteCheck == op || group.front()->clip == op) {
+        inputs.push_back(chunk(g));
+        members.push_back(g);
+      }
+    create(inputs, members);
+  };
+  SetVector<Operation *> finiteChecks, clips;
+  for (ArrayRef<Update *> group : groups) {
+    if (group.front()->finiteCheck)
+      finiteChecks.insert(group.front()->finiteCheck);
+    if (group.front()->clip)
+      clips.insert(group.front()->clip);
+  }
+  // The overflow check of the reduced chunks, agreed over the group (only
+  // the owner of a poisoned chunk sees the inf).
+  for (Operation *op : finiteChecks)
+    rebuild(
+        op, [&](unsigned g) { return flats[g].grad; },
+        [&](ArrayRef<Value> inputs, ArrayRef<unsigned>) {
+          Value ok =
+              AllFiniteOp::create(builder, op->getLoc(), inputs, groupRef);
+          for (ArrayRef<Update *> group : groups)
+            for (Update *u : group)
+              if (u->keep == op->getResult(0))
+                u->keep = ok;
+          op->getResult(0).replaceAllUsesWith(ok);
+        });
+  // Converted and unscaled, like the updates' gradients.
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    Update &first = *group.front();
+    Sharder::FlatGroup &flat = flats[g];
+    if (first.convert)
+      flat.grad = convertGradient(
+          builder, loc, flat.grad,
+          flatType(flat.shard, first.paramType().getElementType()));
+    if (first.unscale)
+      flat.grad = UnscaleOp::create(builder, first.unscale.getLoc(), flat.grad,
+                                    first.unscale.getScale());
+  }
+  // Clipped by the global norm: the partial norms of the chunks combined
+  // over the group (one scalar all-reduce), each element counted once.
+  for (Operation *op : clips) {
+    auto clip = cast<ClipGradNormOp>(op);
+    rebuild(
+        op, [&](unsigned g) { return flats[g].grad; },
+        [&](ArrayRef<Value> inputs, ArrayRef<unsigned> members) {
+          SmallVector<Type> types;
+          for (Value v : inputs)
+            types.push_back(v.getType());
+          // Where each tensor lies in its group's flat buffer: its norm is
+          // combined across the chunks before it is rounded, as unsharded.
+          SmallVector<Attribute> bounds;
+          for (unsigned g : members) {
+            SmallVector<int64_t> pairs;
+            for (auto [u, offset] :
+                 llvm::zip_equal(groups[g], flats[g].offsets)) {
+              pairs.push_back(offset);
+              pairs.push_back(offset + u->numel());
+            }
+            bounds.push_back(builder.getDenseI64ArrayAttr(pairs));
+          }
+          auto sharded = ClipGradNormOp::create(
+              builder, clip.getLoc(), types, clip.getTotalNorm().getType(),
+              inputs, clip.getMaxNormAttr(), clip.getNormTypeAttr(), groupRef,
+              builder.getArrayAttr(bounds));
+          for (auto [k, g] : llvm::enumerate(members))
+            flats[g].grad = sharded.getClipped()[k];
+          clip.getTotalNorm().replaceAllUsesWith(sharded.getTotalNorm());
+        });
+  }
+  for (auto [index, group] : llvm::enumerate(groups))
+    sharder.updateFlat(func, group, index, flats[index]);
+
+  // Users before producers. At stage 1 the reductions feed the new bucket.
+  SetVector<Operation *> erase;
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group) {
+      erase.insert(u->downcasts.begin(), u->downcasts.end());
+      erase.insert(u->selects.begin(), u->selects.end());
+      erase.insert(u->op);
+    }
+  erase.insert(clips.begin(), clips.end());
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group)
+      if (u->unscale)
+        erase.insert(u->unscale);
+  erase.insert(finiteChecks.begin(), finiteChecks.end());
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group) {
+      if (u->convert)
+        erase.insert(u->convert);
+      if (stage >= 2)
+        erase.insert(u->reduction);
+    }
+  sharder.toErase.append(erase.begin(), erase.end());
+}
+
+/// Users of the rebuilt overflow check (the loss scale's update, the
+/// skipped flag) now read a value computed at the end of the step: they
+/// move there, in order. Only ops without side effects may move.
+LogicalResult ShardOptimizerPass::restoreDominance(func::FuncOp func) {
+  Block &entry = func.getBody().front();
+  Operation *terminator = entry.getTerminator();
+  SmallVector<Operation *> late;
+  for (Operation &op : entry.without_terminator()) {
+    bool usesLater = llvm::any_of(op.getOperands(), [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      return def && def->getBlock() == &entry &&
+             (op.isBeforeInBlock(def) || llvm::is_contained(late, def));
+    });
+    if (!usesLater)
+      continue;
+    if (!isMemoryEffectFree(&op))
+      return op.emitError()
+             << "cannot shard: '" << op.getName()
+             << "' reads the sharded overflow check or norm before they "
+                "are computed, and has side effects, so it cannot move "
+                "after them";
+    late.push_back(&op);
+  }
+  for (Operation *op : late)
+    op->moveBefore(terminator);
+  return success();
+}
+
 void ShardOptimizerPass::runOnOperation() {
   func::FuncOp func = getOperation();
   if (func.isExternal())
@@ -246,7 +501,7 @@ void ShardOptimizerPass::runOnOperation() {
     return;
   }
 
-  SmallVector<Update> updates;
+  SmallVector<Update, 0> updates;
   bool ok = true;
   for (Operation *op : ops) {
     if (op->getParentOp() != func) {
@@ -285,7 +540,11 @@ void ShardOptimizerPass::runOnOperation() {
            a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
            a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&
            a.reduction.getScaleAttr() == b.reduction.getScaleAttr() &&
-           a.reduction.getWireTypeAttr() == b.reduction.getWireTypeAttr();
+           a.reduction.getWireTypeAttr() == b.reduction.getWireTypeAttr() &&
+           (a.unscale ? a.unscale.getScale() : Value()) ==
+               (b.unscale ? b.unscale.getScale() : Value()) &&
+           a.clip == b.clip && a.finiteCheck == b.finiteCheck &&
+           a.keep == b.keep;
   };
   SmallVector<SmallVector<Update *>> groups;
   for (Update &u : updates) {
@@ -298,21 +557,26 @@ void ShardOptimizerPass::runOnOperation() {
       it->push_back(&u);
   }
 
+  if (failed(checkSpanningOps(updates)))
+    return signalPassFailure();
   Sharder sharder(stage, alignment);
   unsigned firstNewArg = func.getNumArguments();
-  for (auto [index, group] : llvm::enumerate(groups)) {
-    LogicalResult result = strategy == ZeroStrategy::Flat
-                               ? sharder.shardFlat(func, group, index)
-                               : sharder.shardGreedy(func, group, index);
-    if (failed(result))
-      return signalPassFailure();
+  if (strategy == ZeroStrategy::Flat) {
+    shardFlat(func, groups, sharder);
+  } else {
+    for (auto [index, group] : llvm::enumerate(groups))
+      if (failed(sharder.shardGreedy(func, group, index)))
+        return signalPassFailure();
   }
 
   // The old per-parameter results, and arguments that nothing uses anymore.
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   llvm::BitVector deadResults(ret.getNumOperands());
   for (Update &u : updates) {
-    for (Value v : u.op->getResults())
+    SmallVector<Value> replaced(u.op->getResults());
+    for (arith::SelectOp select : u.selects)
+      replaced.push_back(select.getResult());
+    for (Value v : replaced)
       for (OpOperand &use : v.getUses())
         if (use.getOwner() == ret)
           deadResults.set(use.getOperandNumber());
@@ -332,6 +596,8 @@ void ShardOptimizerPass::runOnOperation() {
   ret.erase();
   for (Operation *op : sharder.toErase)
     op->erase();
+  if (failed(restoreDominance(func)))
+    return signalPassFailure();
   (void)func.eraseResults(deadResults);
   for (Sharder::NewResult &r : sharder.newResults)
     (void)func.insertResult(func.getNumResults(), r.value.getType(), r.attrs);

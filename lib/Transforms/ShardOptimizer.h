@@ -29,6 +29,18 @@ struct Update {
   /// (arith.extf to an fp32 main parameter, arith.truncf from a reduction
   /// widened by --distopt-widen-reductions).
   Operation *convert = nullptr;
+  /// Optional, between the reduction (and convert) and the update: the
+  /// gradient unscaled by a loss scale, then clipped by the global norm of
+  /// all gradients (input `clipIndex` of `clip`).
+  UnscaleOp unscale;
+  ClipGradNormOp clip;
+  unsigned clipIndex = 0;
+  /// Optional: the overflow check that reads the reduced gradient, and the
+  /// condition under which the update is kept (arith.select %keep, new,
+  /// old on each new value; `selects` are those selects).
+  AllFiniteOp finiteCheck;
+  Value keep;
+  SmallVector<arith::SelectOp> selects;
   SmallVector<BlockArgument> state;
   SmallVector<arith::TruncFOp> downcasts; // new main param -> model param
   BlockArgument modelParam; // with main params: the model copy (stage 3)
@@ -59,9 +71,19 @@ public:
       : stage(stage), alignment(alignment) {}
 
   /// flat (DeepSpeed, Megatron): one flat buffer padded to N chunks, rank r
-  /// owns chunk r (ShardFlat.cpp).
-  LogicalResult shardFlat(func::FuncOp func, ArrayRef<Update *> group,
-                          unsigned index);
+  /// owns chunk r (ShardFlat.cpp). In two halves, so that what spans all
+  /// groups (the overflow check, clipping by the global norm) is computed
+  /// from every group's gradient chunk before any group updates:
+  /// reduceFlat leaves this rank's chunk of the reduced gradient in
+  /// `FlatGroup::grad`, updateFlat updates the chunk from `grad`.
+  struct FlatGroup {
+    int64_t padded = 0, shard = 0;
+    SmallVector<int64_t> offsets;
+    Value grad;
+  };
+  FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group);
+  void updateFlat(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
+                  const FlatGroup &flat);
   /// greedy (ZeroRedundancyOptimizer, OSS): whole parameters to the least
   /// loaded rank, updated under owned_by and broadcast (ShardGreedy.cpp).
   LogicalResult shardGreedy(func::FuncOp func, ArrayRef<Update *> group,

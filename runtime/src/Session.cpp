@@ -553,7 +553,15 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
     else
       _mlir_memref_to_llvm_free(allocation);
   }
-  ++session->stepsDone;
+  // A skipped step (an overflow under loss scaling) is not counted, as
+  // torch's GradScaler does not call optimizer.step(): the next step takes
+  // the same step number.
+  bool skipped = false;
+  for (size_t k = 0; k < abi.results.size(); ++k)
+    if (abi.results[k].role == step::Role::Skipped && session->scalars[k] != 0)
+      skipped = true;
+  if (!skipped)
+    ++session->stepsDone;
   return DISTOPT_RT_OK;
 }
 

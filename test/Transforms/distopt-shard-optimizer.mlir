@@ -71,11 +71,11 @@
 // parameter's f32 or the f32 parameter's own type.
 // F64: %[[WB:.*]] = distopt.bucket_pack %{{.*}} : tensor<8x4xf64> -> tensor<64xf64>
 // F64: %[[WS:.*]] = distopt.reduce_scatter avg %[[WB]] on @world : tensor<64xf64> -> tensor<16xf64>
-// F64: %[[WT:.*]] = arith.truncf %[[WS]] : tensor<16xf64> to tensor<16xf32>
-// F64: distopt.adamw_update %{{.*}}, %[[WT]]
 // F64: %[[BB:.*]] = distopt.bucket_pack %{{.*}} : tensor<8xf64> -> tensor<64xf64>
 // F64: %[[BS:.*]] = distopt.reduce_scatter avg %[[BB]] on @world : tensor<64xf64> -> tensor<16xf64>
+// F64: %[[WT:.*]] = arith.truncf %[[WS]] : tensor<16xf64> to tensor<16xf32>
 // F64: %[[BT:.*]] = arith.truncf %[[BS]] : tensor<16xf64> to tensor<16xf32>
+// F64: distopt.adamw_update %{{.*}}, %[[WT]]
 // F64: distopt.adamw_update %{{.*}}, %[[BT]]
 
 // FLAT1-LABEL: func.func @step
@@ -94,13 +94,15 @@
 // FLAT1-NOT: distopt.all_reduce
 // FLAT1: return
 //
-// Stage 2: one reduce_scatter of the packed local gradients per layout.
+// Stage 2: one reduce_scatter of the packed local gradients per layout,
+// every layout's before any update (what spans them, a global norm, needs
+// them all).
 // FLAT2-LABEL: func.func @step
 // FLAT2-NOT: distopt.all_reduce
 // FLAT2: %[[P:.*]] = distopt.bucket_pack %{{.*}} {alignment = 32 : i64} : tensor<8x4xbf16> -> tensor<64xbf16>
 // FLAT2: distopt.reduce_scatter avg %[[P]] on @world : tensor<64xbf16> -> tensor<16xbf16>
-// FLAT2: distopt.all_gather
 // FLAT2: distopt.reduce_scatter avg %{{.*}} on @world : tensor<64xf32> -> tensor<16xf32>
+// FLAT2: distopt.all_gather
 // FLAT2-NOT: distopt.all_reduce
 // FLAT2: return
 //
@@ -149,7 +151,7 @@
 
 distopt.process_group @dp size 2
 func.func @unreduced(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient must come straight from a distopt.all_reduce (possibly through arith.extf or arith.truncf): run --distopt-fuse-div-into-allreduce before this pass and --distopt-bucketize after it}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient must come from a distopt.all_reduce, possibly through arith.extf or arith.truncf, distopt.unscale and distopt.clip_grad_norm: run --distopt-fuse-div-into-allreduce before this pass and --distopt-bucketize after it}}
   %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }
@@ -182,7 +184,7 @@ distopt.process_group @dp size 2
 func.func @state_not_argument(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> (tensor<4xf32>, tensor<4xf32>) {
   %b = arith.constant dense<0.0> : tensor<4xf32>
   %r = distopt.all_reduce avg %g on @dp : tensor<4xf32>
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': state operand #0 must be a step argument with role state used only by this update}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': state operand #0 must be a step argument with role state}}
   %p1, %b1 = distopt.sgd_update %p, %r state(%b) lr(%lr) step(%t) {momentum = 0.9} : tensor<4xf32>, f32
   return %p1, %b1 : tensor<4xf32>, tensor<4xf32>
 }
@@ -212,3 +214,4 @@ func.func @nested(%c: i1, %p: tensor<4xf32> {distopt.role = "param"}, %g: tensor
   }
   return %out : tensor<4xf32>
 }
+

@@ -192,9 +192,13 @@ public:
       return;
     if (run.rank == 0) {
       llvm::outs() << "step " << step << "/" << lastStep;
+      llvm::outs() << ":";
       if (!run.losses.empty())
-        llvm::outs() << ": loss " << llvm::format("%.6f", run.losses.back())
+        llvm::outs() << " loss " << llvm::format("%.6f", run.losses.back())
                      << ",";
+      llvm::outs() << " lr "
+                   << llvm::format("%.6g", distopt_session_lr(run.session))
+                   << ",";
       for (const auto &[label, value] : run.scalars)
         llvm::outs() << " " << label << " " << llvm::format("%.6g", value)
                      << ",";

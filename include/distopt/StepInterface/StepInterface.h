@@ -36,6 +36,8 @@ enum class Role {
   LearningRate, // the learning rate, a float scalar
   Step,         // the 1-based step number, i64
   Loss,         // a loss the step computes (results only)
+  Skipped,      // i1: the step found an overflow and changed nothing
+                // (results only; the step counter does not advance)
 };
 
 /// The spelling of `role` in IR attributes and the interface ("param", ...);

@@ -298,9 +298,18 @@ def ShardOptimizerPass
 
     The updates must have the shape the importer produces: parameter and
     state arguments used only by the update, a gradient from an all_reduce
-    (through `arith.extf` for main parameters), results only returned
-    (through `arith.truncf` for model copies). Anything else is an error at
-    the update, never silently left unsharded. A step compiled for one rank
+    (through `arith.extf` for main parameters, `distopt.unscale` by a step
+    argument or constant, and `distopt.clip_grad_norm` over gradients of
+    the updates), results only returned (through `arith.select` on the
+    gradients' `distopt.all_finite`, and `arith.truncf` for model copies).
+    With `strategy=flat`, every group's gradient chunk is reduced first; the
+    overflow check and the clipping are then rebuilt over the chunks `on`
+    the group (one scalar reduction each; the norm's `tensor_bounds` make
+    each tensor's norm that of the whole tensor, so the step stays bit for
+    bit the unsharded one), each chunk's update is kept only if all were
+    finite, and what reads the check (the loss scale's update) moves after
+    it. `strategy=greedy` refuses such updates. Anything else is an error
+    at the update, never silently left unsharded. A step compiled for one rank
     (`distopt.world_size = 1`) has nothing to shard: the pass leaves it and
     warns.
   }];

@@ -198,17 +198,21 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       return arith::MulFOp::create(nb, l, x, x);
     return math::PowFOp::create(nb, l, x, pValue);
   };
+  // Sum of |x|^p (or max |x|) over a tensor, in f64.
+  auto partial = [&](Value tensor) {
+    return reduceAll(
+        b, loc, tensor, zero,
+        [&](OpBuilder &nb, Location l, Value x, Value acc) {
+          Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
+          if (isInf)
+            return arith::MaximumFOp::create(nb, l, acc, a).getResult();
+          return arith::AddFOp::create(nb, l, acc, power(nb, l, a)).getResult();
+        });
+  };
+  // One tensor's contribution to the outer sum: its norm, rounded to f32
+  // as torch keeps each tensor's norm, to the p-th power (or the norm).
   Value outer = zero;
-  for (Value input : op.getInputs()) {
-    Value inner =
-        reduceAll(b, loc, input, zero,
-                  [&](OpBuilder &nb, Location l, Value x, Value acc) -> Value {
-                    Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
-                    if (isInf)
-                      return arith::MaximumFOp::create(nb, l, acc, a);
-                    return arith::AddFOp::create(nb, l, acc, power(nb, l, a));
-                  });
-    // torch keeps each tensor's norm as an f32 tensor.
+  auto addTensor = [&](Value inner) {
     Value norm =
         isInf ? inner : Value(math::PowFOp::create(b, loc, inner, invP));
     Value rounded = arith::TruncFOp::create(b, loc, f32, norm);
@@ -217,10 +221,50 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
         isInf
             ? Value(arith::MaximumFOp::create(b, loc, outer, norm))
             : Value(arith::AddFOp::create(b, loc, outer, power(b, loc, norm)));
+  };
+  ReductionKind combine = isInf ? ReductionKind::Max : ReductionKind::Sum;
+  if (ArrayAttr bounds = op.getTensorBoundsAttr()) {
+    // Each tensor's part in this rank's chunk [r * S, (r + 1) * S): its
+    // partial sums, combined over the group in one reduction, then each
+    // tensor's norm as without sharding.
+    Value rank = rankOf(b, loc, op, op.getGroupAttr());
+    auto index = [&](int64_t v) {
+      return arith::ConstantIndexOp::create(b, loc, v);
+    };
+    SmallVector<Value> partials;
+    for (auto [input, attr] : llvm::zip_equal(op.getInputs(), bounds)) {
+      int64_t length = cast<RankedTensorType>(input.getType()).getDimSize(0);
+      Value first = arith::MulIOp::create(b, loc, rank, index(length));
+      auto local = [&](int64_t at) {
+        Value offset = arith::SubIOp::create(b, loc, index(at), first);
+        Value low = arith::MaxSIOp::create(b, loc, offset, index(0));
+        return arith::MinSIOp::create(b, loc, low, index(length)).getResult();
+      };
+      ArrayRef<int64_t> pairs = cast<DenseI64ArrayAttr>(attr).asArrayRef();
+      for (size_t k = 0; k + 1 < pairs.size(); k += 2) {
+        Value begin = local(pairs[k]), end = local(pairs[k + 1]);
+        Value size = arith::SubIOp::create(b, loc, end, begin);
+        OpFoldResult offsets[] = {begin}, sizes[] = {size},
+                     strides[] = {b.getIndexAttr(1)};
+        Value part = tensor::ExtractSliceOp::create(b, loc, input, offsets,
+                                                    sizes, strides);
+        partials.push_back(partial(part));
+      }
+    }
+    auto type = RankedTensorType::get({(int64_t)partials.size()}, f64);
+    Value all = tensor::FromElementsOp::create(b, loc, type, partials);
+    Value reduced = AllReduceOp::create(
+        b, loc, type, all, op.getGroupAttr(), /*wire_type=*/nullptr,
+        ReductionKindAttr::get(b.getContext(), combine), /*scale=*/nullptr);
+    for (size_t k = 0; k < partials.size(); ++k)
+      addTensor(
+          tensor::ExtractOp::create(b, loc, reduced, ValueRange{index(k)}));
+  } else {
+    for (Value input : op.getInputs())
+      addTensor(partial(input));
+    if (FlatSymbolRefAttr group = op.getGroupAttr())
+      outer = allReduceScalar(b, loc, outer, group, combine);
   }
-  if (FlatSymbolRefAttr group = op.getGroupAttr())
-    outer = allReduceScalar(b, loc, outer, group,
-                            isInf ? ReductionKind::Max : ReductionKind::Sum);
   Value total =
       isInf ? outer : Value(math::PowFOp::create(b, loc, outer, invP));
   Value total32 = arith::TruncFOp::create(b, loc, f32, total);

@@ -585,3 +585,29 @@ func.func @clip_norm_type(%g: tensor<4xf32>) {
   %c, %n = distopt.clip_grad_norm %g max_norm 1.0 {norm_type = -2.0} : tensor<4xf32> -> f32
   return
 }
+
+// -----
+
+func.func @clip_bounds_without_group(%g: tensor<4xf32>) {
+  // expected-error @+1 {{tensor_bounds describe shards: they need a group}}
+  %c, %n = distopt.clip_grad_norm %g max_norm 1.0 {tensor_bounds = [array<i64: 0, 4>]} : tensor<4xf32> -> f32
+  return
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @clip_bounds_count(%g: tensor<4xf32>) {
+  // expected-error @+1 {{has 2 tensor_bounds arrays for 1 inputs}}
+  %c, %n = distopt.clip_grad_norm %g max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 4>, array<i64: 4, 8>]} : tensor<4xf32> -> f32
+  return
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @clip_bounds_overlap(%g: tensor<4xf32>) {
+  // expected-error @+1 {{tensor_bounds of input #0 must be [begin, end) pairs, sorted and disjoint}}
+  %c, %n = distopt.clip_grad_norm %g max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 5, 4, 8>]} : tensor<4xf32> -> f32
+  return
+}

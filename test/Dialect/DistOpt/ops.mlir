@@ -156,5 +156,7 @@ func.func @clipping(%g0: tensor<256xf32>, %g1: tensor<64xf32>) -> (tensor<256xf3
   %c0, %c1, %n = distopt.clip_grad_norm %g0, %g1 max_norm 1.0 on @dp : tensor<256xf32>, tensor<64xf32> -> f32
   // CHECK: distopt.clip_grad_norm %{{.*}} max_norm 5.000000e-01 {norm_type = 0x7FF0000000000000 : f64} : tensor<256xf32> -> f32
   %d0, %m = distopt.clip_grad_norm %g0 max_norm 0.5 {norm_type = 0x7FF0000000000000 : f64} : tensor<256xf32> -> f32
+  // CHECK: distopt.clip_grad_norm %{{.*}} max_norm 1.000000e+00 on @dp {tensor_bounds = [array<i64: 0, 300, 304, 500>]} : tensor<256xf32> -> f32
+  %e0, %k = distopt.clip_grad_norm %g0 max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 300, 304, 500>]} : tensor<256xf32> -> f32
   return %c0, %c1, %n, %m : tensor<256xf32>, tensor<64xf32>, f32, f32
 }

@@ -220,6 +220,24 @@ LogicalResult ClipGradNormOp::verify() {
     return emitOpError() << "norm_type must be positive (inf for the maximum "
                             "norm), got "
                          << formatDouble(normType);
+  if (ArrayAttr bounds = getTensorBoundsAttr()) {
+    if (!getGroupAttr())
+      return emitOpError("tensor_bounds describe shards: they need a group");
+    if (bounds.size() != getInputs().size())
+      return emitOpError() << "has " << bounds.size()
+                           << " tensor_bounds arrays for " << getInputs().size()
+                           << " inputs";
+    for (auto [i, attr] : llvm::enumerate(bounds)) {
+      ArrayRef<int64_t> b = cast<DenseI64ArrayAttr>(attr).asArrayRef();
+      bool ordered = b.size() % 2 == 0;
+      for (size_t k = 0; ordered && k < b.size(); ++k)
+        ordered = b[k] >= 0 && (k == 0 || b[k] >= b[k - 1]);
+      if (!ordered)
+        return emitOpError()
+               << "tensor_bounds of input #" << i
+               << " must be [begin, end) pairs, sorted and disjoint";
+    }
+  }
   return success();
 }
 

@@ -803,19 +803,34 @@ def DistOpt_ClipGradNormOp : DistOpt_Op<"clip_grad_norm", [
     c = min(1, max_norm / (n + 1e-6));   result_i = input_i * c
     ```
 
-    and `n` as the last result. With `on @group`, the inputs are this rank's
-    disjoint shards of the gradients: the partial norms are combined across
-    the group, so each element counts exactly once (sum of p-th powers, or
-    max for `inf`) and every rank computes the same `n`.
+    and `n` as the last result. Like torch, the norm of each tensor is
+    taken first (accumulated in f64) and rounded to f32, then the norm of
+    those norms. With `on @group`, the inputs are this rank's disjoint
+    shards of the gradients: the partial norms are combined across the
+    group, so each element counts exactly once (sum of p-th powers, or max
+    for `inf`) and every rank computes the same `n`.
+
+    `tensor_bounds` (with a group; one array per input) says which tensors
+    a shard holds parts of: input `i` is this rank's chunk `[r * S, (r + 1)
+    * S)` of a flat buffer (`S` its length, `r` the rank in the group), and
+    its array lists `[begin, end)` of each tensor in that flat buffer.
+    Each tensor's partial sum is then combined across the group before its
+    norm is rounded, so the result is the norm of the whole tensors, bit
+    for bit as without sharding (what ZeRO's `--distopt-shard-optimizer`
+    writes). Without it, each shard counts as one tensor.
 
     ```mlir
     %c0, %c1, %n = distopt.clip_grad_norm %g0, %g1 max_norm 1.000000e+00 on @dp
         : tensor<256xf32>, tensor<64xf32> -> f32
+    %c, %m = distopt.clip_grad_norm %chunk max_norm 1.000000e+00 on @dp
+        {tensor_bounds = [array<i64: 0, 300, 304, 500>]} : tensor<256xf32> -> f32
     ```
   }];
   let arguments = (ins Variadic<DistOpt_FloatTensor>:$inputs, F64Attr:$max_norm,
                        DefaultValuedAttr<F64Attr, "2.0">:$norm_type,
-                       OptionalAttr<FlatSymbolRefAttr>:$group);
+                       OptionalAttr<FlatSymbolRefAttr>:$group,
+                       OptionalAttr<TypedArrayAttrBase<DenseI64ArrayAttr,
+                           "one array of tensor bounds per input">>:$tensor_bounds);
   let results = (outs Variadic<DistOpt_FloatTensor>:$clipped,
                       DistOpt_Scalar:$total_norm);
   let assemblyFormat = [{

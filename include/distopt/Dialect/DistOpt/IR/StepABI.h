@@ -45,6 +45,10 @@ constexpr llvm::StringLiteral kMainParam = "main_param";
 constexpr llvm::StringLiteral kState = "state";
 constexpr llvm::StringLiteral kLearningRate = "lr";
 constexpr llvm::StringLiteral kStep = "step";
+/// Results only: a gradient norm the step reports, and whether it skipped
+/// the update (an i1; the driver's step counter does not advance).
+constexpr llvm::StringLiteral kLoss = "loss";
+constexpr llvm::StringLiteral kSkipped = "skipped";
 
 /// The role of argument `index` of `func`, or "" when it has none.
 inline llvm::StringRef getArgRole(FunctionOpInterface func, unsigned index) {

@@ -1,0 +1,188 @@
+"""The composed training step (loss scaling, clipping, AdamW) under ZeRO
+against the unsharded step and against torch (test/Integration/
+composed-vs-torch.test). Run under mpirun; every rank runs every check.
+Usage: composed_vs_torch.py BUILD_PYTHON_DIR CACHE_DIR
+
+The spec (docs/param-spec.md) asks for dynamic loss scaling (growth every 3
+clean steps) and clip_grad_norm_ (max_norm small enough to clip on every
+step) over three parameters: 33x17, 17 and a 0-d one, in two parameter
+groups (no weight decay and half the learning rate for the bias and the
+0-d one, as torch param_groups with lr = 0.5 x the base rate). Each rank's
+gradient is its own draw times the current loss scale; at steps 4 and 9
+one rank's gradient holds an inf, then a NaN.
+
+- ZeRO stages 1, 2 and 3 against the unsharded step on the same ranks:
+  parameters and optimizer state bit for bit, the same gradient norm, loss
+  scale, skipped steps and step count. (Each tensor's norm is combined
+  from the ranks' chunks in double before it is rounded, as unsharded.)
+- The unsharded step against torch 1.13 on one process with the averaged
+  gradients: torch's GradScaler rule written out (its CUDA kernels are not
+  available on CPU: skip the step on a non-finite gradient, back off, grow
+  every growth_interval clean steps; unscale by the f32 reciprocal),
+  torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW. Skipped steps and
+  the scale trajectory identical; parameters within 2e-6 of each tensor's
+  magnitude (f32 rounding of another summation order of the ranks'
+  gradients and of the norm, carried through 12 AdamW steps).
+"""
+
+import math
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, sys.argv[1])
+CACHE = sys.argv[2]
+
+import distopt  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+failures = checks = 0
+
+SHAPES = {"w": (33, 17), "b": (17,), "s": ()}
+STEPS = 12
+POISON = {4: math.inf, 9: math.nan}  # step -> value put in one rank's grad
+SCALING = {"type": "dynamic", "init_scale": 1024.0, "growth_factor": 2.0,
+           "backoff_factor": 0.5, "growth_interval": 3}
+MAX_NORM = 0.05
+ADAMW = {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}
+NO_DECAY = {"weight_decay": 0.0, "lr_scale": 0.5}  # for "b" and "s"
+
+
+def check(cond, what):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print(f"rank {rank}: FAILED: {what}", flush=True)
+
+
+def initial(name):
+    g = torch.Generator().manual_seed(7 + len(name))
+    return torch.randn(SHAPES[name], generator=g)
+
+
+def true_gradient(name, step, r):
+    """Rank r's unscaled gradient at `step`: multiples of 2^-10 below 2^6,
+    whose sums over ranks are exact in f32, so that the order in which a
+    reduction adds them cannot matter (times a power-of-two loss scale,
+    still exact)."""
+    g = torch.Generator().manual_seed(1000 * step + 10 * r + len(name))
+    x = torch.randn(SHAPES[name], generator=g) * (1 + r)
+    return torch.round(x.clamp(-60, 60) * 1024) / 1024
+
+
+def poisoned(step, r):
+    return step in POISON and r == step % size
+
+
+def run_distopt(pipeline):
+    spec = {"model": "composed", "world_size": size,
+            "optimizer": {"type": "adamw", **ADAMW},
+            "clip_grad_norm": {"max_norm": MAX_NORM},
+            "loss_scaling": SCALING,
+            "param_groups": [{"params": ["b", "s*"], **NO_DECAY}],
+            "parameters": [{"name": n, "shape": list(s), "dtype": "f32"}
+                           for n, s in SHAPES.items()]}
+    session = distopt.Session(distopt.Step(distopt.compile(
+        spec, pipeline=pipeline, comm=comm, cache=CACHE)), comm=comm)
+    for name in SHAPES:
+        session.write(name, initial(name))
+    scale = SCALING["init_scale"]
+    trace = []
+    for step in range(STEPS):
+        for name in SHAPES:
+            g = true_gradient(name, step, rank) * scale
+            if poisoned(step, rank) and name == "w":
+                g.view(-1)[5] = POISON[step]
+            session.write(name, g, "grad")
+        out = session.run()
+        trace.append((bool(out["skipped"]), out["loss_scale"],
+                      out["grad_norm"], session.steps_done))
+        scale = out["loss_scale"]
+    params = {n: session.read(n) for n in SHAPES}
+    state = {f"{n}.{k}": session.read(f"{n}.{k}", "state")
+             for n in SHAPES for k in ("exp_avg", "exp_avg_sq")}
+    session.close()
+    return params, state, trace
+
+
+def run_torch():
+    params = [torch.nn.Parameter(initial(n)) for n in SHAPES]
+    opt = torch.optim.AdamW(
+        [{"params": params[:1]},
+         {"params": params[1:], "weight_decay": NO_DECAY["weight_decay"],
+          "lr": ADAMW["lr"] * NO_DECAY["lr_scale"]}], **ADAMW)
+    scale, tracker = torch.tensor(SCALING["init_scale"]), 0
+    trace = []
+    for step in range(STEPS):
+        for p, name in zip(params, SHAPES):
+            ranks = []
+            for r in range(size):
+                g = true_gradient(name, step, r) * scale
+                if poisoned(step, r) and name == "w":
+                    g.view(-1)[5] = POISON[step]
+                ranks.append(g)
+            p.grad = sum(ranks) / size
+        found_inf = any(not torch.isfinite(p.grad).all() for p in params)
+        norm = math.nan
+        if not found_inf:
+            inv = scale.double().reciprocal().float()
+            for p in params:
+                p.grad.mul_(inv)
+            norm = torch.nn.utils.clip_grad_norm_(params, MAX_NORM).item()
+            opt.step()
+            tracker += 1
+            if tracker == SCALING["growth_interval"]:
+                scale = scale * SCALING["growth_factor"]
+                tracker = 0
+        else:
+            scale = scale * SCALING["backoff_factor"]
+            tracker = 0
+        trace.append((found_inf, scale.item(), norm,
+                      len(opt.state[params[0]]) and
+                      int(opt.state[params[0]]["step"])))
+    return {n: p.detach() for n, p in zip(SHAPES, params)}, trace
+
+
+plain_params, plain_state, plain_trace = run_distopt("")
+for stage in (1, 2, 3):
+    params, state, trace = run_distopt(f"zero-stage={stage}")
+    same = all(np.array_equal(params[n], plain_params[n]) for n in SHAPES)
+    same_state = all(np.array_equal(state[k], plain_state[k]) for k in state)
+    check(same and same_state, f"ZeRO-{stage}: parameters and state bit for "
+          "bit as unsharded")
+    skipped = [t[0] for t in trace]
+    check(trace == plain_trace or [t[:2] + t[3:] for t in trace] ==
+          [t[:2] + t[3:] for t in plain_trace] and all(
+              s or t[2] == p[2] for s, t, p in zip(skipped, trace,
+                                                  plain_trace)),
+          f"ZeRO-{stage}: the same norms, scales, skips and step counts: "
+          f"{trace} vs {plain_trace}")
+
+ref_params, ref_trace = run_torch()
+check([t[0] for t in plain_trace] == [t[0] for t in ref_trace],
+      f"skipped steps: {[t[0] for t in plain_trace]} vs torch "
+      f"{[t[0] for t in ref_trace]}")
+check([t[1] for t in plain_trace] == [t[1] for t in ref_trace],
+      f"loss scales: {[t[1] for t in plain_trace]} vs torch "
+      f"{[t[1] for t in ref_trace]}")
+check([t[3] for t in plain_trace] == [t[3] for t in ref_trace],
+      f"step counts: {[t[3] for t in plain_trace]} vs torch "
+      f"{[t[3] for t in ref_trace]}")
+norms = [(a[2], b[2]) for a, b in zip(plain_trace, ref_trace) if not a[0]]
+check(all(abs(a - b) <= 1e-6 * b for a, b in norms),
+      f"gradient norms as clip_grad_norm_'s: {norms}")
+clipped = sum(1 for _, b in norms if b > MAX_NORM)
+check(clipped >= 3, f"clipping took effect on {clipped} steps")
+worst = max(float((torch.from_numpy(plain_params[n]) - ref_params[n]).abs()
+                  .max() / ref_params[n].abs().max()) for n in SHAPES)
+check(worst < 2e-6, f"parameters within 2e-6 of torch's: {worst:.2e}")
+print(f"composed_vs_torch: rank {rank}: {size} ranks, {checks} checks, "
+      f"{failures} failed; skipped "
+      f"{[i for i, t in enumerate(plain_trace) if t[0]]}, final scale "
+      f"{plain_trace[-1][1]:g}, largest difference from torch {worst:.1e}",
+      flush=True)
+sys.exit(1 if failures else 0)

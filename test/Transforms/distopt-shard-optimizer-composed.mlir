@@ -1,0 +1,82 @@
+// Loss scaling and clipping under ZeRO: the overflow check and the global
+// norm are rebuilt from the gradient chunks (each agreed over the group
+// with one scalar reduction), the updates keep their old chunks on a
+// skipped step, and the loss scale's update reads the sharded check.
+// RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
+// RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-verify-collectives \
+// RUN:   | FileCheck %s
+// RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
+// RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=1 \
+// RUN:   | FileCheck %s --check-prefix=STAGE1
+// RUN: distopt-opt %s -split-input-file --distopt-shard-optimizer=stage=2 -verify-diagnostics
+// RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
+// RUN:   | not distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=GREEDY
+// GREEDY: error: cannot shard 'distopt.adamw_update' with strategy=greedy: its gradient is unscaled, clipped or checked for overflow, which only strategy=flat shards
+
+// CHECK-LABEL: func.func @step
+// CHECK-NOT: distopt.all_reduce
+// CHECK: %[[GW:.*]] = distopt.reduce_scatter avg %{{.*}} on @world : tensor<64xbf16> -> tensor<16xbf16>
+// CHECK: %[[GB:.*]] = distopt.reduce_scatter avg %{{.*}} on @world : tensor<64xf32> -> tensor<16xf32>
+// CHECK: %[[OK:.*]] = distopt.all_finite %[[GW]], %[[GB]] on @world : tensor<16xbf16>, tensor<16xf32>
+// CHECK: %[[EW:.*]] = arith.extf %[[GW]] : tensor<16xbf16> to tensor<16xf32>
+// CHECK: %[[UW:.*]] = distopt.unscale %[[EW]] by %[[SCALE:[^ ]*]] : tensor<16xf32>, f32
+// CHECK: %[[UB:.*]] = distopt.unscale %[[GB]] by %[[SCALE]]
+// CHECK: %[[C:.*]]:2, %[[NORM:.*]] = distopt.clip_grad_norm %[[UW]], %[[UB]] max_norm 1.000000e+00 on @world
+// CHECK: %[[NEW:.*]], %{{.*}}:2 = distopt.adamw_update %[[MAIN:[^,]*]], %[[C]]#0
+// CHECK: %[[KEPT:.*]] = arith.select %[[OK]], %[[NEW]], %[[MAIN]] : tensor<16xf32>
+// CHECK: arith.truncf %[[KEPT]] : tensor<16xf32> to tensor<16xbf16>
+// CHECK: distopt.adamw_update %{{.*}}, %[[C]]#1
+// CHECK: distopt.loss_scale_update %[[SCALE]], %{{.*}}, %[[OK]]
+// CHECK: return {{.*}}%[[NORM]]
+//
+// Stage 1: the chunks are slices of the all-reduced gradients.
+// STAGE1: distopt.all_reduce avg
+// STAGE1: distopt.all_reduce avg
+// STAGE1: distopt.shard_slice
+// STAGE1: distopt.shard_slice
+// STAGE1: distopt.all_finite {{.*}} on @world
+// STAGE1: distopt.clip_grad_norm {{.*}} on @world
+
+distopt.process_group @dp size 2
+// Clipping over a gradient that no update being sharded reads: its norm
+// cannot be rebuilt from the chunks.
+func.func @clip_foreign(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                        %g: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                        %x: tensor<4xf32>, %lr: f32, %t: i64) -> (tensor<4xf32>, tensor<4xf32>) {
+  %r = distopt.all_reduce avg %g on @dp : tensor<4xf32>
+  // expected-error @+1 {{cannot shard 'distopt.clip_grad_norm': 1 of its 2 inputs are not gradients of the updates being sharded}}
+  %c:2, %n = distopt.clip_grad_norm %r, %x max_norm 1.0 : tensor<4xf32>, tensor<4xf32> -> f32
+  %p1 = distopt.sgd_update %p, %c#0 lr(%lr) step(%t) : tensor<4xf32>, f32
+  return %p1, %c#1 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+// Kept under a condition other than the gradient's overflow check.
+func.func @other_condition(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                           %g: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                           %keep: i1, %lr: f32, %t: i64) -> tensor<4xf32> {
+  %r = distopt.all_reduce avg %g on @dp : tensor<4xf32>
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its results are kept by arith.select under a condition other than the distopt.all_finite of its gradient}}
+  %p1 = distopt.sgd_update %p, %r lr(%lr) step(%t) : tensor<4xf32>, f32
+  %p2 = arith.select %keep, %p1, %p : tensor<4xf32>
+  return %p2 : tensor<4xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+// Unscaled by a value computed in the step: sharding moves the unscaling
+// to the end, where that value may not be available.
+func.func @computed_scale(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                          %g: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                          %s: f32, %lr: f32, %t: i64) -> tensor<4xf32> {
+  %r = distopt.all_reduce avg %g on @dp : tensor<4xf32>
+  %s2 = arith.mulf %s, %s : f32
+  %u = distopt.unscale %r by %s2 : tensor<4xf32>, f32
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient is unscaled by a value that is neither a step argument nor a constant}}
+  %p1 = distopt.sgd_update %p, %u lr(%lr) step(%t) : tensor<4xf32>, f32
+  return %p1 : tensor<4xf32>
+}
