@@ -20,12 +20,14 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/GlobPattern.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
@@ -39,6 +41,13 @@ using ::distopt::parseJSON;
 namespace json = llvm::json;
 
 namespace {
+
+/// A number as a person writes it (0.1, 1e-05), for messages.
+std::string num(double value) {
+  std::string text;
+  llvm::raw_string_ostream(text) << llvm::format("%g", value);
+  return text;
+}
 
 struct Parameter {
   std::string name;
@@ -57,6 +66,14 @@ struct LossScaling {
   bool dynamic;
   double initScale, growthFactor, backoffFactor;
   int64_t growthInterval;
+};
+
+/// A learning-rate schedule: the factor on the rate, as a LambdaLR lambda of
+/// the scheduler's step count s (0 at the first step).
+struct Schedule {
+  enum Kind { Constant, WarmupCosine, WarmupLinear, Step } kind = Constant;
+  int64_t warmupSteps = 0, totalSteps = 0, stepSize = 0;
+  double minRatio = 0, gamma = 1;
 };
 
 /// The optimizer: the update op, its hyperparameter attributes and the torch
@@ -96,9 +113,12 @@ private:
   LogicalResult readParamGroups(const json::Value &value,
                                 const json::Object &defaults);
   LogicalResult readClipping(const json::Value &value);
+  LogicalResult readSchedule(const json::Value &value);
   LogicalResult readLossScaling(const json::Value &value);
   LogicalResult readParameter(const json::Value &value, size_t index);
   OwningOpRef<ModuleOp> build();
+  /// The schedule's factor (f64) at LambdaLR step `epoch` (i64).
+  Value buildSchedule(Value epoch);
 
   MLIRContext *context;
   Location loc;
@@ -114,6 +134,7 @@ private:
   SmallVector<int64_t> groupOf;
   std::optional<Clipping> clipping;
   std::optional<LossScaling> lossScaling;
+  std::optional<Schedule> schedule;
   SmallVector<Parameter> parameters;
 };
 
@@ -330,7 +351,7 @@ LogicalResult SpecReader::readParamGroups(const json::Value &value,
       return failure();
     if (*scale < 0)
       return error(path + ".lr_scale")
-             << "must be non-negative, got " << *scale;
+             << "must be non-negative, got " << num(*scale);
     optimizerOfGroup.lrScale = *scale;
     groups.push_back(std::move(optimizerOfGroup));
 
@@ -364,6 +385,74 @@ LogicalResult SpecReader::readParamGroups(const json::Value &value,
   return success();
 }
 
+LogicalResult SpecReader::readSchedule(const json::Value &value) {
+  const json::Object *object = value.getAsObject();
+  std::optional<StringRef> type =
+      object ? object->getString("type") : std::nullopt;
+  StringRef path = "lr_schedule";
+  Schedule s;
+  if (type == "constant")
+    s.kind = Schedule::Constant;
+  else if (type == "warmup_cosine")
+    s.kind = Schedule::WarmupCosine;
+  else if (type == "warmup_linear")
+    s.kind = Schedule::WarmupLinear;
+  else if (type == "step")
+    s.kind = Schedule::Step;
+  else
+    return error(path + ".type") << "expected \"constant\", "
+                                    "\"warmup_cosine\", \"warmup_linear\" "
+                                    "or \"step\"";
+  auto integer = [&](StringRef key, int64_t low,
+                     int64_t &out) -> LogicalResult {
+    const json::Value *v = object->get(key);
+    std::optional<int64_t> n = v ? v->getAsInteger() : std::nullopt;
+    if (!v)
+      return error(path) << "missing '" << key << "'";
+    if (!n || *n < low)
+      return error(path + "." + key)
+             << "expected an integer of at least " << low;
+    out = *n;
+    return success();
+  };
+  if (s.kind == Schedule::Constant)
+    return failed(checkKeys(*object, path, {"type"}))
+               ? failure()
+               : (schedule = s, success());
+  if (s.kind == Schedule::Step) {
+    if (failed(checkKeys(*object, path, {"type", "step_size", "gamma"})) ||
+        failed(integer("step_size", 1, s.stepSize)))
+      return failure();
+    FailureOr<double> gamma = getNumber(*object, "gamma", path, 0.1);
+    if (failed(gamma))
+      return failure();
+    if (*gamma <= 0)
+      return error(path + ".gamma") << "must be positive, got " << num(*gamma);
+    s.gamma = *gamma;
+    schedule = s;
+    return success();
+  }
+  if (failed(checkKeys(*object, path,
+                       {"type", "warmup_steps", "total_steps", "min_lr"})) ||
+      failed(integer("warmup_steps", 0, s.warmupSteps)) ||
+      failed(integer("total_steps", 1, s.totalSteps)))
+    return failure();
+  if (s.warmupSteps > s.totalSteps)
+    return error(path + ".warmup_steps")
+           << "the warmup (" << s.warmupSteps << " steps) is longer than the "
+           << "schedule (" << s.totalSteps << ")";
+  FailureOr<double> minLr = getNumber(*object, "min_lr", path, 0.0);
+  if (failed(minLr))
+    return failure();
+  if (*minLr < 0 || *minLr > optimizer.lr)
+    return error(path + ".min_lr")
+           << "must be from 0 to optimizer.lr (" << num(optimizer.lr)
+           << "), got " << num(*minLr);
+  s.minRatio = optimizer.lr > 0 ? *minLr / optimizer.lr : 0;
+  schedule = s;
+  return success();
+}
+
 LogicalResult SpecReader::readClipping(const json::Value &value) {
   const json::Object *object = value.getAsObject();
   if (!object)
@@ -376,7 +465,7 @@ LogicalResult SpecReader::readClipping(const json::Value &value) {
     return failure();
   if (*maxNorm <= 0)
     return error("clip_grad_norm.max_norm")
-           << "must be positive, got " << *maxNorm;
+           << "must be positive, got " << num(*maxNorm);
   double normType = 2.0;
   if (const json::Value *type = object->get("norm_type")) {
     std::optional<double> number = type->getAsNumber();
@@ -407,7 +496,7 @@ LogicalResult SpecReader::readLossScaling(const json::Value &value) {
       return failure();
     if (*number <= 0 || *number > 3.4e38) // an f32 scale
       return error(path + "." + key)
-             << "must be positive and fit in f32, got " << *number;
+             << "must be positive and fit in f32, got " << num(*number);
     out = *number;
     return success();
   };
@@ -430,10 +519,10 @@ LogicalResult SpecReader::readLossScaling(const json::Value &value) {
     return failure();
   if (scaling.growthFactor <= 1)
     return error(path + ".growth_factor")
-           << "must be greater than 1, got " << scaling.growthFactor;
+           << "must be greater than 1, got " << num(scaling.growthFactor);
   if (scaling.backoffFactor >= 1)
     return error(path + ".backoff_factor")
-           << "must be less than 1, got " << scaling.backoffFactor;
+           << "must be less than 1, got " << num(scaling.backoffFactor);
   if (const json::Value *interval = object->get("growth_interval")) {
     std::optional<int64_t> steps = interval->getAsInteger();
     if (!steps || *steps < 1)
@@ -491,7 +580,7 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (failed(checkKeys(*root, "spec",
                        {"model", "world_size", "optimizer", "main_params",
                         "parameters", "param_groups", "clip_grad_norm",
-                        "loss_scaling"})))
+                        "loss_scaling", "lr_schedule"})))
     return nullptr;
   if (const json::Value *clip = root->get("clip_grad_norm"))
     if (failed(readClipping(*clip)))
@@ -544,7 +633,62 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (const json::Value *groupList = root->get("param_groups"))
     if (failed(readParamGroups(*groupList, *opt)))
       return nullptr;
+  if (const json::Value *lrSchedule = root->get("lr_schedule"))
+    if (failed(readSchedule(*lrSchedule)))
+      return nullptr;
   return build();
+}
+
+Value SpecReader::buildSchedule(Value epoch) {
+  Type f64 = builder.getF64Type();
+  auto c = [&](double v) {
+    return arith::ConstantOp::create(builder, loc, builder.getF64FloatAttr(v))
+        .getResult();
+  };
+  auto mul = [&](Value a, Value b) {
+    return arith::MulFOp::create(builder, loc, a, b).getResult();
+  };
+  auto div = [&](Value a, Value b) {
+    return arith::DivFOp::create(builder, loc, a, b).getResult();
+  };
+  auto add = [&](Value a, Value b) {
+    return arith::AddFOp::create(builder, loc, a, b).getResult();
+  };
+  auto sub = [&](Value a, Value b) {
+    return arith::SubFOp::create(builder, loc, a, b).getResult();
+  };
+  Value s = arith::SIToFPOp::create(builder, loc, f64, epoch);
+  const Schedule &k = *schedule;
+  switch (k.kind) {
+  case Schedule::Constant:
+    return c(1.0);
+  case Schedule::Step:
+    // gamma ** (s // step_size)
+    return math::PowFOp::create(
+        builder, loc, c(k.gamma),
+        math::FloorOp::create(builder, loc,
+                              div(s, c(static_cast<double>(k.stepSize)))));
+  case Schedule::WarmupCosine:
+  case Schedule::WarmupLinear:
+    break;
+  }
+  // s < W: s / max(1, W). Then p = min(1, (s - W) / max(1, T - W)) and
+  // r + (1 - r) * d, d = 0.5 * (1 + cos(pi * p)) or 1 - p.
+  double w = static_cast<double>(k.warmupSteps);
+  double span =
+      static_cast<double>(std::max<int64_t>(1, k.totalSteps - k.warmupSteps));
+  Value warm = div(s, c(std::max(1.0, w)));
+  Value p = arith::MinimumFOp::create(builder, loc, c(1.0),
+                                      div(sub(s, c(w)), c(span)));
+  Value decay =
+      k.kind == Schedule::WarmupCosine
+          ? mul(c(0.5),
+                add(c(1.0), math::CosOp::create(builder, loc, mul(c(M_PI), p))))
+          : sub(c(1.0), p);
+  Value after = add(c(k.minRatio), mul(c(1.0 - k.minRatio), decay));
+  Value warming =
+      arith::CmpFOp::create(builder, loc, arith::CmpFPredicate::OLT, s, c(w));
+  return arith::SelectOp::create(builder, loc, warming, warm, after);
 }
 
 OwningOpRef<ModuleOp> SpecReader::build() {
@@ -617,6 +761,12 @@ OwningOpRef<ModuleOp> SpecReader::build() {
                   builder.getF64FloatAttr(lossScaling->initScale));
     argAttrs[*scaleArg] = withValue.getDictionary(context);
   }
+  // The schedule's step count (LambdaLR's last_epoch): it advances on
+  // every call, a skipped one too, as a scheduler stepped every iteration.
+  std::optional<size_t> epochArg;
+  if (schedule)
+    epochArg =
+        addArg(builder.getI64Type(), abi::kState, "lr_schedule.last_epoch");
   // f64, as torch.optim keeps it (a Python float): a rate rounded to f32
   // would move every update away from torch's.
   size_t lrArg = addArg(builder.getF64Type(), abi::kLearningRate, "");
@@ -634,6 +784,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     resultArgs.push_back(*scaleArg);
     resultArgs.push_back(*trackerArg);
   }
+  if (epochArg)
+    resultArgs.push_back(*epochArg);
   SmallVector<Type> resultTypes;
   SmallVector<DictionaryAttr> resultAttrs;
   for (size_t arg : resultArgs) {
@@ -652,6 +804,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     attrs.set(abi::kName, builder.getStringAttr(name));
     resultAttrs.push_back(attrs.getDictionary(context));
   };
+  if (schedule)
+    addReport(builder.getF64Type(), "", "scheduled_lr");
   if (clipping)
     addReport(f32, "", "grad_norm");
   if (lossScaling)
@@ -731,18 +885,29 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   };
 
   Value lr = body->getArgument(lrArg), step = body->getArgument(stepArg);
-  // A group's rate: the step's times its lr_scale, computed once.
-  llvm::DenseMap<const Optimizer *, Value> scaledLr;
+  Value lambda =
+      schedule ? buildSchedule(body->getArgument(*epochArg)) : Value();
+  if (epochArg)
+    updated[*epochArg] = arith::AddIOp::create(
+        builder, loc, body->getArgument(*epochArg),
+        arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(1)));
+  // A group's rate: the step's times its lr_scale, times the schedule's
+  // factor (in that order, as LambdaLR multiplies a group's initial rate),
+  // computed once.
+  llvm::DenseMap<const Optimizer *, Value> rates;
   auto lrOf = [&](const Optimizer &opt) {
-    if (opt.lrScale == 1.0)
-      return lr;
-    Value &scaled = scaledLr[&opt];
-    if (!scaled)
-      scaled = arith::MulFOp::create(
-          builder, loc, lr,
+    Value &rate = rates[&opt];
+    if (rate)
+      return rate;
+    rate = lr;
+    if (opt.lrScale != 1.0)
+      rate = arith::MulFOp::create(
+          builder, loc, rate,
           arith::ConstantOp::create(builder, loc,
                                     builder.getF64FloatAttr(opt.lrScale)));
-    return scaled;
+    if (lambda)
+      rate = arith::MulFOp::create(builder, loc, rate, lambda);
+    return rate;
   };
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Location paramLoc = paramLocs[i];
@@ -785,6 +950,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   SmallVector<Value> results;
   for (size_t arg : resultArgs)
     results.push_back(updated[arg]);
+  if (schedule)
+    results.push_back(lrOf(optimizer));
   if (norm)
     results.push_back(norm);
   if (finite) {
@@ -809,8 +976,8 @@ OwningOpRef<ModuleOp> SpecReader::build() {
 
 OwningOpRef<ModuleOp> mlir::distopt::importParamSpec(llvm::SourceMgr &sourceMgr,
                                                      MLIRContext *context) {
-  context->loadDialect<DistOptDialect, arith::ArithDialect, func::FuncDialect,
-                       tensor::TensorDialect>();
+  context->loadDialect<DistOptDialect, arith::ArithDialect, math::MathDialect,
+                       func::FuncDialect, tensor::TensorDialect>();
   const llvm::MemoryBuffer *buffer =
       sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
   Location loc =
@@ -827,7 +994,7 @@ void mlir::distopt::registerImportParamSpec() {
             importParamSpec(sourceMgr, context).release());
       },
       [](DialectRegistry &registry) {
-        registry.insert<DistOptDialect, arith::ArithDialect, func::FuncDialect,
-                        tensor::TensorDialect>();
+        registry.insert<DistOptDialect, arith::ArithDialect, math::MathDialect,
+                        func::FuncDialect, tensor::TensorDialect>();
       });
 }

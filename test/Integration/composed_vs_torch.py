@@ -7,7 +7,9 @@ The spec (docs/param-spec.md) asks for dynamic loss scaling (growth every 3
 clean steps) and clip_grad_norm_ (max_norm small enough to clip on every
 step) over three parameters: 33x17, 17 and a 0-d one, in two parameter
 groups (no weight decay and half the learning rate for the bias and the
-0-d one, as torch param_groups with lr = 0.5 x the base rate). Each rank's
+0-d one, as torch param_groups with lr = 0.5 x the base rate), under a
+linear warmup and cosine decay (torch's LambdaLR with the lambda of
+docs/param-spec.md, stepped every iteration, skipped ones included). Each rank's
 gradient is its own draw times the current loss scale; at steps 4 and 9
 one rank's gradient holds an inf, then a NaN.
 
@@ -49,6 +51,18 @@ SCALING = {"type": "dynamic", "init_scale": 1024.0, "growth_factor": 2.0,
 MAX_NORM = 0.05
 ADAMW = {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}
 NO_DECAY = {"weight_decay": 0.0, "lr_scale": 0.5}  # for "b" and "s"
+SCHEDULE = {"type": "warmup_cosine", "warmup_steps": 3, "total_steps": 10,
+            "min_lr": 0.001}
+
+
+def schedule_lambda(s):
+    """docs/param-spec.md's warmup_cosine, term for term."""
+    w, t = SCHEDULE["warmup_steps"], SCHEDULE["total_steps"]
+    r = SCHEDULE["min_lr"] / ADAMW["lr"]
+    if s < w:
+        return s / max(1.0, w)
+    p = min(1.0, (s - w) / max(1, t - w))
+    return r + (1.0 - r) * (0.5 * (1.0 + math.cos(math.pi * p)))
 
 
 def check(cond, what):
@@ -84,6 +98,7 @@ def run_distopt(pipeline):
             "clip_grad_norm": {"max_norm": MAX_NORM},
             "loss_scaling": SCALING,
             "param_groups": [{"params": ["b", "s*"], **NO_DECAY}],
+            "lr_schedule": SCHEDULE,
             "parameters": [{"name": n, "shape": list(s), "dtype": "f32"}
                            for n, s in SHAPES.items()]}
     session = distopt.Session(distopt.Step(distopt.compile(
@@ -100,7 +115,8 @@ def run_distopt(pipeline):
             session.write(name, g, "grad")
         out = session.run()
         trace.append((bool(out["skipped"]), out["loss_scale"],
-                      out["grad_norm"], session.steps_done))
+                      out["grad_norm"], session.steps_done,
+                      out["scheduled_lr"]))
         scale = out["loss_scale"]
     params = {n: session.read(n) for n in SHAPES}
     state = {f"{n}.{k}": session.read(f"{n}.{k}", "state")
@@ -115,6 +131,7 @@ def run_torch():
         [{"params": params[:1]},
          {"params": params[1:], "weight_decay": NO_DECAY["weight_decay"],
           "lr": ADAMW["lr"] * NO_DECAY["lr_scale"]}], **ADAMW)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, schedule_lambda)
     scale, tracker = torch.tensor(SCALING["init_scale"]), 0
     trace = []
     for step in range(STEPS):
@@ -143,7 +160,9 @@ def run_torch():
             tracker = 0
         trace.append((found_inf, scale.item(), norm,
                       len(opt.state[params[0]]) and
-                      int(opt.state[params[0]]["step"])))
+                      int(opt.state[params[0]]["step"]),
+                      opt.param_groups[0]["lr"]))
+        scheduler.step()
     return {n: p.detach() for n, p in zip(SHAPES, params)}, trace
 
 
@@ -172,6 +191,9 @@ check([t[1] for t in plain_trace] == [t[1] for t in ref_trace],
 check([t[3] for t in plain_trace] == [t[3] for t in ref_trace],
       f"step counts: {[t[3] for t in plain_trace]} vs torch "
       f"{[t[3] for t in ref_trace]}")
+check([t[4] for t in plain_trace] == [t[4] for t in ref_trace],
+      f"learning rates as LambdaLR's: {[t[4] for t in plain_trace]} vs "
+      f"{[t[4] for t in ref_trace]}")
 norms = [(a[2], b[2]) for a, b in zip(plain_trace, ref_trace) if not a[0]]
 check(all(abs(a - b) <= 1e-6 * b for a, b in norms),
       f"gradient norms as clip_grad_norm_'s: {norms}")
