@@ -203,10 +203,21 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       return;
     CollectiveRow &row = report.collectives[op->getName().stripDialect()];
     if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
-      // One scalar reduced across ranks.
+      // What the lowering reduces across ranks: the finite check's i32 vote;
+      // the norm's f64 partial sum, or one per tensor of a sharded norm
+      // (tensor_bounds: a begin and an end each).
+      int64_t bytes = 4;
+      if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+        bytes = 8;
+        if (ArrayAttr bounds = clip.getTensorBoundsAttr()) {
+          bytes = 0;
+          for (Attribute pairs : bounds)
+            bytes += 8 * (cast<DenseI64ArrayAttr>(pairs).size() / 2);
+        }
+      }
       ++row.count;
-      row.payload += 4;
-      row.sent += ringBytesSent(CollectiveKind::AllReduce, 4, n);
+      row.payload += bytes;
+      row.sent += ringBytesSent(CollectiveKind::AllReduce, bytes, n);
       return;
     }
     // The compressed reductions: PowerSGD all-reduces its factors P and Q

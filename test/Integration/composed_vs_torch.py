@@ -1,7 +1,7 @@
 """The composed training step (loss scaling, clipping, AdamW) under ZeRO
 against the unsharded step and against torch (test/Integration/
 composed-vs-torch.test). Run under mpirun; every rank runs every check.
-Usage: composed_vs_torch.py BUILD_PYTHON_DIR CACHE_DIR
+Usage: composed_vs_torch.py BUILD_PYTHON_DIR CACHE_DIR [save | resume]
 
 The spec (docs/param-spec.md) asks for dynamic loss scaling (growth every 3
 clean steps) and clip_grad_norm_ (max_norm small enough to clip on every
@@ -25,6 +25,13 @@ one rank's gradient holds an inf, then a NaN.
   the scale trajectory identical; parameters within 2e-6 of each tensor's
   magnitude (f32 rounding of another summation order of the ranks'
   gradients and of the norm, carried through 12 AdamW steps).
+- `save` (at one world size) runs ZeRO-2 for 12 steps, saving a checkpoint
+  after step 6, and keeps the final parameters; `resume` (at another)
+  loads it into its own ZeRO-2 step and runs steps 7 to 12: the same
+  parameters bit for bit, the same scales and rates (the loss scale, its
+  tracker and the schedule's count are in the checkpoint). Every rank
+  feeds the same gradient here, so that their average is the same at any
+  world size.
 """
 
 import math
@@ -92,7 +99,11 @@ def poisoned(step, r):
     return step in POISON and r == step % size
 
 
-def run_distopt(pipeline):
+MODE = sys.argv[3] if len(sys.argv) > 3 else "compare"
+SAME_GRADIENTS = MODE != "compare"
+
+
+def run_distopt(pipeline, first=0, save=None, load=None):
     spec = {"model": "composed", "world_size": size,
             "optimizer": {"type": "adamw", **ADAMW},
             "clip_grad_norm": {"max_norm": MAX_NORM},
@@ -106,11 +117,21 @@ def run_distopt(pipeline):
     for name in SHAPES:
         session.write(name, initial(name))
     scale = SCALING["init_scale"]
+    if load:
+        session.load(load)
+        # The scale the saved run multiplied its gradients by next.
+        scale = float(np.load(f"{load}.scale.npy"))
     trace = []
-    for step in range(STEPS):
+    for step in range(first, STEPS):
+        if save and step == first + 6:
+            session.save(save)
+            if rank == 0:
+                np.save(f"{save}.scale.npy", np.array(scale))
+        bad = (step in POISON and rank == 0) if SAME_GRADIENTS else \
+            poisoned(step, rank)
         for name in SHAPES:
-            g = true_gradient(name, step, rank) * scale
-            if poisoned(step, rank) and name == "w":
+            g = true_gradient(name, step, 0 if SAME_GRADIENTS else rank) * scale
+            if bad and name == "w":
                 g.view(-1)[5] = POISON[step]
             session.write(name, g, "grad")
         out = session.run()
@@ -165,6 +186,27 @@ def run_torch():
         scheduler.step()
     return {n: p.detach() for n, p in zip(SHAPES, params)}, trace
 
+
+if MODE != "compare":
+    checkpoint = f"{CACHE}/composed.ckpt"
+    if MODE == "save":
+        params, _, trace = run_distopt("zero-stage=2", save=checkpoint)
+        if rank == 0:
+            np.savez(f"{CACHE}/composed-final.npz", **params)
+            np.save(f"{CACHE}/composed-trace.npy", np.array(
+                [[t[0], t[1], t[3], t[4]] for t in trace[6:]]))
+    else:
+        params, _, trace = run_distopt("zero-stage=2", first=6, load=checkpoint)
+        saved = np.load(f"{CACHE}/composed-final.npz")
+        same = all(np.array_equal(params[n], saved[n]) for n in SHAPES)
+        check(same, "resumed parameters bit for bit")
+        expected = np.load(f"{CACHE}/composed-trace.npy")
+        got = np.array([[t[0], t[1], t[3], t[4]] for t in trace])
+        check(np.array_equal(got, expected),
+              f"skips, scales, step counts and rates: {got} vs {expected}")
+    print(f"composed_vs_torch {MODE}: rank {rank}: {size} ranks, {checks} "
+          f"checks, {failures} failed", flush=True)
+    sys.exit(1 if failures else 0)
 
 plain_params, plain_state, plain_trace = run_distopt("")
 for stage in (1, 2, 3):

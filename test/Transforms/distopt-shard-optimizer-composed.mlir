@@ -10,6 +10,9 @@
 // RUN:   | FileCheck %s --check-prefix=STAGE1
 // RUN: distopt-opt %s -split-input-file --distopt-shard-optimizer=stage=2 -verify-diagnostics
 // RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
+// RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-report -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=REPORT
+// RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
 // RUN:   | not distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=GREEDY
 // GREEDY: error: cannot shard 'distopt.adamw_update' with strategy=greedy: its gradient is unscaled, clipped or checked for overflow, which only strategy=flat shards
@@ -29,6 +32,12 @@
 // CHECK: distopt.adamw_update %{{.*}}, %[[C]]#1
 // CHECK: distopt.loss_scale_update %[[SCALE]], %{{.*}}, %[[OK]]
 // CHECK: return {{.*}}%[[NORM]]
+//
+// What composing costs on the wire: a 4-byte vote and one f64 partial sum
+// per tensor, beside the gradients' reduce-scatters.
+// REPORT: reduce_scatter 2 384
+// REPORT-NEXT: all_finite 1 4
+// REPORT-NEXT: clip_grad_norm 1 16
 //
 // Stage 1: the chunks are slices of the all-reduced gradients.
 // STAGE1: distopt.all_reduce avg
