@@ -86,6 +86,8 @@ private:
 
   func::FuncOp func;
   SmallVector<std::pair<Value, DictionaryAttr>> newResults;
+  /// Per new result: the state argument it replaces.
+  SmallVector<Value> replacedState;
   SmallVector<tensor::ExpandShapeOp> reshaped; // averages back in shape
   llvm::DenseSet<Operation *> created;         // this run's PowerSGD ops
   int64_t nextBatch = 0;
@@ -169,9 +171,11 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
   auto op = PowerSGDAllReduceOp::create(builder, loc, types, operands,
                                         attrs.getAttrs());
   created.insert(op);
-  for (unsigned k = 0; k < numState; ++k)
+  for (unsigned k = 0; k < numState; ++k) {
     newResults.push_back(
         {op->getResult(1 + k), func.getArgAttrDict(plan.firstArg + k)});
+    replacedState.push_back(func.getArgument(plan.firstArg + k));
+  }
   Value reduced = op.getResult();
   if (type.getRank() > 2) {
     auto expand =
@@ -348,6 +352,28 @@ void PowerSGDPass::runOnOperation() {
   if (newResults.empty())
     return;
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  // Under loss scaling a step with an overflow changes nothing: the
+  // compression's state (the error, which would hold the inf, and Q) is
+  // kept as the updates are, by the condition of the step's selects.
+  SetVector<Value> keeps;
+  func.walk([&](AllFiniteOp check) {
+    for (Operation *user : check->getUsers())
+      if (isa<arith::SelectOp>(user))
+        keeps.insert(check.getResult());
+  });
+  if (keeps.size() > 1) {
+    func.emitError() << "--distopt-powersgd: the step has " << keeps.size()
+                     << " overflow checks that keep updates; which one keeps "
+                        "the compression's state is ambiguous";
+    return signalPassFailure();
+  }
+  if (!keeps.empty()) {
+    OpBuilder builder(ret);
+    for (auto [result, old] : llvm::zip_equal(newResults, replacedState))
+      result.first = arith::SelectOp::create(builder, ret.getLoc(),
+                                             keeps.front(), result.first, old);
+  }
+  replacedState.clear();
   SmallVector<Value> operands(ret.getOperands());
   SmallVector<Type> resultTypes;
   SmallVector<DictionaryAttr> resultAttrs;

@@ -12,6 +12,7 @@
 
 #include "Run.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace distopt::run {
@@ -60,7 +61,7 @@ void fillParameters(Run &run) {
 
 /// A pattern per tensor and step, times 1 + (rank - (N-1)/2) / 4: ranks
 /// differ, every sum over ranks is exact, and their average is the pattern.
-void fillGradients(Run &run, int64_t step) {
+void fillGradients(Run &run, int64_t step, bool overflow) {
   double factor = 1.0 + (run.rank - (run.size - 1) / 2.0) / 4.0;
   for (size_t i = 0; i < run.tensors.size(); ++i) {
     const distopt_step_tensor &t = run.tensors[i];
@@ -70,6 +71,10 @@ void fillGradients(Run &run, int64_t step) {
     std::vector<double> values(t.numel);
     for (int64_t k = 0; k < t.numel; ++k)
       values[k] = static_cast<double>(static_cast<float>(pattern(k))) * factor;
+    if (overflow && t.numel > 0) {
+      values[0] = INFINITY; // once: the first gradient's first element
+      overflow = false;
+    }
     write(run, i, values);
   }
 }

@@ -78,6 +78,12 @@ static cl::opt<bool> printMemoryOption(
     cl::desc("Print the memory per rank: the step's buffers by role and the "
              "most in use at once (the most on any rank)"),
     cl::init(false), cl::cat(runCategory));
+static cl::list<int64_t> injectInf(
+    "inject-inf", cl::CommaSeparated,
+    cl::desc("At these steps one rank's gradient holds an inf (rank: the "
+             "step modulo the world size), as an overflow under loss "
+             "scaling: the step must be skipped on every rank"),
+    cl::cat(runCategory));
 static cl::opt<bool> printParams("print-params",
                                  cl::desc("Print a hash of every parameter"),
                                  cl::init(false), cl::cat(runCategory));
@@ -349,7 +355,9 @@ int main(int argc, char **argv) {
   }
   Progress progress(firstStep, lastStep);
   for (int64_t step = firstStep; step <= lastStep; ++step) {
-    fillGradients(run, step);
+    fillGradients(run, step,
+                  llvm::is_contained(injectInf, step) &&
+                      step % run.size == run.rank);
     check(distopt_session_run(run.session), "running the step");
     run.times.push_back(distopt_session_last_seconds(run.session));
     if (!losses.empty()) {
