@@ -17,8 +17,7 @@ ADAMW = {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8,
          "weight_decay": 0.1}
 
 
-def gpt2_small():
-    d, layers, vocab, ctx = 768, 12, 50257, 1024
+def gpt2_small(d=768, layers=12, vocab=50257, ctx=1024):
     p = [("wte.weight", [vocab, d]), ("wpe.weight", [ctx, d])]
     for i in range(layers):
         h = f"h.{i}."
@@ -107,6 +106,18 @@ def synthetic(count, seed=0):
     return spec(f"synthetic-{count}", params, 8, ADAMW)
 
 
+# GPT-2's training recipe (nanoGPT's, as Megatron and NeMo run it): weight
+# decay on the matrices only, gradients clipped at 1.0, 2000 warmup steps
+# and a cosine decay to a tenth of the rate over 600,000.
+GPT2_RECIPE = {
+    "param_groups": [{"params": ["*.bias", "*ln_*.weight", "ln_f.weight"],
+                      "weight_decay": 0.0}],
+    "clip_grad_norm": {"max_norm": 1.0},
+    "lr_schedule": {"type": "warmup_cosine", "warmup_steps": 2000,
+                    "total_steps": 600000, "min_lr": 6e-5},
+}
+
+
 def write(path, obj):
     with open(path, "w") as f:
         json.dump(obj, f, indent=1)
@@ -136,6 +147,19 @@ def main():
             sys.exit(f"{name}: {got} parameters, expected {total}")
     sgd = {"type": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}
     write(os.path.join(out, "gpt2-small.json"), spec("gpt2-small", gpt2, 8, ADAMW, "bf16", True))
+    write(os.path.join(out, "gpt2-small-recipe.json"),
+          dict(spec("gpt2-small", gpt2, 8, ADAMW, "bf16", True), **GPT2_RECIPE))
+    # The same recipe on a 2-layer GPT of width 64 for 2 ranks (scripts/demo),
+    # with a short schedule and dynamic loss scaling, so that a few steps
+    # show the warmup, the decay and a skipped step.
+    tiny, _ = gpt2_small(d=64, layers=2, vocab=65, ctx=64)
+    write(os.path.join(out, "gpt-tiny-recipe.json"),
+          dict(spec("gpt-tiny", tiny, 2, ADAMW, "bf16", True), **dict(
+              GPT2_RECIPE,
+              lr_schedule={"type": "warmup_cosine", "warmup_steps": 3,
+                           "total_steps": 12, "min_lr": 6e-5},
+              loss_scaling={"type": "dynamic", "init_scale": 65536,
+                            "growth_interval": 4})))
     write(os.path.join(out, "llama-7b.json"),
           spec("llama-7b", llama, 64, dict(ADAMW, lr=3e-4), "bf16", True))
     write(os.path.join(out, "resnet50.json"), spec("resnet50", r50, 8, sgd))

@@ -9,6 +9,9 @@
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=1 \
 // RUN:   | FileCheck %s --check-prefix=STAGE1
 // RUN: distopt-opt %s -split-input-file --distopt-shard-optimizer=stage=2 -verify-diagnostics
+// RUN: distopt-translate --import-param-spec %examples/specs/gpt2-small-recipe.json \
+// RUN:   | distopt-opt --distopt-pipeline=zero-stage=2 --distopt-report -o /dev/null \
+// RUN:   | FileCheck %s --check-prefix=GPT2
 // RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-report -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=REPORT
@@ -38,6 +41,11 @@
 // REPORT: reduce_scatter 2 384
 // REPORT-NEXT: all_finite 1 4
 // REPORT-NEXT: clip_grad_norm 1 16
+//
+// GPT-2's recipe: two layouts (the decayed matrices, the rest), one norm
+// over all 148 tensors.
+// GPT2: reduce_scatter 2
+// GPT2-NEXT: clip_grad_norm 1 1184
 //
 // Stage 1: the chunks are slices of the all-reduced gradients.
 // STAGE1: distopt.all_reduce avg
