@@ -81,7 +81,7 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createPowerSGDPass(PowerSGDPassOptions{
         options.powersgdRank, options.minCompressionRate, options.errorFeedback,
         options.warmStart, options.powersgdBatchMb,
-        options.powersgdOrthogonalizationEpsilon}));
+        options.powersgdOrthogonalizationEpsilon, options.powersgdStartIter}));
   if (options.bucketize)
     func.addPass(createPipelineBucketizePass(options));
   if (options.gradAsBucketView)

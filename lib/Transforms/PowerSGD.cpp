@@ -14,7 +14,9 @@
 #include "distopt/Transforms/Bucketing.h"
 #include "distopt/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
@@ -47,6 +49,10 @@ struct PowerSGDPass : public distopt::impl::PowerSGDPassBase<PowerSGDPass> {
       return emitError(loc) << "--distopt-powersgd: orthogonalization-epsilon "
                                "must be finite and >= 0, got "
                             << orthogonalizationEpsilon.getValue();
+    if (startIter < 0)
+      return emitError(loc) << "--distopt-powersgd: start-iter must not be "
+                               "negative, got "
+                            << startIter.getValue();
     if (!(minCompressionRate > 0))
       return emitError(loc) << "--distopt-powersgd: min-compression-rate must "
                                "be positive, got "
@@ -85,6 +91,8 @@ private:
   void numberBatches(Block &block);
 
   func::FuncOp func;
+  /// The step number argument (role step), for start-iter.
+  Value stepNumber;
   SmallVector<std::pair<Value, DictionaryAttr>> newResults;
   /// Per new result: the state argument it replaces.
   SmallVector<Value> replacedState;
@@ -168,15 +176,40 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
   if (orthogonalizationEpsilon != 0)
     attrs.set("orthogonalization_epsilon",
               builder.getF64FloatAttr(orthogonalizationEpsilon));
-  auto op = PowerSGDAllReduceOp::create(builder, loc, types, operands,
-                                        attrs.getAttrs());
-  created.insert(op);
+  auto build = [&](OpBuilder &b) {
+    auto op =
+        PowerSGDAllReduceOp::create(b, loc, types, operands, attrs.getAttrs());
+    created.insert(op);
+    return op;
+  };
+  SmallVector<Value> outputs;
+  if (startIter > 0) {
+    // Steps up to start-iter average plainly and keep the state.
+    Value after = arith::CmpIOp::create(
+        builder, loc, arith::CmpIPredicate::sgt, stepNumber,
+        arith::ConstantOp::create(builder, loc,
+                                  builder.getI64IntegerAttr(startIter)));
+    auto branch = scf::IfOp::create(builder, loc, TypeRange(types), after,
+                                    /*withElseRegion=*/true);
+    OpBuilder inThen = branch.getThenBodyBuilder();
+    scf::YieldOp::create(inThen, loc, build(inThen)->getResults());
+    OpBuilder inElse = branch.getElseBodyBuilder();
+    SmallVector<Value> kept(operands);
+    kept[0] = AllReduceOp::create(
+        inElse, loc, grad.getType(), grad, group, /*wire_type=*/nullptr,
+        ReductionKindAttr::get(builder.getContext(), ReductionKind::Avg),
+        /*scale=*/nullptr);
+    scf::YieldOp::create(inElse, loc, kept);
+    llvm::append_range(outputs, branch.getResults());
+  } else {
+    llvm::append_range(outputs, build(builder)->getResults());
+  }
   for (unsigned k = 0; k < numState; ++k) {
     newResults.push_back(
-        {op->getResult(1 + k), func.getArgAttrDict(plan.firstArg + k)});
+        {outputs[1 + k], func.getArgAttrDict(plan.firstArg + k)});
     replacedState.push_back(func.getArgument(plan.firstArg + k));
   }
-  Value reduced = op.getResult();
+  Value reduced = outputs[0];
   if (type.getRank() > 2) {
     auto expand =
         tensor::ExpandShapeOp::create(builder, loc, type, reduced, toMatrix);
@@ -259,6 +292,20 @@ void PowerSGDPass::runOnOperation() {
               compressionRank(cast<RankedTensorType>(grad.getType())))
         if (planOfPacked.try_emplace(grad, plans.size()).second)
           plans.push_back({grad, *r, nameOf(grad)});
+  stepNumber = Value();
+  if (startIter > 0 && !plans.empty()) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      if (abi::getArgRole(func, i) == abi::kStep &&
+          func.getArgument(i).getType().isInteger(64))
+        stepNumber = func.getArgument(i);
+    if (!stepNumber) {
+      func.emitError() << "--distopt-powersgd: start-iter="
+                       << startIter.getValue()
+                       << " needs the step number: an i64 argument with "
+                          "distopt.role \"step\"";
+      return signalPassFailure();
+    }
+  }
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
   unsigned next = func.getNumArguments();

@@ -17,6 +17,11 @@
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd=rank=8 --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-8
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-powersgd="rank=1 batch-mb=25" --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-25MB
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-pipeline="powersgd-rank=1 powersgd-batch-mb=1000" --distopt-report -o /dev/null | FileCheck %s --check-prefix=R18-ONE
+// start-iter: plain averaging up to that step, then compression; the state
+// is passed through unchanged until then.
+// RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-pipeline="powersgd-rank=1 powersgd-start-iter=10" --distopt-verify-collectives | FileCheck %s --check-prefix=START
+// RUN: not distopt-opt %s -split-input-file --distopt-powersgd=start-iter=-1 2>&1 | FileCheck %s --check-prefix=START-BAD
+// RUN: not distopt-opt %s -split-input-file --distopt-powersgd=start-iter=5 2>&1 | FileCheck %s --check-prefix=START-NOSTEP
 //
 // Compression together with ZeRO-2 sharding.
 // RUN: distopt-translate --import-param-spec %examples/specs/gpt2-small.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-powersgd --distopt-verify-collectives | FileCheck %s --check-prefix=ZERO2
@@ -27,6 +32,15 @@
 // BATCH-MB-INF: --distopt-powersgd: batch-mb must be finite and not negative, got INF
 // EPS: distopt.powersgd_all_reduce {{.*}} rank 1 {orthogonalization_epsilon = 1.000000e-08 : f64}
 // EPS-BAD: --distopt-powersgd: orthogonalization-epsilon must be finite and >= 0, got -1
+// START: %[[TEN:.*]] = arith.constant 10 : i64
+// START: %[[LATER:.*]] = arith.cmpi sgt, %[[STEP:[^,]*]], %[[TEN]] : i64
+// START: scf.if %[[LATER]]
+// START: distopt.powersgd_all_reduce
+// START: } else {
+// START: %[[AVG:.*]] = distopt.all_reduce avg
+// START: scf.yield %[[AVG]],
+// START-BAD: --distopt-powersgd: start-iter must not be negative, got -1
+// START-NOSTEP: error: --distopt-powersgd: start-iter=5 needs the step number: an i64 argument with distopt.role "step"
 // Its 21 compressed tensors issue 2 collectives each by default; with
 // batch-mb their factors share them (the lowering's batches, which
 // distopt-lower-local-ops.mlir checks): 44 MB of them in 2 batches of up to

@@ -46,6 +46,11 @@ struct DistOptPipelineOptions
   Option<bool> warmStart{*this, "warm-start",
                          llvm::cl::desc("PowerSGD warm start"),
                          llvm::cl::init(true)};
+  Option<int64_t> powersgdStartIter{
+      *this, "powersgd-start-iter",
+      llvm::cl::desc("PowerSGD: plain averaging for the first N steps (the "
+                     "hook's start_powerSGD_iter)"),
+      llvm::cl::init(0)};
   Option<double> powersgdOrthogonalizationEpsilon{
       *this, "powersgd-orthogonalization-epsilon",
       llvm::cl::desc("PowerSGD: added to each column's norm when P is "

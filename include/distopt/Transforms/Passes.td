@@ -350,6 +350,19 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
     `distopt.shard_slice`. Sum reductions are left alone (PowerSGD yields
     an average).
 
+    With `start-iter=K`, as the hook's `start_powerSGD_iter`, steps 1 to K
+    average each gradient uncompressed (an `scf.if` on the step argument,
+    which the step must have) and leave the compression's state as it was:
+    the error feedback starts at zero and Q at its first draw when step
+    K + 1 compresses. Each gradient then decides on its own, so `batch-mb`
+    does not batch them.
+
+    On a step that checks its gradients for overflow and keeps its updates
+    only if they are finite (`arith.select` on a `distopt.all_finite`, as
+    the importer writes loss scaling), the compression's new state is kept
+    by the same condition: a skipped step changes nothing, and the inf does
+    not reach the error feedback.
+
     With `batch-mb`, the compressed gradients of a block are numbered into
     batches of up to that many MiB (in program order, per group and element
     type; a larger one alone), and the lowering all-reduces the P factors of
@@ -377,9 +390,13 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
     Option<"orthogonalizationEpsilon", "orthogonalization-epsilon", "double",
            "0",
            "Added to each column's norm when P is orthogonalized, as the "
-           "hook's orthogonalization_epsilon (0: divide by the norm alone)">
+           "hook's orthogonalization_epsilon (0: divide by the norm alone)">,
+    Option<"startIter", "start-iter", "int64_t", "0",
+           "Plain averaging for the first start-iter steps, as the hook's "
+           "start_powerSGD_iter (0: compress from the first step)">
   ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::scf::SCFDialect",
                            "::mlir::tensor::TensorDialect"];
 }
 
