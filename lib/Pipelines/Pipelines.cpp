@@ -81,7 +81,8 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createPowerSGDPass(PowerSGDPassOptions{
         options.powersgdRank, options.minCompressionRate, options.errorFeedback,
         options.warmStart, options.powersgdBatchMb,
-        options.powersgdOrthogonalizationEpsilon, options.powersgdStartIter}));
+        options.powersgdOrthogonalizationEpsilon, options.powersgdStartIter,
+        options.powersgdSeed}));
   if (options.bucketize)
     func.addPass(createPipelineBucketizePass(options));
   if (options.gradAsBucketView)

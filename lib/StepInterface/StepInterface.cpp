@@ -342,6 +342,9 @@ json::Expected<Interface> parseInterface(std::string_view text) {
     result.lr = value;
   }
   result.model = r.string(*root, "model", "", "");
+  if (root->get("seed"))
+    result.seed = static_cast<uint64_t>(
+        r.integer(*root, "seed", "", 0, (int64_t(1) << 53)));
   if (const json::Value *collectives =
           r.object(root->get("collectives"), "collectives")) {
     result.collectiveCount =
@@ -511,6 +514,8 @@ json::Value toJSON(const Interface &interface) {
     root.set("model", interface.model);
   if (interface.lr)
     root.set("lr", *interface.lr);
+  if (interface.seed)
+    root.set("seed", static_cast<int64_t>(*interface.seed));
   root.set("collectives",
            json::Object{{"count", interface.collectiveCount},
                         {"fingerprint", std::string(fingerprint)}});

@@ -49,6 +49,10 @@ struct PowerSGDPass : public distopt::impl::PowerSGDPassBase<PowerSGDPass> {
       return emitError(loc) << "--distopt-powersgd: orthogonalization-epsilon "
                                "must be finite and >= 0, got "
                             << orthogonalizationEpsilon.getValue();
+    if (seed < -1)
+      return emitError(loc) << "--distopt-powersgd: seed must be -1 (the "
+                               "runtime's) or a non-negative number, got "
+                            << seed.getValue();
     if (startIter < 0)
       return emitError(loc) << "--distopt-powersgd: start-iter must not be "
                                "negative, got "
@@ -292,6 +296,13 @@ void PowerSGDPass::runOnOperation() {
               compressionRank(cast<RankedTensorType>(grad.getType())))
         if (planOfPacked.try_emplace(grad, plans.size()).second)
           plans.push_back({grad, *r, nameOf(grad)});
+  // The seed of Q's draw is the step's: the runtime reads it from the
+  // interface.
+  if (seed >= 0 && !plans.empty())
+    if (auto module = func->getParentOfType<ModuleOp>())
+      module->setAttr(abi::kSeed,
+                      IntegerAttr::get(IntegerType::get(func.getContext(), 64),
+                                       seed.getValue()));
   stepNumber = Value();
   if (startIter > 0 && !plans.empty()) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i)

@@ -154,11 +154,12 @@ class Session:
     timeout: seconds a collective waits for its peers (default:
       DISTOPT_RT_TIMEOUT, else 300).
     lr: the learning rate to start with (default: the compiled one).
-    seed: the seed of the draws the interface asks for (PowerSGD's Q).
+    seed: the seed of the draws the interface asks for (PowerSGD's Q);
+      None: the step's compiled seed, else 42.
     """
 
     def __init__(self, step, comm=None, backend=None, timeout=None, lr=None,
-                 seed=42):
+                 seed=None):
         self.step = step
         options = SessionOptions()
         lib.distopt_session_default_options(ctypes.byref(options))
@@ -173,7 +174,8 @@ class Session:
             options.timeout_seconds = float(timeout)
         if lr is not None:
             options.lr = float(lr)
-        options.seed = seed
+        if seed is not None:
+            options.seed = seed
         handle = ctypes.c_void_p()
         _check(lib.distopt_session_create(step._handle, ctypes.byref(options),
                                           ctypes.byref(handle)))

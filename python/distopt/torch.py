@@ -83,7 +83,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, named_parameters, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
-                 cache=None, seed=42):
+                 cache=None, seed=None):
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not named:
             raise ValueError("DistributedOptimizer got no parameters that "

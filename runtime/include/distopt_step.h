@@ -154,12 +154,15 @@ typedef struct distopt_session_options {
    * step was compiled with (its spec's), else 1e-3. */
   double lr;
   /* Seed of the draws the step's interface asks for (PowerSGD's initial Q;
-   * init "randn"): the same on every rank. */
+   * init "randn"): the same on every rank. DISTOPT_SEED_OF_STEP: the one
+   * the step was compiled with (--distopt-powersgd=seed=S), else 42. */
   uint64_t seed;
 } distopt_session_options;
 
+#define DISTOPT_SEED_OF_STEP UINT64_MAX
+
 /* The defaults: the process's default world, DISTOPT_RT_TIMEOUT, the
- * compiled learning rate, seed 42. */
+ * compiled learning rate, the compiled seed (else 42). */
 DISTOPT_RT_API void
 distopt_session_default_options(distopt_session_options *options);
 

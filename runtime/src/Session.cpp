@@ -209,7 +209,7 @@ void distopt_session_default_options(distopt_session_options *options) {
     return;
   *options = distopt_session_options{};
   options->lr = -1;
-  options->seed = 42;
+  options->seed = DISTOPT_SEED_OF_STEP;
 }
 
 distopt_rt_status distopt_session_create(distopt_step *step,
@@ -228,7 +228,9 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   session->step = step;
   retainStep(step);
   session->device = abi.device == "cuda";
-  session->seed = options.seed;
+  session->seed = options.seed != DISTOPT_SEED_OF_STEP
+                      ? options.seed
+                      : step->abi.seed.value_or(42);
   std::string backend = options.backend ? options.backend : "";
   distopt_rt_status status = DISTOPT_RT_OK;
   if (session->device) {

@@ -20,6 +20,7 @@ import sys
 
 VALID = {
     "version": 1, "device": "cpu", "world_size": 4, "lr": 0.001, "model": "m",
+    "seed": 7,
     "args": [
         {"role": "param", "name": "w", "dtype": "f32", "shape": [4, 4]},
         {"role": "grad", "name": "w", "dtype": "f32", "shape": [4, 4]},
@@ -36,7 +37,7 @@ VALID = {
     ],
     "collectives": {"count": 2, "fingerprint": "0x00000000deadbeef"},
 }
-OPTIONAL = {"device", "lr", "model", "role", "name", "shape", "init", "per_rank",
+OPTIONAL = {"device", "lr", "model", "seed", "role", "name", "shape", "init", "per_rank",
             "shard_of", "layout", "owner", "in_place_arg"}
 # Inside a layout entry only the owner may be missing.
 OPTIONAL_IN_LAYOUT = {"owner"}
@@ -100,6 +101,7 @@ def main():
     case("world size 0", "world_size", lambda d: d.update(world_size=0))
     case("world size 2^40", "world_size", lambda d: d.update(world_size=2 ** 40))
     case("negative lr", "lr", lambda d: d.update(lr=-1))
+    case("negative seed", "seed", lambda d: d.update(seed=-1))
     case("unknown dtype", "args[0].dtype", lambda d: d["args"][0].update(dtype="f8"))
     case("unknown role", "args[0].role", lambda d: d["args"][0].update(role="weights"))
     case("unknown init", "args[2].init", lambda d: d["args"][2].update(init="ones"))

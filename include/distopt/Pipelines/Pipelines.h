@@ -46,6 +46,11 @@ struct DistOptPipelineOptions
   Option<bool> warmStart{*this, "warm-start",
                          llvm::cl::desc("PowerSGD warm start"),
                          llvm::cl::init(true)};
+  Option<int64_t> powersgdSeed{
+      *this, "powersgd-seed",
+      llvm::cl::desc("PowerSGD: seed of Q's first draw (-1: the runtime's "
+                     "default)"),
+      llvm::cl::init(-1)};
   Option<int64_t> powersgdStartIter{
       *this, "powersgd-start-iter",
       llvm::cl::desc("PowerSGD: plain averaging for the first N steps (the "

@@ -105,6 +105,9 @@ struct Interface {
   std::string device = "cpu"; // where its buffers live: cpu or cuda
   int64_t worldSize = 1;
   std::optional<double> lr; // the spec's learning rate
+  /// The seed of the draws its interface asks for (PowerSGD's Q), when the
+  /// step was compiled with one.
+  std::optional<uint64_t> seed;
   std::string model;
   std::vector<Value> args, results;
   /// Every rank compares these before the first step: ranks running

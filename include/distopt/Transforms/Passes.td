@@ -393,7 +393,10 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
            "hook's orthogonalization_epsilon (0: divide by the norm alone)">,
     Option<"startIter", "start-iter", "int64_t", "0",
            "Plain averaging for the first start-iter steps, as the hook's "
-           "start_powerSGD_iter (0: compress from the first step)">
+           "start_powerSGD_iter (0: compress from the first step)">,
+    Option<"seed", "seed", "int64_t", "-1",
+           "Seed of Q's first draw, the same on every rank (the module's "
+           "distopt.seed; -1: the runtime's default, 42)">
   ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect",
                            "::mlir::scf::SCFDialect",

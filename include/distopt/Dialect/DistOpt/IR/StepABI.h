@@ -33,6 +33,8 @@ constexpr llvm::StringLiteral kLayout = "distopt.layout";
 constexpr llvm::StringLiteral kWorldSize = "distopt.world_size";
 constexpr llvm::StringLiteral kModelName = "distopt.model";
 constexpr llvm::StringLiteral kInitialLr = "distopt.lr";
+/// The seed of the step's random draws (PowerSGD's Q), when one was chosen.
+constexpr llvm::StringLiteral kSeed = "distopt.seed";
 /// The number of model parameters (elements), before any sharding.
 constexpr llvm::StringLiteral kNumParameters = "distopt.num_parameters";
 
