@@ -33,6 +33,7 @@ constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::Step, "step"},
     {Role::Loss, "loss"},
     {Role::Skipped, "skipped"},
+    {Role::GradAccum, "grad_accum"},
 };
 
 constexpr DType kDTypes[] = {
@@ -224,6 +225,8 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
            "only a result has role '" + std::string(roleName(v.role)) + "'");
   else if (v.role == Role::Skipped && (v.isTensor() || v.dtype->name != "i1"))
     r.fail(path + ".role", "a skipped flag is an i1 scalar");
+  else if (v.role == Role::GradAccum && (isResult || !v.isTensor()))
+    r.fail(path + ".role", "an accumulated gradient is a tensor argument");
   if (!v.isTensor()) {
     if (!v.layout.empty() || v.shardOf || v.perRank)
       r.fail(path, "a scalar has no layout, shard or per-rank copies");
@@ -342,6 +345,9 @@ json::Expected<Interface> parseInterface(std::string_view text) {
     result.lr = value;
   }
   result.model = r.string(*root, "model", "", "");
+  if (root->get("grad_accumulation"))
+    result.gradAccumulation =
+        r.integer(*root, "grad_accumulation", "", 1, int64_t(1) << 30);
   if (root->get("seed"))
     result.seed = static_cast<uint64_t>(
         r.integer(*root, "seed", "", 0, (int64_t(1) << 53)));
@@ -516,6 +522,8 @@ json::Value toJSON(const Interface &interface) {
     root.set("lr", *interface.lr);
   if (interface.seed)
     root.set("seed", static_cast<int64_t>(*interface.seed));
+  if (interface.gradAccumulation != 1)
+    root.set("grad_accumulation", interface.gradAccumulation);
   root.set("collectives",
            json::Object{{"count", interface.collectiveCount},
                         {"fingerprint", std::string(fingerprint)}});

@@ -135,6 +135,8 @@ private:
   std::optional<Clipping> clipping;
   std::optional<LossScaling> lossScaling;
   std::optional<Schedule> schedule;
+  /// Micro-batches per step (grad_accumulation).
+  int64_t accumulation = 1;
   SmallVector<Parameter> parameters;
 };
 
@@ -580,7 +582,7 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (failed(checkKeys(*root, "spec",
                        {"model", "world_size", "optimizer", "main_params",
                         "parameters", "param_groups", "clip_grad_norm",
-                        "loss_scaling", "lr_schedule"})))
+                        "loss_scaling", "lr_schedule", "grad_accumulation"})))
     return nullptr;
   if (const json::Value *clip = root->get("clip_grad_norm"))
     if (failed(readClipping(*clip)))
@@ -633,6 +635,15 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (const json::Value *groupList = root->get("param_groups"))
     if (failed(readParamGroups(*groupList, *opt)))
       return nullptr;
+  if (const json::Value *k = root->get("grad_accumulation")) {
+    std::optional<int64_t> micro = k->getAsInteger();
+    if (!micro || *micro < 1 || *micro > (int64_t(1) << 30)) {
+      error("grad_accumulation")
+          << "expected a number of micro-batches from 1 to 2^30";
+      return nullptr;
+    }
+    accumulation = *micro;
+  }
   if (const json::Value *lrSchedule = root->get("lr_schedule"))
     if (failed(readSchedule(*lrSchedule)))
       return nullptr;
@@ -699,6 +710,9 @@ OwningOpRef<ModuleOp> SpecReader::build() {
                                   builder.getStringAttr(modelName));
   module->getOperation()->setAttr(abi::kInitialLr,
                                   builder.getF64FloatAttr(optimizer.lr));
+  if (accumulation > 1)
+    module->getOperation()->setAttr(abi::kGradAccumulation,
+                                    builder.getI64IntegerAttr(accumulation));
   int64_t numParameters = 0;
   for (const Parameter &p : parameters)
     numParameters += ShapedType::getNumElements(p.shape);
@@ -736,6 +750,12 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     paramArg[i] = addArg(tensorType(p, p.elementType), abi::kParam, p.name);
   for (auto [i, p] : llvm::enumerate(parameters))
     gradArg[i] = addArg(tensorType(p, p.elementType), abi::kGrad, p.name);
+  // Gradient accumulation: each gradient's sum over the step's earlier
+  // micro-batches, in f32 (NeMo's fp32 gradient accumulation).
+  SmallVector<size_t> accumArg(n, 0);
+  if (accumulation > 1)
+    for (auto [i, p] : llvm::enumerate(parameters))
+      accumArg[i] = addArg(tensorType(p, f32), abi::kGradAccum, p.name);
   for (auto [i, p] : llvm::enumerate(parameters))
     if (hasMain(p))
       mainArg[i] = addArg(tensorType(p, f32), abi::kMainParam, p.name);
@@ -828,17 +848,35 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Location paramLoc = NameLoc::get(builder.getStringAttr(p.name), loc);
     paramLocs.push_back(paramLoc);
-    auto gradType = tensorType(p, p.elementType);
+    Value local = body->getArgument(gradArg[i]);
+    if (accumulation > 1) {
+      // The last micro-batch's gradient joins the sum of the others.
+      Value wide = local;
+      if (!p.elementType.isF32())
+        wide =
+            arith::ExtFOp::create(builder, paramLoc, tensorType(p, f32), local);
+      local = arith::AddFOp::create(builder, paramLoc,
+                                    body->getArgument(accumArg[i]), wide);
+    }
+    auto gradType = cast<RankedTensorType>(local.getType());
+    auto splat = [&](double value) {
+      return arith::ConstantOp::create(
+          builder, paramLoc,
+          DenseElementsAttr::get(
+              gradType,
+              builder.getFloatAttr(gradType.getElementType(), value)));
+    };
     Value sum = AllReduceOp::create(
-        builder, paramLoc, gradType, body->getArgument(gradArg[i]), groupRef,
+        builder, paramLoc, gradType, local, groupRef,
         /*wire_type=*/nullptr,
         ReductionKindAttr::get(context, ReductionKind::Sum), /*scale=*/nullptr);
-    auto worldConst = arith::ConstantOp::create(
-        builder, paramLoc,
-        DenseElementsAttr::get(
-            gradType, builder.getFloatAttr(p.elementType,
-                                           static_cast<double>(worldSize))));
-    reduced[i] = arith::DivFOp::create(builder, paramLoc, sum, worldConst);
+    reduced[i] = arith::DivFOp::create(builder, paramLoc, sum,
+                                       splat(static_cast<double>(worldSize)));
+    // The mean over the micro-batches too.
+    if (accumulation > 1)
+      reduced[i] =
+          arith::DivFOp::create(builder, paramLoc, reduced[i],
+                                splat(static_cast<double>(accumulation)));
   }
 
   // Loss scaling: an overflow in any rank's gradient reaches every rank
@@ -857,9 +895,17 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     size_t target = hasMain(p) ? mainArg[i] : paramArg[i];
     auto targetType = cast<RankedTensorType>(argTypes[target]);
     grads[i] = reduced[i];
-    if (hasMain(p))
-      grads[i] =
-          arith::ExtFOp::create(builder, paramLocs[i], targetType, grads[i]);
+    // To the update's precision: up to an fp32 main parameter, or down from
+    // an f32 accumulated sum to a bf16/f16 parameter.
+    auto have = cast<RankedTensorType>(grads[i].getType());
+    if (have.getElementType() != targetType.getElementType()) {
+      if (have.getElementTypeBitWidth() < targetType.getElementTypeBitWidth())
+        grads[i] =
+            arith::ExtFOp::create(builder, paramLocs[i], targetType, grads[i]);
+      else
+        grads[i] = arith::TruncFOp::create(builder, paramLocs[i], targetType,
+                                           grads[i]);
+    }
     if (scale)
       grads[i] = UnscaleOp::create(builder, paramLocs[i], grads[i], scale);
   }

@@ -171,8 +171,10 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   // The gradient: reduced, then possibly converted, unscaled and clipped;
   // each step on the way has no other use (the reduction's are below).
   Value grad = op->getOperand(1);
+  // (A division right after the reduction is checked with it.)
   auto onlyLink = [](Value v) {
-    return v.hasOneUse() || v.getDefiningOp<AllReduceOp>();
+    return v.hasOneUse() || v.getDefiningOp<AllReduceOp>() ||
+           v.getDefiningOp<arith::DivFOp>();
   };
   if (!onlyLink(grad))
     return fail("its gradient has other uses than the update");
@@ -203,6 +205,18 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
     if (!onlyLink(grad))
       return fail("the gradient it converts has other uses");
   }
+  // A mean over micro-batches: a division by a splat constant.
+  if (auto divide = grad.getDefiningOp<arith::DivFOp>()) {
+    SplatElementsAttr divisor;
+    if (matchPattern(divide.getRhs(), m_Constant(&divisor)) &&
+        isa<FloatType>(divisor.getElementType())) {
+      u.divide = divide;
+      u.divisor = divisor.getSplatValue<APFloat>().convertToDouble();
+      grad = divide.getLhs();
+      if (!onlyLink(grad))
+        return fail("the gradient it divides has other uses");
+    }
+  }
   u.reduction = grad.getDefiningOp<AllReduceOp>();
   if (!u.reduction)
     return fail("its gradient must come from a distopt.all_reduce, possibly "
@@ -212,8 +226,12 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
                 "--distopt-bucketize after it");
   // Besides the chain to the update, the reduced gradient may be checked
   // for overflow.
-  for (Operation *user : u.reduction->getUsers()) {
-    if (user == op || user == u.convert || user == u.unscale || user == u.clip)
+  SmallVector<Operation *> readers(u.reduction->getUsers());
+  if (u.divide)
+    llvm::append_range(readers, u.divide->getUsers());
+  for (Operation *user : readers) {
+    if (user == op || user == u.convert || user == u.unscale ||
+        user == u.clip || user == u.divide)
       continue;
     auto check = dyn_cast<AllFiniteOp>(user);
     if (!check || (u.finiteCheck && u.finiteCheck != check))
@@ -385,6 +403,16 @@ void ShardOptimizerPass::shardFlat(func::FuncOp func,
   for (auto [g, group] : llvm::enumerate(groups)) {
     Update &first = *group.front();
     Sharder::FlatGroup &flat = flats[g];
+    if (first.divide) {
+      auto type = cast<RankedTensorType>(flat.grad.getType());
+      Value divisor = arith::ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              type,
+              builder.getFloatAttr(type.getElementType(), first.divisor)));
+      flat.grad = arith::DivFOp::create(builder, first.divide.getLoc(),
+                                        flat.grad, divisor);
+    }
     if (first.convert)
       flat.grad = convertGradient(
           builder, loc, flat.grad,
@@ -445,6 +473,8 @@ void ShardOptimizerPass::shardFlat(func::FuncOp func,
     for (Update *u : group) {
       if (u->convert)
         erase.insert(u->convert);
+      if (u->divide)
+        erase.insert(u->divide);
       if (stage >= 2)
         erase.insert(u->reduction);
     }
@@ -544,6 +574,7 @@ void ShardOptimizerPass::runOnOperation() {
            (a.unscale ? a.unscale.getScale() : Value()) ==
                (b.unscale ? b.unscale.getScale() : Value()) &&
            a.clip == b.clip && a.finiteCheck == b.finiteCheck &&
+           bool(a.divide) == bool(b.divide) && a.divisor == b.divisor &&
            a.keep == b.keep;
   };
   SmallVector<SmallVector<Update *>> groups;

@@ -29,6 +29,10 @@ struct Update {
   /// (arith.extf to an fp32 main parameter, arith.truncf from a reduction
   /// widened by --distopt-widen-reductions).
   Operation *convert = nullptr;
+  /// Optional, right after the reduction: a division by a constant (the
+  /// mean over accumulated micro-batches), and its divisor.
+  arith::DivFOp divide;
+  double divisor = 1.0;
   /// Optional, between the reduction (and convert) and the update: the
   /// gradient unscaled by a loss scale, then clipped by the global norm of
   /// all gradients (input `clipIndex` of `clip`).

@@ -92,6 +92,8 @@ def _load():
         "distopt_session_set_lr": (status, [_p, ctypes.c_double]),
         "distopt_session_lr": (ctypes.c_double, [_p]),
         "distopt_session_run": (status, [_p]),
+        "distopt_session_accumulate": (status, [_p]),
+        "distopt_step_grad_accumulation": (_i64, [_p]),
         "distopt_session_steps_done": (_i64, [_p]),
         "distopt_session_set_steps_done": (status, [_p, _i64]),
         "distopt_session_scalar": (status,

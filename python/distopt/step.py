@@ -88,6 +88,8 @@ class Step:
         self._handle = handle
         self.interface = json.loads(lib.distopt_step_interface(handle))
         self.world_size = lib.distopt_step_world_size(handle)
+        # Micro-batches per step (grad_accumulation; 1: none).
+        self.grad_accumulation = lib.distopt_step_grad_accumulation(handle)
         self.device = _text(lib.distopt_step_device(handle))
         self.args = []
         for i in range(lib.distopt_step_num_args(handle)):
@@ -329,6 +331,13 @@ class Session:
         gradient norm, loss scale."""
         _check(lib.distopt_session_run(self._live()))
         return self.scalars()
+
+    def accumulate(self):
+        """Adds this micro-batch's gradients into the step's f32
+        accumulators and zeroes the gradient buffers, with no communication
+        (DDP's no_sync): after each of the first grad_accumulation - 1
+        micro-batches; run() takes the last one's."""
+        _check(lib.distopt_session_accumulate(self._live()))
 
     def scalars(self):
         out = {}

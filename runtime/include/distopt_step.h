@@ -219,6 +219,17 @@ DISTOPT_RT_API double distopt_session_lr(const distopt_session *session);
  * (backward wrote them into the gradient arguments); results go back into
  * the buffers of the arguments they update. */
 DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
+/* Gradient accumulation (a step compiled with grad_accumulation K): adds
+ * this micro-batch's gradients (the gradient arguments) into the step's f32
+ * accumulators and zeroes the gradient buffers, with no communication, as
+ * under DDP's no_sync. Call it after each of the first K - 1 micro-batches'
+ * backward; the K-th backward's gradients go to distopt_session_run, which
+ * reduces the sum once, divided by N * K, and zeroes the accumulators.
+ * Host buffers only (not yet for a step compiled for cuda). */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_accumulate(distopt_session *session);
+/* Micro-batches per step the step was compiled for (1: no accumulation). */
+DISTOPT_RT_API int64_t distopt_step_grad_accumulation(const distopt_step *step);
 /* Steps done: run, or restored from a checkpoint. */
 DISTOPT_RT_API int64_t
 distopt_session_steps_done(const distopt_session *session);

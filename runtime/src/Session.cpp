@@ -14,6 +14,7 @@
 #include "Cuda.h"
 #include "Step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -277,6 +278,28 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   if (!std::isfinite(session->lr))
     return session->invalid("the learning rate must be finite and "
                             "non-negative");
+  // Accumulators: each adds the gradient argument of its name and shape,
+  // on the host.
+  for (size_t i = 0; i < abi.args.size(); ++i) {
+    const step::Value &v = abi.args[i];
+    if (v.role != step::Role::GradAccum)
+      continue;
+    if (session->device)
+      return session->invalid(describe(v, i, "argument") +
+                              ": gradient accumulation runs on the host; a "
+                              "step compiled for cuda cannot accumulate yet");
+    auto grad = std::find_if(abi.args.begin(), abi.args.end(),
+                             [&](const step::Value &g) {
+                               return g.role == step::Role::Grad &&
+                                      g.name == v.name && g.shape == v.shape;
+                             });
+    if (grad == abi.args.end() || v.dtype->name != "f32")
+      return session->invalid(
+          describe(v, i, "argument") +
+          " accumulates no f32 sum of a gradient argument of its name and "
+          "shape (the gradients as bucket views cannot accumulate yet)");
+    session->accumulators.emplace_back(i, grad - abi.args.begin());
+  }
   session->data.assign(abi.args.size(), nullptr);
   session->owned.assign(abi.args.size(), false);
   session->scalars.assign(abi.results.size(), NAN);
@@ -399,6 +422,39 @@ distopt_rt_status distopt_session_set_lr(distopt_session *session, double lr) {
         std::to_string(lr));
   session->lr = lr;
   return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_session_accumulate(distopt_session *session) {
+  if (!session)
+    return invalid("distopt_session_accumulate: null session");
+  if (session->accumulators.empty())
+    return session->invalid("the step does not accumulate gradients (give "
+                            "its spec grad_accumulation)");
+  const step::Interface &abi = session->step->abi;
+  // acc += gradient, converted to f32 a block at a time; then the gradient
+  // buffer is zero for the next micro-batch's backward.
+  constexpr int64_t kBlock = 4096;
+  float converted[kBlock];
+  for (auto [acc, grad] : session->accumulators) {
+    const step::Value &g = abi.args[grad];
+    auto *sum = static_cast<float *>(session->data[acc]);
+    const char *in = static_cast<const char *>(session->data[grad]);
+    int64_t n = g.numel();
+    for (int64_t first = 0; first < n; first += kBlock) {
+      int64_t count = std::min(kBlock, n - first);
+      convert(in + first * g.dtype->bytes,
+              static_cast<distopt_rt_dtype>(g.dtype->runtimeCode), converted,
+              DISTOPT_RT_F32, count);
+      for (int64_t k = 0; k < count; ++k)
+        sum[first + k] += converted[k];
+    }
+    std::memset(session->data[grad], 0, g.bytes());
+  }
+  return DISTOPT_RT_OK;
+}
+
+int64_t distopt_step_grad_accumulation(const distopt_step *step) {
+  return step ? step->abi.gradAccumulation : 0;
 }
 
 double distopt_session_lr(const distopt_session *session) {
@@ -555,6 +611,10 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
     else
       _mlir_memref_to_llvm_free(allocation);
   }
+  // The accumulated gradients are consumed, a skipped step's too (torch's
+  // loop zeroes them after scaler.step either way).
+  for (auto [acc, grad] : session->accumulators)
+    std::memset(session->data[acc], 0, abi.args[acc].bytes());
   // A skipped step (an overflow under loss scaling) is not counted, as
   // torch's GradScaler does not call optimizer.step(): the next step takes
   // the same step number.

@@ -124,6 +124,8 @@ struct distopt_session {
   std::vector<double> scalarState;
   /// A step failed part way: the communicator may be unusable.
   bool broken = false;
+  /// Gradient accumulation: (accumulator argument, gradient argument).
+  std::vector<std::pair<size_t, size_t>> accumulators;
 
   /// Records `message` as the last error, naming this rank once (as the
   /// runtime's own messages do), and returns `status`.

@@ -246,6 +246,8 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
     });
   if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
     abiInfo.lr = lr.getValueAsDouble();
+  if (auto k = module->getAttrOfType<IntegerAttr>(abi::kGradAccumulation))
+    abiInfo.gradAccumulation = k.getInt();
   if (auto seed = module->getAttrOfType<IntegerAttr>(abi::kSeed))
     abiInfo.seed = seed.getValue().getZExtValue();
   if (auto model = module->getAttrOfType<StringAttr>(abi::kModelName))

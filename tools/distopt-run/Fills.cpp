@@ -61,13 +61,14 @@ void fillParameters(Run &run) {
 
 /// A pattern per tensor and step, times 1 + (rank - (N-1)/2) / 4: ranks
 /// differ, every sum over ranks is exact, and their average is the pattern.
-void fillGradients(Run &run, int64_t step, bool overflow) {
+void fillGradients(Run &run, int64_t step, bool overflow, int64_t micro) {
   double factor = 1.0 + (run.rank - (run.size - 1) / 2.0) / 4.0;
   for (size_t i = 0; i < run.tensors.size(); ++i) {
     const distopt_step_tensor &t = run.tensors[i];
     if (std::strcmp(t.role, "grad"))
       continue;
-    Pattern pattern(std::string(t.name) + "g" + std::to_string(step - 1));
+    Pattern pattern(std::string(t.name) + "g" + std::to_string(step - 1) +
+                    (micro ? "m" + std::to_string(micro) : ""));
     std::vector<double> values(t.numel);
     for (int64_t k = 0; k < t.numel; ++k)
       values[k] = static_cast<double>(static_cast<float>(pattern(k))) * factor;

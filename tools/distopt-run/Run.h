@@ -50,8 +50,10 @@ void fillParameters(Run &run);
 /// Gradients of step `step` (1-based): a pattern per tensor and step,
 /// different per rank, averaging to the same values at any world size.
 /// With `overflow`, the first gradient's first element is an infinity (a
-/// loss-scaling overflow on this rank).
-void fillGradients(Run &run, int64_t step, bool overflow = false);
+/// loss-scaling overflow on this rank). `micro`: the micro-batch, under
+/// gradient accumulation (each gets its own values; 0 is the last).
+void fillGradients(Run &run, int64_t step, bool overflow = false,
+                   int64_t micro = 0);
 /// The elements of a floating-point buffer that are inf or NaN.
 int64_t countNonFinite(const char *dtype, const void *data, int64_t numel);
 /// FNV-1a of `bytes` bytes.

@@ -354,7 +354,15 @@ int main(int argc, char **argv) {
       scalars.push_back(k);
   }
   Progress progress(firstStep, lastStep);
+  // Gradient accumulation: the step's earlier micro-batches are added up
+  // first, with no communication.
+  int64_t microBatches = distopt_step_grad_accumulation(run.step);
   for (int64_t step = firstStep; step <= lastStep; ++step) {
+    for (int64_t micro = 1; micro < microBatches; ++micro) {
+      fillGradients(run, step, /*overflow=*/false, micro);
+      check(distopt_session_accumulate(run.session),
+            "accumulating a micro-batch's gradients");
+    }
     fillGradients(run, step,
                   llvm::is_contained(injectInf, step) &&
                       step % run.size == run.rank);

@@ -38,6 +38,9 @@ enum class Role {
   Loss,         // a loss the step computes (results only)
   Skipped,      // i1: the step found an overflow and changed nothing
                 // (results only; the step counter does not advance)
+  GradAccum,    // the gradient accumulated over this step's earlier
+                // micro-batches (the driver adds into it, the step reads
+                // it, the driver zeroes it after the step)
 };
 
 /// The spelling of `role` in IR attributes and the interface ("param", ...);
@@ -108,6 +111,8 @@ struct Interface {
   /// The seed of the draws its interface asks for (PowerSGD's Q), when the
   /// step was compiled with one.
   std::optional<uint64_t> seed;
+  /// Micro-batches per step: gradient accumulation (1: none).
+  int64_t gradAccumulation = 1;
   std::string model;
   std::vector<Value> args, results;
   /// Every rank compares these before the first step: ranks running

@@ -51,6 +51,12 @@ constexpr llvm::StringLiteral kStep = "step";
 /// the update (an i1; the driver's step counter does not advance).
 constexpr llvm::StringLiteral kLoss = "loss";
 constexpr llvm::StringLiteral kSkipped = "skipped";
+/// The gradient accumulated over a step's earlier micro-batches (in f32 for
+/// bf16/f16 gradients): the driver adds each micro-batch's gradient into
+/// it, the step reads it with the last one, the driver zeroes it after.
+constexpr llvm::StringLiteral kGradAccum = "grad_accum";
+/// Module: micro-batches per step (gradient accumulation).
+constexpr llvm::StringLiteral kGradAccumulation = "distopt.grad_accumulation";
 
 /// The role of argument `index` of `func`, or "" when it has none.
 inline llvm::StringRef getArgRole(FunctionOpInterface func, unsigned index) {
