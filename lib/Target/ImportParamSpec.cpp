@@ -496,9 +496,12 @@ LogicalResult SpecReader::readLossScaling(const json::Value &value) {
     FailureOr<double> number = getNumber(*object, key, path, fallback);
     if (failed(number))
       return failure();
-    if (*number <= 0 || *number > 3.4e38) // an f32 scale
+    // An f32 scale, and a normal one: its reciprocal must be finite.
+    if (!(*number >= 1.17549435e-38 && *number <= 3.4e38))
       return error(path + "." + key)
-             << "must be positive and fit in f32, got " << num(*number);
+             << "must be a positive, normal f32 number (from 1.2e-38 to "
+                "3.4e38), got "
+             << num(*number);
     out = *number;
     return success();
   };

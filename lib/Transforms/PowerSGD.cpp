@@ -87,8 +87,10 @@ private:
                  SmallVectorImpl<DictionaryAttr> &attrs);
   /// Replaces `plan.grad`'s average over `group` by PowerSGD's; returns the
   /// new averaged gradient, in the gradient's type.
+  /// `reduction`: the collective it replaces; steps before start-iter
+  /// average as it did (its group, its wire type).
   Value compress(OpBuilder &builder, Location loc, const Plan &plan,
-                 FlatSymbolRefAttr group);
+                 Operation *reduction);
   std::string nameOf(Value grad);
   /// Numbers the PowerSGD ops this run made in `block` into batches of
   /// batch-mb.
@@ -159,7 +161,9 @@ std::string PowerSGDPass::nameOf(Value grad) {
 }
 
 Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
-                             FlatSymbolRefAttr group) {
+                             Operation *reduction) {
+  auto group = reduction->getAttrOfType<FlatSymbolRefAttr>("group");
+  auto wire = reduction->getAttrOfType<TypeAttr>("wire_type");
   Value grad = plan.grad;
   auto type = cast<RankedTensorType>(grad.getType());
   SmallVector<ReassociationIndices> toMatrix;
@@ -200,7 +204,7 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
     OpBuilder inElse = branch.getElseBodyBuilder();
     SmallVector<Value> kept(operands);
     kept[0] = AllReduceOp::create(
-        inElse, loc, grad.getType(), grad, group, /*wire_type=*/nullptr,
+        inElse, loc, grad.getType(), grad, group, wire,
         ReductionKindAttr::get(builder.getContext(), ReductionKind::Avg),
         /*scale=*/nullptr);
     scf::YieldOp::create(inElse, loc, kept);
@@ -338,8 +342,7 @@ void PowerSGDPass::runOnOperation() {
       continue;
     }
     OpBuilder builder(a);
-    Value reduced =
-        compress(builder, a.getLoc(), plans[it->second], a.getGroupAttr());
+    Value reduced = compress(builder, a.getLoc(), plans[it->second], a);
     a.getResult().replaceAllUsesWith(reduced);
     a.erase();
   }
@@ -354,8 +357,7 @@ void PowerSGDPass::runOnOperation() {
     for (Value grad : pack.getInputs()) {
       auto it = planOfPacked.find(grad);
       if (it != planOfPacked.end()) {
-        averaged.push_back(
-            compress(builder, loc, plans[it->second], scatter.getGroupAttr()));
+        averaged.push_back(compress(builder, loc, plans[it->second], scatter));
         continue;
       }
       auto plain = AllReduceOp::create(
@@ -413,12 +415,15 @@ void PowerSGDPass::runOnOperation() {
   // Under loss scaling a step with an overflow changes nothing: the
   // compression's state (the error, which would hold the inf, and Q) is
   // kept as the updates are, by the condition of the step's selects.
+  // (A check in the step's own block that keeps an optimizer update.)
   SetVector<Value> keeps;
-  func.walk([&](AllFiniteOp check) {
+  for (auto check : func.getBody().front().getOps<AllFiniteOp>())
     for (Operation *user : check->getUsers())
-      if (isa<arith::SelectOp>(user))
-        keeps.insert(check.getResult());
-  });
+      if (auto select = dyn_cast<arith::SelectOp>(user))
+        if (Operation *kept = select.getTrueValue().getDefiningOp())
+          if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
+                  AdagradUpdateOp>(kept))
+            keeps.insert(check.getResult());
   if (keeps.size() > 1) {
     func.emitError() << "--distopt-powersgd: the step has " << keeps.size()
                      << " overflow checks that keep updates; which one keeps "

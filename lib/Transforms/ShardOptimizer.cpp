@@ -123,7 +123,7 @@ struct ShardOptimizerPass
 
 private:
   FailureOr<Update> analyze(func::FuncOp func, Operation *op);
-  LogicalResult checkSpanningOps(ArrayRef<Update> updates);
+  LogicalResult checkSpanningOps(MutableArrayRef<Update> updates);
   void shardFlat(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
                  Sharder &sharder);
   LogicalResult restoreDominance(func::FuncOp func);
@@ -323,13 +323,42 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
 /// What spans several updates (the overflow check, clipping by the global
 /// norm) is rebuilt from their chunks: it must take nothing else, and the
 /// greedy strategy does not rebuild it.
-LogicalResult ShardOptimizerPass::checkSpanningOps(ArrayRef<Update> updates) {
-  llvm::SmallDenseMap<Operation *, unsigned> readers;
-  for (const Update &u : updates) {
-    if (u.clip)
-      ++readers[u.clip];
+LogicalResult
+ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
+  // Each operand of a spanning op is claimed by the one update whose
+  // gradient it is; the updates' reductions are distinct and on one group.
+  llvm::DenseMap<std::pair<Operation *, unsigned>, const Update *> claimed;
+  llvm::DenseMap<Operation *, const Update *> reductionOf;
+  llvm::DenseMap<Operation *, FlatSymbolRefAttr> groupOf;
+  auto claim = [&](Operation *op, unsigned operand,
+                   Update &u) -> LogicalResult {
+    auto [it, fresh] = claimed.try_emplace({op, operand}, &u);
+    auto [g, first] = groupOf.try_emplace(op, u.reduction.getGroupAttr());
+    if (!first && g->second != u.reduction.getGroupAttr())
+      return op->emitError()
+             << "cannot shard '" << op->getName()
+             << "': it spans gradients reduced over different process groups ("
+             << g->second << " and " << u.reduction.getGroupAttr() << ")";
+    if (!fresh)
+      return op->emitError() << "cannot shard '" << op->getName()
+                             << "': two updates read its input #" << operand;
+    return success();
+  };
+  for (Update &u : updates) {
+    auto [it, fresh] = reductionOf.try_emplace(u.reduction, &u);
+    if (!fresh)
+      return u.op->emitError()
+             << "cannot shard '" << u.op->getName()
+             << "': its gradient comes from the same distopt.all_reduce as "
+                "another update's";
+    if (u.clip && failed(claim(u.clip, u.clipIndex, u)))
+      return failure();
     if (u.finiteCheck)
-      ++readers[u.finiteCheck];
+      for (OpOperand &input : u.finiteCheck->getOpOperands())
+        if (input.get() == u.reduction.getResult() ||
+            (u.divide && input.get() == u.divide.getResult()))
+          if (failed(claim(u.finiteCheck, input.getOperandNumber(), u)))
+            return failure();
     bool composed = u.clip || u.finiteCheck || u.unscale || u.keep;
     if (composed && strategy == ZeroStrategy::Greedy)
       return u.op->emitError()
@@ -342,16 +371,16 @@ LogicalResult ShardOptimizerPass::checkSpanningOps(ArrayRef<Update> updates) {
              << "': its results are kept by arith.select under a condition "
                 "other than the distopt.all_finite of its gradient";
   }
-  for (auto [op, count] : readers) {
-    if (op->getNumOperands() == count)
-      continue;
-    InFlightDiagnostic diag = op->emitError()
-                              << "cannot shard '" << op->getName()
-                              << "': " << op->getNumOperands() - count
-                              << " of its " << op->getNumOperands()
-                              << " inputs are not gradients of the updates "
-                                 "being sharded";
-    return diag;
+  for (auto [op, group] : groupOf) {
+    unsigned unclaimed = 0;
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      unclaimed += !claimed.count({op, i});
+    if (unclaimed)
+      return op->emitError()
+             << "cannot shard '" << op->getName() << "': " << unclaimed
+             << " of its " << op->getNumOperands()
+             << " inputs are not gradients of the updates "
+                "being sharded";
   }
   return success();
 }
@@ -489,10 +518,15 @@ LogicalResult ShardOptimizerPass::restoreDominance(func::FuncOp func) {
   Operation *terminator = entry.getTerminator();
   SmallVector<Operation *> late;
   for (Operation &op : entry.without_terminator()) {
-    bool usesLater = llvm::any_of(op.getOperands(), [&](Value v) {
-      Operation *def = v.getDefiningOp();
-      return def && def->getBlock() == &entry &&
-             (op.isBeforeInBlock(def) || llvm::is_contained(late, def));
+    // Its operands, and those of the ops nested in it.
+    bool usesLater = false;
+    op.walk([&](Operation *inner) {
+      for (Value v : inner->getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (def && def->getBlock() == &entry &&
+            (op.isBeforeInBlock(def) || llvm::is_contained(late, def)))
+          usesLater = true;
+      }
     });
     if (!usesLater)
       continue;
@@ -520,6 +554,14 @@ void ShardOptimizerPass::runOnOperation() {
   });
   if (ops.empty())
     return;
+  // The signature and the return are rewritten in one place.
+  if (!func.getBody().hasOneBlock()) {
+    func.emitError() << "cannot shard: @" << func.getSymName() << " has "
+                     << func.getBody().getBlocks().size()
+                     << " blocks; --distopt-shard-optimizer takes a step of "
+                        "one block";
+    return signalPassFailure();
+  }
   // One rank holds everything: nothing to shard (and the reductions have
   // folded away). Say so rather than do nothing silently.
   auto module = func->getParentOfType<ModuleOp>();

@@ -27,6 +27,8 @@
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=NOSCALE
 // RUN: sed -e 's/"init_scale": 1024/"init_scale": 1e39/' %S/Inputs/composed.json \
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=HUGE
+// RUN: sed -e 's/"dynamic", "init_scale": 1024, "growth_interval": 3/"static", "scale": 1e-320/' %S/Inputs/composed.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=DENORMAL
 // RUN: sed -e 's/"growth_interval": 3/"growth_intervall": 3/' %S/Inputs/composed.json \
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 
@@ -61,5 +63,6 @@
 // INTERVAL: param spec: loss_scaling.growth_interval: expected a positive integer
 // TYPE: param spec: loss_scaling.type: expected "dynamic" or "static"
 // NOSCALE: param spec: loss_scaling: missing 'scale'
-// HUGE: param spec: loss_scaling.init_scale: must be positive and fit in f32
+// HUGE: param spec: loss_scaling.init_scale: must be a positive, normal f32 number (from 1.2e-38 to 3.4e38), got 1e+39
+// DENORMAL: param spec: loss_scaling.scale: must be a positive, normal f32 number
 // UNKNOWN: param spec: loss_scaling: unknown key 'growth_intervall'

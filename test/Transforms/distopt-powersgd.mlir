@@ -21,6 +21,7 @@
 // is passed through unchanged until then.
 // RUN: distopt-translate --import-param-spec %examples/specs/resnet18-cifar.json | distopt-opt --distopt-fuse-div-into-allreduce --distopt-pipeline="powersgd-rank=1 powersgd-start-iter=10" --distopt-verify-collectives | FileCheck %s --check-prefix=START
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=start-iter=-1 2>&1 | FileCheck %s --check-prefix=START-BAD
+// RUN: distopt-opt %S/Inputs/powersgd-keep.mlir --distopt-powersgd="rank=1 start-iter=2" | FileCheck %s --check-prefix=KEEP
 // RUN: not distopt-opt %s -split-input-file --distopt-powersgd=start-iter=5 2>&1 | FileCheck %s --check-prefix=START-NOSTEP
 //
 // Compression together with ZeRO-2 sharding.
@@ -40,6 +41,19 @@
 // START: %[[AVG:.*]] = distopt.all_reduce avg
 // START: scf.yield %[[AVG]],
 // START-BAD: --distopt-powersgd: start-iter must not be negative, got -1
+// Under an overflow check that keeps the update, the compression's state is
+// kept by it too; a select that keeps no update freezes nothing. Before
+// start-iter the gradient is averaged as before (wire bf16).
+// KEEP-LABEL: func.func @kept
+// KEEP: distopt.all_reduce avg %{{.*}} on @dp wire bf16
+// KEEP: %[[OK:.*]] = distopt.all_finite
+// KEEP: arith.select %[[OK]], %{{.*}}, %arg0
+// KEEP-NEXT: arith.select %[[OK]], %{{.*}}#1, %arg4
+// KEEP-NEXT: arith.select %[[OK]], %{{.*}}#2, %arg5
+// KEEP-NEXT: arith.select %[[OK]], %{{.*}}#3, %arg6
+// KEEP-LABEL: func.func @flag
+// KEEP: arith.select %{{.*}}, %{{.*}}, %{{.*}} : f32
+// KEEP-NEXT: return %new_param, %{{.*}}, %{{.*}}#1, %{{.*}}#2, %{{.*}}#3
 // START-NOSTEP: error: --distopt-powersgd: start-iter=5 needs the step number: an i64 argument with distopt.role "step"
 // Its 21 compressed tensors issue 2 collectives each by default; with
 // batch-mb their factors share them (the lowering's batches, which

@@ -97,3 +97,69 @@ func.func @computed_scale(%p: tensor<4xf32> {distopt.role = "param", distopt.nam
   %p1 = distopt.sgd_update %p, %u lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }
+
+// -----
+
+distopt.process_group @dp size 2
+// The overflow check reads a value no update reduces: its rebuilt form
+// would no longer check it.
+func.func @finite_foreign(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                          %gp: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                          %x: tensor<8xf32>, %lr: f32, %t: i64) -> (tensor<4xf32>, i1) {
+  %rp = distopt.all_reduce avg %gp on @dp : tensor<4xf32>
+  // expected-error @+1 {{cannot shard 'distopt.all_finite': 1 of its 2 inputs are not gradients of the updates being sharded}}
+  %ok = distopt.all_finite %rp, %x : tensor<4xf32>, tensor<8xf32>
+  %p1 = distopt.sgd_update %p, %rp lr(%lr) step(%t) : tensor<4xf32>, f32
+  %p2 = arith.select %ok, %p1, %p : tensor<4xf32>
+  return %p2, %ok : tensor<4xf32>, i1
+}
+
+// -----
+
+distopt.process_group @dp size 2
+// Two updates of one reduction (through one clipping): each would pack it.
+func.func @shared_reduction(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                            %q: tensor<4xf32> {distopt.role = "param", distopt.name = "q"},
+                            %gp: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                            %lr: f32, %t: i64) -> (tensor<4xf32>, tensor<4xf32>, f32) {
+  %rp = distopt.all_reduce avg %gp on @dp : tensor<4xf32>
+  %c:2, %n = distopt.clip_grad_norm %rp, %rp max_norm 1.0 : tensor<4xf32>, tensor<4xf32> -> f32
+  %p1 = distopt.sgd_update %p, %c#0 lr(%lr) step(%t) : tensor<4xf32>, f32
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from the same distopt.all_reduce as another update's}}
+  %q1 = distopt.sgd_update %q, %c#1 lr(%lr) step(%t) : tensor<4xf32>, f32
+  return %p1, %q1, %n : tensor<4xf32>, tensor<4xf32>, f32
+}
+
+// -----
+
+distopt.process_group @a size 2
+distopt.process_group @b size 4
+// One norm over gradients reduced over different groups: the chunks of
+// each are spread over other ranks.
+func.func @two_groups(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                      %q: tensor<64xf32> {distopt.role = "param", distopt.name = "q"},
+                      %gp: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                      %gq: tensor<64xf32> {distopt.role = "grad", distopt.name = "q"},
+                      %lr: f32, %t: i64) -> (tensor<4xf32>, tensor<64xf32>, f32) {
+  %rp = distopt.all_reduce avg %gp on @a : tensor<4xf32>
+  %rq = distopt.all_reduce avg %gq on @b : tensor<64xf32>
+  // expected-error @+1 {{cannot shard 'distopt.clip_grad_norm': it spans gradients reduced over different process groups (@a and @b)}}
+  %c:2, %n = distopt.clip_grad_norm %rp, %rq max_norm 1.0 : tensor<4xf32>, tensor<64xf32> -> f32
+  %p1 = distopt.sgd_update %p, %c#0 lr(%lr) step(%t) : tensor<4xf32>, f32
+  %q1 = distopt.sgd_update %q, %c#1 lr(%lr) step(%t) : tensor<64xf32>, f32
+  return %p1, %q1, %n : tensor<4xf32>, tensor<64xf32>, f32
+}
+
+// -----
+
+distopt.process_group @dp size 2
+// expected-error @+1 {{cannot shard: @blocks has 2 blocks; --distopt-shard-optimizer takes a step of one block}}
+func.func @blocks(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                  %gp: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                  %lr: f32, %t: i64) -> tensor<4xf32> {
+  %rp = distopt.all_reduce avg %gp on @dp : tensor<4xf32>
+  %p1 = distopt.sgd_update %p, %rp lr(%lr) step(%t) : tensor<4xf32>, f32
+  cf.br ^next
+^next:
+  return %p1 : tensor<4xf32>
+}

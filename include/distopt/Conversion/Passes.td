@@ -29,10 +29,18 @@ def LowerOptimizersPass : Pass<"distopt-lower-optimizers"> {
     Adagrad's decayed rate) are computed once before the loop, in f64, from
     the learning rate and the step. bf16/f16 tensors are computed in f32 and
     rounded once when stored (torch rounds after every operation).
+
+    An update whose every result is kept only under one condition
+    (`arith.select %ok, %new, %old`, `%old` the operand it updates: a step
+    skipped on overflow) runs under `scf.if %ok` instead: a skipped step
+    computes nothing, and the update still writes its buffers in place (a
+    select would need the old values after the update overwrote them, so
+    bufferization would copy every parameter and state tensor).
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect",
-                           "::mlir::math::MathDialect"];
+                           "::mlir::math::MathDialect",
+                           "::mlir::scf::SCFDialect"];
 }
 
 def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {

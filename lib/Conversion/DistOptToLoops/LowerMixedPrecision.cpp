@@ -78,7 +78,10 @@ static Value scaleAll(OpBuilder &b, Location loc, Value tensor, Value factor) {
                      cast<FloatType>(compute).getWidth()
                  ? Value(arith::TruncFOp::create(b, loc, compute, factor))
                  : Value(arith::ExtFOp::create(b, loc, compute, factor));
-  Value init = tensor::EmptyOp::create(b, loc, type.getShape(), element);
+  // Written over the input where nothing reads it later (the unscaled or
+  // clipped gradient replaces the one it came from); the body does not
+  // read the output, so elsewhere bufferization allocates without a copy.
+  Value init = tensor;
   AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
   SmallVector<utils::IteratorType> iterators(type.getRank(),
                                              utils::IteratorType::parallel);

@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -301,6 +302,52 @@ void lowerAdagrad(OpBuilder &builder, AdagradUpdateOp op) {
   });
 }
 
+/// An update whose every result is kept only under one condition (selected
+/// against the operand it updates) moves under scf.if on it.
+void runUnderCondition(Operation *update) {
+  Value condition;
+  SmallVector<arith::SelectOp> selects;
+  for (OpResult result : update->getResults()) {
+    unsigned k = result.getResultNumber();
+    Value old = update->getOperand(k == 0 ? 0 : 1 + k);
+    auto select = result.hasOneUse()
+                      ? dyn_cast<arith::SelectOp>(*result.user_begin())
+                      : arith::SelectOp();
+    if (!select || select.getTrueValue() != result ||
+        select.getFalseValue() != old ||
+        !select.getCondition().getType().isInteger(1) ||
+        (condition && select.getCondition() != condition))
+      return;
+    condition = select.getCondition();
+    selects.push_back(select);
+  }
+  // The condition must be known where the update is.
+  if (Operation *def = condition.getDefiningOp())
+    if (def->getBlock() != update->getBlock() || !def->isBeforeInBlock(update))
+      return;
+  if (auto arg = dyn_cast<BlockArgument>(condition))
+    if (arg.getOwner() != update->getBlock())
+      return;
+  OpBuilder builder(update);
+  Location loc = update->getLoc();
+  auto branch = scf::IfOp::create(builder, loc, update->getResultTypes(),
+                                  condition, /*withElseRegion=*/true);
+  Block *then = &branch.getThenRegion().front();
+  update->moveBefore(then, then->end());
+  OpBuilder thenBuilder = OpBuilder::atBlockEnd(then);
+  scf::YieldOp::create(thenBuilder, loc, update->getResults());
+  SmallVector<Value> olds;
+  for (arith::SelectOp select : selects)
+    olds.push_back(select.getFalseValue());
+  Block *otherwise = &branch.getElseRegion().front();
+  OpBuilder elseBuilder = OpBuilder::atBlockEnd(otherwise);
+  scf::YieldOp::create(elseBuilder, loc, olds);
+  for (auto [select, kept] : llvm::zip_equal(selects, branch.getResults())) {
+    select.getResult().replaceAllUsesWith(kept);
+    select.erase();
+  }
+}
+
 struct LowerOptimizersPass
     : public distopt::impl::LowerOptimizersPassBase<LowerOptimizersPass> {
   void runOnOperation() override {
@@ -311,6 +358,7 @@ struct LowerOptimizersPass
         updates.push_back(op);
     });
     for (Operation *op : updates) {
+      runUnderCondition(op);
       OpBuilder builder(op);
       if (auto sgd = dyn_cast<SGDUpdateOp>(op))
         lowerSGD(builder, sgd);

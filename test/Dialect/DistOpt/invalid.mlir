@@ -611,3 +611,12 @@ func.func @clip_bounds_overlap(%g: tensor<4xf32>) {
   %c, %n = distopt.clip_grad_norm %g max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 5, 4, 8>]} : tensor<4xf32> -> f32
   return
 }
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @clip_bounds_not_flat(%g: tensor<f32>) {
+  // expected-error @+1 {{with tensor_bounds takes 1-d shards; input #0 is 'tensor<f32>'}}
+  %c, %n = distopt.clip_grad_norm %g max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 1>]} : tensor<f32> -> f32
+  return
+}

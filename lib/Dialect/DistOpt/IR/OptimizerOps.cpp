@@ -227,6 +227,10 @@ LogicalResult ClipGradNormOp::verify() {
       return emitOpError() << "has " << bounds.size()
                            << " tensor_bounds arrays for " << getInputs().size()
                            << " inputs";
+    for (auto [i, input] : llvm::enumerate(getInputs()))
+      if (cast<RankedTensorType>(input.getType()).getRank() != 1)
+        return emitOpError() << "with tensor_bounds takes 1-d shards; input #"
+                             << i << " is " << input.getType();
     for (auto [i, attr] : llvm::enumerate(bounds)) {
       ArrayRef<int64_t> b = cast<DenseI64ArrayAttr>(attr).asArrayRef();
       bool ordered = b.size() % 2 == 0;
