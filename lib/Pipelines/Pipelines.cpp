@@ -102,6 +102,7 @@ void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,
   pm.addPass(createLowerLocalOpsPass(LowerLocalOpsPassOptions{maxShardCases}));
   pm.addNestedPass<func::FuncOp>(createConvertElementwiseToLinalgPass());
   pm.addPass(createFoldSplatInputsPass());
+  pm.addPass(createFuseElementwiseProducersPass());
   // Element-wise results that are packed into a bucket (gradients extended
   // to f32 by --distopt-widen-reductions) are computed in the bucket's slot
   // instead of a temporary copied there.

@@ -120,6 +120,22 @@ def FoldSplatInputsPass : Pass<"distopt-fold-splat-inputs"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def FuseElementwiseProducersPass : Pass<"distopt-fuse-elementwise-producers"> {
+  let summary = "Compute cheap element-wise results inside their consumers";
+  let description = [{
+    A `linalg.generic` that is element-wise (parallel, identity maps), a
+    few scalar operations per element, and read only as an input by one
+    other `linalg.generic` is computed inside it instead of into a tensor
+    of its own: the clipped gradient inside the optimizer update,
+    for instance, so that the update reads the reduced gradient once and no
+    pass over memory writes and reads the clipped copy. The fused body runs
+    the same operations in the same order: results are unchanged bit for
+    bit. The CPU lowering runs it after converting element-wise ops to
+    linalg.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
 def CollapseContiguousLoopsPass : Pass<"distopt-collapse-contiguous-loops"> {
   let summary = "Run linalg loops over contiguous memory as one loop";
   let description = [{

@@ -97,6 +97,14 @@ struct LowerLocalOpsPass
     getOperation().walk([](ProcessGroupOp group) {
       SymbolTable::setSymbolVisibility(group, SymbolTable::Visibility::Private);
     });
+    // Clipping first, while the unscaling it reads is still an op it can
+    // look through (LowerMixedPrecision.cpp).
+    SmallVector<ClipGradNormOp> clips;
+    getOperation().walk([&](ClipGradNormOp op) { clips.push_back(op); });
+    for (ClipGradNormOp op : clips) {
+      IRRewriter rewriter(op);
+      lowerClipGradNorm(rewriter, op);
+    }
     // PowerSGD in batches, each block's at once (its factors all-reduced
     // together); before the packs its results may go into.
     for (Block *block : powerSGDBlocks) {

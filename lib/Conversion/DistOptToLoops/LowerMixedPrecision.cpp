@@ -201,11 +201,45 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       return arith::MulFOp::create(nb, l, x, x);
     return math::PowFOp::create(nb, l, x, pValue);
   };
+  // An input that distopt.unscale computes is read at its source and
+  // unscaled in the norm's loop, element for element as the unscale
+  // computes it (the reciprocal once, in the scale's type; then times x in
+  // f32 for narrower types, rounded back): the norm then reads the reduced
+  // gradient, and the unscaled one is computed only inside the update that
+  // reads it (--distopt-fuse-elementwise-producers), not in a pass of its
+  // own.
+  auto source = [&](Value input) -> std::pair<Value, Value> {
+    auto unscale = input.getDefiningOp<UnscaleOp>();
+    if (!unscale)
+      return {input, Value()};
+    Type scaleType = unscale.getScale().getType();
+    Value one =
+        arith::ConstantOp::create(b, loc, FloatAttr::get(scaleType, 1.0));
+    Value inverse = arith::DivFOp::create(b, loc, one, unscale.getScale());
+    return {unscale.getInput(), inverse};
+  };
+  auto unscaled = [](OpBuilder &nb, Location l, Value x, Value inverse) {
+    if (!inverse)
+      return x;
+    auto element = cast<FloatType>(x.getType());
+    Type compute = element.getWidth() < 32 ? nb.getF32Type() : Type(element);
+    Value factor = inverse;
+    if (factor.getType() != compute)
+      factor = cast<FloatType>(factor.getType()).getWidth() >
+                       cast<FloatType>(compute).getWidth()
+                   ? Value(arith::TruncFOp::create(nb, l, compute, factor))
+                   : Value(arith::ExtFOp::create(nb, l, compute, factor));
+    Value y = arith::MulFOp::create(nb, l, widen(nb, l, x, compute), factor);
+    if (y.getType() != element)
+      y = arith::TruncFOp::create(nb, l, element, y);
+    return y;
+  };
   // Sum of |x|^p (or max |x|) over a tensor, in f64.
-  auto partial = [&](Value tensor) {
+  auto partial = [&](Value tensor, Value inverse) {
     return reduceAll(
         b, loc, tensor, zero,
         [&](OpBuilder &nb, Location l, Value x, Value acc) {
+          x = unscaled(nb, l, x, inverse);
           Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
           if (isInf)
             return arith::MaximumFOp::create(nb, l, acc, a).getResult();
@@ -235,7 +269,8 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       return arith::ConstantIndexOp::create(b, loc, v);
     };
     SmallVector<Value> partials;
-    for (auto [input, attr] : llvm::zip_equal(op.getInputs(), bounds)) {
+    for (auto [clipped, attr] : llvm::zip_equal(op.getInputs(), bounds)) {
+      auto [input, inverse] = source(clipped);
       int64_t length = cast<RankedTensorType>(input.getType()).getDimSize(0);
       Value first = arith::MulIOp::create(b, loc, rank, index(length));
       auto local = [&](int64_t at) {
@@ -251,7 +286,7 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
                      strides[] = {b.getIndexAttr(1)};
         Value part = tensor::ExtractSliceOp::create(b, loc, input, offsets,
                                                     sizes, strides);
-        partials.push_back(partial(part));
+        partials.push_back(partial(part, inverse));
       }
     }
     auto type = RankedTensorType::get({(int64_t)partials.size()}, f64);
@@ -263,8 +298,10 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       addTensor(
           tensor::ExtractOp::create(b, loc, reduced, ValueRange{index(k)}));
   } else {
-    for (Value input : op.getInputs())
-      addTensor(partial(input));
+    for (Value input : op.getInputs()) {
+      auto [read, inverse] = source(input);
+      addTensor(partial(read, inverse));
+    }
     if (FlatSymbolRefAttr group = op.getGroupAttr())
       outer = allReduceScalar(b, loc, outer, group, combine);
   }

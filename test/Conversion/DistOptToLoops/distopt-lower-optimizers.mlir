@@ -86,3 +86,35 @@ func.func @adagrad_order(%p: tensor<8xf32>, %g: tensor<8xf32>, %s: tensor<8xf32>
   %a, %b = distopt.adagrad_update %p, %g state(%s) lr(%lr) step(%t) {initial_accumulator_value = 0.25} : tensor<8xf32>, f64
   return %a, %b : tensor<8xf32>, tensor<8xf32>
 }
+
+// An update kept only if the gradients were finite (every result selected
+// against the operand it updates, on one i1) runs under scf.if: a skipped
+// step computes nothing, and the update writes its buffers in place.
+// CHECK-LABEL: func.func @kept
+// CHECK: %[[R:.*]]:2 = scf.if %{{.*}} -> (tensor<16xf32>, tensor<16xf32>) {
+// CHECK: linalg.generic
+// CHECK: scf.yield
+// CHECK: } else {
+// CHECK: scf.yield %{{.*}}, %{{.*}} : tensor<16xf32>, tensor<16xf32>
+// CHECK-NOT: arith.select
+// CHECK: return %[[R]]#0, %[[R]]#1
+func.func @kept(%p: tensor<16xf32>, %g: tensor<16xf32>, %m: tensor<16xf32>,
+                %ok: i1, %lr: f32, %t: i64) -> (tensor<16xf32>, tensor<16xf32>) {
+  %p1, %m1 = distopt.sgd_update %p, %g state(%m) lr(%lr) step(%t) {momentum = 0.9}
+      : tensor<16xf32>, f32
+  %p2 = arith.select %ok, %p1, %p : tensor<16xf32>
+  %m2 = arith.select %ok, %m1, %m : tensor<16xf32>
+  return %p2, %m2 : tensor<16xf32>, tensor<16xf32>
+}
+
+// Only the parameter kept: left as it is (selects after the update).
+// CHECK-LABEL: func.func @partly
+// CHECK-NOT: scf.if
+// CHECK: arith.select
+func.func @partly(%p: tensor<16xf32>, %g: tensor<16xf32>, %m: tensor<16xf32>,
+                  %ok: i1, %lr: f32, %t: i64) -> (tensor<16xf32>, tensor<16xf32>) {
+  %p1, %m1 = distopt.sgd_update %p, %g state(%m) lr(%lr) step(%t) {momentum = 0.9}
+      : tensor<16xf32>, f32
+  %p2 = arith.select %ok, %p1, %p : tensor<16xf32>
+  return %p2, %m1 : tensor<16xf32>, tensor<16xf32>
+}
