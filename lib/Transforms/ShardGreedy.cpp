@@ -122,25 +122,44 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
     };
     IRMapping mapping;
     unsigned b = 0;
-    if (u->paramIsMain)
-      mapping.map(u->op->getOperand(0), slot(buffers[b++]));
+    SmallVector<Value> oldSlots;
+    if (u->paramIsMain) {
+      oldSlots.push_back(slot(buffers[b++]));
+      mapping.map(u->op->getOperand(0), oldSlots.back());
+    }
+    // At stage 1 every rank holds the reduced gradient: what the step
+    // computes from it (unscaling, clipping, the overflow check) stays as
+    // it is, and the owner updates from its result.
     Value g = grad;
-    if (u->convert)
+    if (u->chained())
+      g = u->op->getOperand(1);
+    else if (u->convert)
       g = convertGradient(inner, ploc, g, u->paramType());
     mapping.map(u->op->getOperand(1), g);
-    for (unsigned k = 0; k < u->state.size(); ++k)
-      mapping.map(u->op->getOperand(2 + k), slot(buffers[b + k]));
+    for (unsigned k = 0; k < u->state.size(); ++k) {
+      oldSlots.push_back(slot(buffers[b + k]));
+      mapping.map(u->op->getOperand(2 + k), oldSlots.back());
+    }
     Operation *update = inner.clone(*u->op, mapping);
+    // A skipped step keeps the old values, as the selects did.
+    auto kept = [&](Value updated, Value old) -> Value {
+      if (!u->keep)
+        return updated;
+      return arith::SelectOp::create(inner, ploc, u->keep, updated, old);
+    };
     SmallVector<Value> yielded;
     b = 0;
     if (u->paramIsMain) {
-      yielded.push_back(store(update->getResult(0), buffers[b]));
+      yielded.push_back(
+          store(kept(update->getResult(0), oldSlots[0]), buffers[b]));
       ++b;
     }
     for (unsigned k = 0; k < u->state.size(); ++k)
-      yielded.push_back(store(update->getResult(1 + k), buffers[b + k]));
+      yielded.push_back(store(kept(update->getResult(1 + k), oldSlots[b + k]),
+                              buffers[b + k]));
     if (visible) {
-      Value newVisible = update->getResult(0);
+      Value newVisible =
+          kept(update->getResult(0), u->paramIsMain ? oldSlots[0] : u->param);
       if (u->paramIsMain)
         newVisible = arith::TruncFOp::create(
             inner, ploc, u->downcasts.front().getType(), newVisible);
@@ -158,13 +177,16 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
         for (arith::TruncFOp trunc : u->downcasts)
           trunc.getResult().replaceAllUsesWith(shared);
       } else {
-        u->op->getResult(0).replaceAllUsesWith(shared);
+        (u->selects.empty() ? u->op->getResult(0)
+                            : u->selects.front().getResult())
+            .replaceAllUsesWith(shared);
       }
     }
     for (arith::TruncFOp trunc : u->downcasts)
       toErase.push_back(trunc);
+    toErase.append(u->selects.begin(), u->selects.end());
     toErase.push_back(u->op);
-    if (u->convert)
+    if (u->convert && !u->chained())
       toErase.push_back(u->convert);
     if (stage == 2)
       toErase.push_back(u->reduction);

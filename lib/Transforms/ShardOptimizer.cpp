@@ -359,12 +359,14 @@ ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
             (u.divide && input.get() == u.divide.getResult()))
           if (failed(claim(u.finiteCheck, input.getOperandNumber(), u)))
             return failure();
-    bool composed = u.clip || u.finiteCheck || u.unscale || u.keep;
-    if (composed && strategy == ZeroStrategy::Greedy)
+    bool composed = u.clip || u.finiteCheck || u.chained();
+    if (composed && strategy == ZeroStrategy::Greedy && stage != 1)
       return u.op->emitError()
              << "cannot shard '" << u.op->getName()
-             << "' with strategy=greedy: its gradient is unscaled, clipped "
-                "or checked for overflow, which only strategy=flat shards";
+             << "' with strategy=greedy at stage " << stage.getValue()
+             << ": its gradient is unscaled, clipped, checked for overflow or "
+                "accumulated, which greedy shards at stage 1 (every rank "
+                "holds the reduced gradient) and strategy=flat at any stage";
     if (u.keep && (!u.finiteCheck || u.keep != u.finiteCheck->getResult(0)))
       return u.op->emitError()
              << "cannot shard '" << u.op->getName()

@@ -50,6 +50,9 @@ struct Update {
   BlockArgument modelParam; // with main params: the model copy (stage 3)
   StringRef name;
 
+  /// Whether its gradient passes through more than a conversion.
+  bool chained() const { return divide || unscale || clip || keep; }
+
   RankedTensorType paramType() const {
     return cast<RankedTensorType>(param.getType());
   }

@@ -18,7 +18,7 @@
 // RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
 // RUN:   | not distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=GREEDY
-// GREEDY: error: cannot shard 'distopt.adamw_update' with strategy=greedy: its gradient is unscaled, clipped or checked for overflow, which only strategy=flat shards
+// GREEDY: error: cannot shard 'distopt.adamw_update' with strategy=greedy at stage 2: its gradient is unscaled, clipped, checked for overflow or accumulated, which greedy shards at stage 1 (every rank holds the reduced gradient) and strategy=flat at any stage
 
 // CHECK-LABEL: func.func @step
 // CHECK-NOT: distopt.all_reduce

@@ -308,7 +308,9 @@ def ShardOptimizerPass
     each tensor's norm that of the whole tensor, so the step stays bit for
     bit the unsharded one), each chunk's update is kept only if all were
     finite, and what reads the check (the loss scale's update) moves after
-    it. `strategy=greedy` refuses such updates. Anything else is an error
+    it. `strategy=greedy` keeps such a chain whole at stage 1 (every rank
+    holds the reduced gradient; the owner updates from the chain's result,
+    kept by the same condition) and refuses it at stage 2. Anything else is an error
     at the update, never silently left unsharded. A step compiled for one rank
     (`distopt.world_size = 1`) has nothing to shard: the pass leaves it and
     warns.
