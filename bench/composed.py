@@ -12,14 +12,18 @@ gradient, agreed over the ranks, and the unscale), clip_grad_norm_ and
 LambdaLR. Torch's reduce + update time is (forward + backward + step under
 DDP) - (forward + backward without DDP), as in B5 and B7.
 
---update writes the table into docs/benchmarks.md (B11).
+Each step runs --launches times, the plain and the composed one
+alternating (the machine's speed drifts over minutes); a row is the median
+of the launches' medians, with the lowest 10th and highest 90th
+percentile. --update writes the table into docs/benchmarks.md (B11).
 
-    /usr/bin/python3 bench/composed.py [--build build] [--steps 6] [--update]
+    /usr/bin/python3 bench/composed.py [--build build] [--steps 8] [--launches 3] [--update]
 """
 import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,8 +31,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import (backward_step_timing, compile_and_run, gpt2_f32_spec,  # noqa: E402
-                    shaped_module, spawn_gloo)
+from common import (Timing, backward_step_timing, compile_step, gpt2_f32_spec,  # noqa: E402
+                    launch, run_timing, shaped_module, spawn_gloo)
 
 RANKS = 2
 RECIPE = json.load(open(os.path.join(ROOT, "examples", "specs", "gpt2-small-recipe.json")))
@@ -108,7 +112,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--launches", type=int, default=3,
+                    help="launches of each step, alternating (the median of their medians)")
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     rows = []  # (stage, plain Timing, composed Timing)
@@ -122,8 +128,21 @@ def main():
             subprocess.run([os.path.join(args.build, "bin", "distopt-translate"),
                             "--import-param-spec", path, "-o", steps[composed]], check=True)
         for stage in (1, 2):
-            timings = [compile_and_run(args.build, steps[composed], f"zero-stage={stage}", RANKS,
-                                       args.steps, tmp) for composed in (False, True)]
+            libraries = []
+            for composed in (False, True):
+                built = os.path.join(tmp, f"step-{stage}-{composed}.so")
+                os.replace(compile_step(args.build, steps[composed], f"zero-stage={stage}", tmp),
+                           built)
+                libraries.append(built)
+            # Alternating launches: the machine's speed drifts over minutes,
+            # and the ratio must not take the drift for a cost.
+            runs = [[], []]
+            for _ in range(args.launches):
+                for which, library in enumerate(libraries):
+                    runs[which].append(run_timing(launch(args.build, library, RANKS,
+                                                         args.steps)))
+            timings = [Timing(statistics.median(r.median for r in rs), min(r.lo for r in rs),
+                              max(r.hi for r in rs)) for rs in runs]
             rows.append((stage, *timings))
     total, compute = spawn_gloo(torch_worker, RANKS, recipe_spec(True), args.steps)
     torch_ms = total.minus(compute.median)

@@ -243,7 +243,15 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
           Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
           if (isInf)
             return arith::MaximumFOp::create(nb, l, acc, a).getResult();
-          return arith::AddFOp::create(nb, l, acc, power(nb, l, a)).getResult();
+          // In any order: the squares of f32 values are exact in f64 and
+          // their sum keeps 29 bits beyond what the f32 norm rounds to, so
+          // vector lanes (LLVM vectorizes only a reassociable sum) change
+          // the norm only where a sum lies within 2^-29 of a rounding
+          // boundary; a sequential sum made the norm the step's slowest
+          // loop (B11).
+          return arith::AddFOp::create(nb, l, acc, power(nb, l, a),
+                                       arith::FastMathFlags::reassoc)
+              .getResult();
         });
   };
   // One tensor's contribution to the outer sum: its norm, rounded to f32
