@@ -134,7 +134,7 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
   // layout) are the model.
   if (report.worldSize == 0)
     for (auto group : module.getOps<ProcessGroupOp>())
-      report.worldSize = std::max(report.worldSize, group.getSize());
+      report.worldSize = std::max(report.worldSize, group.getWorldSize());
   if (report.parameters == 0)
     report.parameters = countParameters(func);
 

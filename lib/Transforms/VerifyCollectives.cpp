@@ -98,11 +98,10 @@ LogicalResult VerifyCollectivesPass::checkGroups(ModuleOp module) {
   int64_t worldSize = world.getInt();
   bool ok = true;
   module.walk([&](ProcessGroupOp group) {
-    if (group.getSize() > worldSize || worldSize % group.getSize() != 0) {
+    if (group.getWorldSize() != worldSize) {
       group.emitError() << "process group @" << group.getSymName()
-                        << " of size " << group.getSize()
-                        << " does not divide the world of " << worldSize
-                        << " ranks this step is compiled for";
+                        << " spans a world of " << group.getWorldSize()
+                        << " ranks but this step is compiled for " << worldSize;
       ok = false;
     }
   });

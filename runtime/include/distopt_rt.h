@@ -206,6 +206,28 @@ DISTOPT_RT_API const char *distopt_rt_host_backend(void);
 DISTOPT_RT_API distopt_rt_status
 distopt_rt_comm_create_mpi(const void *mpi_comm, int64_t expected_size,
                            double timeout_seconds, distopt_rt_comm **comm);
+/* A communicator over some of `comm`'s ranks: those that pass the same
+ * `color` (>= 0), ordered by `key`, then by rank in `comm` (MPI_Comm_split;
+ * on NCCL, a NCCL communicator of its own). Every rank of `comm` calls it,
+ * between the same two collectives; collectives started on `comm` complete
+ * first. `name` (or null) names the group in error messages, which also give
+ * each rank's world rank. The caller destroys the group before `comm`. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_comm_split(distopt_rt_comm *comm,
+                                                       int64_t color,
+                                                       int64_t key,
+                                                       const char *name,
+                                                       distopt_rt_comm **group);
+/* For compiled steps: the communicator of a process group, split from
+ * distopt_rt_world(world_size) when first used and kept with it (freed with
+ * that world, or with the communicator a host bound). `layout` holds
+ * 2 * world_size values: the color of every world rank (its part of the
+ * group), then its key (its rank in that part). Every part has `group_size`
+ * ranks; `name` is the group's symbol. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_group(int64_t world_size,
+                                                  int64_t group_size,
+                                                  const int64_t *layout,
+                                                  const char *name,
+                                                  distopt_rt_comm **comm);
 /* For hosts of compiled steps: makes `comm` what distopt_rt_world returns on
  * this thread (a step then runs on the host's communicator rather than the
  * process's default world); null restores the default. The host keeps

@@ -51,6 +51,47 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
                            std::unique_ptr<DeviceCollectives> device)
     : transport(std::move(transport)), device(std::move(device)) {}
 
+std::string Transport::peer(int64_t rank) const {
+  std::string text = "rank " + std::to_string(rank);
+  if (rank >= 0 && rank < static_cast<int64_t>(worldRanks.size()))
+    text += " (world rank " + std::to_string(worldRanks[rank]) + ")";
+  return text;
+}
+
+std::unique_ptr<Communicator> Communicator::split(int64_t color, int64_t key,
+                                                  std::string name,
+                                                  distopt_rt_status *status) {
+  // Every rank splits between the same two collectives: the started ones
+  // complete first, and none runs while the transport splits.
+  {
+    std::unique_lock<std::mutex> lock(queueMutex);
+    queueChanged.wait(lock, [&] { return queue.empty() && !busy; });
+  }
+  std::lock_guard<std::mutex> lock(executeMutex);
+  if (failed) {
+    *status =
+        fail(DISTOPT_RT_FAILED,
+             "the communicator failed earlier and cannot be split: " + failure);
+    return nullptr;
+  }
+  std::unique_ptr<Transport> part = transport->split(color, key, status);
+  if (!part)
+    return nullptr;
+  part->timeout = transport->timeout;
+  // NCCL gets a communicator of its own, bootstrapped over the part.
+  std::unique_ptr<DeviceCollectives> partDevice;
+  if (device) {
+    partDevice = createNcclCollectives(*part, status);
+    if (!partDevice)
+      return nullptr;
+  }
+  auto result =
+      std::make_unique<Communicator>(std::move(part), std::move(partDevice));
+  result->groupName = std::move(name);
+  *status = DISTOPT_RT_OK;
+  return result;
+}
+
 Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(queueMutex);
@@ -140,8 +181,12 @@ distopt_rt_status Communicator::execute(const Collective &c) {
                     failure);
   auto describe = [&] {
     std::ostringstream what;
-    what << "rank " << rank() << " of " << size() << ": " << name(c.kind)
-         << " of " << c.count << " " << name(c.type);
+    if (!groupName.empty())
+      what << "group " << groupName << ": ";
+    what << "rank " << rank() << " of " << size();
+    if (!transport->worldRanks.empty())
+      what << " (world rank " << transport->worldRanks[rank()] << ")";
+    what << ": " << name(c.kind) << " of " << c.count << " " << name(c.type);
     if (c.kind == Collective::AllReduce ||
         c.kind == Collective::ReduceScatter || c.kind == Collective::Reduce)
       what << " (" << name(c.op) << ")";
@@ -478,6 +523,11 @@ public:
                              int64_t, const What &what) override {
     return fail(DISTOPT_RT_BACKEND_ERROR,
                 what.str() + ": no peer in a single-process communicator");
+  }
+  std::unique_ptr<Transport> split(int64_t, int64_t,
+                                   distopt_rt_status *status) override {
+    *status = DISTOPT_RT_OK;
+    return std::make_unique<SingleTransport>();
   }
 };
 } // namespace

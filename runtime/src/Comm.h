@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,7 +62,18 @@ public:
   virtual distopt_rt_status exchange(const void *send, size_t sendBytes,
                                      int64_t to, void *recv, size_t recvBytes,
                                      int64_t from, const What &what) = 0;
+  /// A transport over this one's ranks that pass the same `color`, ordered
+  /// by `key` (then by rank here). Every rank of this transport calls it,
+  /// between the same two exchanges. Null, with the last error set in
+  /// `status`, on failure.
+  virtual std::unique_ptr<Transport> split(int64_t color, int64_t key,
+                                           distopt_rt_status *status) = 0;
+  /// "rank 2", or "rank 2 (world rank 5)" on a transport split from the
+  /// world: errors name a peer both ways.
+  std::string peer(int64_t rank) const;
   double timeout = 60;
+  /// The world rank of each rank of a split transport (empty: the world).
+  std::vector<int64_t> worldRanks;
 };
 
 std::unique_ptr<Transport> createSingleTransport();
@@ -123,6 +135,13 @@ public:
   int64_t rank() const { return transport->rank(); }
   int64_t size() const { return transport->size(); }
 
+  /// A communicator over the ranks that pass the same `color`, ordered by
+  /// `key`, after the collectives started here have completed; `name` names
+  /// it in error messages. Every rank of this communicator calls it.
+  std::unique_ptr<Communicator> split(int64_t color, int64_t key,
+                                      std::string name,
+                                      distopt_rt_status *status);
+
   /// Runs `c` now, after any started requests (every rank sees one order).
   distopt_rt_status run(const Collective &c);
   /// Starts `c` on the worker thread.
@@ -156,6 +175,8 @@ private:
 
   std::unique_ptr<Transport> transport;
   std::unique_ptr<DeviceCollectives> device;
+  /// The group's name for messages ("" for the world).
+  std::string groupName;
   std::vector<char> scratchBuffers[3];
   bool failed = false;
   std::string failure;
@@ -174,6 +195,10 @@ private:
 
 struct distopt_rt_comm {
   std::unique_ptr<distopt::rt::Communicator> impl;
+  /// The process groups of compiled steps split from this communicator
+  /// (distopt_rt_group), by name and layout; freed before `impl`.
+  std::mutex groupsMutex;
+  std::map<std::string, std::unique_ptr<distopt_rt_comm>> groups;
 };
 
 struct distopt_rt_request {

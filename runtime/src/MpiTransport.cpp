@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,11 @@ namespace distopt::rt {
 namespace {
 
 std::mutex initMutex;
+/// Held around every MPI call. Under MPI_THREAD_SERIALIZED no two threads
+/// may be in MPI at once, and each communicator (the world's, each group's)
+/// has a worker thread; held per call, never across a wait for a peer, so
+/// the collectives of different groups progress together.
+std::mutex callMutex;
 int liveTransports = 0;
 bool weInitialised = false;
 
@@ -103,8 +109,11 @@ public:
     // Which ranks run on this machine, in this PID namespace, and as what.
     std::vector<ProcessIdentity> all(size);
     ProcessIdentity me = thisProcess();
-    MPI_Allgather(&me, sizeof(me), MPI_BYTE, all.data(), sizeof(me), MPI_BYTE,
-                  comm);
+    {
+      std::lock_guard<std::mutex> lock(callMutex);
+      MPI_Allgather(&me, sizeof(me), MPI_BYTE, all.data(), sizeof(me), MPI_BYTE,
+                    comm);
+    }
     for (int r = 0; r < size; ++r)
       if (r != rank && me.bootId[0] && me.startTime &&
           std::strncmp(all[r].bootId, me.bootId, sizeof(me.bootId)) == 0 &&
@@ -116,8 +125,10 @@ public:
     // the last session: the communicator went with it.
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized)
+    if (!finalized) {
+      std::lock_guard<std::mutex> lock(callMutex);
       MPI_Comm_free(&comm);
+    }
     std::lock_guard<std::mutex> lock(initMutex);
     if (--liveTransports == 0 && weInitialised && !finalized)
       MPI_Finalize();
@@ -130,6 +141,7 @@ public:
                              const What &what) override {
     std::vector<MPI_Request> requests;
     size_t numSends = 0;
+    std::unique_lock<std::mutex> lock(callMutex);
     auto post = [&](bool isSend, void *data, size_t bytes, int64_t peer) {
       for (size_t offset = 0; offset < bytes; offset += kMaxMessageBytes) {
         int piece =
@@ -154,9 +166,52 @@ public:
       code = post(true, const_cast<void *>(send), sendBytes, to);
       numSends = requests.size() - numRecvs;
     }
+    lock.unlock();
     if (code != MPI_SUCCESS)
       return fail(DISTOPT_RT_BACKEND_ERROR, what.str() + ": " + mpiError(code));
     return complete(requests, numRecvs, numSends, from, to, what);
+  }
+
+  std::unique_ptr<Transport> split(int64_t color, int64_t key,
+                                   distopt_rt_status *status) override {
+    if (color < 0 || color > INT_MAX || key < INT_MIN || key > INT_MAX) {
+      *status =
+          fail(DISTOPT_RT_INVALID_ARGUMENT,
+               "splitting a communicator: color " + std::to_string(color) +
+                   " or key " + std::to_string(key) + " out of range");
+      return nullptr;
+    }
+    MPI_Comm part;
+    int code, rank = 0, size = 0;
+    std::vector<int64_t> partWorldRanks;
+    {
+      std::lock_guard<std::mutex> lock(callMutex);
+      code = MPI_Comm_split(comm, static_cast<int>(color),
+                            static_cast<int>(key), &part);
+      if (code == MPI_SUCCESS) {
+        MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(part, &rank);
+        MPI_Comm_size(part, &size);
+        // Which world rank each rank of the part is, for messages.
+        int64_t mine = worldRanks.empty() ? myRank : worldRanks[myRank];
+        partWorldRanks.resize(size);
+        code = MPI_Allgather(&mine, 1, MPI_INT64_T, partWorldRanks.data(), 1,
+                             MPI_INT64_T, part);
+      }
+    }
+    if (code != MPI_SUCCESS) {
+      *status = fail(DISTOPT_RT_BACKEND_ERROR,
+                     "splitting the MPI communicator: " + mpiError(code));
+      return nullptr;
+    }
+    {
+      std::lock_guard<std::mutex> lock(initMutex);
+      ++liveTransports;
+    }
+    auto result = std::make_unique<MpiTransport>(part, rank, size);
+    result->worldRanks = std::move(partWorldRanks);
+    *status = DISTOPT_RT_OK;
+    return result;
   }
 
 private:
@@ -190,14 +245,19 @@ private:
     auto deadline = now + std::chrono::duration<double>(timeout);
     auto nextLivenessCheck = now + kLivenessPeriod;
     auto cancelAll = [&] {
+      std::lock_guard<std::mutex> lock(callMutex);
       for (MPI_Request &request : requests)
         if (request != MPI_REQUEST_NULL)
           MPI_Cancel(&request);
     };
     for (unsigned spins = 0;; ++spins) {
       int done = 0;
-      int code = MPI_Testall(static_cast<int>(requests.size()), requests.data(),
-                             &done, MPI_STATUSES_IGNORE);
+      int code;
+      {
+        std::lock_guard<std::mutex> lock(callMutex);
+        code = MPI_Testall(static_cast<int>(requests.size()), requests.data(),
+                           &done, MPI_STATUSES_IGNORE);
+      }
       if (code != MPI_SUCCESS)
         return fail(DISTOPT_RT_BACKEND_ERROR,
                     what.str() + ": " + mpiError(code));
@@ -213,7 +273,7 @@ private:
           if (const LocalPeer *dead = deadPeer()) {
             cancelAll();
             std::ostringstream message;
-            message << what.str() << ": rank " << dead->rank << " (process "
+            message << what.str() << ": " << peer(dead->rank) << " (process "
                     << dead->pid << " on this machine) has exited";
             return fail(DISTOPT_RT_PEER_DIED, message.str());
           }
@@ -228,12 +288,10 @@ private:
     for (size_t i = 0; i < numRecvs; ++i)
       recvPending |= requests[i] != MPI_REQUEST_NULL;
     if (recvPending)
-      message << "waiting for data from rank " << from;
+      message << "waiting for data from " << peer(from);
     else
-      message << "waiting for rank " << to << " to receive";
-    for (size_t i = 0; i < numRecvs + numSends; ++i)
-      if (requests[i] != MPI_REQUEST_NULL)
-        MPI_Cancel(&requests[i]);
+      message << "waiting for " << peer(to) << " to receive";
+    cancelAll();
     return fail(DISTOPT_RT_TIMEOUT, message.str());
   }
 
@@ -284,17 +342,23 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
   }
   // Errors come back as codes, never as an abort inside MPI.
   MPI_Comm comm;
-  int code = MPI_Comm_dup(
-      parent ? *static_cast<const MPI_Comm *>(parent) : MPI_COMM_WORLD, &comm);
+  int code, rank = 0, size = 0;
+  {
+    std::lock_guard<std::mutex> callLock(callMutex);
+    code = MPI_Comm_dup(parent ? *static_cast<const MPI_Comm *>(parent)
+                               : MPI_COMM_WORLD,
+                        &comm);
+    if (code == MPI_SUCCESS) {
+      MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(comm, &rank);
+      MPI_Comm_size(comm, &size);
+    }
+  }
   if (code != MPI_SUCCESS) {
     *status = fail(DISTOPT_RT_BACKEND_ERROR,
                    "duplicating the MPI communicator: " + mpiError(code));
     return nullptr;
   }
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
   ++liveTransports;
   *status = DISTOPT_RT_OK;
   return std::make_unique<MpiTransport>(comm, rank, size);

@@ -8,6 +8,7 @@
 #include "Comm.h"
 #include "Cuda.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -349,6 +350,66 @@ distopt_rt_status distopt_rt_comm_create_mpi(const void *mpiComm,
                                transport->size());
     *comm = new distopt_rt_comm{
         std::make_unique<Communicator>(std::move(transport), nullptr)};
+    return DISTOPT_RT_OK;
+  });
+}
+
+distopt_rt_status distopt_rt_comm_split(distopt_rt_comm *comm, int64_t color,
+                                        int64_t key, const char *name,
+                                        distopt_rt_comm **group) {
+  const char *call = "distopt_rt_comm_split";
+  return guarded(call, [&] {
+    if (!comm || !comm->impl || !group)
+      return invalid(call, "null communicator or output pointer");
+    if (color < 0)
+      return invalid(call, "negative color " + std::to_string(color));
+    distopt_rt_status status = DISTOPT_RT_OK;
+    std::unique_ptr<Communicator> part =
+        comm->impl->split(color, key, name ? name : "", &status);
+    if (!part)
+      return status;
+    *group = new distopt_rt_comm{std::move(part)};
+    return DISTOPT_RT_OK;
+  });
+}
+
+distopt_rt_status distopt_rt_group(int64_t worldSize, int64_t groupSize,
+                                   const int64_t *layout, const char *name,
+                                   distopt_rt_comm **comm) {
+  const char *call = "distopt_rt_group";
+  if (!comm || !layout || !name || worldSize < 1 || groupSize < 1)
+    return invalid(call, "null layout, name or output, or a size below 1");
+  distopt_rt_comm *world = nullptr;
+  distopt_rt_status status = distopt_rt_world(worldSize, &world);
+  if (status != DISTOPT_RT_OK)
+    return status;
+  return guarded(call, [&] {
+    // The key: the group's name and its layout (two steps may reuse a name).
+    std::string key = name;
+    key.append(reinterpret_cast<const char *>(layout),
+               2 * worldSize * sizeof(int64_t));
+    std::lock_guard<std::mutex> lock(world->groupsMutex);
+    std::unique_ptr<distopt_rt_comm> &group = world->groups[key];
+    if (!group) {
+      int64_t rank = world->impl->rank();
+      int64_t members = std::count(layout, layout + worldSize, layout[rank]);
+      if (members != groupSize) {
+        world->groups.erase(key);
+        std::ostringstream message;
+        message << "world rank " << rank << ": group " << name << " has "
+                << members << " ranks in this rank's part, expected "
+                << groupSize;
+        return invalid(call, message.str());
+      }
+      std::unique_ptr<Communicator> part = world->impl->split(
+          layout[rank], layout[worldSize + rank], name, &status);
+      if (!part) {
+        world->groups.erase(key);
+        return status;
+      }
+      group.reset(new distopt_rt_comm{std::move(part)});
+    }
+    *comm = group.get();
     return DISTOPT_RT_OK;
   });
 }

@@ -8,6 +8,13 @@
 //             scaling and division by the world size is exact in every type:
 //             results must match bit for bit, which also shows that all
 //             ranks hold the same bits.
+//   groups    `check` inside process groups split from the world (parts of
+//             d consecutive ranks, parts of ranks n/d apart as on a mesh's
+//             leading axis, the world in reverse order), each against a
+//             simulation of its part; then collectives of several groups and
+//             the world in flight at once.
+//   group-timeout  as timeout, in a group that reverses the world's ranks:
+//             the error names the group, the rank in it and the world rank.
 //   invalid   every kind of bad argument gives DISTOPT_RT_INVALID_ARGUMENT.
 //   timeout   rank 1 never joins; rank 0 must fail with DISTOPT_RT_TIMEOUT
 //             naming itself, the operation and rank 1 within 2x the timeout.
@@ -173,15 +180,21 @@ bool same(const std::vector<char> &a, const std::vector<char> &b,
   return std::memcmp(a.data(), b.data(), bytes) == 0;
 }
 
-void checkMode(distopt_rt_comm *comm) {
-  const distopt_rt_dtype types[] = {DISTOPT_RT_F32,  DISTOPT_RT_F64,
-                                    DISTOPT_RT_BF16, DISTOPT_RT_F16,
-                                    DISTOPT_RT_I32,  DISTOPT_RT_I64};
+/// `brief`: fewer types and sizes (one of each kind of path), for the many
+/// groups of `groups`, whose collectives run the same algorithms.
+void checkMode(distopt_rt_comm *comm, bool brief = false) {
+  std::vector<distopt_rt_dtype> types = {DISTOPT_RT_F32,  DISTOPT_RT_F64,
+                                         DISTOPT_RT_BF16, DISTOPT_RT_F16,
+                                         DISTOPT_RT_I32,  DISTOPT_RT_I64};
   const distopt_rt_reduction ops[] = {DISTOPT_RT_SUM,  DISTOPT_RT_AVG,
                                       DISTOPT_RT_MIN,  DISTOPT_RT_MAX,
                                       DISTOPT_RT_PROD, DISTOPT_RT_PREMUL_SUM};
   // 100003 elements: past the native small-message path, uneven chunks.
-  const int64_t counts[] = {0, 1, 5, 1000, 100003};
+  std::vector<int64_t> counts = {0, 1, 5, 1000, 100003};
+  if (brief) {
+    types = {DISTOPT_RT_F32, DISTOPT_RT_BF16, DISTOPT_RT_I64};
+    counts = {0, 5, 100003};
+  }
   const double scale = 0.25;
 
   for (distopt_rt_dtype t : types) {
@@ -326,6 +339,95 @@ void checkMode(distopt_rt_comm *comm) {
   expect(ok, std::string("overlapping requests: ") + distopt_rt_last_error());
 }
 
+/// `check` inside every part of the world's groups. The simulation uses the
+/// rank and size in the group, as a rank of a part sees it.
+void groupsMode(distopt_rt_comm *world) {
+  const int64_t worldRank = myRank, worldN = worldSize;
+  struct Layout {
+    std::string name;
+    int64_t color, key, size;
+  };
+  std::vector<Layout> layouts;
+  for (int64_t d = 1; d < worldN; ++d) {
+    if (worldN % d != 0)
+      continue;
+    // d consecutive ranks, in reverse order within the part.
+    layouts.push_back({"@blocks" + std::to_string(d), worldRank / d,
+                       d - 1 - worldRank % d, d});
+    // Ranks n/d apart: axis 0 of a [d, n/d] mesh.
+    layouts.push_back({"@strided" + std::to_string(d), worldRank % (worldN / d),
+                       worldRank / (worldN / d), d});
+  }
+  layouts.push_back({"@reversed", 0, worldN - 1 - worldRank, worldN});
+  for (const Layout &layout : layouts) {
+    distopt_rt_comm *group = nullptr;
+    distopt_rt_status status = distopt_rt_comm_split(
+        world, layout.color, layout.key, layout.name.c_str(), &group);
+    int64_t rank = -1, size = -1;
+    if (status == DISTOPT_RT_OK) {
+      distopt_rt_comm_rank(group, &rank);
+      distopt_rt_comm_size(group, &size);
+    }
+    expect(status == DISTOPT_RT_OK && rank == layout.key && size == layout.size,
+           "split " + layout.name + ": rank " + std::to_string(rank) +
+               " size " + std::to_string(size) + " " + distopt_rt_last_error());
+    if (status != DISTOPT_RT_OK)
+      continue;
+    myRank = rank;
+    worldSize = size;
+    checkMode(group, /*brief=*/true);
+    myRank = worldRank;
+    worldSize = worldN;
+    distopt_rt_comm_destroy(group);
+  }
+
+  // Two groups (a mesh's two axes) and the world with collectives in flight
+  // at once, each on its own worker thread: the groups' traffic must not
+  // mix, nor wait on the others'.
+  int64_t d = 1;
+  for (int64_t k = 2; k < worldN; ++k)
+    if (worldN % k == 0) {
+      d = k;
+      break;
+    }
+  distopt_rt_comm *rows = nullptr, *cols = nullptr;
+  bool ok = distopt_rt_comm_split(world, worldRank / d, worldRank % d, "@rows",
+                                  &rows) == DISTOPT_RT_OK &&
+            distopt_rt_comm_split(world, worldRank % d, worldRank / d, "@cols",
+                                  &cols) == DISTOPT_RT_OK;
+  const int64_t n = 300000;
+  std::vector<float> a(n, float(worldRank + 1)), b(n, float(worldRank + 1)),
+      c(n, float(worldRank + 1));
+  distopt_rt_request *ra = nullptr, *rb = nullptr;
+  ok = ok &&
+       distopt_rt_all_reduce_start(world, a.data(), a.data(), n, DISTOPT_RT_F32,
+                                   DISTOPT_RT_SUM, 1.0, DISTOPT_RT_F32,
+                                   &ra) == DISTOPT_RT_OK &&
+       distopt_rt_all_reduce_start(rows, b.data(), b.data(), n, DISTOPT_RT_F32,
+                                   DISTOPT_RT_SUM, 1.0, DISTOPT_RT_F32,
+                                   &rb) == DISTOPT_RT_OK &&
+       distopt_rt_all_reduce(cols, c.data(), c.data(), n, DISTOPT_RT_F32,
+                             DISTOPT_RT_SUM, 1.0,
+                             DISTOPT_RT_F32) == DISTOPT_RT_OK &&
+       distopt_rt_wait(rb) == DISTOPT_RT_OK &&
+       distopt_rt_wait(ra) == DISTOPT_RT_OK;
+  // Sums of (world rank + 1) over the world, this rank's row and column.
+  float all = 0, row = 0, col = 0;
+  for (int64_t r = 0; r < worldN; ++r) {
+    all += r + 1;
+    row += r / d == worldRank / d ? r + 1 : 0;
+    col += r % d == worldRank % d ? r + 1 : 0;
+  }
+  ok = ok && a[0] == all && a[n - 1] == all && b[0] == row && b[n - 1] == row &&
+       c[0] == col && c[n - 1] == col;
+  expect(ok, std::string("world, rows and columns in flight together: ") +
+                 distopt_rt_last_error());
+  if (rows)
+    distopt_rt_comm_destroy(rows);
+  if (cols)
+    distopt_rt_comm_destroy(cols);
+}
+
 void invalidMode(distopt_rt_comm *comm) {
   float x[4] = {0};
   auto invalid = [&](distopt_rt_status status, const char *what,
@@ -340,6 +442,17 @@ void invalidMode(distopt_rt_comm *comm) {
                                 DISTOPT_RT_SUM, 1, DISTOPT_RT_F32),
           "null communicator",
           "distopt_rt_all_reduce: the communicator is null");
+  distopt_rt_comm *group = nullptr;
+  invalid(distopt_rt_comm_split(nullptr, 0, 0, "@g", &group),
+          "split of a null communicator",
+          "distopt_rt_comm_split: null communicator");
+  invalid(distopt_rt_comm_split(comm, -1, 0, "@g", &group), "negative color",
+          "negative color -1");
+  int64_t layout[2] = {0, 0};
+  invalid(distopt_rt_group(1, 1, nullptr, "@g", &group), "group, null layout",
+          "null layout");
+  invalid(distopt_rt_group(1, 0, layout, "@g", &group), "group of no ranks",
+          "a size below 1");
   invalid(distopt_rt_all_reduce(comm, nullptr, x, 4, DISTOPT_RT_F32,
                                 DISTOPT_RT_SUM, 1, DISTOPT_RT_F32),
           "null buffer", "a null buffer for 4 elements");
@@ -465,6 +578,29 @@ int main(int argc, char **argv) {
 
   if (mode == "check") {
     checkMode(comm);
+  } else if (mode == "groups") {
+    groupsMode(comm);
+  } else if (mode == "group-timeout") {
+    // World ranks in reverse: group rank 0 is the last world rank, which
+    // waits for the other, which never joins.
+    distopt_rt_comm *group = nullptr;
+    if (distopt_rt_comm_split(comm, 0, worldSize - 1 - myRank, "@reversed",
+                              &group) != DISTOPT_RT_OK) {
+      std::fprintf(stderr, "split: %s\n", distopt_rt_last_error());
+      return 2;
+    }
+    float x[1024] = {0};
+    if (myRank == worldSize - 1) {
+      distopt_rt_status status = distopt_rt_all_reduce(
+          group, x, x, 1024, DISTOPT_RT_F32, DISTOPT_RT_SUM, 1, DISTOPT_RT_F32);
+      std::string message = distopt_rt_last_error();
+      std::printf("world rank %lld error: %s\n", (long long)myRank,
+                  message.c_str());
+      expect(status == DISTOPT_RT_TIMEOUT, "timeout status");
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 1.5));
+    }
+    distopt_rt_comm_destroy(group);
   } else if (mode == "invalid") {
     invalidMode(comm);
   } else if (mode == "timeout") {

@@ -10,7 +10,7 @@ code:
 - ```mlir blocks are parsed and verified by distopt-opt: whole modules as
   they are; a fragment of a function body (`<!-- doc-test: in func(ARGS)
   -->` before it) inside `func.func @snippet(ARGS)`, with any
-  `distopt.process_group` lines moved to the module.
+  `distopt.process_group` and `distopt.mesh` lines moved to the module.
 - `<!-- doc-test: prelude TEXT -->` adds module-level TEXT (a process
   group) before an MLIR block.
 - `<!-- snippet: PATH -->` blocks are checked by snippets.py (verbatim in
@@ -54,10 +54,11 @@ def markers(text):
 def check_mlir(opt, code, marks):
     prelude = "\n".join(marks.get("prelude", []))
     if "in" in marks:
+        module_level = ("distopt.process_group", "distopt.mesh")
         body = [l for l in code.splitlines()
-                if not l.lstrip().startswith("distopt.process_group")]
+                if not l.lstrip().startswith(module_level)]
         groups = [l for l in code.splitlines()
-                  if l.lstrip().startswith("distopt.process_group")]
+                  if l.lstrip().startswith(module_level)]
         signature = marks["in"]
         if not signature.startswith("func("):
             return "doc-test: in needs func(ARGS)"

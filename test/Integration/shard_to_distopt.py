@@ -1,6 +1,8 @@
 """Upstream shard programs, converted with --convert-shard-to-distopt, lowered
-for CPUs and run on 4 ranks under mpirun: every rank's result must equal what
-the shard dialect defines, computed here with NumPy from the global data.
+for CPUs and run on 4 ranks (and 6, for 2x3 and 3x2 grids) under mpirun:
+every rank's result must equal what the shard dialect defines, computed here
+with NumPy from the global data. Collectives over some of a grid's axes run
+on process groups split from the world.
 
 Each case is a function in the shard dialect (the matmul one as upstream's
 --shard-partition leaves it). A generated @main takes this rank's slice of
@@ -25,7 +27,7 @@ def tensor_type(shape, dtype="f32"):
     return f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
 
 
-def main_func(grid, axes, inputs, result_shape, result_dtype="f32"):
+def main_func(grid, axes, inputs, result_shape, result_dtype="f32", ranks=RANKS):
     """@main: this rank's slice of each stacked input, @f, then the results
     gathered to rank 0 and printed. `inputs`: (per-rank arrays, dtype)."""
     axes_text = ", ".join(map(str, axes))
@@ -47,7 +49,7 @@ def main_func(grid, axes, inputs, result_shape, result_dtype="f32"):
         arg_types.append(tensor_type(shape, dtype))
     rtype = tensor_type(result_shape, result_dtype)
     one = [1, *result_shape]
-    gathered = [RANKS, *result_shape]
+    gathered = [ranks, *result_shape]
     groups = "[[0, 1]" + "".join(f", [{d + 2}]" for d in range(len(result_shape) - 1)) + "]"
     lines += [
         f"  %r = func.call @f({', '.join(args)}) : ({', '.join(arg_types)}) -> {rtype}",
@@ -141,11 +143,88 @@ def cases(opt, matmul_input):
            [np.array([r // 2, r % 2, r], np.float32) for r in range(RANKS)], [3])
 
 
+def sub_grid_cases(rng):
+    """Collectives over some of a grid's axes (process groups), at 4 and 6
+    ranks. Yields (name, text, per-rank expected, shape, ranks)."""
+    x = [ints(rng, (4, 6), r) for r in range(4)]
+    grid2 = "shard.grid @grid(shape = 2x2)\n"
+
+    def rows_of(r, cols):  # the ranks of r's row (same axis-0 index)
+        return [r // cols * cols + j for j in range(cols)]
+
+    def cols_of(r, rows, cols):  # the ranks of r's column
+        return [i * cols + r % cols for i in range(rows)]
+
+    def body(sig, *lines):
+        return f"func.func @f{sig} {{\n" + "".join(f"  {l}\n" for l in lines) + "}\n"
+
+    f = body("(%x: tensor<4x6xf32>) -> tensor<4x6xf32>",
+             "%y = shard.all_reduce %x on @grid grid_axes = [1] : tensor<4x6xf32> -> tensor<4x6xf32>",
+             "return %y : tensor<4x6xf32>")
+    yield ("2x2 grid: all_reduce sum over axis 1 (rows)",
+           grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 6]),
+           [sum(x[q] for q in rows_of(r, 2)) for r in range(4)], [4, 6], 4)
+
+    f = body("(%x: tensor<4x6xf32>) -> tensor<4x12xf32>",
+             "%y = shard.all_gather %x on @grid grid_axes = [0] gather_axis = 1 : tensor<4x6xf32> -> tensor<4x12xf32>",
+             "return %y : tensor<4x12xf32>")
+    yield ("2x2 grid: all_gather over axis 0 (columns) along tensor axis 1",
+           grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 12]),
+           [np.concatenate([x[q] for q in cols_of(r, 2, 2)], axis=1) for r in range(4)], [4, 12], 4)
+
+    f = body("(%x: tensor<4x6xf32>) -> tensor<4x6xf32>",
+             "%y = shard.broadcast %x on @grid grid_axes = [0] root = [1] : (tensor<4x6xf32>) -> tensor<4x6xf32>",
+             "return %y : tensor<4x6xf32>")
+    yield ("2x2 grid: broadcast over axis 0 from root [1]",
+           grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 6]),
+           [x[2 + r % 2] for r in range(4)], [4, 6], 4)
+
+    f = body("(%x: tensor<4x6xf32>) -> tensor<4x3xf32>",
+             "%y = shard.all_slice %x on @grid grid_axes = [0] slice_axis = 1 : tensor<4x6xf32> -> tensor<4x3xf32>",
+             "return %y : tensor<4x3xf32>")
+    yield ("2x2 grid: all_slice over axis 0 along tensor axis 1",
+           grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [4, 3]),
+           [x[r][:, 3 * (r // 2):3 * (r // 2) + 3] for r in range(4)], [4, 3], 4)
+
+    f = body("(%x: tensor<4x6xf32>) -> tensor<16x6xf32>",
+             "%y = shard.all_gather %x on @grid grid_axes = [1, 0] gather_axis = 0 : tensor<4x6xf32> -> tensor<16x6xf32>",
+             "return %y : tensor<16x6xf32>")
+    yield ("2x2 grid: all_gather over axes [1, 0] (ranks in column-major order)",
+           grid2 + f + main_func("grid", [0, 1], [(x, "f32")], [16, 6]),
+           [np.concatenate([x[0], x[2], x[1], x[3]])] * 4, [16, 6], 4)
+
+    # 6 ranks: both axes of 2x3 and 3x2 grids, one collective after another.
+    x6 = [ints(rng, (6, 4), r) for r in range(6)]
+    f = body("(%x: tensor<6x4xf32>) -> tensor<12x4xf32>",
+             "%s = shard.all_reduce %x on @grid grid_axes = [1] : tensor<6x4xf32> -> tensor<6x4xf32>",
+             "%y = shard.all_gather %s on @grid grid_axes = [0] gather_axis = 0 : tensor<6x4xf32> -> tensor<12x4xf32>",
+             "return %y : tensor<12x4xf32>")
+    row_sums = [sum(x6[q] for q in rows_of(r, 3)) for r in range(6)]
+    yield ("2x3 grid: all_reduce over axis 1, then all_gather over axis 0",
+           "shard.grid @grid(shape = 2x3)\n" + f
+           + main_func("grid", [0, 1], [(x6, "f32")], [12, 4], ranks=6),
+           [np.concatenate([row_sums[0], row_sums[3]])] * 6, [12, 4], 6)
+
+    f = body("(%x: tensor<6x4xf32>) -> tensor<4x4xf32>",
+             "%s = shard.reduce_scatter %x on @grid grid_axes = [0] scatter_axis = 0 : tensor<6x4xf32> -> tensor<2x4xf32>",
+             "%y = shard.all_gather %s on @grid grid_axes = [1] gather_axis = 0 : tensor<2x4xf32> -> tensor<4x4xf32>",
+             "return %y : tensor<4x4xf32>")
+    col_sums = [sum(x6[q] for q in cols_of(j, 3, 2)) for j in range(2)]
+    yield ("3x2 grid: reduce_scatter over axis 0, then all_gather over axis 1",
+           "shard.grid @grid(shape = 3x2)\n" + f
+           + main_func("grid", [0, 1], [(x6, "f32")], [4, 4], ranks=6),
+           [np.concatenate([col_sums[0][2 * (r // 2):2 * (r // 2) + 2],
+                            col_sums[1][2 * (r // 2):2 * (r // 2) + 2]]) for r in range(6)],
+           [4, 4], 6)
+
+
 def main():
     opt, runner, libdir, rtlib, mpirun, matmul_input = sys.argv[1:]
-    launcher = [*shlex.split(mpirun), "-np", str(RANKS)]
     tally = mlir_exec.Tally()
-    for name, text, expected, shape in cases(opt, matmul_input):
+    all_cases = [(*case, RANKS) for case in cases(opt, matmul_input)]
+    all_cases += list(sub_grid_cases(np.random.default_rng(11)))
+    for name, text, expected, shape, ranks in all_cases:
+        launcher = [*shlex.split(mpirun), "-np", str(ranks)]
         converted = subprocess.run(
             [opt, "--pass-pipeline=builtin.module(convert-shard-to-distopt,canonicalize)"],
             input=text, capture_output=True, text=True)
@@ -153,7 +232,7 @@ def main():
             raise RuntimeError(f"conversion failed:\n{converted.stderr}\non:\n{text}")
         if "shard." in converted.stdout:
             raise RuntimeError(f"shard ops left after conversion:\n{converted.stdout}")
-        (got,) = mlir_exec.run(opt, runner, libdir, converted.stdout, [[RANKS, *shape]],
+        (got,) = mlir_exec.run(opt, runner, libdir, converted.stdout, [[ranks, *shape]],
                                extra_libs=[rtlib], launcher=launcher)
         want = np.stack(expected).astype(np.float32)
         ok = got.tobytes() == want.tobytes()

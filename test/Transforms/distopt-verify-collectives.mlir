@@ -164,10 +164,17 @@ func.func @token_waited_twice(%g: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32
 
 // -----
 
+// Every group spans the step's world: a plain group is a world of its own
+// size; a smaller one is declared over a mesh or with its ranks.
 module attributes {distopt.world_size = 4 : i64} {
-  // expected-error @+1 {{process group @dp of size 8 does not divide the world of 4 ranks this step is compiled for}}
+  // expected-error @+1 {{process group @dp spans a world of 8 ranks but this step is compiled for 4}}
   distopt.process_group @dp size 8
-  // expected-error @+1 {{process group @odd of size 3 does not divide the world of 4 ranks}}
-  distopt.process_group @odd size 3
+  // expected-error @+1 {{process group @half spans a world of 2 ranks but this step is compiled for 4}}
   distopt.process_group @half size 2
+  distopt.mesh @m shape [2, 2]
+  distopt.process_group @rows size 2 over @m axes [1]
+  distopt.process_group @pairs size 2 ranks dense<[[0, 3], [1, 2]]> : tensor<2x2xi64>
+  distopt.mesh @big shape [2, 4]
+  // expected-error @+1 {{process group @wide spans a world of 8 ranks but this step is compiled for 4}}
+  distopt.process_group @wide size 2 over @big axes [0]
 }

@@ -242,7 +242,7 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
     abiInfo.worldSize = world.getInt();
   else
     module.walk([&](mlir::distopt::ProcessGroupOp group) {
-      abiInfo.worldSize = std::max(abiInfo.worldSize, group.getSize());
+      abiInfo.worldSize = std::max(abiInfo.worldSize, group.getWorldSize());
     });
   if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
     abiInfo.lr = lr.getValueAsDouble();

@@ -183,7 +183,7 @@ SmallVector<Value> lowerUnpack(RewriterBase &rewriter, BucketUnpackOp op) {
 Value rankOf(OpBuilder &b, Location loc, Operation *at,
              FlatSymbolRefAttr groupRef) {
   RuntimeCalls rt(b, loc, at);
-  return rt.rank(rt.world(lookupProcessGroup(at, groupRef).getSize()));
+  return rt.rank(rt.comm(lookupProcessGroup(at, groupRef)));
 }
 
 void lowerShardSlice(RewriterBase &rewriter, ShardSliceOp op) {

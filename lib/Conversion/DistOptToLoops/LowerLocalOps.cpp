@@ -48,24 +48,26 @@ struct LowerLocalOpsPass
   void runOnOperation() override {
     bool ok = true;
     llvm::SetVector<Block *> powerSGDBlocks;
-    // The runtime's communicator is the world: a group of another size
-    // would fail at run time with a misleading world-size mismatch.
+    // Every group is split from the world the step is compiled for: one
+    // spanning another world would fail at run time with a misleading
+    // world-size mismatch.
     int64_t world = 0;
     if (auto attr = getOperation()->getAttrOfType<IntegerAttr>(abi::kWorldSize))
       world = attr.getInt();
     else
       getOperation().walk([&](ProcessGroupOp group) {
-        world = std::max<int64_t>(world, group.getSize());
+        world = std::max<int64_t>(world, group.getWorldSize());
       });
     getOperation().walk<WalkOrder::PreOrder>([&](Operation *op) {
       if (auto groupRef = op->getAttrOfType<FlatSymbolRefAttr>("group")) {
         ProcessGroupOp group = lookupProcessGroup(op, groupRef);
-        if (group && group.getSize() != world) {
-          op->emitError() << "process group " << groupRef << " has "
-                          << group.getSize() << " ranks but the world has "
-                          << world
-                          << ": the CPU lowering runs every collective on "
-                             "the world (sub-groups are not supported yet)";
+        if (group && group.getWorldSize() != world) {
+          op->emitError() << "process group " << groupRef
+                          << " spans a world of " << group.getWorldSize()
+                          << " ranks but the step is "
+                          << "compiled for " << world
+                          << ": declare a smaller group over a distopt.mesh "
+                             "or with its ranks";
           ok = false;
         }
       }
@@ -92,10 +94,11 @@ struct LowerLocalOpsPass
                           BoolAttr::get(func.getContext(), true));
       }
     });
-    // Groups become private so that symbol-dce drops them once the
-    // collectives referring to them have become runtime calls.
-    getOperation().walk([](ProcessGroupOp group) {
-      SymbolTable::setSymbolVisibility(group, SymbolTable::Visibility::Private);
+    // Groups and meshes become private so that symbol-dce drops them once
+    // the collectives referring to them have become runtime calls.
+    getOperation().walk([](Operation *op) {
+      if (isa<ProcessGroupOp, MeshOp>(op))
+        SymbolTable::setSymbolVisibility(op, SymbolTable::Visibility::Private);
     });
     // Clipping first, while the unscaling it reads is still an op it can
     // look through (LowerMixedPrecision.cpp).
@@ -151,6 +154,6 @@ struct LowerLocalOpsPass
 
 void mlir::distopt::addLowerLocalOpsLegality(ConversionTarget &target) {
   target.addDynamicallyLegalDialect<DistOptDialect>([](Operation *op) {
-    return isa<CollectiveOpInterface, WaitOp, ProcessGroupOp>(op);
+    return isa<CollectiveOpInterface, WaitOp, ProcessGroupOp, MeshOp>(op);
   });
 }

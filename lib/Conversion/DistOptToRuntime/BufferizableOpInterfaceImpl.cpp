@@ -47,11 +47,11 @@ int64_t runtimeCount(ShapedType input, ShapedType yielded) {
   return std::min(input.getNumElements(), yielded.getNumElements());
 }
 
-/// A collective's input buffer and the size of its group; the rewriter is
-/// placed before the collective.
+/// A collective's input buffer and its group; the rewriter is placed before
+/// the collective.
 struct Input {
   Value buffer;
-  int64_t groupSize;
+  ProcessGroupOp group;
 };
 FailureOr<Input> getInput(CollectiveOpInterface c, RewriterBase &rewriter,
                           const BufferizationOptions &options,
@@ -63,16 +63,16 @@ FailureOr<Input> getInput(CollectiveOpInterface c, RewriterBase &rewriter,
   if (!group)
     return c->emitError("cannot bufferize: the group is not declared");
   rewriter.setInsertionPoint(c);
-  return Input{*buffer, group.getSize()};
+  return Input{*buffer, group};
 }
 
 /// Calls the runtime's collective for `c` on contiguous buffers, from
 /// `input` into `output` (the same buffer when it works in place). Returns
 /// the request slot of a `_start`.
 Value callCollective(RuntimeCalls &rt, CollectiveOpInterface c,
-                     int64_t groupSize, Value input, Value output) {
+                     ProcessGroupOp group, Value input, Value output) {
   RankedTensorType resultType = c.getYieldedType();
-  Value comm = rt.world(groupSize);
+  Value comm = rt.comm(group);
   Value send = rt.pointer(input);
   Value recv = output == input ? send : rt.pointer(output);
   Value request = c.isAsync() ? rt.requestSlot() : Value();
@@ -146,7 +146,7 @@ struct CollectiveModel
                                  .getResult();
 
     RuntimeCalls rt(rewriter, loc, op);
-    callCollective(rt, c, in->groupSize, input, output);
+    callCollective(rt, c, in->group, input, output);
 
     if (inPlace && copied) { // the result lives in the original buffer
       memref::CopyOp::create(rewriter, loc, input, buffer);
@@ -210,7 +210,7 @@ struct StartModel : public OwnBuffersModel<StartModel<OpTy>, OpTy,
                                                    resultType.getElementType()))
                                    .getResult();
     RuntimeCalls rt(rewriter, loc, op);
-    Value request = callCollective(rt, c, in->groupSize, input, output);
+    Value request = callCollective(rt, c, in->group, input, output);
     Value token = UnrealizedConversionCastOp::create(
                       rewriter, loc, op->getResult(0).getType(),
                       ValueRange{rt.load(request), output})

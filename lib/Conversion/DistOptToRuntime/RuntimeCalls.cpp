@@ -82,10 +82,45 @@ void RuntimeCalls::call(StringRef name, ValueRange args) {
   check(func::CallOp::create(b, loc, callee, args).getResult(0));
 }
 
-Value RuntimeCalls::world(int64_t size) {
+Value RuntimeCalls::constant(StringRef name, Type type, Attribute value) {
+  auto module = at->getParentOfType<ModuleOp>();
+  if (!module.lookupSymbol<LLVM::GlobalOp>(name)) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(module.getBody());
+    LLVM::GlobalOp::create(b, loc, type, /*isConstant=*/true,
+                           LLVM::Linkage::Private, name, value);
+  }
+  return LLVM::AddressOfOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext()), name);
+}
+
+Value RuntimeCalls::comm(ProcessGroupOp group) {
   auto ptr = LLVM::LLVMPointerType::get(b.getContext());
   Value out = slot(ptr);
-  call("distopt_rt_world", {i64(size), out});
+  if (group.isWorld()) {
+    call("distopt_rt_world", {i64(group.getSize()), out});
+    return LLVM::LoadOp::create(b, loc, ptr, out);
+  }
+  // LLVM globals, not memref ones: they stay in host memory on the GPU path,
+  // where the runtime reads them.
+  ProcessGroupOp::Membership membership = group.getMembership();
+  int64_t world = membership.color.size();
+  SmallVector<int64_t> layout(membership.color);
+  llvm::append_range(layout, membership.key);
+  auto i64Type = b.getI64Type();
+  std::string prefix = ("__distopt_group_" + group.getSymName()).str();
+  Value table = constant(
+      prefix + "_layout", LLVM::LLVMArrayType::get(i64Type, layout.size()),
+      DenseElementsAttr::get(
+          RankedTensorType::get({static_cast<int64_t>(layout.size())}, i64Type),
+          ArrayRef<int64_t>(layout)));
+  std::string name = ("@" + group.getSymName()).str();
+  name.push_back('\0');
+  Value text = constant(prefix + "_name",
+                        LLVM::LLVMArrayType::get(b.getI8Type(), name.size()),
+                        b.getStringAttr(name));
+  call("distopt_rt_group",
+       {i64(world), i64(group.getSize()), table, text, out});
   return LLVM::LoadOp::create(b, loc, ptr, out);
 }
 

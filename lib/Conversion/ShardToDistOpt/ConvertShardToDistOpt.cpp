@@ -2,7 +2,9 @@
 //
 // --convert-shard-to-distopt: the collectives that upstream MLIR's
 // --shard-partition produces become distopt collectives on a process group
-// named after the grid. Everything is checked before anything is rewritten.
+// named after the grid, or, over some of its axes (or in another order), on
+// a group over those axes of a distopt.mesh shaped like the grid. Everything
+// is checked before anything is rewritten.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,54 +71,19 @@ struct ShardChecker {
 
   LogicalResult check(Operation *op);
 
-  /// The number of processes a collective over `axes` spans: the whole
-  /// grid, or 1 where the axes only have size 1. Anything in between is a
-  /// sub-grid, an error; so is an axis order other than the grid's where
-  /// `needGridOrder` (gathers and scatters order data by rank).
-  FailureOr<int64_t> spannedProcesses(Operation *op, FlatSymbolRefAttr grid,
-                                      ArrayRef<int16_t> axes,
-                                      bool needGridOrder);
+  /// That `grid` is a checked grid of the module.
+  LogicalResult checkGrid(Operation *op, FlatSymbolRefAttr grid);
   LogicalResult checkStaticTensor(Operation *op, Type type, StringRef what);
 };
 
 } // namespace
 
-FailureOr<int64_t> ShardChecker::spannedProcesses(Operation *op,
-                                                  FlatSymbolRefAttr gridName,
-                                                  ArrayRef<int16_t> axes,
-                                                  bool needGridOrder) {
-  auto it = grids.find(gridName.getValue());
-  if (it == grids.end())
-    return op->emitOpError("refers to ")
-           << gridName << ", which is not a shard.grid of this module";
-  Grid grid{it->second};
-  int64_t spanned = 1;
-  int64_t lastAxis = -1;
-  bool ordered = true;
-  for (int16_t axis : axes) {
-    if (grid.shape[axis] == 1)
-      continue;
-    spanned *= grid.shape[axis];
-    ordered &= axis > lastAxis;
-    lastAxis = axis;
-  }
-  if (spanned == 1)
-    return spanned;
-  auto describe = [&](InFlightDiagnostic diag) -> InFlightDiagnostic {
-    diag << " (grid_axes = [";
-    llvm::interleaveComma(axes, diag);
-    diag << "] of " << gridName << " " << formatShape(grid.shape) << ")";
-    return diag;
-  };
-  if (spanned != grid.size())
-    return describe(op->emitOpError("spans ") << spanned << " of the grid's "
-                                              << grid.size() << " processes")
-           << ": distopt's collectives span every process (sub-groups are "
-              "not supported yet)";
-  if (needGridOrder && !ordered)
-    return describe(op->emitOpError("orders ranks differently from the grid"))
-           << ": write grid_axes in increasing order";
-  return spanned;
+LogicalResult ShardChecker::checkGrid(Operation *op,
+                                      FlatSymbolRefAttr gridName) {
+  if (grids.contains(gridName.getValue()))
+    return success();
+  return op->emitOpError("refers to ")
+         << gridName << ", which is not a shard.grid of this module";
 }
 
 LogicalResult ShardChecker::checkStaticTensor(Operation *op, Type type,
@@ -178,21 +145,18 @@ LogicalResult ShardChecker::check(Operation *op) {
                  << from << " in " << to
                  << ": distopt converts between float types or between "
                     "integer types only";
-        return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
-                                /*needGridOrder=*/false);
+        return checkGrid(op, op.getGridAttr());
       })
       .Case<shard::AllGatherOp, shard::AllSliceOp>(
           [&](auto op) -> LogicalResult {
             if (failed(tensors()))
               return failure();
-            return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
-                                    /*needGridOrder=*/true);
+            return checkGrid(op, op.getGridAttr());
           })
       .Case([&](shard::ReduceScatterOp op) -> LogicalResult {
         if (failed(tensors()) || failed(reduction(op.getReduction())))
           return failure();
-        return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
-                                /*needGridOrder=*/true);
+        return checkGrid(op, op.getGridAttr());
       })
       .Case([&](shard::BroadcastOp op) -> LogicalResult {
         if (failed(tensors()))
@@ -200,13 +164,11 @@ LogicalResult ShardChecker::check(Operation *op) {
         if (!op.getRootDynamic().empty())
           return op.emitOpError("has a root computed at run time: distopt's "
                                 "broadcast root is a constant");
-        return spannedProcesses(op, op.getGridAttr(), op.getGridAxes(),
-                                /*needGridOrder=*/false);
+        return checkGrid(op, op.getGridAttr());
       })
       .Case<shard::ProcessLinearIndexOp, shard::ProcessMultiIndexOp,
             shard::GridShapeOp>([&](Operation *op) -> LogicalResult {
-        auto name = op->getAttrOfType<FlatSymbolRefAttr>("grid");
-        return spannedProcesses(op, name, {}, false);
+        return checkGrid(op, op->getAttrOfType<FlatSymbolRefAttr>("grid"));
       })
       .Default([&](Operation *op) {
         return op->emitOpError("has no distopt counterpart")
@@ -303,8 +265,85 @@ struct ShardPattern : public OpConversionPattern<OpTy> {
       return std::nullopt;
     return Grid{it->second};
   }
-  /// The processes a collective over `axes` spans (ShardChecker made sure
-  /// that is the whole grid or 1).
+  /// The grid axes a collective over `axes` runs along: those of more than
+  /// one process, in the order given.
+  static SmallVector<int64_t> usedAxes(const Grid &grid,
+                                       ArrayRef<int16_t> axes) {
+    SmallVector<int64_t> used;
+    for (int16_t axis : axes)
+      if (grid.shape[axis] != 1)
+        used.push_back(axis);
+    return used;
+  }
+  /// The process group of a collective over `axes` of `gridName`: the
+  /// grid's own group where they span the grid in its order (in any order
+  /// unless `ordered`: a reduction), else a group over those axes of a mesh
+  /// shaped like the grid, both declared before the grid on first use.
+  FlatSymbolRefAttr groupFor(OpBuilder &builder, Operation *op,
+                             FlatSymbolRefAttr gridName, const Grid &grid,
+                             ArrayRef<int16_t> axes,
+                             bool ordered = true) const {
+    SmallVector<int64_t> used = usedAxes(grid, axes);
+    SmallVector<int64_t> whole;
+    for (int64_t axis = 0; axis < static_cast<int64_t>(grid.shape.size());
+         ++axis)
+      if (grid.shape[axis] != 1)
+        whole.push_back(axis);
+    SmallVector<int64_t> sorted(used);
+    llvm::sort(sorted);
+    if ((ordered ? used : sorted) == whole)
+      return gridName;
+    auto module = op->getParentOfType<ModuleOp>();
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(module.lookupSymbol(gridName.getValue()));
+    // The first free name from `base` (base, base_1, ...), or the one that
+    // already declares what `matches` accepts.
+    auto nameFor = [&](std::string base,
+                       llvm::function_ref<bool(Operation *)> matches,
+                       bool &exists) {
+      std::string name = base;
+      for (int i = 1;; ++i) {
+        Operation *found = module.lookupSymbol(name);
+        exists = found && matches(found);
+        if (!found || exists)
+          return name;
+        name = base + "_" + std::to_string(i);
+      }
+    };
+    bool exists = false;
+    std::string meshName = nameFor(
+        (gridName.getValue() + "_mesh").str(),
+        [&](Operation *found) {
+          auto mesh = dyn_cast<MeshOp>(found);
+          return mesh && mesh.getShape() == ArrayRef<int64_t>(grid.shape);
+        },
+        exists);
+    if (!exists)
+      MeshOp::create(builder, op->getLoc(), meshName, grid.shape);
+    std::string base = (gridName.getValue() + "_axes").str();
+    for (int64_t axis : used)
+      base += "_" + std::to_string(axis);
+    std::string groupName = nameFor(
+        base,
+        [&](Operation *found) {
+          auto group = dyn_cast<ProcessGroupOp>(found);
+          return group && group.getMesh() == meshName &&
+                 group.getAxes() == ArrayRef<int64_t>(used);
+        },
+        exists);
+    if (!exists) {
+      int64_t size = 1;
+      for (int64_t axis : used)
+        size *= grid.shape[axis];
+      ProcessGroupOp::create(
+          builder, op->getLoc(), builder.getStringAttr(groupName),
+          builder.getI64IntegerAttr(size),
+          FlatSymbolRefAttr::get(builder.getContext(), meshName),
+          builder.getDenseI64ArrayAttr(used), DenseIntElementsAttr());
+    }
+    return FlatSymbolRefAttr::get(builder.getContext(), groupName);
+  }
+  /// The processes a collective over `axes` spans.
   static int64_t spanned(const Grid &grid, ArrayRef<int16_t> axes) {
     int64_t n = 1;
     for (int16_t axis : axes)
@@ -345,8 +384,11 @@ struct AllReducePattern : public ShardPattern<shard::AllReduceOp> {
                         cast<RankedTensorType>(op.getResult().getType()));
     if (spanned(*g, op.getGridAxes()) != 1)
       input = AllReduceOp::create(
-          rewriter, op.getLoc(), input, op.getGridAttr(), TypeAttr(),
-          reductionAttr(op.getContext(), op.getReduction()), FloatAttr());
+          rewriter, op.getLoc(), input,
+          groupFor(rewriter, op, op.getGridAttr(), *g, op.getGridAxes(),
+                   /*ordered=*/false),
+          TypeAttr(), reductionAttr(op.getContext(), op.getReduction()),
+          FloatAttr());
     replace(rewriter, op, input);
     return success();
   }
@@ -360,7 +402,9 @@ template <typename OpTy> struct CollectivePattern : public ShardPattern<OpTy> {
 
   /// Whether ShardChecker accepted `op` (beyond its grid).
   virtual bool checked(OpTy op) const { return true; }
+  /// The distopt form over the `n` processes of `group`.
   virtual Value spanning(OpTy op, Value input, const Grid &grid, int64_t n,
+                         FlatSymbolRefAttr group,
                          ConversionPatternRewriter &rewriter) const = 0;
 
   LogicalResult
@@ -371,8 +415,13 @@ template <typename OpTy> struct CollectivePattern : public ShardPattern<OpTy> {
       return rewriter.notifyMatchFailure(op, "unchecked input");
     int64_t n = this->spanned(*g, op.getGridAxes());
     Value input = adaptor.getInput();
-    this->replace(rewriter, op,
-                  n == 1 ? input : spanning(op, input, *g, n, rewriter));
+    if (n == 1) {
+      this->replace(rewriter, op, input);
+      return success();
+    }
+    FlatSymbolRefAttr group =
+        this->groupFor(rewriter, op, op.getGridAttr(), *g, op.getGridAxes());
+    this->replace(rewriter, op, spanning(op, input, *g, n, group, rewriter));
     return success();
   }
 };
@@ -380,13 +429,14 @@ template <typename OpTy> struct CollectivePattern : public ShardPattern<OpTy> {
 struct AllGatherPattern : public CollectivePattern<shard::AllGatherOp> {
   using CollectivePattern::CollectivePattern;
   Value spanning(shard::AllGatherOp op, Value input, const Grid &, int64_t n,
+                 FlatSymbolRefAttr group,
                  ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     auto inputType = cast<RankedTensorType>(input.getType());
     SmallVector<int64_t> shape(inputType.getShape());
     shape[0] *= n;
     Value gathered = AllGatherOp::create(rewriter, loc, inputType.clone(shape),
-                                         input, op.getGridAttr(), TypeAttr());
+                                         input, group, TypeAttr());
     int64_t axis = op.getGatherAxis().getSExtValue();
     if (axis == 0)
       return gathered;
@@ -403,7 +453,7 @@ struct ReduceScatterPattern : public CollectivePattern<shard::ReduceScatterOp> {
     return convertReduction(op.getReduction()).has_value();
   }
   Value spanning(shard::ReduceScatterOp op, Value input, const Grid &,
-                 int64_t n,
+                 int64_t n, FlatSymbolRefAttr group,
                  ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     int64_t axis = op.getScatterAxis().getSExtValue();
@@ -414,23 +464,23 @@ struct ReduceScatterPattern : public CollectivePattern<shard::ReduceScatterOp> {
           mergeDims(rewriter, loc, moveDim(rewriter, loc, split, axis, 0), 0);
     }
     return ReduceScatterOp::create(
-        rewriter, loc, op.getResult().getType(), input, op.getGridAttr(),
-        TypeAttr(), reductionAttr(op.getContext(), op.getReduction()),
-        FloatAttr());
+        rewriter, loc, op.getResult().getType(), input, group, TypeAttr(),
+        reductionAttr(op.getContext(), op.getReduction()), FloatAttr());
   }
 };
 
 struct AllSlicePattern : public CollectivePattern<shard::AllSliceOp> {
   using CollectivePattern::CollectivePattern;
   Value spanning(shard::AllSliceOp op, Value input, const Grid &, int64_t,
+                 FlatSymbolRefAttr group,
                  ConversionPatternRewriter &rewriter) const override {
     Location loc = op.getLoc();
     int64_t axis = op.getSliceAxis().getSExtValue();
     auto type = cast<RankedTensorType>(op.getResult().getType());
     Value chunk =
         arith::ConstantIndexOp::create(rewriter, loc, type.getDimSize(axis));
-    Value offset = arith::MulIOp::create(
-        rewriter, loc, rankIn(rewriter, loc, op.getGridAttr()), chunk);
+    Value offset = arith::MulIOp::create(rewriter, loc,
+                                         rankIn(rewriter, loc, group), chunk);
     SmallVector<OpFoldResult> offsets(type.getRank(), rewriter.getIndexAttr(0));
     offsets[axis] = offset;
     SmallVector<OpFoldResult> sizes,
@@ -442,18 +492,33 @@ struct AllSlicePattern : public CollectivePattern<shard::AllSliceOp> {
   }
 };
 
-struct BroadcastPattern : public CollectivePattern<shard::BroadcastOp> {
-  using CollectivePattern::CollectivePattern;
-  bool checked(shard::BroadcastOp op) const override {
-    return op.getRootDynamic().empty();
-  }
-  Value spanning(shard::BroadcastOp op, Value input, const Grid &grid, int64_t,
-                 ConversionPatternRewriter &rewriter) const override {
+struct BroadcastPattern : public ShardPattern<shard::BroadcastOp> {
+  using ShardPattern::ShardPattern;
+  LogicalResult
+  matchAndRewrite(shard::BroadcastOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    std::optional<Grid> g = grid(op.getGridAttr());
+    if (!g || !op.getRootDynamic().empty())
+      return rewriter.notifyMatchFailure(op, "unchecked input");
+    if (spanned(*g, op.getGridAxes()) == 1) {
+      replace(rewriter, op, adaptor.getInput());
+      return success();
+    }
+    // Over the whole grid, in any order: the grid's group, the root's rank
+    // in the grid; else the root's rank in the group over the axes,
+    // row-major in their order.
+    FlatSymbolRefAttr group = groupFor(rewriter, op, op.getGridAttr(), *g,
+                                       op.getGridAxes(), /*ordered=*/false);
     int64_t root = 0;
+    bool wholeGrid = group == op.getGridAttr();
     for (auto [axis, index] : llvm::zip(op.getGridAxes(), op.getRoot()))
-      root += index * grid.stride(axis);
-    return BroadcastOp::create(rewriter, op.getLoc(), input, op.getGridAttr(),
-                               TypeAttr(), rewriter.getI64IntegerAttr(root));
+      root = wholeGrid ? root + index * g->stride(axis)
+                       : root * g->shape[axis] + index;
+    Value result =
+        BroadcastOp::create(rewriter, op.getLoc(), adaptor.getInput(), group,
+                            TypeAttr(), rewriter.getI64IntegerAttr(root));
+    replace(rewriter, op, result);
+    return success();
   }
 };
 

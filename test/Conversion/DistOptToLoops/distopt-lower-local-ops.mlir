@@ -293,12 +293,12 @@ func.func @topk(%g: tensor<8xf32>, %e: tensor<8xf32>) -> (tensor<8xf32>, tensor<
 
 // -----
 
-// Sub-groups do not run yet: an error at the collective, not a world-size
-// mismatch at run time.
+// A plain group smaller than the world: an error at the collective, not a
+// world-size mismatch at run time.
 module attributes {distopt.world_size = 4 : i64} {
   distopt.process_group @dp size 2
   func.func @sub_group(%g: tensor<8xf32>) -> tensor<8xf32> {
-    // expected-error @+1 {{process group @dp has 2 ranks but the world has 4: the CPU lowering runs every collective on the world (sub-groups are not supported yet)}}
+    // expected-error @+1 {{process group @dp spans a world of 2 ranks but the step is compiled for 4: declare a smaller group over a distopt.mesh or with its ranks}}
     %r = distopt.all_reduce sum %g on @dp : tensor<8xf32>
     return %r : tensor<8xf32>
   }
@@ -310,4 +310,31 @@ func.func @updates_first(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64
   // expected-error @+1 {{'distopt.sgd_update' must be lowered by --distopt-lower-optimizers first}}
   %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
+}
+
+// -----
+
+// A group over a mesh axis: the runtime gets its layout (each world rank's
+// part, then its rank in the part) and name as constants in host memory, and
+// splits it from the world; the world's own group stays distopt_rt_world.
+distopt.mesh @m shape [2, 3]
+distopt.process_group @rows size 3 over @m axes [1]
+distopt.process_group @world size 6
+// LLVM-DAG: llvm.mlir.global private constant @__distopt_group_rows_name("@rows\00")
+// LLVM-DAG: llvm.mlir.global private constant @__distopt_group_rows_layout(dense<[0, 0, 0, 1, 1, 1, 0, 1, 2, 0, 1, 2]> : tensor<12xi64>)
+// LLVM-LABEL: llvm.func @sub_groups
+// LLVM: %[[LAYOUT:.*]] = llvm.mlir.addressof @__distopt_group_rows_layout
+// LLVM: %[[NAME:.*]] = llvm.mlir.addressof @__distopt_group_rows_name
+// LLVM: llvm.call @distopt_rt_group(%{{.*}}, %{{.*}}, %[[LAYOUT]], %[[NAME]], %{{.*}})
+// LLVM: llvm.call @distopt_rt_all_reduce
+// LLVM: llvm.call @distopt_rt_world
+// LLVM: llvm.call @distopt_rt_all_reduce
+// LLVM: llvm.call @distopt_rt_group(%{{.*}}, %{{.*}}, %[[LAYOUT]], %[[NAME]], %{{.*}})
+// LLVM: llvm.call @distopt_rt_comm_rank
+// LLVM-NOT: distopt.mesh
+func.func @sub_groups(%g: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xf32>, tensor<2xf32>) {
+  %a = distopt.all_reduce sum %g on @rows : tensor<6xf32>
+  %b = distopt.all_reduce sum %g on @world : tensor<6xf32>
+  %c = distopt.shard_slice %a on @rows : tensor<6xf32> -> tensor<2xf32>
+  return %a, %b, %c : tensor<6xf32>, tensor<6xf32>, tensor<2xf32>
 }

@@ -1,14 +1,5 @@
 // RUN: distopt-opt %s -split-input-file -verify-diagnostics --convert-shard-to-distopt
 
-shard.grid @g(shape = 2x4)
-func.func @sub_grid(%x: tensor<8xf32>) -> tensor<8xf32> {
-  // expected-error @+1 {{'shard.all_reduce' op spans 4 of the grid's 8 processes (grid_axes = [1] of @g 2x4): distopt's collectives span every process (sub-groups are not supported yet)}}
-  %a = shard.all_reduce %x on @g grid_axes = [1] : tensor<8xf32> -> tensor<8xf32>
-  return %a : tensor<8xf32>
-}
-
-// -----
-
 // expected-error @+1 {{'shard.grid' op has a dynamic size (2x?): a distopt process group has a static size}}
 shard.grid @g(shape = 2x?)
 
@@ -57,15 +48,6 @@ func.func @float_to_int(%x: tensor<8xf32>) -> tensor<8xi32> {
   // expected-error @+1 {{'shard.all_reduce' op accumulates 'f32' in 'i32': distopt converts between float types or between integer types only}}
   %a = shard.all_reduce %x on @g grid_axes = [0] : tensor<8xf32> -> tensor<8xi32>
   return %a : tensor<8xi32>
-}
-
-// -----
-
-shard.grid @g(shape = 2x2)
-func.func @gather_order(%x: tensor<2xf32>) -> tensor<8xf32> {
-  // expected-error @+1 {{'shard.all_gather' op orders ranks differently from the grid (grid_axes = [1, 0] of @g 2x2): write grid_axes in increasing order}}
-  %a = shard.all_gather %x on @g grid_axes = [1, 0] gather_axis = 0 : tensor<2xf32> -> tensor<8xf32>
-  return %a : tensor<8xf32>
 }
 
 // -----

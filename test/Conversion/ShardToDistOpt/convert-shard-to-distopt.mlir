@@ -130,3 +130,35 @@ func.func @identity(%x: tensor<4xf32>, %h: tensor<4xf16>) -> (tensor<4xf32>, ten
   %c = shard.all_reduce %h on @g grid_axes = [] : tensor<4xf16> -> tensor<4xf32>
   return %a, %b, %c : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+// Collectives over some of the grid's axes, or over all in another order,
+// run on groups over those axes of a mesh shaped like the grid; a reduction
+// or broadcast over all of them, in any order, on the grid's own group.
+shard.grid @g(shape = 2x3)
+// CHECK-LABEL: distopt.mesh @g_mesh shape [2, 3]
+// CHECK-DAG:   distopt.process_group @g_axes_1 size 3 over @g_mesh axes [1]
+// CHECK-DAG:   distopt.process_group @g_axes_0 size 2 over @g_mesh axes [0]
+// CHECK-DAG:   distopt.process_group @g_axes_1_0 size 6 over @g_mesh axes [1, 0]
+// CHECK:       distopt.process_group @g size 6
+// CHECK-LABEL: func.func @sub_grids
+func.func @sub_grids(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<12xf32>, tensor<2xf32>, tensor<6xf32>, tensor<6xf32>, tensor<36xf32>, tensor<6xf32>, tensor<3xf32>) {
+  // CHECK: distopt.all_reduce sum %arg0 on @g_axes_1 : tensor<6xf32>
+  %a = shard.all_reduce %x on @g grid_axes = [1] : tensor<6xf32> -> tensor<6xf32>
+  // CHECK: distopt.all_gather %arg0 on @g_axes_0 : tensor<6xf32> -> tensor<12xf32>
+  %b = shard.all_gather %x on @g grid_axes = [0] gather_axis = 0 : tensor<6xf32> -> tensor<12xf32>
+  // CHECK: distopt.reduce_scatter sum %arg0 on @g_axes_1 : tensor<6xf32> -> tensor<2xf32>
+  %c = shard.reduce_scatter %x on @g grid_axes = [1] scatter_axis = 0 : tensor<6xf32> -> tensor<2xf32>
+  // Root [2] of axis 1: rank 2 of this rank's row.
+  // CHECK: distopt.broadcast %arg0 on @g_axes_1 root 2 : tensor<6xf32>
+  %d = shard.broadcast %x on @g grid_axes = [1] root = [2] : (tensor<6xf32>) -> tensor<6xf32>
+  // CHECK: distopt.all_reduce max %arg0 on @g : tensor<6xf32>
+  %e = shard.all_reduce %x on @g grid_axes = [1, 0] reduction = max : tensor<6xf32> -> tensor<6xf32>
+  // CHECK: distopt.all_gather %arg0 on @g_axes_1_0 : tensor<6xf32> -> tensor<36xf32>
+  %f = shard.all_gather %x on @g grid_axes = [1, 0] gather_axis = 0 : tensor<6xf32> -> tensor<36xf32>
+  // CHECK: distopt.broadcast %arg0 on @g root 4 : tensor<6xf32>
+  %h = shard.broadcast %x on @g grid_axes = [1, 0] root = [1, 1] : (tensor<6xf32>) -> tensor<6xf32>
+  // CHECK: distopt.rank @g_axes_0 : index
+  %i = shard.all_slice %x on @g grid_axes = [0] slice_axis = 0 : tensor<6xf32> -> tensor<3xf32>
+  return %a, %b, %c, %d, %e, %f, %h, %i : tensor<6xf32>, tensor<12xf32>, tensor<2xf32>, tensor<6xf32>, tensor<6xf32>, tensor<36xf32>, tensor<6xf32>, tensor<3xf32>
+}

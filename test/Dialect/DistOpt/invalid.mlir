@@ -6,6 +6,87 @@ distopt.process_group @dp size 0
 
 // -----
 
+// expected-error @+1 {{every mesh axis needs at least 1 rank, got 0}}
+distopt.mesh @m shape [2, 0]
+
+// -----
+
+// expected-error @+1 {{a mesh needs at least one axis}}
+distopt.mesh @m shape []
+
+// -----
+
+// expected-error @+1 {{the mesh has more than 2^31 ranks}}
+distopt.mesh @m shape [65536, 65536]
+
+// -----
+
+distopt.mesh @m shape [2, 4]
+// expected-error @+1 {{size 2 differs from the 4 ranks of axes [1] of @m}}
+distopt.process_group @g size 2 over @m axes [1]
+
+// -----
+
+distopt.mesh @m shape [2, 4]
+// expected-error @+1 {{mesh axis 2 is out of range for @m of 2 axes}}
+distopt.process_group @g size 2 over @m axes [2]
+
+// -----
+
+distopt.mesh @m shape [2, 4]
+// expected-error @+1 {{mesh axis 1 is repeated}}
+distopt.process_group @g size 16 over @m axes [1, 1]
+
+// -----
+
+distopt.mesh @m shape [2, 4]
+// expected-error @+1 {{mesh axis -1 is negative}}
+distopt.process_group @g size 4 over @m axes [-1]
+
+// -----
+
+distopt.mesh @m shape [2, 4]
+// expected-error @+1 {{a group over a mesh needs at least one axis}}
+distopt.process_group @g size 1 over @m axes []
+
+// -----
+
+// expected-error @+1 {{@nowhere does not name a distopt.mesh}}
+distopt.process_group @g size 2 over @nowhere axes [0]
+
+// -----
+
+// expected-error @+1 {{a group over a mesh names both the mesh and its axes}}
+"distopt.process_group"() <{sym_name = "g", size = 2 : i64, mesh = @m}> : () -> ()
+
+// -----
+
+distopt.mesh @m shape [2, 2]
+// expected-error @+1 {{a group is over a mesh or lists its ranks, not both}}
+"distopt.process_group"() <{sym_name = "g", size = 2 : i64, mesh = @m, axes = array<i64: 0>, ranks = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}> : () -> ()
+
+// -----
+
+// expected-error @+1 {{ranks must be a 2-D list of parts of 2 ranks each, got 'tensor<4xi64>'}}
+distopt.process_group @g size 2 ranks dense<[0, 1, 2, 3]> : tensor<4xi64>
+
+// -----
+
+// expected-error @+1 {{ranks must be a 2-D list of parts of 2 ranks each, got 'tensor<2x3xi64>'}}
+distopt.process_group @g size 2 ranks dense<[[0, 1, 2], [3, 4, 5]]> : tensor<2x3xi64>
+
+// -----
+
+// expected-error @+1 {{rank 1 is in two parts: the parts must tile the world}}
+distopt.process_group @g size 2 ranks dense<[[0, 1], [1, 2]]> : tensor<2x2xi64>
+
+// -----
+
+// expected-error @+1 {{rank 4 (part 1) is outside the world of 4 ranks the parts tile}}
+distopt.process_group @g size 2 ranks dense<[[0, 1], [2, 4]]> : tensor<2x2xi64>
+
+// -----
+
 func.func @missing_group() -> index {
   // expected-error @+1 {{@nowhere does not name a distopt.process_group}}
   %r = distopt.rank @nowhere : index

@@ -12,6 +12,26 @@
 distopt.process_group @dp size 4
 // CHECK: distopt.process_group @single size 1
 distopt.process_group @single size 1
+// Sub-groups: over the axes of a mesh, or listed by rank.
+// CHECK: distopt.mesh @cluster shape [2, 2]
+distopt.mesh @cluster shape [2, 2]
+// CHECK: distopt.process_group @intra size 2 over @cluster axes [1]
+distopt.process_group @intra size 2 over @cluster axes [1]
+// CHECK: distopt.process_group @transposed size 4 over @cluster axes [1, 0]
+distopt.process_group @transposed size 4 over @cluster axes [1, 0]
+// CHECK: distopt.process_group @pairs size 2 ranks dense<{{\[\[}}0, 3], [1, 2]]> : tensor<2x2xi64>
+distopt.process_group @pairs size 2 ranks dense<[[0, 3], [1, 2]]> : tensor<2x2xi64>
+
+// CHECK-LABEL: func.func @sub_group_collectives
+func.func @sub_group_collectives(%g: tensor<8xf32>) -> (tensor<8xf32>, tensor<16xf32>, index) {
+  // CHECK: distopt.all_reduce sum %{{.*}} on @intra
+  %r = distopt.all_reduce sum %g on @intra : tensor<8xf32>
+  // CHECK: distopt.all_gather %{{.*}} on @pairs
+  %a = distopt.all_gather %r on @pairs : tensor<8xf32> -> tensor<16xf32>
+  // CHECK: distopt.rank @intra
+  %i = distopt.rank @intra : index
+  return %r, %a, %i : tensor<8xf32>, tensor<16xf32>, index
+}
 
 // CHECK-LABEL: func.func @group_queries
 func.func @group_queries() -> (index, index) {

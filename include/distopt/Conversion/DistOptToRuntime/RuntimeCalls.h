@@ -1,16 +1,16 @@
 //===- RuntimeCalls.h - calls of the runtime's C ABI ------------*- C++ -*-===//
 //
 // How compiled code calls runtime/include/distopt_rt.h: declarations made on
-// demand, the world communicator, pointers into buffers, and a check of
-// every returned status (a failure ends the run with the runtime's message,
-// which names the rank and the operation).
+// demand, the communicators of process groups, pointers into buffers, and a
+// check of every returned status (a failure ends the run with the runtime's
+// message, which names the rank and the operation).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef DISTOPT_CONVERSION_DISTOPTTORUNTIME_RUNTIMECALLS_H
 #define DISTOPT_CONVERSION_DISTOPTTORUNTIME_RUNTIMECALLS_H
 
-#include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -22,9 +22,11 @@ class RuntimeCalls {
 public:
   RuntimeCalls(OpBuilder &builder, Location loc, Operation *at);
 
-  /// The run's communicator (`distopt_rt_comm *`), checked to have `size`
-  /// ranks.
-  Value world(int64_t size);
+  /// The communicator (`distopt_rt_comm *`) of `group`: the run's world
+  /// (checked to have the group's size) for a whole-world group, else the
+  /// group's part split from it (distopt_rt_group, with the group's layout
+  /// and name as constants in host memory).
+  Value comm(ProcessGroupOp group);
   /// This process's rank in `comm`, as an index.
   Value rank(Value comm);
   /// A pointer to the first element of `buffer`, which must be contiguous.
@@ -50,6 +52,9 @@ public:
 
 private:
   func::FuncOp declare(StringRef name, FunctionType type);
+  /// The address of a private constant global of the module, made once
+  /// per name.
+  Value constant(StringRef name, Type type, Attribute value);
   /// A stack slot in the function's entry block.
   Value slot(Type element);
   void check(Value status);

@@ -16,6 +16,7 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -189,10 +190,156 @@ static void printGradAndErrorTypes(OpAsmPrinter &printer, Operation *,
 // ProcessGroupOp, RankOp, GroupSizeOp
 //===----------------------------------------------------------------------===//
 
+LogicalResult MeshOp::verify() {
+  if (getShape().empty())
+    return emitOpError() << "a mesh needs at least one axis";
+  int64_t ranks = 1;
+  for (int64_t extent : getShape()) {
+    if (extent < 1)
+      return emitOpError() << "every mesh axis needs at least 1 rank, got "
+                           << extent;
+    if (ranks > (int64_t(1) << 31) / extent)
+      return emitOpError() << "the mesh has more than 2^31 ranks";
+    ranks *= extent;
+  }
+  return success();
+}
+
+int64_t MeshOp::getNumRanks() {
+  int64_t ranks = 1;
+  for (int64_t extent : getShape())
+    ranks *= extent;
+  return ranks;
+}
+
 LogicalResult ProcessGroupOp::verify() {
   if (getSize() < 1)
     return emitOpError() << "group size must be at least 1, got " << getSize();
+  if (getMesh().has_value() != getAxes().has_value())
+    return emitOpError() << "a group over a mesh names both the mesh and its "
+                            "axes";
+  if (getMesh() && getRanks())
+    return emitOpError() << "a group is over a mesh or lists its ranks, not "
+                            "both";
+  if (std::optional<ArrayRef<int64_t>> axes = getAxes()) {
+    if (axes->empty())
+      return emitOpError() << "a group over a mesh needs at least one axis";
+    llvm::SmallDenseSet<int64_t> seen;
+    for (int64_t axis : *axes)
+      if (axis < 0 || !seen.insert(axis).second)
+        return emitOpError() << "mesh axis " << axis
+                             << (axis < 0 ? " is negative" : " is repeated");
+  }
+  if (std::optional<DenseIntElementsAttr> ranks = getRanks()) {
+    auto type = cast<ShapedType>(ranks->getType());
+    if (type.getRank() != 2 || type.getDimSize(1) != getSize() ||
+        type.getDimSize(0) < 1)
+      return emitOpError() << "ranks must be a 2-D list of parts of "
+                           << getSize() << " ranks each, got " << type;
+    int64_t world = type.getNumElements();
+    SmallVector<bool> seen(world, false);
+    for (auto [index, rank] : llvm::enumerate(ranks->getValues<int64_t>())) {
+      if (rank < 0 || rank >= world)
+        return emitOpError()
+               << "rank " << rank << " (part " << index / getSize()
+               << ") is outside the world of " << world
+               << " ranks the parts tile";
+      if (seen[rank])
+        return emitOpError() << "rank " << rank
+                             << " is in two parts: the parts must tile the "
+                                "world";
+      seen[rank] = true;
+    }
+  }
   return success();
+}
+
+LogicalResult
+ProcessGroupOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (FlatSymbolRefAttr meshRef = getMeshAttr()) {
+    auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(*this, meshRef);
+    if (!mesh)
+      return emitOpError() << meshRef << " does not name a distopt.mesh";
+    int64_t size = 1;
+    ArrayRef<int64_t> axes = *getAxes();
+    for (int64_t axis : axes) {
+      if (axis >= static_cast<int64_t>(mesh.getShape().size()))
+        return emitOpError()
+               << "mesh axis " << axis << " is out of range for " << meshRef
+               << " of " << mesh.getShape().size() << " axes";
+      size *= mesh.getShape()[axis];
+    }
+    if (size != getSize())
+      return emitOpError() << "size " << getSize() << " differs from the "
+                           << size << " ranks of axes ["
+                           << llvm::make_range(axes.begin(), axes.end())
+                           << "] of " << meshRef;
+  }
+  return success();
+}
+
+int64_t ProcessGroupOp::getWorldSize() {
+  if (std::optional<DenseIntElementsAttr> ranks = getRanks())
+    return ranks->getNumElements();
+  if (FlatSymbolRefAttr meshRef = getMeshAttr()) {
+    auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(*this, meshRef);
+    return mesh ? mesh.getNumRanks() : 0;
+  }
+  return getSize();
+}
+
+ProcessGroupOp::Membership ProcessGroupOp::getMembership() {
+  Membership result;
+  int64_t world = getWorldSize();
+  if (world == 0)
+    return result;
+  result.color.assign(world, 0);
+  result.key.assign(world, 0);
+  if (std::optional<DenseIntElementsAttr> ranks = getRanks()) {
+    for (auto [index, rank] : llvm::enumerate(ranks->getValues<int64_t>())) {
+      result.color[rank] = index / getSize();
+      result.key[rank] = index % getSize();
+    }
+    return result;
+  }
+  if (!getMeshAttr()) {
+    for (int64_t rank = 0; rank < world; ++rank)
+      result.key[rank] = rank;
+    return result;
+  }
+  // Row-major coordinates: the group's axes give the key (in their order),
+  // the other axes the color.
+  ArrayRef<int64_t> shape =
+      SymbolTable::lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr())
+          .getShape();
+  ArrayRef<int64_t> axes = *getAxes();
+  SmallVector<int64_t> coords(shape.size());
+  for (int64_t rank = 0; rank < world; ++rank) {
+    int64_t rest = rank;
+    for (int64_t axis = shape.size() - 1; axis >= 0; --axis) {
+      coords[axis] = rest % shape[axis];
+      rest /= shape[axis];
+    }
+    int64_t key = 0, color = 0;
+    for (int64_t axis : axes)
+      key = key * shape[axis] + coords[axis];
+    for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis)
+      if (!llvm::is_contained(axes, axis))
+        color = color * shape[axis] + coords[axis];
+    result.color[rank] = color;
+    result.key[rank] = key;
+  }
+  return result;
+}
+
+bool ProcessGroupOp::isWorld() {
+  if (getSize() != getWorldSize())
+    return false;
+  Membership membership = getMembership();
+  for (int64_t rank = 0; rank < getSize(); ++rank)
+    if (membership.key[rank] != rank)
+      return false;
+  return true;
 }
 
 LogicalResult RankOp::verifySymbolUses(SymbolTableCollection &symbolTable) {

@@ -20,20 +20,88 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 // Process groups
 //===----------------------------------------------------------------------===//
 
-def DistOpt_ProcessGroupOp : DistOpt_Op<"process_group", [Symbol]> {
+def DistOpt_MeshOp : DistOpt_Op<"mesh", [Symbol]> {
+  let summary = "a device mesh: the world's ranks laid out on a grid";
+  let description = [{
+    Lays the world's ranks out on an N-D grid, row-major (the last axis
+    varies fastest), as upstream's `shard.grid` does: on a `[2, 4]` mesh,
+    rank 6 sits at `(1, 2)`. Process groups over some of its axes name the
+    data-parallel, tensor-parallel or node-local parts of a job. The world
+    has as many ranks as the mesh.
+
+    ```mlir
+    distopt.mesh @cluster shape [2, 4]
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, DenseI64ArrayAttr:$shape);
+  let assemblyFormat = "$sym_name `shape` $shape attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The number of ranks: the product of the shape.
+    int64_t getNumRanks();
+  }];
+}
+
+def DistOpt_ProcessGroupOp : DistOpt_Op<"process_group", [Symbol,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "a named group of ranks of static size";
   let description = [{
-    Declares a process group: the ranks `0 .. size-1` that take part in the
-    collectives naming it. A compiled step is specialised to this size; the
-    runtime refuses to run it on a communicator of another size.
+    Declares a process group: the ranks that take part in the collectives
+    naming it, each rank's collectives running with the `size - 1` other
+    ranks of its part of the group. Three forms:
+
+    - `size N` alone: the whole world, ranks `0 .. N-1`.
+    - `over @mesh axes [a, ...]`: the ranks that differ only in their
+      coordinates on those axes of a `distopt.mesh`, ranked row-major over
+      the axes in the order given (upstream `shard`'s `grid_axes`). On a
+      `[2, 4]` mesh, axes `[1]` makes two parts of 4 ranks (0-3 and 4-7),
+      axes `[0]` four parts of 2 (0 and 4, 1 and 5, ...).
+    - `ranks dense<[[...], ...]>`: the parts listed, one per row, each row
+      a part's world ranks in rank order; the rows tile the world.
+
+    A compiled step is specialised to its world: every group it
+    communicates on must span it (the lowering checks), the runtime refuses
+    a communicator of another size and splits one communicator per group
+    from the world.
 
     ```mlir
     distopt.process_group @dp size 8
+    distopt.mesh @cluster shape [2, 4]
+    distopt.process_group @intra_node size 4 over @cluster axes [1]
+    distopt.process_group @pairs size 2 ranks dense<[[0, 3], [1, 2]]> : tensor<2x2xi64>
     ```
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, DistOpt_I64Attr:$size);
-  let assemblyFormat = "$sym_name `size` $size attr-dict";
+  let arguments = (ins SymbolNameAttr:$sym_name, DistOpt_I64Attr:$size,
+                       OptionalAttr<FlatSymbolRefAttr>:$mesh,
+                       OptionalAttr<DenseI64ArrayAttr>:$axes,
+                       OptionalAttr<I64ElementsAttr>:$ranks);
+  let assemblyFormat = [{
+    $sym_name `size` $size (`over` $mesh^ `axes` $axes)?
+    (`ranks` $ranks^)? attr-dict
+  }];
+  let builders = [
+    // The whole world of `size` ranks.
+    OpBuilder<(ins "StringRef":$symName, "int64_t":$size), [{
+      build($_builder, $_state, $_builder.getStringAttr(symName),
+            $_builder.getI64IntegerAttr(size), FlatSymbolRefAttr(),
+            DenseI64ArrayAttr(), DenseIntElementsAttr());
+    }]>
+  ];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Where each world rank falls: the part of the group it is in (its
+    /// color) and its rank in that part (its key), indexed by world rank.
+    /// Empty when the mesh cannot be found.
+    struct Membership {
+      SmallVector<int64_t> color, key;
+    };
+    Membership getMembership();
+    /// The number of ranks in the world this group is part of (0 when the
+    /// mesh cannot be found).
+    int64_t getWorldSize();
+    /// Whether the group is the whole world in world rank order.
+    bool isWorld();
+  }];
 }
 
 class DistOpt_GroupQueryOp<string mnemonic>
