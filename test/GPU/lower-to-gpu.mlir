@@ -26,18 +26,18 @@
 // SPLIT-NEXT: gpu.memcpy async {{.*}} : memref<1xf64>, memref<1xf64>
 // SPLIT-NEXT: gpu.wait [
 // SPLIT-NEXT: memref.load %alloca
-// The clipping factor applied to the four gradients is one launch of
-// 8 + 1 + 3 + 1 blocks, and the four AdamW updates, which read its results,
-// another (multi-tensor kernels).
+// The four AdamW updates, each reading its gradient times the clipping
+// factor (the clipping is fused into the update), are one launch of
+// 8 + 1 + 3 + 1 blocks (a multi-tensor kernel), the last of the step.
 // SPLIT: gpu.launch_func async {{.*}} blocks in (%c13, %c1, %c1) threads in (%c256, %c1, %c1)
 // SPLIT-NOT: gpu.launch_func
-// SPLIT: gpu.launch_func async {{.*}} blocks in (%c13, %c1, %c1) threads in (%c256, %c1, %c1)
 // No constant needs a device copy (the bucket's padding is a fill); the
 // temporaries are freed, and all the work is waited for before the step
 // returns.
 // SPLIT-NOT: gpu.memcpy {{.*}}memref<6xf32>
-// SPLIT: [[LAST:%[0-9]+]] = gpu.dealloc async {{.*}} : memref<10xf32>
-// SPLIT-NEXT: gpu.wait [[[LAST]]]
+// SPLIT: gpu.dealloc async {{.*}} : memref<2768xf32>
+// SPLIT-NOT: gpu.launch_func
+// SPLIT: gpu.wait [%{{[0-9]+}}]
 // SPLIT-NEXT: return
 
 // Host code has no host allocation left, and launches embedded PTX.
