@@ -20,6 +20,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <map>
 #include <numeric>
 
 namespace mlir::distopt {
@@ -59,6 +60,9 @@ struct StepReport {
   /// Tensors PowerSGD compresses, and the batches their factors are
   /// all-reduced in (two all_reduces each: P, then Q).
   int64_t powerSGDTensors = 0, powerSGDBatches = 0;
+  /// The collectives' traffic by process group (a group over a mesh's axes
+  /// says which: inside a node or across nodes).
+  std::map<std::string, CollectiveRow> byGroup;
 };
 
 /// The group an op that communicates runs over.
@@ -122,6 +126,30 @@ struct ReportPass : public distopt::impl::ReportPassBase<ReportPass> {
 };
 
 } // namespace
+
+/// "@dp (8 ranks)", "@intra_node (2 ranks, axes [1] of @nodes [2, 2])".
+static std::string describeGroup(ProcessGroupOp group) {
+  if (!group)
+    return "(undeclared group)";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "@" << group.getSymName() << " (" << group.getSize() << " ranks";
+  if (std::optional<ArrayRef<int64_t>> axes = group.getAxes()) {
+    os << ", axes [";
+    llvm::interleaveComma(*axes, os);
+    os << "] of " << group.getMeshAttr();
+    if (auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
+            group, group.getMeshAttr())) {
+      os << " [";
+      llvm::interleaveComma(mesh.getShape(), os);
+      os << "]";
+    }
+  } else if (group.getRanks()) {
+    os << ", listed parts";
+  }
+  os << ")";
+  return text;
+}
 
 StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
   StepReport report;
@@ -191,6 +219,10 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       ++row.count;
       row.payload += payload;
       row.sent += collective.getBytesSentPerRank(n);
+      CollectiveRow &groupRow = report.byGroup[describeGroup(group)];
+      ++groupRow.count;
+      groupRow.payload += payload;
+      groupRow.sent += collective.getBytesSentPerRank(n);
       if (collective.reduces()) {
         report.gradBytes += bytesOf(collective.getYieldedType());
         report.uncompressed += bytesOf(collective.getFullType());
@@ -297,6 +329,14 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
   os << llvm::format("  %-22s %6lld %16lld %16.0f %10.4f\n", "total",
                      (long long)total.count, (long long)total.payload,
                      total.sent, psi > 0 ? total.sent / psi : 0.0);
+  // Only where the step uses several groups: the total says the rest.
+  if (r.byGroup.size() > 1) {
+    os << "  by process group:\n";
+    for (auto &[group, row] : r.byGroup)
+      os << llvm::format("  %-40s %6lld %16lld %16.0f\n", group.c_str(),
+                         (long long)row.count, (long long)row.payload,
+                         row.sent);
+  }
   if (r.powerSGDTensors > 0) {
     os << "  (powersgd_all_reduce: " << r.powerSGDTensors << " tensors, ";
     if (r.powerSGDTensors == r.powerSGDBatches)

@@ -224,6 +224,15 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
                 "distopt.clip_grad_norm: run "
                 "--distopt-fuse-div-into-allreduce before this pass and "
                 "--distopt-bucketize after it");
+  // Shards are laid out over the world's ranks (layouts, checkpoints): a
+  // reduction over part of the world would be hybrid sharding.
+  ProcessGroupOp group =
+      lookupProcessGroup(u.reduction, u.reduction.getGroupAttr());
+  if (group && !group.isWorld())
+    return fail("its gradient is reduced over @" +
+                Twine(u.reduction.getGroupAttr().getValue()) +
+                ", part of the world: sharding over a sub-group (hybrid "
+                "sharding) is not supported yet");
   // Besides the chain to the update, the reduced gradient may be checked
   // for overflow.
   SmallVector<Operation *> readers(u.reduction->getUsers());

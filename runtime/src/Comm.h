@@ -196,9 +196,13 @@ private:
 struct distopt_rt_comm {
   std::unique_ptr<distopt::rt::Communicator> impl;
   /// The process groups of compiled steps split from this communicator
-  /// (distopt_rt_group), by name and layout; freed before `impl`.
+  /// (distopt_rt_group), by name, then layout; freed before `impl`.
+  struct Group {
+    std::vector<int64_t> layout;
+    std::unique_ptr<distopt_rt_comm> comm;
+  };
   std::mutex groupsMutex;
-  std::map<std::string, std::unique_ptr<distopt_rt_comm>> groups;
+  std::map<std::string, std::vector<Group>> groups;
 };
 
 struct distopt_rt_request {

@@ -384,32 +384,33 @@ distopt_rt_status distopt_rt_group(int64_t worldSize, int64_t groupSize,
   if (status != DISTOPT_RT_OK)
     return status;
   return guarded(call, [&] {
-    // The key: the group's name and its layout (two steps may reuse a name).
-    std::string key = name;
-    key.append(reinterpret_cast<const char *>(layout),
-               2 * worldSize * sizeof(int64_t));
+    // Found by name and layout (two steps may reuse a name): compared, not
+    // copied into a key, as this runs before every collective on the group.
     std::lock_guard<std::mutex> lock(world->groupsMutex);
-    std::unique_ptr<distopt_rt_comm> &group = world->groups[key];
-    if (!group) {
-      int64_t rank = world->impl->rank();
-      int64_t members = std::count(layout, layout + worldSize, layout[rank]);
-      if (members != groupSize) {
-        world->groups.erase(key);
-        std::ostringstream message;
-        message << "world rank " << rank << ": group " << name << " has "
-                << members << " ranks in this rank's part, expected "
-                << groupSize;
-        return invalid(call, message.str());
+    std::vector<distopt_rt_comm::Group> &named = world->groups[name];
+    size_t layoutBytes = 2 * worldSize * sizeof(int64_t);
+    for (distopt_rt_comm::Group &group : named)
+      if (std::memcmp(group.layout.data(), layout, layoutBytes) == 0) {
+        *comm = group.comm.get();
+        return DISTOPT_RT_OK;
       }
-      std::unique_ptr<Communicator> part = world->impl->split(
-          layout[rank], layout[worldSize + rank], name, &status);
-      if (!part) {
-        world->groups.erase(key);
-        return status;
-      }
-      group.reset(new distopt_rt_comm{std::move(part)});
+    int64_t rank = world->impl->rank();
+    int64_t members = std::count(layout, layout + worldSize, layout[rank]);
+    if (members != groupSize) {
+      std::ostringstream message;
+      message << "world rank " << rank << ": group " << name << " has "
+              << members << " ranks in this rank's part, expected "
+              << groupSize;
+      return invalid(call, message.str());
     }
-    *comm = group.get();
+    std::unique_ptr<Communicator> part = world->impl->split(
+        layout[rank], layout[worldSize + rank], name, &status);
+    if (!part)
+      return status;
+    named.push_back({std::vector<int64_t>(layout, layout + 2 * worldSize),
+                     std::unique_ptr<distopt_rt_comm>(
+                         new distopt_rt_comm{std::move(part)})});
+    *comm = named.back().comm.get();
     return DISTOPT_RT_OK;
   });
 }

@@ -309,12 +309,16 @@ def ConvertShardToDistOptPass
 
     A collective whose `grid_axes` span only processes of size-1 axes is the
     identity and is removed. A collective over a proper sub-grid (e.g.
-    `grid_axes = [1]` of a 2x4 grid) is an error: distopt's groups span every
-    process. So are grids with dynamic sizes, tensors with dynamic shapes,
-    collectives on memrefs, `bitwise_*` and `generic` reductions, dynamic
-    broadcast roots, gathers and scatters whose `grid_axes` are not in the
-    grid's order (the rank order would differ), and shard ops without a
-    distopt counterpart (`all_to_all`, `gather`, `scatter`, `send`, `recv`,
+    `grid_axes = [1]` of a 2x4 grid), or a gather, scatter or slice over
+    every axis in another order, runs on a process group over those axes
+    (size-1 axes dropped) of a `distopt.mesh @<grid>_mesh` shaped like the
+    grid: `distopt.process_group @<grid>_axes_1 size 4 over @<grid>_mesh
+    axes [1]`, declared before the grid's group on first use (a reduction or
+    broadcast over every axis, in any order, stays on the grid's group; a
+    broadcast root is then the root's rank in the group). Errors: grids with
+    dynamic sizes, tensors with dynamic shapes, collectives on memrefs,
+    `bitwise_*` and `generic` reductions, dynamic broadcast roots, and shard
+    ops without a distopt counterpart (`all_to_all`, `gather`, `scatter`, `send`, `recv`,
     `shift`, `neighbors_linear_indices`, and `sharding`/`shard`, which
     `--shard-partition` removes). Every error is reported before anything is
     rewritten: on failure the module is unchanged.

@@ -217,6 +217,50 @@ def FuseDivIntoAllReducePass
                            "::mlir::arith::ArithDialect"];
 }
 
+def HierarchicalAllReducePass
+    : Pass<"distopt-hierarchical-all-reduce", "::mlir::ModuleOp"> {
+  let summary = "All-reduce large buffers inside each node, then across nodes";
+  let description = [{
+    Rewrites each synchronous `all_reduce` over the whole world of at least
+    `min-bytes` into the hierarchical form NCCL's trees, Horovod's
+    hierarchical allreduce and ZeRO++'s hpZ use on a cluster of nodes of
+    `node-size` ranks (world ranks `k*S .. k*S+S-1` on node `k`):
+
+    1. `reduce_scatter` inside the node: each rank holds 1/S of the node's sum;
+    2. `all_reduce` of that chunk across the nodes (one rank per node and
+       chunk: only 1/S of the data crosses the slow links);
+    3. `all_gather` inside the node.
+
+    The data is flattened and padded to a multiple of S (zeros, sliced off
+    again). `sum`, `premul_sum` (the scale applied in the first stage),
+    `min`, `max` and `prod` keep their kind; `avg` sums in both stages and
+    divides the chunk by the world size before the gather, as the flat `avg`
+    divides the sum. The wire type carries over to all three. Results equal
+    the flat all-reduce up to the order of the additions (bit for bit for
+    `min`, `max` and exactly representable sums).
+
+    The pass declares `distopt.mesh @nodes` of shape `[W/S, S]` and the
+    groups `@intra_node` (axis 1) and `@inter_node` (axis 0), or reuses
+    them. Smaller all-reduces, asynchronous ones, sub-group ones, 0-d
+    tensors and worlds that `node-size` does not divide into two or more
+    nodes are left flat. `node-size=0` (the default) changes nothing.
+  }];
+  let options = [
+    Option<"nodeSize", "node-size", "int64_t", "0",
+           "Ranks per node (0: leave every all_reduce flat)">,
+    Option<"minBytes", "min-bytes", "int64_t", "1048576",
+           "Smallest all_reduce (payload bytes) made hierarchical">
+  ];
+  let statistics = [
+    Statistic<"numSplit", "num-hierarchical",
+              "All-reduces made hierarchical">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect",
+                           "::mlir::tensor::TensorDialect"];
+}
+
 def WidenReductionsPass
     : Pass<"distopt-widen-reductions", "::mlir::func::FuncOp"> {
   let summary = "Reduce bf16/f16 data in f32 (reduction precision control)";

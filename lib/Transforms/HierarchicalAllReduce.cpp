@@ -1,0 +1,204 @@
+//===- HierarchicalAllReduce.cpp - all-reduce within, then across nodes ---===//
+//
+// --distopt-hierarchical-all-reduce: a large world all_reduce becomes a
+// reduce_scatter inside each node, an all_reduce of the chunks across the
+// nodes and an all_gather inside the node, on groups over a [nodes, S] mesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_HIERARCHICALALLREDUCEPASS
+#include "distopt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+struct HierarchicalAllReducePass
+    : public distopt::impl::HierarchicalAllReducePassBase<
+          HierarchicalAllReducePass> {
+  using HierarchicalAllReducePassBase::HierarchicalAllReducePassBase;
+  void runOnOperation() override;
+};
+
+/// The groups of the hierarchy, declared once per module.
+struct NodeGroups {
+  FlatSymbolRefAttr intra, inter;
+};
+
+/// `@name`, declared by `make` unless the module has a symbol of that name
+/// that `matches` accepts; another symbol of the name is an error.
+template <typename OpTy>
+FailureOr<OpTy> declare(ModuleOp module, OpBuilder &builder, StringRef name,
+                        llvm::function_ref<bool(OpTy)> matches,
+                        llvm::function_ref<OpTy()> make) {
+  Operation *found = module.lookupSymbol(name);
+  if (!found)
+    return make();
+  auto existing = dyn_cast<OpTy>(found);
+  if (existing && matches(existing))
+    return existing;
+  found->emitError() << "--distopt-hierarchical-all-reduce declares @" << name
+                     << ", but the module has another symbol of that name";
+  return failure();
+}
+
+FailureOr<NodeGroups> declareNodeGroups(ModuleOp module, int64_t world,
+                                        int64_t nodeSize) {
+  OpBuilder builder(module.getContext());
+  builder.setInsertionPointToStart(module.getBody());
+  Location loc = module.getLoc();
+  SmallVector<int64_t> shape = {world / nodeSize, nodeSize};
+  FailureOr<MeshOp> mesh = declare<MeshOp>(
+      module, builder, "nodes",
+      [&](MeshOp op) { return op.getShape() == ArrayRef<int64_t>(shape); },
+      [&] { return MeshOp::create(builder, loc, "nodes", shape); });
+  if (failed(mesh))
+    return failure();
+  auto group = [&](StringRef name, int64_t axis) {
+    auto meshRef = FlatSymbolRefAttr::get(*mesh);
+    return declare<ProcessGroupOp>(
+        module, builder, name,
+        [&](ProcessGroupOp op) {
+          return op.getMeshAttr() == meshRef &&
+                 op.getAxes() == ArrayRef<int64_t>{axis};
+        },
+        [&] {
+          return ProcessGroupOp::create(
+              builder, loc, builder.getStringAttr(name),
+              builder.getI64IntegerAttr(shape[axis]), meshRef,
+              builder.getDenseI64ArrayAttr({axis}), DenseIntElementsAttr());
+        });
+  };
+  FailureOr<ProcessGroupOp> intra = group("intra_node", 1);
+  FailureOr<ProcessGroupOp> inter = group("inter_node", 0);
+  if (failed(intra) || failed(inter))
+    return failure();
+  return NodeGroups{FlatSymbolRefAttr::get(*intra),
+                    FlatSymbolRefAttr::get(*inter)};
+}
+
+/// Replaces `op` (over `world` ranks) by its hierarchical form.
+void splitAllReduce(AllReduceOp op, const NodeGroups &groups, int64_t world,
+                    int64_t nodeSize) {
+  IRRewriter rewriter(op);
+  Location loc = op.getLoc();
+  auto type = cast<RankedTensorType>(op.getInput().getType());
+  Type element = type.getElementType();
+  int64_t n = type.getNumElements();
+  int64_t padded = llvm::divideCeil(n, nodeSize) * nodeSize;
+  TypeAttr wire = op.getWireTypeAttr();
+
+  // Flat, padded to a multiple of the node size.
+  Value flat = op.getInput();
+  SmallVector<ReassociationIndices> all(1);
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    all[0].push_back(d);
+  auto flatType = RankedTensorType::get({n}, element);
+  if (type.getRank() != 1)
+    flat = tensor::CollapseShapeOp::create(rewriter, loc, flatType, flat, all);
+  if (padded != n) {
+    auto paddedType = RankedTensorType::get({padded}, element);
+    Value zero =
+        arith::ConstantOp::create(rewriter, loc, rewriter.getZeroAttr(element));
+    Value empty = tensor::EmptyOp::create(rewriter, loc, padded, element);
+    Value zeros = linalg::FillOp::create(rewriter, loc, zero, empty).result();
+    flat = tensor::InsertSliceOp::create(
+        rewriter, loc, paddedType, flat, zeros, ValueRange{}, ValueRange{},
+        ValueRange{}, rewriter.getDenseI64ArrayAttr({0}),
+        rewriter.getDenseI64ArrayAttr({n}), rewriter.getDenseI64ArrayAttr({1}));
+  }
+
+  // avg sums in both stages and divides once, as the flat avg does.
+  ReductionKind kind = op.getReduction();
+  bool average = kind == ReductionKind::Avg;
+  auto first = ReductionKindAttr::get(op.getContext(),
+                                      average ? ReductionKind::Sum : kind);
+  auto second = ReductionKindAttr::get(
+      op.getContext(),
+      kind == ReductionKind::PremulSum || average ? ReductionKind::Sum : kind);
+  auto chunkType = RankedTensorType::get({padded / nodeSize}, element);
+  Value chunk =
+      ReduceScatterOp::create(rewriter, loc, chunkType, flat, groups.intra,
+                              wire, first, op.getScaleAttr());
+  chunk = AllReduceOp::create(rewriter, loc, chunk, groups.inter, wire, second,
+                              FloatAttr());
+  if (average) {
+    auto divisor = DenseElementsAttr::get(
+        chunkType, rewriter.getFloatAttr(element, static_cast<double>(world)));
+    Value size = arith::ConstantOp::create(rewriter, loc, divisor);
+    chunk = arith::DivFOp::create(rewriter, loc, chunk, size);
+  }
+  auto paddedType = RankedTensorType::get({padded}, element);
+  Value result =
+      AllGatherOp::create(rewriter, loc, paddedType, chunk, groups.intra, wire);
+
+  // Back to the original shape.
+  if (padded != n)
+    result = tensor::ExtractSliceOp::create(
+        rewriter, loc, flatType, result, ValueRange{}, ValueRange{},
+        ValueRange{}, rewriter.getDenseI64ArrayAttr({0}),
+        rewriter.getDenseI64ArrayAttr({n}), rewriter.getDenseI64ArrayAttr({1}));
+  if (type.getRank() != 1)
+    result = tensor::ExpandShapeOp::create(rewriter, loc, type, result, all);
+  rewriter.replaceOp(op, result);
+}
+
+void HierarchicalAllReducePass::runOnOperation() {
+  if (nodeSize == 0)
+    return;
+  if (nodeSize < 0 || minBytes < 0) {
+    getOperation().emitError()
+        << "--distopt-hierarchical-all-reduce: node-size and min-bytes must "
+           "not be negative, got "
+        << static_cast<int64_t>(nodeSize) << " and "
+        << static_cast<int64_t>(minBytes);
+    return signalPassFailure();
+  }
+  SmallVector<AllReduceOp> candidates;
+  int64_t world = 0;
+  getOperation().walk([&](AllReduceOp op) {
+    ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+    auto type = cast<RankedTensorType>(op.getInput().getType());
+    if (!group || !group.isWorld() || type.getRank() == 0 ||
+        cast<CollectiveOpInterface>(op.getOperation()).getPayloadBytes() <
+            minBytes)
+      return;
+    int64_t size = group.getSize();
+    // Two nodes at least, each of node-size ranks; floats for avg's
+    // division (integer avg stays flat: its rounding is the runtime's).
+    if (size % nodeSize != 0 || size / nodeSize < 2 || nodeSize < 2)
+      return;
+    if (op.getReduction() == ReductionKind::Avg &&
+        !isa<FloatType>(type.getElementType()))
+      return;
+    if (world != 0 && world != size)
+      return;
+    world = size;
+    candidates.push_back(op);
+  });
+  if (candidates.empty())
+    return;
+  FailureOr<NodeGroups> groups =
+      declareNodeGroups(getOperation(), world, nodeSize);
+  if (failed(groups))
+    return signalPassFailure();
+  for (AllReduceOp op : candidates) {
+    splitAllReduce(op, *groups, world, nodeSize);
+    ++numSplit;
+  }
+}
+
+} // namespace
