@@ -89,8 +89,16 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createGradAsBucketViewPass());
   if (options.paramAsBucketView)
     func.addPass(createParamAsBucketViewPass());
+  // Hierarchy on the buckets as they will be reduced (a module pass: it
+  // declares the node groups), before the collectives become asynchronous.
+  OpPassManager *late = &func;
+  if (options.hierarchicalNodeSize != 0) {
+    pm.addPass(createHierarchicalAllReducePass(HierarchicalAllReducePassOptions{
+        options.hierarchicalNodeSize, options.hierarchicalMinBytes}));
+    late = &pm.nest<func::FuncOp>();
+  }
   if (options.overlap)
-    func.addPass(createOverlapCollectivesPass());
+    late->addPass(createOverlapCollectivesPass());
   if (options.verify)
     pm.addPass(createVerifyCollectivesPass());
 }

@@ -14,6 +14,7 @@
 #include "mlir/Analysis/SliceAnalysis.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -29,32 +30,92 @@ using namespace mlir::distopt;
 
 namespace {
 
-/// Which gradients a value carries, and how often each has been reduced
-/// across ranks on the way. A bucket keeps one entry per packed tensor, so
-/// that unpacking gives each tensor back its own history.
+/// The process groups a gradient has been reduced over, in order (null for
+/// a group the module does not declare).
+using Reductions = SmallVector<ProcessGroupOp, 1>;
+
+/// Which gradients a value carries, and over which groups each has been
+/// reduced on the way. A bucket keeps one entry per packed tensor, so that
+/// unpacking gives each tensor back its own history.
 struct GradInfo {
-  /// gradient argument index -> number of reductions (the maximum over paths)
-  llvm::SmallDenseMap<unsigned, unsigned, 4> counts;
+  /// gradient argument index -> its reductions (the longest over paths)
+  llvm::SmallDenseMap<unsigned, Reductions, 4> counts;
   /// for a bucket_pack result (and collectives of it): per packed tensor
   std::vector<GradInfo> slots;
 
   bool empty() const { return counts.empty() && slots.empty(); }
   /// Everything this value carries, buckets flattened.
   void flattenInto(GradInfo &out) const {
-    for (auto [grad, count] : counts)
-      out.counts[grad] = std::max(out.counts.lookup(grad), count);
+    for (const auto &[grad, reductions] : counts) {
+      Reductions &known = out.counts[grad];
+      if (reductions.size() >= known.size())
+        known = reductions;
+    }
     for (const GradInfo &slot : slots)
       slot.flattenInto(out);
   }
-  GradInfo reducedOnce() const {
+  GradInfo reducedOnce(ProcessGroupOp group) const {
     GradInfo out;
-    for (auto [grad, count] : counts)
-      out.counts[grad] = count + 1;
+    for (const auto &[grad, reductions] : counts) {
+      out.counts[grad] = reductions;
+      out.counts[grad].push_back(group);
+    }
     for (const GradInfo &slot : slots)
-      out.slots.push_back(slot.reducedOnce());
+      out.slots.push_back(slot.reducedOnce(group));
     return out;
   }
 };
+
+/// How reductions over `groups`, one after another, cover the world: every
+/// rank's result takes every rank's contribution exactly once (Exact), some
+/// more than once (Repeated), or misses some (Partial). A reduction inside
+/// each node followed by one across nodes is Exact.
+enum class Cover { Exact, Repeated, Partial };
+static Cover coverOf(ArrayRef<ProcessGroupOp> groups) {
+  if (llvm::is_contained(groups, ProcessGroupOp()))
+    return Cover::Partial;
+  ProcessGroupOp first = groups.front();
+  int64_t world = first.getWorldSize();
+  if (groups.size() == 1)
+    return first.getSize() == world ? Cover::Exact : Cover::Partial;
+  int64_t product = 1;
+  for (ProcessGroupOp group : groups) {
+    if (group.getWorldSize() != world)
+      return Cover::Partial;
+    if (product > world)
+      return Cover::Repeated;
+    product *= group.getSize();
+  }
+  if (product != world)
+    return product > world ? Cover::Repeated : Cover::Partial;
+  // Which ranks each rank's result holds, stage by stage (bounded: beyond
+  // this world size the product of the sizes has to do).
+  if (world > (int64_t(1) << 14))
+    return Cover::Exact;
+  std::vector<llvm::BitVector> holds(world, llvm::BitVector(world));
+  for (int64_t rank = 0; rank < world; ++rank)
+    holds[rank].set(rank);
+  for (ProcessGroupOp group : groups) {
+    ProcessGroupOp::Membership membership = group.getMembership();
+    llvm::DenseMap<int64_t, llvm::BitVector> parts;
+    llvm::DenseMap<int64_t, int64_t> counted;
+    for (int64_t rank = 0; rank < world; ++rank) {
+      int64_t color = membership.color[rank];
+      auto [it, first] = parts.try_emplace(color, world);
+      it->second |= holds[rank];
+      counted[color] += holds[rank].count();
+    }
+    for (auto &[color, part] : parts)
+      if (static_cast<int64_t>(part.count()) != counted[color])
+        return Cover::Repeated;
+    for (int64_t rank = 0; rank < world; ++rank)
+      holds[rank] = parts.find(membership.color[rank])->second;
+  }
+  for (const llvm::BitVector &held : holds)
+    if (!held.all())
+      return Cover::Partial;
+  return Cover::Exact;
+}
 
 /// Ops that reduce their (first) operand across ranks into their result.
 static bool isReduction(Operation *op) {
@@ -227,7 +288,7 @@ LogicalResult VerifyCollectivesPass::checkGradients(FunctionOpInterface func) {
 
   DenseMap<Value, GradInfo> info;
   for (unsigned grad : grads)
-    info[func.getArgument(grad)].counts[grad] = 0;
+    info[func.getArgument(grad)].counts[grad] = {};
   auto flat = [&](Value value) {
     GradInfo out;
     auto it = info.find(value);
@@ -279,25 +340,39 @@ LogicalResult VerifyCollectivesPass::checkGradients(FunctionOpInterface func) {
       if (isReduceScatter(op))
         out = flat(op->getOperand(0)); // a chunk no longer holds whole slots
       GradInfo flatIn = flat(op->getOperand(0));
-      for (auto [grad, count] : flatIn.counts)
+      for (const auto &[grad, reductions] : flatIn.counts)
         reduced.insert(grad);
-      info[op->getResult(0)] = out.reducedOnce();
+      auto groupRef = op->getAttrOfType<FlatSymbolRefAttr>("group");
+      info[op->getResult(0)] =
+          out.reducedOnce(lookupProcessGroup(op, groupRef));
       return;
     }
     if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
             AdagradUpdateOp>(op)) {
-      for (auto [grad, count] : flat(op->getOperand(1)).counts) {
-        if (count == 1)
+      for (const auto &[grad, reductions] : flat(op->getOperand(1)).counts) {
+        Cover cover = reductions.empty() ? Cover::Partial : coverOf(reductions);
+        if (cover == Cover::Exact)
           continue;
         reported.insert(grad);
         InFlightDiagnostic diag = op->emitError();
-        if (count == 0)
+        if (reductions.empty()) {
           diag << "gradient '" << describe(grad)
                << "' reaches the optimizer without being reduced across "
                   "ranks: replicas would diverge";
-        else
-          diag << "gradient '" << describe(grad) << "' is reduced " << count
-               << " times before the optimizer";
+        } else if (cover == Cover::Repeated) {
+          diag << "gradient '" << describe(grad) << "' is reduced "
+               << reductions.size() << " times before the optimizer";
+        } else {
+          diag << "gradient '" << describe(grad)
+               << "' is reduced over only part of the world (";
+          llvm::interleaveComma(reductions, diag, [&](ProcessGroupOp group) {
+            if (group)
+              diag << "@" << group.getSymName();
+            else
+              diag << "an undeclared group";
+          });
+          diag << ") before the optimizer: replicas would diverge";
+        }
         ok = false;
       }
       return;

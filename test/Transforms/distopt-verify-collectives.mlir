@@ -178,3 +178,30 @@ module attributes {distopt.world_size = 4 : i64} {
   // expected-error @+1 {{process group @wide spans a world of 8 ranks but this step is compiled for 4}}
   distopt.process_group @wide size 2 over @big axes [0]
 }
+
+// -----
+
+// Reductions over process groups count by the ranks they cover: inside each
+// node, then across nodes, is one reduction of the world
+// (--distopt-hierarchical-all-reduce); inside the node alone, or twice, is
+// not.
+distopt.mesh @nodes shape [2, 2]
+distopt.process_group @intra size 2 over @nodes axes [1]
+distopt.process_group @inter size 2 over @nodes axes [0]
+func.func @hierarchical(%p: tensor<8xf32>, %g: tensor<8xf32> {distopt.role = "grad", distopt.name = "w"},
+                        %h: tensor<8xf32> {distopt.role = "grad", distopt.name = "b"},
+                        %k: tensor<8xf32> {distopt.role = "grad", distopt.name = "c"}, %lr: f32, %t: i64)
+    -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %c = distopt.reduce_scatter sum %g on @intra : tensor<8xf32> -> tensor<4xf32>
+  %a = distopt.all_reduce sum %c on @inter : tensor<4xf32>
+  %w = distopt.all_gather %a on @intra : tensor<4xf32> -> tensor<8xf32>
+  %p1 = distopt.sgd_update %p, %w lr(%lr) step(%t) : tensor<8xf32>, f32
+  %half = distopt.all_reduce sum %h on @intra : tensor<8xf32>
+  // expected-error @+1 {{gradient 'b' is reduced over only part of the world (@intra) before the optimizer: replicas would diverge}}
+  %p2 = distopt.sgd_update %p, %half lr(%lr) step(%t) : tensor<8xf32>, f32
+  %once = distopt.all_reduce sum %k on @intra : tensor<8xf32>
+  %twice = distopt.all_reduce sum %once on @intra : tensor<8xf32>
+  // expected-error @+1 {{gradient 'c' is reduced 2 times before the optimizer}}
+  %p3 = distopt.sgd_update %p, %twice lr(%lr) step(%t) : tensor<8xf32>, f32
+  return %p1, %p2, %p3 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}

@@ -97,6 +97,17 @@ struct DistOptPipelineOptions
                      "and gather them in (changes the step's interface, as "
                      "FSDP's FlatParameter)"),
       llvm::cl::init(false)};
+  Option<int64_t> hierarchicalNodeSize{
+      *this, "hierarchical-node-size",
+      llvm::cl::desc("Ranks per node: all-reduces of at least "
+                     "hierarchical-min-bytes run inside each node, then "
+                     "across nodes (--distopt-hierarchical-all-reduce; 0: "
+                     "flat)"),
+      llvm::cl::init(0)};
+  Option<int64_t> hierarchicalMinBytes{
+      *this, "hierarchical-min-bytes",
+      llvm::cl::desc("Smallest all-reduce made hierarchical, in bytes"),
+      llvm::cl::init(1 << 20)};
   Option<bool> overlap{*this, "overlap",
                        llvm::cl::desc("Make collectives asynchronous"),
                        llvm::cl::init(true)};

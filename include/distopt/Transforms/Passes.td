@@ -500,11 +500,14 @@ def VerifyCollectivesPass
       `cf.cond_br`) whose control operands are computed from `distopt.rank`:
       some ranks would skip it and the others would wait forever;
     - a gradient argument (role `grad`, see docs/step-abi.md) that reaches
-      an optimizer update reduced zero times or more than once, or that is
-      never reduced at all (buckets are followed tensor by tensor); not for
-      a module compiled for one rank, where reductions fold away;
+      an optimizer update reduced zero times or more than once, or over only
+      part of the world, or that is never reduced at all (buckets are
+      followed tensor by tensor); reductions over process groups count by
+      the ranks they cover, so one inside each node followed by one across
+      nodes is one reduction of the world; not for a module compiled for one
+      rank, where reductions fold away;
     - the token of an asynchronous collective not waited on exactly once;
-    - a process group whose size does not divide the module's
+    - a process group that does not span the module's
       `distopt.world_size`.
 
     The IR is not changed; the pass fails if anything is reported.
