@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Support/Limits.h"
 #include "distopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -27,7 +28,7 @@ using namespace mlir::distopt;
 namespace {
 
 struct HierarchicalAllReducePass
-    : public distopt::impl::HierarchicalAllReducePassBase<
+    : public mlir::distopt::impl::HierarchicalAllReducePassBase<
           HierarchicalAllReducePass> {
   using HierarchicalAllReducePassBase::HierarchicalAllReducePassBase;
   void runOnOperation() override;
@@ -179,7 +180,8 @@ void HierarchicalAllReducePass::runOnOperation() {
     int64_t size = group.getSize();
     // Two nodes at least, each of node-size ranks; floats for avg's
     // division (integer avg stays flat: its rounding is the runtime's).
-    if (size % nodeSize != 0 || size / nodeSize < 2 || nodeSize < 2)
+    if (size % nodeSize != 0 || size / nodeSize < 2 || nodeSize < 2 ||
+        size > ::distopt::kMaxWorldSize)
       return;
     if (op.getReduction() == ReductionKind::Avg &&
         !isa<FloatType>(type.getElementType()))

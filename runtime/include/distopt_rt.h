@@ -210,7 +210,9 @@ distopt_rt_comm_create_mpi(const void *mpi_comm, int64_t expected_size,
  * `color` (>= 0), ordered by `key`, then by rank in `comm` (MPI_Comm_split;
  * on NCCL, a NCCL communicator of its own). Every rank of `comm` calls it,
  * between the same two collectives; collectives started on `comm` complete
- * first. `name` (or null) names the group in error messages, which also give
+ * first, and a rank that never calls it makes the others fail with
+ * DISTOPT_RT_TIMEOUT (host backends) rather than wait in MPI_Comm_split.
+ * `name` (or null) names the group in error messages, which also give
  * each rank's world rank. The caller destroys the group before `comm`. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_comm_split(distopt_rt_comm *comm,
                                                        int64_t color,

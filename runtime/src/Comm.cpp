@@ -74,6 +74,20 @@ std::unique_ptr<Communicator> Communicator::split(int64_t color, int64_t key,
              "the communicator failed earlier and cannot be split: " + failure);
     return nullptr;
   }
+  // Every rank arrives, within the timeout, before MPI_Comm_split, which has
+  // none: a rank that never splits is an error naming it, not a hang. (On
+  // NCCL the collectives take device buffers; its bootstrap times out.)
+  if (!device) {
+    int64_t arrived = 1;
+    Collective barrier{Collective::AllReduce, &arrived,       &arrived, 1,
+                       DISTOPT_RT_I64,        DISTOPT_RT_SUM, 1.0,      0,
+                       DISTOPT_RT_I64};
+    *status = execute(barrier);
+    if (*status != DISTOPT_RT_OK) {
+      fail(*status, "splitting off group " + name + ": " + lastError());
+      return nullptr;
+    }
+  }
   std::unique_ptr<Transport> part = transport->split(color, key, status);
   if (!part)
     return nullptr;

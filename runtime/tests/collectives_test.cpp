@@ -15,6 +15,7 @@
 //             the world in flight at once.
 //   group-timeout  as timeout, in a group that reverses the world's ranks:
 //             the error names the group, the rank in it and the world rank.
+//   split-timeout  rank 1 never splits: rank 0's split fails with a timeout.
 //   invalid   every kind of bad argument gives DISTOPT_RT_INVALID_ARGUMENT.
 //   timeout   rank 1 never joins; rank 0 must fail with DISTOPT_RT_TIMEOUT
 //             naming itself, the operation and rank 1 within 2x the timeout.
@@ -601,6 +602,18 @@ int main(int argc, char **argv) {
       std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 1.5));
     }
     distopt_rt_comm_destroy(group);
+  } else if (mode == "split-timeout") {
+    // Rank 1 never splits: rank 0 must fail within the timeout, not wait in
+    // MPI_Comm_split forever.
+    if (myRank == 0) {
+      distopt_rt_comm *group = nullptr;
+      distopt_rt_status status =
+          distopt_rt_comm_split(comm, 0, 0, "@late", &group);
+      std::printf("rank 0 split error: %s\n", distopt_rt_last_error());
+      expect(status == DISTOPT_RT_TIMEOUT, "split timeout status");
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 1.5));
+    }
   } else if (mode == "invalid") {
     invalidMode(comm);
   } else if (mode == "timeout") {

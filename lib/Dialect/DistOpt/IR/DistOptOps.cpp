@@ -11,6 +11,7 @@
 #include "OpHelpers.h"
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Support/Limits.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
@@ -18,6 +19,7 @@
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Sequence.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <cmath>
@@ -198,8 +200,9 @@ LogicalResult MeshOp::verify() {
     if (extent < 1)
       return emitOpError() << "every mesh axis needs at least 1 rank, got "
                            << extent;
-    if (ranks > (int64_t(1) << 31) / extent)
-      return emitOpError() << "the mesh has more than 2^31 ranks";
+    if (ranks > ::distopt::kMaxWorldSize / extent)
+      return emitOpError() << "the mesh has more than 2^20 ranks, the most "
+                              "a step may be compiled for";
     ranks *= extent;
   }
   return success();
@@ -237,6 +240,10 @@ LogicalResult ProcessGroupOp::verify() {
       return emitOpError() << "ranks must be a 2-D list of parts of "
                            << getSize() << " ranks each, got " << type;
     int64_t world = type.getNumElements();
+    if (world > ::distopt::kMaxWorldSize)
+      return emitOpError() << "the parts list " << world
+                           << " ranks, more than the 2^20 a step may be "
+                              "compiled for";
     SmallVector<bool> seen(world, false);
     for (auto [index, rank] : llvm::enumerate(ranks->getValues<int64_t>())) {
       if (rank < 0 || rank >= world)
@@ -335,11 +342,24 @@ ProcessGroupOp::Membership ProcessGroupOp::getMembership() {
 bool ProcessGroupOp::isWorld() {
   if (getSize() != getWorldSize())
     return false;
-  Membership membership = getMembership();
-  for (int64_t rank = 0; rank < getSize(); ++rank)
-    if (membership.key[rank] != rank)
-      return false;
-  return true;
+  if (std::optional<DenseIntElementsAttr> ranks = getRanks())
+    return llvm::equal(ranks->getValues<int64_t>(),
+                       llvm::seq<int64_t>(0, getSize()));
+  if (!getMeshAttr())
+    return true;
+  // Over every axis of more than one rank, in the mesh's order: the ranks
+  // keep their world order (no layout needs building).
+  auto mesh =
+      SymbolTable::lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr());
+  SmallVector<int64_t> used, all;
+  ArrayRef<int64_t> axes = *getAxes();
+  for (int64_t axis : axes)
+    if (mesh.getShape()[axis] != 1)
+      used.push_back(axis);
+  for (auto [axis, extent] : llvm::enumerate(mesh.getShape()))
+    if (extent != 1)
+      all.push_back(axis);
+  return used == all;
 }
 
 LogicalResult RankOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
