@@ -17,6 +17,7 @@
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include <vector>
 
@@ -89,9 +90,14 @@ static Cover coverOf(ArrayRef<ProcessGroupOp> groups) {
   if (product != world)
     return product > world ? Cover::Repeated : Cover::Partial;
   // Which ranks each rank's result holds, stage by stage (bounded: beyond
-  // this world size the product of the sizes has to do).
-  if (world > (int64_t(1) << 14))
+  // this world size, the product of the sizes and distinct groups).
+  if (world > (int64_t(1) << 14)) {
+    llvm::SmallPtrSet<Operation *, 4> seen;
+    for (ProcessGroupOp group : groups)
+      if (!seen.insert(group).second)
+        return Cover::Repeated;
     return Cover::Exact;
+  }
   std::vector<llvm::BitVector> holds(world, llvm::BitVector(world));
   for (int64_t rank = 0; rank < world; ++rank)
     holds[rank].set(rank);

@@ -10,6 +10,7 @@
 #include "Comm.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -60,6 +61,7 @@ std::string Transport::peer(int64_t rank) const {
 
 std::unique_ptr<Communicator> Communicator::split(int64_t color, int64_t key,
                                                   std::string name,
+                                                  std::string invalid,
                                                   distopt_rt_status *status) {
   // Every rank splits between the same two collectives: the started ones
   // complete first, and none runs while the transport splits.
@@ -74,19 +76,38 @@ std::unique_ptr<Communicator> Communicator::split(int64_t color, int64_t key,
              "the communicator failed earlier and cannot be split: " + failure);
     return nullptr;
   }
-  // Every rank arrives, within the timeout, before MPI_Comm_split, which has
-  // none: a rank that never splits is an error naming it, not a hang. (On
-  // NCCL the collectives take device buffers; its bootstrap times out.)
-  if (!device) {
-    int64_t arrived = 1;
-    Collective barrier{Collective::AllReduce, &arrived,       &arrived, 1,
-                       DISTOPT_RT_I64,        DISTOPT_RT_SUM, 1.0,      0,
-                       DISTOPT_RT_I64};
-    *status = execute(barrier);
-    if (*status != DISTOPT_RT_OK) {
-      fail(*status, "splitting off group " + name + ": " + lastError());
-      return nullptr;
-    }
+  if (invalid.empty() &&
+      (color < 0 || color > INT32_MAX || key < INT32_MIN || key > INT32_MAX))
+    invalid = "color " + std::to_string(color) + " or key " +
+              std::to_string(key) + " out of range";
+  // The ranks agree that every one of them has a valid part, within the
+  // timeout, before MPI_Comm_split, which has none: a rank that never
+  // splits, or splits with a bad argument, is an error on every rank rather
+  // than a hang. On the host transport, also under NCCL.
+  int64_t agreed = invalid.empty() ? 1 : 0;
+  Collective vote{Collective::AllReduce, &agreed,        &agreed, 1,
+                  DISTOPT_RT_I64,        DISTOPT_RT_MIN, 1.0,     0,
+                  DISTOPT_RT_I64};
+  auto describe = [&] {
+    std::ostringstream what;
+    what << "rank " << rank() << " of " << size()
+         << ": agreeing to split off group " << name;
+    return what.str();
+  };
+  *status = allReduce(vote, What(describe));
+  if (*status != DISTOPT_RT_OK) {
+    failed = true;
+    failure = lastError();
+    return nullptr;
+  }
+  if (!agreed) {
+    *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
+                   "rank " + std::to_string(rank()) + ": splitting off group " +
+                       name + ": " +
+                       (invalid.empty() ? std::string("another rank's part is "
+                                                      "invalid")
+                                        : invalid));
+    return nullptr;
   }
   std::unique_ptr<Transport> part = transport->split(color, key, status);
   if (!part)

@@ -137,9 +137,11 @@ public:
 
   /// A communicator over the ranks that pass the same `color`, ordered by
   /// `key`, after the collectives started here have completed; `name` names
-  /// it in error messages. Every rank of this communicator calls it.
+  /// it in error messages. Every rank of this communicator calls it; when
+  /// any passes a non-empty `invalid` (why its part is wrong), or a color or
+  /// key out of range, every rank fails with DISTOPT_RT_INVALID_ARGUMENT.
   std::unique_ptr<Communicator> split(int64_t color, int64_t key,
-                                      std::string name,
+                                      std::string name, std::string invalid,
                                       distopt_rt_status *status);
 
   /// Runs `c` now, after any started requests (every rank sees one order).

@@ -39,8 +39,13 @@ namespace {
 std::mutex initMutex;
 /// Held around every MPI call. Under MPI_THREAD_SERIALIZED no two threads
 /// may be in MPI at once, and each communicator (the world's, each group's)
-/// has a worker thread; held per call, never across a wait for a peer, so
-/// the collectives of different groups progress together.
+/// has a worker thread. The exchanges of collectives hold it per call,
+/// never across a wait for a peer, so the collectives of different groups
+/// progress together; creating and splitting communicators (MPI_Comm_dup,
+/// MPI_Comm_split, MPI_Allgather) hold it throughout, so every rank must
+/// create and split its communicators in the same order, from one thread
+/// at a time (a split's ranks first agree, with a timeout, in
+/// Communicator::split).
 std::mutex callMutex;
 int liveTransports = 0;
 bool weInitialised = false;
@@ -197,6 +202,8 @@ public:
         partWorldRanks.resize(size);
         code = MPI_Allgather(&mine, 1, MPI_INT64_T, partWorldRanks.data(), 1,
                              MPI_INT64_T, part);
+        if (code != MPI_SUCCESS)
+          MPI_Comm_free(&part);
       }
     }
     if (code != MPI_SUCCESS) {

@@ -361,11 +361,13 @@ distopt_rt_status distopt_rt_comm_split(distopt_rt_comm *comm, int64_t color,
   return guarded(call, [&] {
     if (!comm || !comm->impl || !group)
       return invalid(call, "null communicator or output pointer");
-    if (color < 0)
-      return invalid(call, "negative color " + std::to_string(color));
+    // A bad color is agreed on by every rank (split), not returned here
+    // while the others wait.
+    std::string why =
+        color < 0 ? "negative color " + std::to_string(color) : std::string();
     distopt_rt_status status = DISTOPT_RT_OK;
     std::unique_ptr<Communicator> part =
-        comm->impl->split(color, key, name ? name : "", &status);
+        comm->impl->split(color, key, name ? name : "", why, &status);
     if (!part)
       return status;
     *group = new distopt_rt_comm{std::move(part)};
@@ -394,17 +396,27 @@ distopt_rt_status distopt_rt_group(int64_t worldSize, int64_t groupSize,
         *comm = group.comm.get();
         return DISTOPT_RT_OK;
       }
+    // The whole layout is checked (the same on every rank), and the ranks
+    // agree on it in the split: a bad part fails everywhere, never a hang.
     int64_t rank = world->impl->rank();
-    int64_t members = std::count(layout, layout + worldSize, layout[rank]);
-    if (members != groupSize) {
-      std::ostringstream message;
-      message << "world rank " << rank << ": group " << name << " has "
-              << members << " ranks in this rank's part, expected "
-              << groupSize;
-      return invalid(call, message.str());
+    std::string why;
+    std::map<int64_t, int64_t> parts;
+    for (int64_t r = 0; r < worldSize && why.empty(); ++r) {
+      if (layout[r] < 0 || layout[r] > INT32_MAX || layout[worldSize + r] < 0 ||
+          layout[worldSize + r] >= groupSize)
+        why = "world rank " + std::to_string(r) + " has color " +
+              std::to_string(layout[r]) + " and key " +
+              std::to_string(layout[worldSize + r]) + ", out of range";
+      else
+        ++parts[layout[r]];
     }
+    for (auto [color, members] : parts)
+      if (why.empty() && members != groupSize)
+        why = "part " + std::to_string(color) + " has " +
+              std::to_string(members) + " ranks, expected " +
+              std::to_string(groupSize);
     std::unique_ptr<Communicator> part = world->impl->split(
-        layout[rank], layout[worldSize + rank], name, &status);
+        layout[rank], layout[worldSize + rank], name, why, &status);
     if (!part)
       return status;
     named.push_back({std::vector<int64_t>(layout, layout + 2 * worldSize),

@@ -103,17 +103,21 @@ Value RuntimeCalls::comm(ProcessGroupOp group) {
   }
   // LLVM globals, not memref ones: they stay in host memory on the GPU path,
   // where the runtime reads them.
-  ProcessGroupOp::Membership membership = group.getMembership();
-  int64_t world = membership.color.size();
-  SmallVector<int64_t> layout(membership.color);
-  llvm::append_range(layout, membership.key);
+  int64_t world = group.getWorldSize();
   auto i64Type = b.getI64Type();
+  auto tableType = LLVM::LLVMArrayType::get(i64Type, 2 * world);
   std::string prefix = ("__distopt_group_" + group.getSymName()).str();
-  Value table = constant(
-      prefix + "_layout", LLVM::LLVMArrayType::get(i64Type, layout.size()),
-      DenseElementsAttr::get(
-          RankedTensorType::get({static_cast<int64_t>(layout.size())}, i64Type),
-          ArrayRef<int64_t>(layout)));
+  // The layout is built once per module, not at every call site.
+  Attribute layoutAttr;
+  if (!at->getParentOfType<ModuleOp>().lookupSymbol<LLVM::GlobalOp>(
+          prefix + "_layout")) {
+    ProcessGroupOp::Membership membership = group.getMembership();
+    SmallVector<int64_t> layout(membership.color);
+    llvm::append_range(layout, membership.key);
+    layoutAttr = DenseElementsAttr::get(
+        RankedTensorType::get({2 * world}, i64Type), ArrayRef<int64_t>(layout));
+  }
+  Value table = constant(prefix + "_layout", tableType, layoutAttr);
   std::string name = ("@" + group.getSymName()).str();
   name.push_back('\0');
   Value text = constant(prefix + "_name",

@@ -11,6 +11,7 @@
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Conversion/ShardToDistOpt/ShardToDistOpt.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Support/Limits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -603,7 +604,7 @@ struct GridPattern : public ShardPattern<shard::GridOp> {
 };
 
 struct ConvertShardToDistOptPass
-    : public distopt::impl::ConvertShardToDistOptPassBase<
+    : public mlir::distopt::impl::ConvertShardToDistOptPassBase<
           ConvertShardToDistOptPass> {
   void runOnOperation() override;
 };
@@ -629,6 +630,19 @@ void ConvertShardToDistOptPass::runOnOperation() {
       grid.emitOpError("has a dynamic size (")
           << formatShape(grid.getShape())
           << "): a distopt process group has a static size";
+      ok = false;
+      continue;
+    }
+    int64_t processes = 1;
+    for (int64_t extent : grid.getShape())
+      processes = extent <= 0 ? 0
+                  : processes <= ::distopt::kMaxWorldSize / extent
+                      ? processes * extent
+                      : ::distopt::kMaxWorldSize + 1;
+    if (processes > ::distopt::kMaxWorldSize) {
+      grid.emitOpError("has more than 2^20 processes (")
+          << formatShape(grid.getShape())
+          << "), the most a distopt step may be compiled for";
       ok = false;
       continue;
     }

@@ -79,3 +79,8 @@ func.func @unpartitioned(%x: tensor<8xf32>) -> tensor<8xf32> {
   %y = shard.shard %x to %s : tensor<8xf32>
   return %y : tensor<8xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'shard.grid' op has more than 2^20 processes (2048x1024), the most a distopt step may be compiled for}}
+shard.grid @g(shape = 2048x1024)

@@ -701,3 +701,8 @@ func.func @clip_bounds_not_flat(%g: tensor<f32>) {
   %c, %n = distopt.clip_grad_norm %g max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 1>]} : tensor<f32> -> f32
   return
 }
+
+// -----
+
+// expected-error @+1 {{the parts list more than the 2^20 ranks a step may be compiled for}}
+distopt.process_group @g size 2 ranks dense<0> : tensor<4611686018427387904x2xi64>

@@ -239,6 +239,11 @@ LogicalResult ProcessGroupOp::verify() {
         type.getDimSize(0) < 1)
       return emitOpError() << "ranks must be a 2-D list of parts of "
                            << getSize() << " ranks each, got " << type;
+    // Bounded before the product, which could overflow.
+    if (getSize() > ::distopt::kMaxWorldSize ||
+        type.getDimSize(0) > ::distopt::kMaxWorldSize / getSize())
+      return emitOpError() << "the parts list more than the 2^20 ranks a "
+                              "step may be compiled for";
     int64_t world = type.getNumElements();
     if (world > ::distopt::kMaxWorldSize)
       return emitOpError() << "the parts list " << world
