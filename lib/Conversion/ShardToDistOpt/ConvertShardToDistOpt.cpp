@@ -403,6 +403,9 @@ template <typename OpTy> struct CollectivePattern : public ShardPattern<OpTy> {
 
   /// Whether ShardChecker accepted `op` (beyond its grid).
   virtual bool checked(OpTy op) const { return true; }
+  /// Whether the ranks' order matters (gathers and scatters order data by
+  /// rank); where it does not, the whole grid in any order is its group.
+  virtual bool ordered() const { return true; }
   /// The distopt form over the `n` processes of `group`.
   virtual Value spanning(OpTy op, Value input, const Grid &grid, int64_t n,
                          FlatSymbolRefAttr group,
@@ -420,8 +423,8 @@ template <typename OpTy> struct CollectivePattern : public ShardPattern<OpTy> {
       this->replace(rewriter, op, input);
       return success();
     }
-    FlatSymbolRefAttr group =
-        this->groupFor(rewriter, op, op.getGridAttr(), *g, op.getGridAxes());
+    FlatSymbolRefAttr group = this->groupFor(rewriter, op, op.getGridAttr(), *g,
+                                             op.getGridAxes(), ordered());
     this->replace(rewriter, op, spanning(op, input, *g, n, group, rewriter));
     return success();
   }
@@ -493,33 +496,24 @@ struct AllSlicePattern : public CollectivePattern<shard::AllSliceOp> {
   }
 };
 
-struct BroadcastPattern : public ShardPattern<shard::BroadcastOp> {
-  using ShardPattern::ShardPattern;
-  LogicalResult
-  matchAndRewrite(shard::BroadcastOp op, OpAdaptor adaptor,
-                  ConversionPatternRewriter &rewriter) const override {
-    std::optional<Grid> g = grid(op.getGridAttr());
-    if (!g || !op.getRootDynamic().empty())
-      return rewriter.notifyMatchFailure(op, "unchecked input");
-    if (spanned(*g, op.getGridAxes()) == 1) {
-      replace(rewriter, op, adaptor.getInput());
-      return success();
-    }
-    // Over the whole grid, in any order: the grid's group, the root's rank
-    // in the grid; else the root's rank in the group over the axes,
-    // row-major in their order.
-    FlatSymbolRefAttr group = groupFor(rewriter, op, op.getGridAttr(), *g,
-                                       op.getGridAxes(), /*ordered=*/false);
+struct BroadcastPattern : public CollectivePattern<shard::BroadcastOp> {
+  using CollectivePattern::CollectivePattern;
+  bool checked(shard::BroadcastOp op) const override {
+    return op.getRootDynamic().empty();
+  }
+  bool ordered() const override { return false; }
+  Value spanning(shard::BroadcastOp op, Value input, const Grid &grid, int64_t,
+                 FlatSymbolRefAttr group,
+                 ConversionPatternRewriter &rewriter) const override {
+    // On the grid's group, the root's rank in the grid; else its rank in the
+    // group over the axes, row-major in their order.
     int64_t root = 0;
     bool wholeGrid = group == op.getGridAttr();
     for (auto [axis, index] : llvm::zip(op.getGridAxes(), op.getRoot()))
-      root = wholeGrid ? root + index * g->stride(axis)
-                       : root * g->shape[axis] + index;
-    Value result =
-        BroadcastOp::create(rewriter, op.getLoc(), adaptor.getInput(), group,
-                            TypeAttr(), rewriter.getI64IntegerAttr(root));
-    replace(rewriter, op, result);
-    return success();
+      root = wholeGrid ? root + index * grid.stride(axis)
+                       : root * grid.shape[axis] + index;
+    return BroadcastOp::create(rewriter, op.getLoc(), input, group, TypeAttr(),
+                               rewriter.getI64IntegerAttr(root));
   }
 };
 
