@@ -64,6 +64,11 @@ void mlir::distopt::buildDistOptPipeline(
   // Folds group sizes and collectives on one rank first, so that the passes
   // see the constants they match.
   pm.addPass(createCanonicalizerPass());
+  // Hybrid sharding's groups are module symbols: declared before the
+  // function passes.
+  if (options.hybridShardSize != 0)
+    pm.addPass(
+        createHybridMeshPass(HybridMeshPassOptions{options.hybridShardSize}));
   OpPassManager &func = pm.nest<func::FuncOp>();
   // The passes below find parameters, gradients and state by role.
   func.addPass(createInferStepRolesPass());
@@ -73,10 +78,16 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createWidenReductionsPass(
         WidenReductionsPassOptions{options.reduceDtype}));
   // Stage 0 means no sharding; any other value goes to the pass, which
-  // rejects what it does not support.
-  if (options.zeroStage != 0)
-    func.addPass(createShardOptimizerPass(ShardOptimizerPassOptions{
-        options.zeroStage, options.zeroStrategy, /*alignment=*/64}));
+  // rejects what it does not support (stage 0 with hybrid sharding too).
+  if (options.zeroStage != 0 || options.hybridShardSize != 0) {
+    ShardOptimizerPassOptions shard{options.zeroStage, options.zeroStrategy,
+                                    /*alignment=*/64};
+    if (options.hybridShardSize != 0) {
+      shard.shardGroup = "hybrid_shard";
+      shard.replicateGroup = "hybrid_replicate";
+    }
+    func.addPass(createShardOptimizerPass(shard));
+  }
   if (options.powersgdRank != 0)
     func.addPass(createPowerSGDPass(PowerSGDPassOptions{
         options.powersgdRank, options.minCompressionRate, options.errorFeedback,

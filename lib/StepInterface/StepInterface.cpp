@@ -241,11 +241,12 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   if (v.shardOf) {
     if (v.layout.empty())
       r.fail(path + ".shard_of", "a flat shard needs its layout");
-    else if (v.shardOf != v.numel() * worldSize)
-      r.fail(path + ".shard_of", str(v.shardOf) + " elements in all, but " +
-                                     str(worldSize) + " ranks of " +
-                                     str(v.numel()) + " elements hold " +
-                                     str(v.numel() * worldSize));
+    else if (v.numel() == 0 || v.shardOf % v.numel() != 0 ||
+             worldSize % (v.shardOf / v.numel()) != 0)
+      r.fail(path + ".shard_of",
+             str(v.shardOf) + " elements in all is not a whole number of " +
+                 str(v.numel()) + "-element shards dividing the " +
+                 str(worldSize) + " ranks");
   }
   // A flat shard's entries lie in the whole buffer, the others' in this one;
   // entries of one owner (or without one) do not overlap.

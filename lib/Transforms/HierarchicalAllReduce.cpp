@@ -6,6 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "MeshGroups.h"
+
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Support/Limits.h"
 #include "distopt/Transforms/Passes.h"
@@ -39,56 +41,14 @@ struct NodeGroups {
   FlatSymbolRefAttr intra, inter;
 };
 
-/// `@name`, declared by `make` unless the module has a symbol of that name
-/// that `matches` accepts; another symbol of the name is an error.
-template <typename OpTy>
-FailureOr<OpTy> declare(ModuleOp module, OpBuilder &builder, StringRef name,
-                        llvm::function_ref<bool(OpTy)> matches,
-                        llvm::function_ref<OpTy()> make) {
-  Operation *found = module.lookupSymbol(name);
-  if (!found)
-    return make();
-  auto existing = dyn_cast<OpTy>(found);
-  if (existing && matches(existing))
-    return existing;
-  found->emitError() << "--distopt-hierarchical-all-reduce declares @" << name
-                     << ", but the module has another symbol of that name";
-  return failure();
-}
-
 FailureOr<NodeGroups> declareNodeGroups(ModuleOp module, int64_t world,
                                         int64_t nodeSize) {
-  OpBuilder builder(module.getContext());
-  builder.setInsertionPointToStart(module.getBody());
-  Location loc = module.getLoc();
-  SmallVector<int64_t> shape = {world / nodeSize, nodeSize};
-  FailureOr<MeshOp> mesh = declare<MeshOp>(
-      module, builder, "nodes",
-      [&](MeshOp op) { return op.getShape() == ArrayRef<int64_t>(shape); },
-      [&] { return MeshOp::create(builder, loc, "nodes", shape); });
-  if (failed(mesh))
+  FailureOr<SmallVector<FlatSymbolRefAttr>> refs = declareMeshGroups(
+      module, "distopt-hierarchical-all-reduce", "nodes",
+      {world / nodeSize, nodeSize}, {{"intra_node", {1}}, {"inter_node", {0}}});
+  if (failed(refs))
     return failure();
-  auto group = [&](StringRef name, int64_t axis) {
-    auto meshRef = FlatSymbolRefAttr::get(*mesh);
-    return declare<ProcessGroupOp>(
-        module, builder, name,
-        [&](ProcessGroupOp op) {
-          return op.getMeshAttr() == meshRef &&
-                 op.getAxes() == ArrayRef<int64_t>{axis};
-        },
-        [&] {
-          return ProcessGroupOp::create(
-              builder, loc, builder.getStringAttr(name),
-              builder.getI64IntegerAttr(shape[axis]), meshRef,
-              builder.getDenseI64ArrayAttr({axis}), DenseIntElementsAttr());
-        });
-  };
-  FailureOr<ProcessGroupOp> intra = group("intra_node", 1);
-  FailureOr<ProcessGroupOp> inter = group("inter_node", 0);
-  if (failed(intra) || failed(inter))
-    return failure();
-  return NodeGroups{FlatSymbolRefAttr::get(*intra),
-                    FlatSymbolRefAttr::get(*inter)};
+  return NodeGroups{(*refs)[0], (*refs)[1]};
 }
 
 /// Replaces `op` (over `world` ranks) by its hierarchical form.
@@ -122,21 +82,17 @@ void splitAllReduce(AllReduceOp op, const NodeGroups &groups, int64_t world,
         rewriter.getDenseI64ArrayAttr({n}), rewriter.getDenseI64ArrayAttr({1}));
   }
 
-  // avg sums in both stages and divides once, as the flat avg does.
-  ReductionKind kind = op.getReduction();
-  bool average = kind == ReductionKind::Avg;
-  auto first = ReductionKindAttr::get(op.getContext(),
-                                      average ? ReductionKind::Sum : kind);
-  auto second = ReductionKindAttr::get(
-      op.getContext(),
-      kind == ReductionKind::PremulSum || average ? ReductionKind::Sum : kind);
+  TwoStageReduction stages = splitReduction(op.getReduction());
+  auto kindAttr = [&](ReductionKind kind) {
+    return ReductionKindAttr::get(op.getContext(), kind);
+  };
   auto chunkType = RankedTensorType::get({padded / nodeSize}, element);
   Value chunk =
       ReduceScatterOp::create(rewriter, loc, chunkType, flat, groups.intra,
-                              wire, first, op.getScaleAttr());
-  chunk = AllReduceOp::create(rewriter, loc, chunk, groups.inter, wire, second,
-                              FloatAttr());
-  if (average) {
+                              wire, kindAttr(stages.first), op.getScaleAttr());
+  chunk = AllReduceOp::create(rewriter, loc, chunk, groups.inter, wire,
+                              kindAttr(stages.second), FloatAttr());
+  if (stages.divide) {
     auto divisor = DenseElementsAttr::get(
         chunkType, rewriter.getFloatAttr(element, static_cast<double>(world)));
     Value size = arith::ConstantOp::create(rewriter, loc, divisor);

@@ -11,6 +11,7 @@
 #include "distopt/Transforms/Bucketing.h"
 #include "distopt/Transforms/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
@@ -64,6 +65,20 @@ struct StepReport {
   /// says which: inside a node or across nodes).
   std::map<std::string, CollectiveRow> byGroup;
 };
+
+/// The reducing collective that yields `value`, seen through an average's
+/// division and an asynchronous collective's wait; null if none. A
+/// reduction of such a value is a later stage of the same reduction
+/// (hybrid sharding, the hierarchical all-reduce).
+CollectiveOpInterface reductionYielding(Value value) {
+  Operation *def = value.getDefiningOp();
+  if (auto div = dyn_cast_or_null<arith::DivFOp>(def))
+    def = div.getLhs().getDefiningOp();
+  if (auto wait = dyn_cast_or_null<WaitOp>(def))
+    def = wait.getToken().getDefiningOp();
+  auto collective = dyn_cast_or_null<CollectiveOpInterface>(def);
+  return collective && collective.reduces() ? collective : nullptr;
+}
 
 /// The group an op that communicates runs over.
 FlatSymbolRefAttr getGroupOf(Operation *op) {
@@ -223,11 +238,18 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       ++groupRow.count;
       groupRow.payload += payload;
       groupRow.sent += collective.getBytesSentPerRank(n);
-      if (collective.reduces()) {
+      // Gradient bytes once per reduction, at its first stage; a reduced
+      // chunk gathered back whole (hierarchical) is held whole.
+      bool laterStage = bool(reductionYielding(collective.getInput()));
+      if (collective.reduces() && !laterStage) {
         report.gradBytes += bytesOf(collective.getYieldedType());
         report.uncompressed += bytesOf(collective.getFullType());
         report.compressed += payload;
       }
+      if (kind == CollectiveKind::AllGather && laterStage)
+        report.gradBytes +=
+            bytesOf(collective.getFullType()) -
+            bytesOf(cast<RankedTensorType>(collective.getInput().getType()));
       return;
     }
     if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
@@ -332,8 +354,11 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
   // Only where the step uses several groups: the total says the rest.
   if (r.byGroup.size() > 1) {
     os << "  by process group:\n";
+    int width = 0;
     for (auto &[group, row] : r.byGroup)
-      os << llvm::format("  %-40s %6lld %16lld %16.0f\n", group.c_str(),
+      width = std::max(width, static_cast<int>(group.size()));
+    for (auto &[group, row] : r.byGroup)
+      os << llvm::format("  %-*s %6lld %16lld %16.0f\n", width, group.c_str(),
                          (long long)row.count, (long long)row.payload,
                          row.sent);
   }

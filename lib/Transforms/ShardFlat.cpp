@@ -3,16 +3,19 @@
 // --distopt-shard-optimizer=strategy=flat (DeepSpeed, Megatron): the tensors
 // of a group of like updates are laid out in one flat buffer padded to a
 // multiple of N chunks; rank r owns chunk r: reduce(-scatter) -> update the
-// chunk -> all_gather.
+// chunk -> all_gather. Hybrid: N is the shard group's size, and the chunk is
+// also all-reduced across the replicate group.
 //
 //===----------------------------------------------------------------------===//
 
+#include "MeshGroups.h"
 #include "ShardOptimizer.h"
 
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <numeric>
 
@@ -30,7 +33,7 @@ Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
   Location loc = first.op->getLoc();
-  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
+  FlatSymbolRefAttr groupRef = chunkGroup(first);
   int64_t size = lookupProcessGroup(func, groupRef).getSize();
 
   // One element layout for every buffer of the group, whatever its type.
@@ -60,10 +63,33 @@ Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
     auto bucket =
         BucketPackOp::create(builder, loc, flatType(flat.padded, gradElement),
                              locals, bucketAlignment(gradElement));
+    AllReduceOp reduction = first.reduction;
+    auto shardType = flatType(flat.shard, gradElement);
+    // Hybrid: summed inside the shard group, then across the replicas.
+    ReductionKind kind = reduction.getReduction();
+    TwoStageReduction stages = replicateGroup
+                                   ? splitReduction(kind)
+                                   : TwoStageReduction{kind, kind, false};
+    auto kindAttr = [&](ReductionKind k) {
+      return ReductionKindAttr::get(builder.getContext(), k);
+    };
     flat.grad = ReduceScatterOp::create(
-        builder, loc, flatType(flat.shard, gradElement), bucket, groupRef,
-        first.reduction.getWireTypeAttr(), first.reduction.getReductionAttr(),
-        first.reduction.getScaleAttr());
+        builder, loc, shardType, bucket, groupRef, reduction.getWireTypeAttr(),
+        kindAttr(stages.first), reduction.getScaleAttr());
+    if (replicateGroup)
+      flat.grad = AllReduceOp::create(builder, loc, flat.grad, replicateGroup,
+                                      reduction.getWireTypeAttr(),
+                                      kindAttr(stages.second), FloatAttr());
+    if (stages.divide) {
+      int64_t world =
+          lookupProcessGroup(func, reduction.getGroupAttr()).getSize();
+      Value divisor = arith::ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              shardType,
+              builder.getFloatAttr(gradElement, static_cast<double>(world))));
+      flat.grad = arith::DivFOp::create(builder, loc, flat.grad, divisor);
+    }
   } else {
     auto bucket =
         BucketPackOp::create(builder, loc, flatType(flat.padded, gradElement),
@@ -79,7 +105,7 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
   Location loc = first.op->getLoc();
-  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
+  FlatSymbolRefAttr groupRef = chunkGroup(first);
   Type paramElement = first.paramType().getElementType();
   Type gradElement = first.reduction.getType().getElementType();
   int64_t alignElems = alignElements(first, alignment);
@@ -240,4 +266,128 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
                                           : u->selects.front().getResult());
     gatherInto(newParam, params);
   }
+}
+
+void Sharder::shardFlat(func::FuncOp func,
+                        ArrayRef<SmallVector<Update *>> groups) {
+  // Every group's gradient chunk first.
+  SmallVector<Sharder::FlatGroup> flats;
+  for (ArrayRef<Update *> group : groups)
+    flats.push_back(reduceFlat(func, group));
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Location loc = groups.front().front()->op->getLoc();
+  FlatSymbolRefAttr groupRef = chunkGroup(*groups.front().front());
+  // Spanning ops, each over the chunks of the groups it read: `chunk(g)`
+  // is group g's input to the op.
+  auto rebuild = [&](Operation *op, auto chunk, auto create) {
+    SmallVector<Value> inputs;
+    SmallVector<unsigned> members;
+    for (auto [g, group] : llvm::enumerate(groups))
+      if (group.front()->finiteCheck == op || group.front()->clip == op) {
+        inputs.push_back(chunk(g));
+        members.push_back(g);
+      }
+    create(inputs, members);
+  };
+  SetVector<Operation *> finiteChecks, clips;
+  for (ArrayRef<Update *> group : groups) {
+    if (group.front()->finiteCheck)
+      finiteChecks.insert(group.front()->finiteCheck);
+    if (group.front()->clip)
+      clips.insert(group.front()->clip);
+  }
+  // The overflow check of the reduced chunks, agreed over the group (only
+  // the owner of a poisoned chunk sees the inf).
+  for (Operation *op : finiteChecks)
+    rebuild(
+        op, [&](unsigned g) { return flats[g].grad; },
+        [&](ArrayRef<Value> inputs, ArrayRef<unsigned>) {
+          Value ok =
+              AllFiniteOp::create(builder, op->getLoc(), inputs, groupRef);
+          for (ArrayRef<Update *> group : groups)
+            for (Update *u : group)
+              if (u->keep == op->getResult(0))
+                u->keep = ok;
+          op->getResult(0).replaceAllUsesWith(ok);
+        });
+  // Converted and unscaled, like the updates' gradients.
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    Update &first = *group.front();
+    Sharder::FlatGroup &flat = flats[g];
+    if (first.divide) {
+      auto type = cast<RankedTensorType>(flat.grad.getType());
+      Value divisor = arith::ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              type,
+              builder.getFloatAttr(type.getElementType(), first.divisor)));
+      flat.grad = arith::DivFOp::create(builder, first.divide.getLoc(),
+                                        flat.grad, divisor);
+    }
+    if (first.convert)
+      flat.grad = convertGradient(
+          builder, loc, flat.grad,
+          flatType(flat.shard, first.paramType().getElementType()));
+    if (first.unscale)
+      flat.grad = UnscaleOp::create(builder, first.unscale.getLoc(), flat.grad,
+                                    first.unscale.getScale());
+  }
+  // Clipped by the global norm: the partial norms of the chunks combined
+  // over the group (one scalar all-reduce), each element counted once.
+  for (Operation *op : clips) {
+    auto clip = cast<ClipGradNormOp>(op);
+    rebuild(
+        op, [&](unsigned g) { return flats[g].grad; },
+        [&](ArrayRef<Value> inputs, ArrayRef<unsigned> members) {
+          SmallVector<Type> types;
+          for (Value v : inputs)
+            types.push_back(v.getType());
+          // Where each tensor lies in its group's flat buffer: its norm is
+          // combined across the chunks before it is rounded, as unsharded.
+          SmallVector<Attribute> bounds;
+          for (unsigned g : members) {
+            SmallVector<int64_t> pairs;
+            for (auto [u, offset] :
+                 llvm::zip_equal(groups[g], flats[g].offsets)) {
+              pairs.push_back(offset);
+              pairs.push_back(offset + u->numel());
+            }
+            bounds.push_back(builder.getDenseI64ArrayAttr(pairs));
+          }
+          auto sharded = ClipGradNormOp::create(
+              builder, clip.getLoc(), types, clip.getTotalNorm().getType(),
+              inputs, clip.getMaxNormAttr(), clip.getNormTypeAttr(), groupRef,
+              builder.getArrayAttr(bounds));
+          for (auto [k, g] : llvm::enumerate(members))
+            flats[g].grad = sharded.getClipped()[k];
+          clip.getTotalNorm().replaceAllUsesWith(sharded.getTotalNorm());
+        });
+  }
+  for (auto [index, group] : llvm::enumerate(groups))
+    updateFlat(func, group, index, flats[index]);
+
+  // Users before producers. At stage 1 the reductions feed the new bucket.
+  SetVector<Operation *> erase;
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group) {
+      erase.insert(u->downcasts.begin(), u->downcasts.end());
+      erase.insert(u->selects.begin(), u->selects.end());
+      erase.insert(u->op);
+    }
+  erase.insert(clips.begin(), clips.end());
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group)
+      if (u->unscale)
+        erase.insert(u->unscale);
+  erase.insert(finiteChecks.begin(), finiteChecks.end());
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group) {
+      if (u->convert)
+        erase.insert(u->convert);
+      if (u->divide)
+        erase.insert(u->divide);
+      if (stage >= 2)
+        erase.insert(u->reduction);
+    }
+  toErase.append(erase.begin(), erase.end());
 }

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ShardOptimizer.h"
+#include "MeshGroups.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
@@ -104,6 +105,11 @@ struct ShardOptimizerPass
 
   LogicalResult initialize(MLIRContext *context) override {
     Location loc = UnknownLoc::get(context);
+    if (stage == 0 && !shardGroup.empty())
+      return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
+                               "(shard-group, the pipeline's "
+                               "hybrid-shard-size) needs stage 1, 2 or 3 "
+                               "(the pipeline's zero-stage)";
     if (stage < 1 || stage > 3)
       return emitError(loc) << "--distopt-shard-optimizer: stage must be 1, 2 "
                                "or 3, got "
@@ -112,6 +118,12 @@ struct ShardOptimizerPass
       return emitError(loc) << "--distopt-shard-optimizer: strategy=greedy "
                                "shards stages 1 and 2; use strategy=flat for "
                                "stage 3";
+    if (shardGroup.empty() != replicateGroup.empty())
+      return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
+                               "takes both shard-group and replicate-group";
+    if (!shardGroup.empty() && strategy == ZeroStrategy::Greedy)
+      return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
+                               "(shard-group) is built for strategy=flat";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -124,12 +136,49 @@ struct ShardOptimizerPass
 private:
   FailureOr<Update> analyze(func::FuncOp func, Operation *op);
   LogicalResult checkSpanningOps(MutableArrayRef<Update> updates);
-  void shardFlat(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
-                 Sharder &sharder);
   LogicalResult restoreDominance(func::FuncOp func);
+  LogicalResult lookupHybridGroups(func::FuncOp func, int64_t world,
+                                   FlatSymbolRefAttr &shard,
+                                   FlatSymbolRefAttr &replicate);
 };
 
 } // namespace
+
+/// Hybrid sharding's groups, named by the options, of the gradients' world.
+LogicalResult
+ShardOptimizerPass::lookupHybridGroups(func::FuncOp func, int64_t world,
+                                       FlatSymbolRefAttr &shard,
+                                       FlatSymbolRefAttr &replicate) {
+  auto lookup = [&](StringRef option, StringRef name) -> ProcessGroupOp {
+    auto ref = FlatSymbolRefAttr::get(func.getContext(), name);
+    ProcessGroupOp group = lookupProcessGroup(func, ref);
+    if (!group)
+      func.emitError() << "--distopt-shard-optimizer: " << option << "=" << name
+                       << " names no distopt.process_group (run "
+                          "--distopt-hybrid-mesh first)";
+    else if (group.getWorldSize() != world)
+      group.emitError() << "--distopt-shard-optimizer: @" << name
+                        << " is part of a world of " << group.getWorldSize()
+                        << " ranks, but the gradients are reduced over "
+                        << world;
+    else
+      return group;
+    return {};
+  };
+  ProcessGroupOp shardOp = lookup("shard-group", shardGroup);
+  if (!shardOp)
+    return failure();
+  ProcessGroupOp replicateOp = lookup("replicate-group", replicateGroup);
+  if (!replicateOp)
+    return failure();
+  if (failed(verifyHybridLayout(shardOp, replicateOp, world)))
+    return failure();
+  // One shard group: plain ZeRO over it (nothing to all-reduce across).
+  shard = FlatSymbolRefAttr::get(shardOp);
+  if (replicateOp.getSize() > 1)
+    replicate = FlatSymbolRefAttr::get(replicateOp);
+  return success();
+}
 
 static bool isUpdate(Operation *op) {
   return isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
@@ -231,8 +280,9 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   if (group && !group.isWorld())
     return fail("its gradient is reduced over @" +
                 Twine(u.reduction.getGroupAttr().getValue()) +
-                ", part of the world: sharding over a sub-group (hybrid "
-                "sharding) is not supported yet");
+                ", part of the world: shards are laid out over the world's "
+                "ranks (for hybrid sharding, reduce over the world and give "
+                "shard-group and replicate-group)");
   // Besides the chain to the update, the reduced gradient may be checked
   // for overflow.
   SmallVector<Operation *> readers(u.reduction->getUsers());
@@ -396,131 +446,6 @@ ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
   return success();
 }
 
-void ShardOptimizerPass::shardFlat(func::FuncOp func,
-                                   ArrayRef<SmallVector<Update *>> groups,
-                                   Sharder &sharder) {
-  // Every group's gradient chunk first.
-  SmallVector<Sharder::FlatGroup> flats;
-  for (ArrayRef<Update *> group : groups)
-    flats.push_back(sharder.reduceFlat(func, group));
-  OpBuilder builder(func.getBody().front().getTerminator());
-  Location loc = groups.front().front()->op->getLoc();
-  FlatSymbolRefAttr groupRef = groups.front().front()->reduction.getGroupAttr();
-  // Spanning ops, each over the chunks of the groups it read: `chunk(g)`
-  // is group g's input to the op.
-  auto rebuild = [&](Operation *op, auto chunk, auto create) {
-    SmallVector<Value> inputs;
-    SmallVector<unsigned> members;
-    for (auto [g, group] : llvm::enumerate(groups))
-      if (group.front()->finiteCheck == op || group.front()->clip == op) {
-        inputs.push_back(chunk(g));
-        members.push_back(g);
-      }
-    create(inputs, members);
-  };
-  SetVector<Operation *> finiteChecks, clips;
-  for (ArrayRef<Update *> group : groups) {
-    if (group.front()->finiteCheck)
-      finiteChecks.insert(group.front()->finiteCheck);
-    if (group.front()->clip)
-      clips.insert(group.front()->clip);
-  }
-  // The overflow check of the reduced chunks, agreed over the group (only
-  // the owner of a poisoned chunk sees the inf).
-  for (Operation *op : finiteChecks)
-    rebuild(
-        op, [&](unsigned g) { return flats[g].grad; },
-        [&](ArrayRef<Value> inputs, ArrayRef<unsigned>) {
-          Value ok =
-              AllFiniteOp::create(builder, op->getLoc(), inputs, groupRef);
-          for (ArrayRef<Update *> group : groups)
-            for (Update *u : group)
-              if (u->keep == op->getResult(0))
-                u->keep = ok;
-          op->getResult(0).replaceAllUsesWith(ok);
-        });
-  // Converted and unscaled, like the updates' gradients.
-  for (auto [g, group] : llvm::enumerate(groups)) {
-    Update &first = *group.front();
-    Sharder::FlatGroup &flat = flats[g];
-    if (first.divide) {
-      auto type = cast<RankedTensorType>(flat.grad.getType());
-      Value divisor = arith::ConstantOp::create(
-          builder, loc,
-          DenseElementsAttr::get(
-              type,
-              builder.getFloatAttr(type.getElementType(), first.divisor)));
-      flat.grad = arith::DivFOp::create(builder, first.divide.getLoc(),
-                                        flat.grad, divisor);
-    }
-    if (first.convert)
-      flat.grad = convertGradient(
-          builder, loc, flat.grad,
-          flatType(flat.shard, first.paramType().getElementType()));
-    if (first.unscale)
-      flat.grad = UnscaleOp::create(builder, first.unscale.getLoc(), flat.grad,
-                                    first.unscale.getScale());
-  }
-  // Clipped by the global norm: the partial norms of the chunks combined
-  // over the group (one scalar all-reduce), each element counted once.
-  for (Operation *op : clips) {
-    auto clip = cast<ClipGradNormOp>(op);
-    rebuild(
-        op, [&](unsigned g) { return flats[g].grad; },
-        [&](ArrayRef<Value> inputs, ArrayRef<unsigned> members) {
-          SmallVector<Type> types;
-          for (Value v : inputs)
-            types.push_back(v.getType());
-          // Where each tensor lies in its group's flat buffer: its norm is
-          // combined across the chunks before it is rounded, as unsharded.
-          SmallVector<Attribute> bounds;
-          for (unsigned g : members) {
-            SmallVector<int64_t> pairs;
-            for (auto [u, offset] :
-                 llvm::zip_equal(groups[g], flats[g].offsets)) {
-              pairs.push_back(offset);
-              pairs.push_back(offset + u->numel());
-            }
-            bounds.push_back(builder.getDenseI64ArrayAttr(pairs));
-          }
-          auto sharded = ClipGradNormOp::create(
-              builder, clip.getLoc(), types, clip.getTotalNorm().getType(),
-              inputs, clip.getMaxNormAttr(), clip.getNormTypeAttr(), groupRef,
-              builder.getArrayAttr(bounds));
-          for (auto [k, g] : llvm::enumerate(members))
-            flats[g].grad = sharded.getClipped()[k];
-          clip.getTotalNorm().replaceAllUsesWith(sharded.getTotalNorm());
-        });
-  }
-  for (auto [index, group] : llvm::enumerate(groups))
-    sharder.updateFlat(func, group, index, flats[index]);
-
-  // Users before producers. At stage 1 the reductions feed the new bucket.
-  SetVector<Operation *> erase;
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group) {
-      erase.insert(u->downcasts.begin(), u->downcasts.end());
-      erase.insert(u->selects.begin(), u->selects.end());
-      erase.insert(u->op);
-    }
-  erase.insert(clips.begin(), clips.end());
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group)
-      if (u->unscale)
-        erase.insert(u->unscale);
-  erase.insert(finiteChecks.begin(), finiteChecks.end());
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group) {
-      if (u->convert)
-        erase.insert(u->convert);
-      if (u->divide)
-        erase.insert(u->divide);
-      if (stage >= 2)
-        erase.insert(u->reduction);
-    }
-  sharder.toErase.append(erase.begin(), erase.end());
-}
-
 /// Users of the rebuilt overflow check (the loss scale's update, the
 /// skipped flag) now read a value computed at the end of the step: they
 /// move there, in order. Only ops without side effects may move.
@@ -643,10 +568,18 @@ void ShardOptimizerPass::runOnOperation() {
 
   if (failed(checkSpanningOps(updates)))
     return signalPassFailure();
-  Sharder sharder(stage, alignment);
+  FlatSymbolRefAttr shardRef, replicateRef;
+  if (!shardGroup.empty()) {
+    int64_t world =
+        lookupProcessGroup(func, updates.front().reduction.getGroupAttr())
+            .getSize();
+    if (failed(lookupHybridGroups(func, world, shardRef, replicateRef)))
+      return signalPassFailure();
+  }
+  Sharder sharder(stage, alignment, shardRef, replicateRef);
   unsigned firstNewArg = func.getNumArguments();
   if (strategy == ZeroStrategy::Flat) {
-    shardFlat(func, groups, sharder);
+    sharder.shardFlat(func, groups);
   } else {
     for (auto [index, group] : llvm::enumerate(groups))
       if (failed(sharder.shardGreedy(func, group, index)))

@@ -74,8 +74,18 @@ std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
 /// it replaces; the pass then rebuilds the signature.
 class Sharder {
 public:
-  Sharder(int64_t stage, int64_t alignment)
-      : stage(stage), alignment(alignment) {}
+  Sharder(int64_t stage, int64_t alignment, FlatSymbolRefAttr shardGroup,
+          FlatSymbolRefAttr replicateGroup)
+      : shardGroup(shardGroup), replicateGroup(replicateGroup), stage(stage),
+        alignment(alignment) {}
+
+  /// Hybrid sharding: the group whose ranks share the chunks out and the
+  /// group across which each chunk is replicated; both null otherwise.
+  FlatSymbolRefAttr shardGroup, replicateGroup;
+  /// The group `u`'s chunks are cut over (and gathered, and agreed on).
+  FlatSymbolRefAttr chunkGroup(Update &u) const {
+    return shardGroup ? shardGroup : u.reduction.getGroupAttr();
+  }
 
   /// flat (DeepSpeed, Megatron): one flat buffer padded to N chunks, rank r
   /// owns chunk r (ShardFlat.cpp). In two halves, so that what spans all
@@ -88,6 +98,9 @@ public:
     SmallVector<int64_t> offsets;
     Value grad;
   };
+  /// Shards every group of like updates the flat way: chunks first, then
+  /// what spans groups, then the updates.
+  void shardFlat(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups);
   FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group);
   void updateFlat(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
                   const FlatGroup &flat);

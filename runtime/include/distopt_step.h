@@ -77,7 +77,9 @@ typedef struct distopt_step_value {
   int64_t bytes;          /* numel times the element's size */
   const char *init;       /* "zeros", "randn", "randn_each_step" */
   int32_t per_rank;       /* state that differs per rank */
-  int64_t shard_of;       /* a flat ZeRO shard: the whole buffer's length */
+  int64_t shard_of;       /* a flat ZeRO shard: the whole buffer's length, in
+                             K = shard_of / numel parts; rank r holds part
+                             r mod K (K < world size: hybrid sharding) */
   int64_t in_place_arg;   /* results: the argument it is left in, or -1 */
   int64_t layout_entries; /* tensors laid out in a flat buffer */
 } distopt_step_value;

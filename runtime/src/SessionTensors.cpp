@@ -230,10 +230,11 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
     return distopt_rt_broadcast(session->comm, local + t->offset * element, to,
                                 t->numel, rtType(t->dtype), t->owner,
                                 rtType(t->dtype));
-  // A flat shard: each rank whose shard holds part of it sends that part.
+  // A flat shard: each of the ranks 0..K-1, whose shards are the K parts,
+  // sends what its part holds of it.
   int64_t shard = arg.numel();
   for (int64_t r = t->offset / shard;
-       r < session->size && r * shard < t->offset + t->numel; ++r) {
+       r < arg.shardParts() && r * shard < t->offset + t->numel; ++r) {
     int64_t lo = std::max(t->offset, r * shard);
     int64_t hi = std::min(t->offset + t->numel, (r + 1) * shard);
     char *part = to + (lo - t->offset) * element;
@@ -264,6 +265,8 @@ distopt_rt_status distopt_session_save(distopt_session *session,
       continue;
     std::vector<char> scratch;
     const char *local = hostBytes(session, i, scratch);
+    // Gathered from every rank; a flat shard's buffer is the first K
+    // ranks' parts (ranks K.. hold replicas of them under hybrid sharding).
     std::vector<char> all;
     if (v.perRank || v.shardOf) {
       all.resize(v.bytes() * session->size);

@@ -73,7 +73,7 @@ void forEachLocalPart(const LogicalTensor &t, const step::Value &arg,
     return;
   }
   int64_t size = arg.numel();
-  int64_t begin = rank * size;
+  int64_t begin = rank % arg.shardParts() * size;
   int64_t lo = std::max(t.offset, begin);
   int64_t hi = std::min(t.offset + t.numel, begin + size);
   if (lo < hi)

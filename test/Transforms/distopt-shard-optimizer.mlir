@@ -169,13 +169,14 @@ module attributes {distopt.world_size = 1 : i64} {
 
 // -----
 
-// A reduction over part of the world (hybrid sharding) is refused, not
-// sharded as if over the world.
+// A reduction over part of the world is refused, not sharded as if over
+// the world (hybrid sharding reduces over the world: see
+// distopt-shard-optimizer-hybrid.mlir).
 distopt.mesh @m shape [2, 2]
 distopt.process_group @rows size 2 over @m axes [1]
 func.func @sub_group(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
   %r = distopt.all_reduce avg %g on @rows : tensor<4xf32>
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient is reduced over @rows, part of the world: sharding over a sub-group (hybrid sharding) is not supported yet}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient is reduced over @rows, part of the world: shards are laid out over the world's ranks (for hybrid sharding, reduce over the world and give shard-group and replicate-group)}}
   %p1 = distopt.sgd_update %p, %r lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }

@@ -32,6 +32,12 @@ struct DistOptPipelineOptions
   Option<ZeroStrategy> zeroStrategy{
       *this, "zero-strategy", llvm::cl::desc("flat or greedy"),
       llvm::cl::init(ZeroStrategy::Flat), zeroStrategyChoices()};
+  Option<int64_t> hybridShardSize{
+      *this, "hybrid-shard-size",
+      llvm::cl::desc("Hybrid sharding: ZeRO inside groups of this many "
+                     "consecutive ranks, replicated across them "
+                     "(--distopt-hybrid-mesh; 0: shard over the world)"),
+      llvm::cl::init(0)};
   Option<int64_t> powersgdRank{
       *this, "powersgd-rank",
       llvm::cl::desc("PowerSGD rank; 0 leaves gradients uncompressed"),

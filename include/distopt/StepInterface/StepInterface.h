@@ -86,9 +86,12 @@ struct Value {
   std::optional<std::vector<int64_t>> shape;
   Init init = Init::Zeros;
   bool perRank = false;
-  /// A flat ZeRO shard: the padded length of the whole flat buffer, of
-  /// which rank r holds elements [r * S, (r + 1) * S); 0 otherwise.
+  /// A flat ZeRO shard: the padded length of the whole flat buffer, cut
+  /// into K = shardOf / numel() parts (K divides the world: K < world is
+  /// hybrid sharding); rank r holds part r mod K, elements
+  /// [(r mod K) * numel(), (r mod K + 1) * numel()). 0 otherwise.
   int64_t shardOf = 0;
+  int64_t shardParts() const { return shardOf ? shardOf / numel() : 0; }
   /// Results: the argument whose buffer holds the result after the call.
   std::optional<int64_t> inPlaceArg;
   /// A scalar state argument (a loss scale, its growth tracker): the value

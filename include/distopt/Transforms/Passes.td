@@ -304,6 +304,36 @@ def WidenReductionsPass
                            "::mlir::arith::ArithDialect"];
 }
 
+def HybridMeshPass : Pass<"distopt-hybrid-mesh", "::mlir::ModuleOp"> {
+  let summary = "Declare the mesh and groups of hybrid sharding";
+  let description = [{
+    Hybrid sharding (FSDP's HYBRID_SHARD, ZeRO++'s hpZ, MiCS) shards the
+    optimizer inside groups of `shard-size` consecutive ranks (a node) and
+    replicates across them. This pass declares what
+    `--distopt-shard-optimizer{shard-group=hybrid_shard
+    replicate-group=hybrid_replicate}` then shards over, for a world of W
+    ranks:
+
+    ```mlir
+    distopt.mesh @hybrid shape [W/S, S]
+    distopt.process_group @hybrid_shard size S over @hybrid axes [1]
+    distopt.process_group @hybrid_replicate size W/S over @hybrid axes [0]
+    ```
+
+    W is the module's `distopt.world_size`, or else the size of its
+    process groups that span the world (they must agree). Symbols of these
+    names that are the same declarations are reused; anything else of the
+    name is an error, as is a `shard-size` that does not divide W.
+    `shard-size=0` (the default) declares nothing. The pipeline's
+    `hybrid-shard-size=S` runs this pass and the shard pass together.
+  }];
+  let options = [
+    Option<"shardSize", "shard-size", "int64_t", "0",
+           "Ranks per shard group (0: declare nothing)">
+  ];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
 def ShardOptimizerPass
     : Pass<"distopt-shard-optimizer", "::mlir::func::FuncOp"> {
   let summary = "Shard optimizer state, gradients and parameters (ZeRO)";
@@ -358,6 +388,21 @@ def ShardOptimizerPass
     at the update, never silently left unsharded. A step compiled for one rank
     (`distopt.world_size = 1`) has nothing to shard: the pass leaves it and
     warns.
+
+    Hybrid sharding (`shard-group` and `replicate-group`, as
+    `--distopt-hybrid-mesh` declares them; `strategy=flat`): the flat
+    buffers are cut into S chunks, S the shard group's size, and world rank
+    r owns chunk r mod S, replicated on the W/S ranks of its replicate
+    group. The shard group must be runs of S consecutive world ranks in
+    order, the replicate group the ranks holding the same chunk: the step's
+    interface (`distopt.shard_of` = S chunks) tells the runtime and
+    checkpoints no more than that. Stage 1 slices the world-reduced
+    gradient on the shard group; stages 2 and 3 `reduce_scatter` inside the
+    shard group and `all_reduce` the chunk across the replicate group (an
+    `avg` sums in both and divides once, as the runtime's `avg` does), so
+    only 1/S of the gradient crosses between shard groups. Updated chunks
+    are gathered, and norms and overflow checks agreed, inside the shard
+    group only (each element counted once).
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1", "ZeRO stage: 1, 2 or 3">,
@@ -365,7 +410,12 @@ def ShardOptimizerPass
            "flat (chunks of a flat buffer) or greedy (whole parameters)",
            "zeroStrategyChoices()">,
     Option<"alignment", "alignment", "int64_t", "64",
-           "Byte alignment of each tensor in the flat layout">
+           "Byte alignment of each tensor in the flat layout">,
+    Option<"shardGroup", "shard-group", "std::string", "",
+           "Hybrid sharding: shard over this process group (runs of "
+           "consecutive ranks) instead of the gradients' world group">,
+    Option<"replicateGroup", "replicate-group", "std::string", "",
+           "Hybrid sharding: the group across which shards are replicated">
   ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect",
                            "::mlir::arith::ArithDialect",

@@ -1,0 +1,52 @@
+//===- MeshGroups.h - groups over a 2-D mesh, declared by passes -*- C++
+//-*-===//
+//
+// Private to lib/Transforms: what the passes that split a world reduction
+// over two axes of a mesh share (--distopt-hierarchical-all-reduce,
+// --distopt-hybrid-mesh with --distopt-shard-optimizer).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_LIB_TRANSFORMS_MESHGROUPS_H
+#define DISTOPT_LIB_TRANSFORMS_MESHGROUPS_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::distopt {
+
+/// A process group to declare over some axes of a mesh.
+struct GroupOverAxes {
+  StringRef name;
+  SmallVector<int64_t> axes;
+};
+
+/// Declares `distopt.mesh @meshName shape [...]` and a process group per
+/// entry of `groups`, at the start of `module`, in that order. A symbol
+/// that already exists under one of these names is reused when it is the
+/// same declaration; anything else of the name is an error that names
+/// `pass`. Returns the groups' references.
+FailureOr<SmallVector<FlatSymbolRefAttr>>
+declareMeshGroups(ModuleOp module, StringRef pass, StringRef meshName,
+                  ArrayRef<int64_t> shape, ArrayRef<GroupOverAxes> groups);
+
+/// A world reduction of one kind done in two stages (inside a group, then
+/// across): avg sums in both and divides the result by the world size once,
+/// as the runtime's avg does; premul_sum applies its scale in the first.
+struct TwoStageReduction {
+  ReductionKind first, second;
+  bool divide;
+};
+TwoStageReduction splitReduction(ReductionKind kind);
+
+/// Hybrid sharding's layout, which the step's interface implies (world rank
+/// r holds chunk r mod S of a flat shard): `shard` must be runs of S
+/// consecutive world ranks in order, and `replicate` must join exactly the
+/// ranks holding the same chunk. An error at the offending group otherwise.
+LogicalResult verifyHybridLayout(ProcessGroupOp shard, ProcessGroupOp replicate,
+                                 int64_t world);
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_LIB_TRANSFORMS_MESHGROUPS_H
