@@ -48,10 +48,17 @@ if mpirun:
     config.substitutions.append(
         ("%mpirun", os.path.join(config.test_source_root, "mpirun.sh")))
 
-# Integration tests against PyTorch need Debian's python3-torch (CPU). The
-# interpreter on PATH may be another one, so Debian's is used by path.
 import subprocess
 
+# scripts/cluster (emulated nodes: network namespaces, veth, a bridge)
+# needs root and a kernel that allows them; its tests are skipped elsewhere.
+cluster = os.path.join(config.distopt_src_root, "scripts", "cluster")
+if mpirun and subprocess.run([cluster, "--check"], capture_output=True).returncode == 0:
+    config.available_features.add("cluster")
+    config.substitutions.append(("%cluster", cluster))
+
+# Integration tests against PyTorch need Debian's python3-torch (CPU). The
+# interpreter on PATH may be another one, so Debian's is used by path.
 torch_python = "/usr/bin/python3"
 if os.path.exists(torch_python) and subprocess.run(
         [torch_python, "-c", "import torch, numpy"], capture_output=True).returncode == 0:

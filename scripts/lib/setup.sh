@@ -14,7 +14,7 @@ DISTOPT_PACKAGES=(
   cmake ninja-build gcc g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   clang-format-22 liblld-22-dev zlib1g-dev libzstd-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin iproute2
   python3-torch python3-numpy python3-mpi4py python3-sklearn python3-torchvision
 )
 
