@@ -12,6 +12,7 @@ results are compared bit for bit.
 
 usage: shard_to_distopt.py OPT RUNNER MLIR_LIB_DIR RUNTIME_LIB MPIRUN
 """
+import os
 import shlex
 import subprocess
 import sys
@@ -87,6 +88,36 @@ def cases(opt, matmul_input):
     text = body + main_func("grid", [0], [([a[:, 4 * r:4 * r + 4] for r in range(RANKS)], "f32"),
                                           ([b[4 * r:4 * r + 4] for r in range(RANKS)], "f32")], [8, 8])
     yield "matmul split along k (upstream partition): all_reduce sum", text, [a @ b] * RANKS, [8, 8]
+
+    # A 2-D program: a tensor-parallel MLP layer (Z = X W1 W2, W1 split by
+    # columns and W2 by rows over axis 1) and a data-parallel gradient
+    # (G = X^T (X W1), the batch split over axis 0), as upstream's
+    # propagation and partitioning leave it: collectives over one axis each.
+    # Against the unpartitioned program: rank (d, t) holds Z's rows of d and
+    # G's columns of t.
+    x = rng.integers(-4, 5, size=(8, 16)).astype(np.float32)
+    w1 = rng.integers(-4, 5, size=(16, 8)).astype(np.float32)
+    w2 = rng.integers(-4, 5, size=(8, 16)).astype(np.float32)
+    partitioned = subprocess.run(
+        [opt, os.path.join(os.path.dirname(matmul_input), "shard-mlp-2d.mlir"),
+         "--pass-pipeline=builtin.module(func.func(sharding-propagation,shard-partition))"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    body = partitioned[len("module {"):-1]
+    slices = [([x[4 * (r // 2):4 * (r // 2) + 4] for r in range(RANKS)], "f32"),
+              ([w1[:, 4 * (r % 2):4 * (r % 2) + 4] for r in range(RANKS)], "f32"),
+              ([w2[4 * (r % 2):4 * (r % 2) + 4] for r in range(RANKS)], "f32")]
+    sig = "(%x: tensor<4x16xf32>, %w1: tensor<16x4xf32>, %w2: tensor<4x16xf32>)"
+    call = ("  %z, %g = func.call @mlp(%x, %w1, %w2) : (tensor<4x16xf32>, tensor<16x4xf32>,"
+            " tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<16x4xf32>)\n")
+    z, g = x @ w1 @ w2, x.T @ (x @ w1)
+    yield ("2x2 data x tensor parallel MLP (upstream partition): the layer's output",
+           body + f"func.func @f{sig} -> tensor<4x16xf32> {{\n{call}  return %z : tensor<4x16xf32>\n}}\n"
+           + main_func("grid", [0, 1], slices, [4, 16]),
+           [z[4 * (r // 2):4 * (r // 2) + 4] for r in range(RANKS)], [4, 16])
+    yield ("2x2 data x tensor parallel MLP (upstream partition): the data-parallel gradient",
+           body + f"func.func @f{sig} -> tensor<16x4xf32> {{\n{call}  return %g : tensor<16x4xf32>\n}}\n"
+           + main_func("grid", [0, 1], slices, [16, 4]),
+           [g[:, 4 * (r % 2):4 * (r % 2) + 4] for r in range(RANKS)], [16, 4])
 
     x = [ints(rng, (4, 8), r) for r in range(RANKS)]
     grid2 = "shard.grid @grid(shape = 2x2)\n"
