@@ -272,6 +272,41 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   return v;
 }
 
+ProcessGroup readGroup(Reader &r, const json::Value &json,
+                       const std::string &path, int64_t worldSize) {
+  ProcessGroup g;
+  const json::Value *o = r.object(&json, path);
+  if (!o)
+    return g;
+  g.name = r.string(*o, "name", path);
+  if (!r.failed() && g.name.empty())
+    r.fail(path + ".name", "empty");
+  g.size = r.integer(*o, "size", path, 1, worldSize);
+  const json::Array *color = r.array(*o, "color", path);
+  const json::Array *key = r.array(*o, "key", path);
+  if (r.failed())
+    return g;
+  if (static_cast<int64_t>(color->size()) != worldSize ||
+      static_cast<int64_t>(key->size()) != worldSize) {
+    r.fail(path, "color and key need one entry per world rank (" +
+                     str(worldSize) + ")");
+    return g;
+  }
+  std::map<int64_t, int64_t> members;
+  for (int64_t rank = 0; rank < worldSize && !r.failed(); ++rank) {
+    std::string at = "[" + str(rank) + "]";
+    g.color.push_back(
+        r.integer((*color)[rank], path + ".color" + at, 0, INT32_MAX));
+    g.key.push_back(r.integer((*key)[rank], path + ".key" + at, 0, g.size - 1));
+    ++members[g.color.back()];
+  }
+  for (auto [part, count] : members)
+    if (!r.failed() && count != g.size)
+      r.fail(path + ".color", "part " + str(part) + " has " + str(count) +
+                                  " ranks, expected " + str(g.size));
+  return g;
+}
+
 } // namespace
 
 std::string_view roleName(Role role) {
@@ -368,6 +403,10 @@ json::Expected<Interface> parseInterface(std::string_view text) {
       r.fail("collectives.fingerprint", "expected a number (0x...)");
     result.collectiveFingerprint = value;
   }
+  if (const json::Array *groups = r.array(*root, "groups", "", false))
+    for (size_t i = 0; i < groups->size() && !r.failed(); ++i)
+      result.groups.push_back(readGroup(
+          r, (*groups)[i], "groups[" + str(i) + "]", result.worldSize));
   const json::Array *args = r.array(*root, "args", "");
   const json::Array *results = r.array(*root, "results", "");
   if (r.failed())
@@ -530,6 +569,21 @@ json::Value toJSON(const Interface &interface) {
                         {"fingerprint", std::string(fingerprint)}});
   root.set("args", std::move(args));
   root.set("results", std::move(results));
+  if (!interface.groups.empty()) {
+    json::Array groups;
+    for (const ProcessGroup &g : interface.groups) {
+      json::Array color, key;
+      for (int64_t c : g.color)
+        color.push_back(c);
+      for (int64_t k : g.key)
+        key.push_back(k);
+      groups.push_back(json::Object{{"name", g.name},
+                                    {"size", g.size},
+                                    {"color", std::move(color)},
+                                    {"key", std::move(key)}});
+    }
+    root.set("groups", std::move(groups));
+  }
   return root;
 }
 

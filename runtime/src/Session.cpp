@@ -159,6 +159,27 @@ distopt_rt_status checkSameStep(distopt_rt_comm *comm,
   return DISTOPT_RT_OK;
 }
 
+/// The step's process groups, split from `world` now, as the step would at
+/// its first collective on each (and kept with `world` for it): every rank
+/// starts the session, having checked it runs the same step, so a bad
+/// layout or a rank that never comes fails here rather than inside a step.
+distopt_rt_status splitGroups(distopt_rt_comm *world,
+                              const step::Interface &abi) {
+  distopt_rt_bind_world(world);
+  distopt_rt_status status = DISTOPT_RT_OK;
+  for (const step::ProcessGroup &g : abi.groups) {
+    std::vector<int64_t> layout(g.color);
+    layout.insert(layout.end(), g.key.begin(), g.key.end());
+    distopt_rt_comm *comm;
+    status = distopt_rt_group(abi.worldSize, g.size, layout.data(),
+                              g.name.c_str(), &comm);
+    if (status != DISTOPT_RT_OK)
+      break;
+  }
+  distopt_rt_bind_world(nullptr);
+  return status;
+}
+
 /// Which argument each result updates: the one of the same role and name
 /// (a loss, or another scalar the step reports, updates none: SIZE_MAX).
 distopt_rt_status matchResults(const step::Interface &abi,
@@ -268,6 +289,8 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   distopt_rt_comm_rank(session->comm, &session->rank);
   distopt_rt_comm_size(session->comm, &session->size);
   status = checkSameStep(session->comm, abi, session->rank);
+  if (status == DISTOPT_RT_OK)
+    status = splitGroups(session->stepComm, abi);
   if (status != DISTOPT_RT_OK)
     return status;
 

@@ -36,10 +36,12 @@ VALID = {
         {"role": "param", "name": "w", "dtype": "f32", "shape": [4, 4], "in_place_arg": 0},
     ],
     "collectives": {"count": 2, "fingerprint": "0x00000000deadbeef"},
+    "groups": [{"name": "rows", "size": 2, "color": [0, 0, 1, 1], "key": [0, 1, 0, 1]}],
 }
 OPTIONAL = {"device", "lr", "model", "seed", "role", "name", "shape", "init", "per_rank",
-            "shard_of", "layout", "owner", "in_place_arg"}
-# Inside a layout entry only the owner may be missing.
+            "shard_of", "layout", "owner", "in_place_arg", "groups"}
+# Inside a layout entry only the owner may be missing; a group needs all
+# of its fields.
 OPTIONAL_IN_LAYOUT = {"owner"}
 WRONG = [None, "text", -1, [1], {"a": 1}]
 
@@ -78,7 +80,8 @@ def main():
         doc = copy.deepcopy(VALID)
         parent, key = at(doc, path)
         del parent[key]
-        optional = OPTIONAL_IN_LAYOUT if "layout" in path[:-1] else OPTIONAL
+        optional = (OPTIONAL_IN_LAYOUT if "layout" in path[:-1] else
+                    set() if "groups" in path[:-1] else OPTIONAL)
         cases.append((f"without {spell(path)}", doc,
                       None if key in optional else spell(path)))
         original = at(VALID, path)[0][key]
@@ -126,6 +129,16 @@ def main():
          lambda d: d["args"][5].update(layout=[{"name": "x", "offset": 0, "shape": []}]))
     case("a scalar drawn at random", "args[5].init",
          lambda d: d["args"][5].update(init="randn"))
+    # A process group's layout: a part per color, `size` ranks in each.
+    case("a group of 0 ranks", "groups[0].size", lambda d: d["groups"][0].update(size=0))
+    case("a group larger than the world", "groups[0].size", lambda d: d["groups"][0].update(size=8))
+    case("a group without a name", "groups[0].name", lambda d: d["groups"][0].update(name=""))
+    case("a layout for 3 ranks", "groups[0]: color and key need one entry per world rank (4)",
+         lambda d: d["groups"][0].update(color=[0, 0, 1]))
+    case("a rank beyond its part", "groups[0].key[1]", lambda d: d["groups"][0].update(key=[0, 2, 0, 1]))
+    case("a part of 3 ranks", "groups[0].color: part 0 has 3 ranks, expected 2",
+         lambda d: d["groups"][0].update(color=[0, 0, 0, 1]))
+    case("a negative color", "groups[0].color[0]", lambda d: d["groups"][0].update(color=[-1, 0, 1, 1]))
     # A result is written back into the argument it replaces.
     case("a result of another shape", "results[0]: result 'w' (f32[8]) replaces argument #0, which is f32[4x4]",
          lambda d: d["results"][0].update(shape=[8]))

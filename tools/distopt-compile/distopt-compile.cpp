@@ -292,6 +292,19 @@ static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
     return step.emitError() << "result #" << offender << ": " << error;
   std::tie(abiInfo.collectiveFingerprint, abiInfo.collectiveCount) =
       collectiveFingerprint(step);
+  // The groups the step communicates on, other than the world: a session
+  // splits them when it starts.
+  for (auto group : module.getOps<mlir::distopt::ProcessGroupOp>()) {
+    if (group.isWorld() ||
+        SymbolTable::symbolKnownUseEmpty(group.getSymNameAttr(), module) ||
+        group.getWorldSize() != abiInfo.worldSize)
+      continue;
+    mlir::distopt::ProcessGroupOp::Membership members = group.getMembership();
+    abiInfo.groups.push_back(
+        {group.getSymName().str(), group.getSize(),
+         std::vector<int64_t>(members.color.begin(), members.color.end()),
+         std::vector<int64_t>(members.key.begin(), members.key.end())});
+  }
   return abiInfo;
 }
 

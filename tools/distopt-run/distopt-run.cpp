@@ -181,6 +181,9 @@ void describe(const distopt::step::Interface &abi) {
     print("argument", i, v);
   for (auto [i, v] : llvm::enumerate(abi.results))
     print("result", i, v);
+  for (const distopt::step::ProcessGroup &g : abi.groups)
+    os << "  group '" << g.name << "': " << abi.worldSize / g.size
+       << " parts of " << g.size << " ranks\n";
 }
 
 /// Prints the progress line of `step` when it is due.

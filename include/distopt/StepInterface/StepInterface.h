@@ -106,6 +106,17 @@ struct Value {
 };
 
 /// A compiled step's interface.
+/// A process group other than the world that the step communicates on
+/// (a mesh axis, listed parts): split from the world when a session
+/// starts, so that a bad layout or a missing rank fails there, not in the
+/// middle of a step.
+struct ProcessGroup {
+  std::string name; // the group's symbol
+  int64_t size = 1; // ranks in each part
+  /// Indexed by world rank: the part it is in and its rank in that part.
+  std::vector<int64_t> color, key;
+};
+
 struct Interface {
   static constexpr int64_t kVersion = 1;
   std::string device = "cpu"; // where its buffers live: cpu or cuda
@@ -118,6 +129,7 @@ struct Interface {
   int64_t gradAccumulation = 1;
   std::string model;
   std::vector<Value> args, results;
+  std::vector<ProcessGroup> groups;
   /// Every rank compares these before the first step: ranks running
   /// different steps would issue different collectives.
   int64_t collectiveCount = 0;
