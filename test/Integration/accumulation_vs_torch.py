@@ -1,8 +1,8 @@
 """Gradient accumulation (test/Integration/accumulation-vs-torch.test): a
 spec with grad_accumulation 4 (AdamW; bf16 parameters of 33x17, 17 and 0-d
 with fp32 main parameters, and the same in f32) run through the Python
-bindings under mpirun: Session.accumulate() after each of a step's first 3
-micro-batches, run() with the 4th.
+bindings under mpirun for 30 steps: Session.accumulate() after each of a
+step's first 3 micro-batches, run() with the 4th.
 
 - accumulate() zeroes the gradient buffers it consumed;
 - ZeRO-1 and ZeRO-2 equal the unsharded step bit for bit;
@@ -34,7 +34,7 @@ failures = checks = 0
 
 SHAPES = {"w": (33, 17), "b": (17,), "s": ()}
 K = 4
-STEPS = 5
+STEPS = 30
 ADAMW = {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}
 
 

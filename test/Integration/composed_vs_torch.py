@@ -10,8 +10,8 @@ groups (no weight decay and half the learning rate for the bias and the
 0-d one, as torch param_groups with lr = 0.5 x the base rate), under a
 linear warmup and cosine decay (torch's LambdaLR with the lambda of
 docs/param-spec.md, stepped every iteration, skipped ones included). Each rank's
-gradient is its own draw times the current loss scale; at steps 4 and 9
-one rank's gradient holds an inf, then a NaN.
+gradient is its own draw times the current loss scale; at steps 4, 9 and
+21 (of 30) one rank's gradient holds an inf, a NaN, an inf.
 
 - ZeRO stages 1, 2 and 3 against the unsharded step on the same ranks:
   parameters and optimizer state bit for bit, the same gradient norm, loss
@@ -24,10 +24,10 @@ one rank's gradient holds an inf, then a NaN.
   torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW. Skipped steps and
   the scale trajectory identical; parameters within 2e-6 of each tensor's
   magnitude (f32 rounding of another summation order of the ranks'
-  gradients and of the norm, carried through 12 AdamW steps).
-- `save` (at one world size) runs ZeRO-2 for 12 steps, saving a checkpoint
+  gradients and of the norm, carried through 30 AdamW steps).
+- `save` (at one world size) runs ZeRO-2 for 30 steps, saving a checkpoint
   after step 6, and keeps the final parameters; `resume` (at another)
-  loads it into its own ZeRO-2 step and runs steps 7 to 12: the same
+  loads it into its own ZeRO-2 step and runs steps 7 to 30: the same
   parameters bit for bit, the same scales and rates (the loss scale, its
   tracker and the schedule's count are in the checkpoint). Every rank
   feeds the same gradient here, so that their average is the same at any
@@ -51,14 +51,14 @@ rank, size = comm.Get_rank(), comm.Get_size()
 failures = checks = 0
 
 SHAPES = {"w": (33, 17), "b": (17,), "s": ()}
-STEPS = 12
-POISON = {4: math.inf, 9: math.nan}  # step -> value put in one rank's grad
+STEPS = 30
+POISON = {4: math.inf, 9: math.nan, 21: math.inf}  # step -> value put in one rank's grad
 SCALING = {"type": "dynamic", "init_scale": 1024.0, "growth_factor": 2.0,
            "backoff_factor": 0.5, "growth_interval": 3}
 MAX_NORM = 0.05
 ADAMW = {"lr": 0.01, "betas": (0.9, 0.99), "weight_decay": 0.1}
 NO_DECAY = {"weight_decay": 0.0, "lr_scale": 0.5}  # for "b" and "s"
-SCHEDULE = {"type": "warmup_cosine", "warmup_steps": 3, "total_steps": 10,
+SCHEDULE = {"type": "warmup_cosine", "warmup_steps": 3, "total_steps": 25,
             "min_lr": 0.001}
 
 
