@@ -4,7 +4,7 @@ parameter groups: no weight decay on biases and LayerNorms; warmup + cosine
 schedule) on 124M f32 parameters, AdamW, 2 ranks, with dynamic loss scaling
 and clip_grad_norm_(1.0) under ZeRO-1 and ZeRO-2, against the same step
 without clipping and scaling (what composing costs: one more read of the
-gradient shard for the norm and the overflow check, two scalar reductions,
+gradient shard for the norm and the overflow check, one small reduction,
 the selects), and against torch DDP (gloo, 25 MB buckets, gradient views) +
 ZeroRedundancyOptimizer(AdamW) with the same recipe: its GradScaler rule
 written out (torch 1.13's scaler is CUDA-only: an isfinite check of every

@@ -202,6 +202,12 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     }
   }
 
+  // Overflow checks that a sharded norm's reduction carries.
+  llvm::SmallPtrSet<Operation *, 4> fusedChecks;
+  func.walk([&](ClipGradNormOp clip) {
+    if (AllFiniteOp check = getFusedFiniteCheck(clip))
+      fusedChecks.insert(check);
+  });
   func.walk([&](Operation *op) {
     if (auto pack = dyn_cast<BucketPackOp>(op)) {
       // A bucket is what a reduction takes (ZeRO packs parameters too, to
@@ -255,16 +261,19 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
             op))
       return;
+    if (fusedChecks.contains(op))
+      return;
     CollectiveRow &row = report.collectives[op->getName().stripDialect()];
     if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
       // What the lowering reduces across ranks: the finite check's i32 vote;
       // the norm's f64 partial sum, or one per tensor of a sharded norm
-      // (tensor_bounds: a begin and an end each).
+      // (tensor_bounds: a begin and an end each), and then the f64 flag of
+      // the overflow check it carries (counted there, not as a vote).
       int64_t bytes = 4;
       if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
         bytes = 8;
         if (ArrayAttr bounds = clip.getTensorBoundsAttr()) {
-          bytes = 0;
+          bytes = getFusedFiniteCheck(clip) ? 8 : 0;
           for (Attribute pairs : bounds)
             bytes += 8 * (cast<DenseI64ArrayAttr>(pairs).size() / 2);
         }

@@ -36,11 +36,12 @@
 // CHECK: distopt.loss_scale_update %[[SCALE]], %{{.*}}, %[[OK]]
 // CHECK: return {{.*}}%[[NORM]]
 //
-// What composing costs on the wire: a 4-byte vote and one f64 partial sum
-// per tensor, beside the gradients' reduce-scatters.
+// What composing costs on the wire: one reduction beside the gradients'
+// reduce-scatters, of an f64 partial sum per tensor and the overflow
+// check's f64 flag (the lowering fuses the check into the norm's).
 // REPORT: reduce_scatter 2 384
-// REPORT-NEXT: all_finite 1 4
-// REPORT-NEXT: clip_grad_norm 1 16
+// REPORT-NEXT: clip_grad_norm 1 24
+// REPORT-NOT: all_finite
 //
 // GPT-2's recipe: two layouts (the decayed matrices, the rest), one norm
 // over all 148 tensors.

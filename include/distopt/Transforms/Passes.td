@@ -378,7 +378,8 @@ def ShardOptimizerPass
     gradients' `distopt.all_finite`, and `arith.truncf` for model copies).
     With `strategy=flat`, every group's gradient chunk is reduced first; the
     overflow check and the clipping are then rebuilt over the chunks `on`
-    the group (one scalar reduction each; the norm's `tensor_bounds` make
+    the group (one small reduction for both: the lowering carries the
+    check in the norm's reduction of its partial sums; the norm's `tensor_bounds` make
     each tensor's norm that of the whole tensor, so the step stays bit for
     bit the unsharded one), each chunk's update is kept only if all were
     finite, and what reads the check (the loss scale's update) moves after

@@ -116,15 +116,10 @@ void lowerUnscale(RewriterBase &rewriter, UnscaleOp op) {
   rewriter.replaceOp(op, scaleAll(b, loc, op.getInput(), inverse));
 }
 
-/// all_finite: an AND over every element of every input (and, with a group,
-/// over the ranks: a min of 0/1 across them).
-void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
-  OpBuilder &b = rewriter;
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(op);
-  Location loc = op.getLoc();
+/// Whether every element of every input is finite, on this rank (i1).
+static Value localAllFinite(OpBuilder &b, Location loc, ValueRange inputs) {
   Value ok = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
-  for (Value input : op.getInputs()) {
+  for (Value input : inputs) {
     Value finite = reduceAll(
         b, loc, input, ok, [](OpBuilder &nb, Location l, Value x, Value acc) {
           Value wide = widen(nb, l, x, nb.getF32Type());
@@ -135,6 +130,17 @@ void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
         });
     ok = arith::AndIOp::create(b, loc, ok, finite);
   }
+  return ok;
+}
+
+/// all_finite: an AND over every element of every input (and, with a group,
+/// over the ranks: a min of 0/1 across them).
+void lowerAllFinite(RewriterBase &rewriter, AllFiniteOp op) {
+  OpBuilder &b = rewriter;
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(op);
+  Location loc = op.getLoc();
+  Value ok = localAllFinite(b, loc, op.getInputs());
   if (FlatSymbolRefAttr group = op.getGroupAttr()) {
     Value asInt = arith::ExtUIOp::create(b, loc, b.getI32Type(), ok);
     Value agreed = allReduceScalar(b, loc, asInt, group, ReductionKind::Min);
@@ -269,6 +275,17 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
   };
   ReductionKind combine = isInf ? ReductionKind::Max : ReductionKind::Sum;
   if (ArrayAttr bounds = op.getTensorBoundsAttr()) {
+    // The overflow check of the same shards (ZeRO with loss scaling) rides
+    // in the same reduction: its flag (1: this rank saw a non-finite
+    // value) is one more element, summed or maximized with the partials,
+    // 0 only if no rank saw one. Only a check before the clip whose users
+    // all come after it: its value is known here, and needed no earlier.
+    AllFiniteOp check = getFusedFiniteCheck(op);
+    Value flag;
+    if (check)
+      flag = arith::SelectOp::create(b, loc,
+                                     localAllFinite(b, loc, check.getInputs()),
+                                     cst(0.0), cst(1.0));
     // Each tensor's part in this rank's chunk [r * S, (r + 1) * S): its
     // partial sums, combined over the group in one reduction, then each
     // tensor's norm as without sharding.
@@ -297,14 +314,25 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
         partials.push_back(partial(part, inverse));
       }
     }
+    size_t numPartials = partials.size();
+    if (flag)
+      partials.push_back(flag);
     auto type = RankedTensorType::get({(int64_t)partials.size()}, f64);
     Value all = tensor::FromElementsOp::create(b, loc, type, partials);
     Value reduced = AllReduceOp::create(
         b, loc, type, all, op.getGroupAttr(), /*wire_type=*/nullptr,
         ReductionKindAttr::get(b.getContext(), combine), /*scale=*/nullptr);
-    for (size_t k = 0; k < partials.size(); ++k)
+    for (size_t k = 0; k < numPartials; ++k)
       addTensor(
           tensor::ExtractOp::create(b, loc, reduced, ValueRange{index(k)}));
+    if (check) {
+      Value flags = tensor::ExtractOp::create(b, loc, reduced,
+                                              ValueRange{index(numPartials)});
+      rewriter.replaceOp(check, arith::CmpFOp::create(b, loc,
+                                                      arith::CmpFPredicate::OEQ,
+                                                      flags, cst(0.0))
+                                    .getResult());
+    }
   } else {
     for (Value input : op.getInputs()) {
       auto [read, inverse] = source(input);

@@ -338,3 +338,40 @@ func.func @sub_groups(%g: tensor<6xf32>) -> (tensor<6xf32>, tensor<6xf32>, tenso
   %c = distopt.shard_slice %a on @rows : tensor<6xf32> -> tensor<2xf32>
   return %a, %b, %c : tensor<6xf32>, tensor<6xf32>, tensor<2xf32>
 }
+
+// -----
+
+// ZeRO with loss scaling and clipping: the overflow check of the shards
+// rides in the norm's reduction, its flag (0 or 1 per rank) after the
+// per-tensor partial sums; one all_reduce, and the check is true when the
+// ranks' flags sum to 0.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @finite_check_fused_into_norm
+// CHECK:       %[[FLAG:.*]] = arith.select %{{.*}}, %{{.*}}, %{{.*}} : f64
+// CHECK:       %[[BOTH:.*]] = tensor.from_elements %{{.*}}, %[[FLAG]] : tensor<2xf64>
+// CHECK:       %[[SUMS:.*]] = distopt.all_reduce sum %[[BOTH]] on @dp : tensor<2xf64>
+// CHECK-NOT:   distopt.all_reduce
+// CHECK:       tensor.extract %[[SUMS]]
+// CHECK:       %[[FLAGS:.*]] = tensor.extract %[[SUMS]]
+// CHECK:       %[[OK:.*]] = arith.cmpf oeq, %[[FLAGS]], %{{.*}} : f64
+// CHECK:       arith.select %[[OK]]
+func.func @finite_check_fused_into_norm(%g: tensor<8xf32>, %h: tensor<8xf32>, %w: tensor<8xf32>) -> (tensor<8xf32>, i1, f32) {
+  %ok = distopt.all_finite %g on @dp : tensor<8xf32>
+  %c, %n = distopt.clip_grad_norm %h max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
+  %s = arith.select %ok, %c, %w : tensor<8xf32>
+  return %s, %ok, %n : tensor<8xf32>, i1, f32
+}
+
+// -----
+
+// A check read before the norm is computed keeps its own vote.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @finite_check_read_first
+// CHECK:       distopt.all_reduce min %{{.*}} on @dp : tensor<1xi32>
+// CHECK:       distopt.all_reduce sum %{{.*}} on @dp : tensor<1xf64>
+func.func @finite_check_read_first(%g: tensor<8xf32>, %h: tensor<8xf32>, %w: tensor<8xf32>) -> (tensor<8xf32>, f32) {
+  %ok = distopt.all_finite %g on @dp : tensor<8xf32>
+  %x = arith.select %ok, %h, %w : tensor<8xf32>
+  %c, %n = distopt.clip_grad_norm %x max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
+  return %c, %n : tensor<8xf32>, f32
+}

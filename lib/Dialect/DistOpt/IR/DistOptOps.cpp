@@ -34,6 +34,26 @@ using namespace mlir::distopt::detail;
 // Helpers
 //===----------------------------------------------------------------------===//
 
+AllFiniteOp mlir::distopt::getFusedFiniteCheck(ClipGradNormOp clip) {
+  if (!clip.getTensorBoundsAttr() || !clip.getGroupAttr())
+    return {};
+  Block *block = clip->getBlock();
+  for (Operation &op : *block) {
+    if (&op == clip.getOperation())
+      return {};
+    auto check = dyn_cast<AllFiniteOp>(op);
+    if (!check || check.getGroupAttr() != clip.getGroupAttr())
+      continue;
+    bool readLater = llvm::all_of(check->getUsers(), [&](Operation *user) {
+      Operation *inBlock = block->findAncestorOpInBlock(*user);
+      return inBlock && clip->isBeforeInBlock(inBlock);
+    });
+    if (readLater)
+      return check;
+  }
+  return {};
+}
+
 ProcessGroupOp mlir::distopt::lookupProcessGroup(Operation *from,
                                                  FlatSymbolRefAttr symbol) {
   if (!symbol)

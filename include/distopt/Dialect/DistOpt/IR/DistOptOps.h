@@ -38,6 +38,12 @@ SmallVector<int64_t> computeBucketOffsets(TypeRange types,
 /// Whether `op` communicates: it has an effect on the Communicator resource.
 bool communicates(Operation *op);
 
+/// The overflow check whose agreement across ranks the lowering of a
+/// sharded `clip` (one with tensor_bounds) carries in its own reduction of
+/// the norm's partial sums: a distopt.all_finite on the same group, in the
+/// same block before it, read only after it. Null if there is none.
+AllFiniteOp getFusedFiniteCheck(ClipGradNormOp clip);
+
 /// Whether multiplying by `scale` in `type` neither rounds it to zero nor
 /// overflows (the condition on a premul_sum factor).
 bool isRepresentableScale(const llvm::APFloat &scale, FloatType type);
