@@ -401,7 +401,9 @@ def ShardOptimizerPass
     gradient on the shard group; stages 2 and 3 `reduce_scatter` inside the
     shard group and `all_reduce` the chunk across the replicate group (an
     `avg` sums in both and divides once, as the runtime's `avg` does), so
-    only 1/S of the gradient crosses between shard groups. Updated chunks
+    only 1/S of the gradient crosses between shard groups. The two stages
+    add in another order than one world reduction, and round bf16/f16
+    chunks after each stage (`--distopt-widen-reductions` avoids that). Updated chunks
     are gathered, and norms and overflow checks agreed, inside the shard
     group only (each element counted once).
   }];
