@@ -35,7 +35,8 @@ struct Pattern {
 /// Writes `values` into tensor `index`, rounded to its type.
 void write(Run &run, size_t index, const std::vector<double> &values) {
   const distopt_step_tensor &t = run.tensors[index];
-  std::vector<char> bytes(t.bytes);
+  std::vector<char> &bytes = run.fillBytes;
+  bytes.resize(t.bytes);
   check(distopt_rt_convert(values.data(), DISTOPT_RT_F64, bytes.data(),
                            static_cast<distopt_rt_dtype>(t.dtype_code),
                            t.numel),
@@ -69,7 +70,8 @@ void fillGradients(Run &run, int64_t step, bool overflow, int64_t micro) {
       continue;
     Pattern pattern(std::string(t.name) + "g" + std::to_string(step - 1) +
                     (micro ? "m" + std::to_string(micro) : ""));
-    std::vector<double> values(t.numel);
+    std::vector<double> &values = run.fillValues;
+    values.resize(t.numel);
     for (int64_t k = 0; k < t.numel; ++k)
       values[k] = static_cast<double>(static_cast<float>(pattern(k))) * factor;
     if (overflow && t.numel > 0) {

@@ -34,6 +34,10 @@ struct Run {
   std::vector<distopt_step_tensor> tensors;
   /// Per step run: its time in seconds; the loss, where the step has one.
   std::vector<double> times, losses;
+  /// Fills' buffers, kept from step to step: fresh ones of a large
+  /// gradient's size each step cost page faults that slow the step too.
+  std::vector<double> fillValues;
+  std::vector<char> fillBytes;
   /// The last step's other scalar results (a gradient norm, a loss scale),
   /// labelled by name, role or position.
   std::vector<std::pair<std::string, double>> scalars;
