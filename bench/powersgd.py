@@ -36,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
+from powersgd_kernels import arithmetic  # noqa: E402
 from common import (backward_step_timing, collectives_per_step, compile_and_run,  # noqa: E402
                     reduce_only_step, report, shaped_module, spawn_gloo)
 
@@ -138,6 +139,22 @@ def main():
                          f"| {ddp.median / ms.median:.2f} | {hook_ms.fmt(2)} "
                          f"| {hook_ms.median / ms.median:.2f} |")
         print("\n".join(lines[-1 - len(ours):]), flush=True)
+    lines += ["", "PowerSGD's arithmetic on the compressed tensors' shapes "
+              "(bench/powersgd_kernels.py: the products P = MQ and Q' = M^T P, "
+              "and the orthogonalization of P and Q, against OpenBLAS on one "
+              "thread in the same process; GFLOP/s over all the step's tensors):", "",
+              "| model | PowerSGD rank | tensors | products GFLOP/s | OpenBLAS sgemm GFLOP/s "
+              "| products / sgemm | orthogonalization GFLOP/s | OpenBLAS Gram-Schmidt GFLOP/s "
+              "| orthogonalization / OpenBLAS |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for model in ("resnet18-cifar", "resnet50"):
+        spec_path = os.path.join(ROOT, "examples", "specs", f"{model}.json")
+        for rank in RANKS:
+            a = arithmetic(args.build, spec_path, rank)
+            (p, pb), (o, ob) = a["products"], a["orthogonalization"]
+            lines.append(f"| {model} | {rank} | {a['tensors']} | {p:.1f} | {pb:.1f} | {p / pb:.2f} "
+                         f"| {o:.1f} | {ob:.1f} | {o / ob:.2f} |")
+            print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:

@@ -108,26 +108,31 @@ static AffineMap dims(OpBuilder &b, unsigned row, unsigned col) {
 }
 
 /// Modified Gram-Schmidt, left to right, as the PowerSGD hook's
-/// _orthogonalize_gram_schmidt: column i /= (its 2-norm [+ epsilon]); every
-/// later column c -= (column c . column i) * column i. The rank is small and
-/// static, so the columns are unrolled; each step rewrites the whole matrix
-/// (no strided column slices). Norms accumulate in f64 (torch's CPU norm of
-/// f32), dot products in f32 or the element type if wider.
+/// _orthogonalize_gram_schmidt: u = column i / (its 2-norm [+ epsilon]);
+/// every later column c -= (u . column c) * u. The rank is small and static,
+/// so the columns are unrolled; each step rewrites the whole matrix (no
+/// strided column slices). Norms accumulate in f64 (torch's CPU norm of
+/// f32), dot products in f32 or the element type if wider. Both sums are
+/// reassociable, so that they vectorize (a serial chain of adds runs at one
+/// element per add latency): a reduction's order is the library's choice,
+/// torch's included, and these stay within the tests' tolerance of it.
 static Value orthogonalize(OpBuilder &b, Location loc, Value matrix,
                            double epsilon) {
   auto type = cast<RankedTensorType>(matrix.getType());
   auto element = cast<FloatType>(type.getElementType());
   Type f64 = b.getF64Type();
-  int64_t rank = type.getDimSize(1);
+  int64_t rows = type.getDimSize(0), rank = type.getDimSize(1);
   MLIRContext *ctx = b.getContext();
   auto parallel = utils::IteratorType::parallel;
   auto reduction = utils::IteratorType::reduction;
+  auto reassoc = arith::FastMathFlags::reassoc;
   AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
   auto filled = [&](ArrayRef<int64_t> shape, Type t) -> Value {
     Value empty = tensor::EmptyOp::create(b, loc, shape, t);
     Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(t));
     return linalg::FillOp::create(b, loc, zero, empty).getResult(0);
   };
+  AffineMap identity = b.getMultiDimIdentityMap(2);
   for (int64_t i = 0; i < rank; ++i) {
     AffineExpr col = getAffineConstantExpr(i, ctx);
     // The norm of column i: rows -> scalar.
@@ -142,7 +147,9 @@ static Value orthogonalize(OpBuilder &b, Location loc, Value matrix,
               Value w = widen(nb, l, args[0], f64);
               Value sq = arith::MulFOp::create(nb, l, w, w);
               linalg::YieldOp::create(
-                  nb, l, arith::AddFOp::create(nb, l, args[1], sq).getResult());
+                  nb, l,
+                  arith::AddFOp::create(nb, l, args[1], sq, reassoc)
+                      .getResult());
             })
             .getResult(0);
     Value norm = math::SqrtOp::create(
@@ -153,56 +160,89 @@ static Value orthogonalize(OpBuilder &b, Location loc, Value matrix,
       norm = arith::AddFOp::create(
           b, loc, norm,
           arith::ConstantOp::create(b, loc, FloatAttr::get(element, epsilon)));
-    // dots(c) = sum over rows r of (m(r, i) / norm) * m(r, c): (c, r);
-    // the products rounded to the element type, summed in f32 or wider.
-    Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
-    Value dots =
+    // u = column i / norm, divided once per row.
+    Value unit =
         linalg::GenericOp::create(
-            b, loc, TypeRange{RankedTensorType::get({rank}, acc)},
-            ValueRange{matrix, matrix}, ValueRange{filled({rank}, acc)},
-            SmallVector<AffineMap>{AffineMap::get(2, 0, {d1, col}, ctx),
-                                   AffineMap::get(2, 0, {d1, d0}, ctx),
-                                   AffineMap::get(2, 0, {d0}, ctx)},
-            SmallVector<utils::IteratorType>{parallel, reduction},
+            b, loc, TypeRange{RankedTensorType::get({rows}, element)},
+            ValueRange{matrix},
+            ValueRange{tensor::EmptyOp::create(b, loc, {rows}, element)},
+            SmallVector<AffineMap>{AffineMap::get(1, 0, {d0, col}, ctx),
+                                   AffineMap::get(1, 0, {d0}, ctx)},
+            SmallVector<utils::IteratorType>{parallel},
             [&](OpBuilder &nb, Location l, ValueRange args) {
-              Value unit = arith::DivFOp::create(nb, l, args[0], norm);
-              Value product = arith::MulFOp::create(nb, l, unit, args[1]);
               linalg::YieldOp::create(
                   nb, l,
-                  arith::AddFOp::create(nb, l, args[2],
-                                        widen(nb, l, product, acc))
-                      .getResult());
+                  arith::DivFOp::create(nb, l, args[0], norm).getResult());
             })
             .getResult(0);
-    if (acc != element)
-      dots = arith::TruncFOp::create(
-          b, loc, RankedTensorType::get({rank}, element), dots);
-    // Column i normalised, later columns projected out, earlier ones kept.
-    AffineMap identity = b.getMultiDimIdentityMap(2);
+    // The last column has no later columns to project u out of.
+    int64_t later = rank - i - 1;
+    Value dots;
+    if (later > 0) {
+      // dots(c) = sum over rows r of u(r) * m(r, i + 1 + c): (c, r); the
+      // products rounded to the element type, summed in f32 or wider.
+      Type acc = element.getWidth() < 32 ? b.getF32Type() : Type(element);
+      dots =
+          linalg::GenericOp::create(
+              b, loc, TypeRange{RankedTensorType::get({later}, acc)},
+              ValueRange{unit, matrix}, ValueRange{filled({later}, acc)},
+              SmallVector<AffineMap>{
+                  AffineMap::get(2, 0, {d1}, ctx),
+                  AffineMap::get(2, 0, {d1, d0 + (i + 1)}, ctx),
+                  AffineMap::get(2, 0, {d0}, ctx)},
+              SmallVector<utils::IteratorType>{parallel, reduction},
+              [&](OpBuilder &nb, Location l, ValueRange args) {
+                Value product = arith::MulFOp::create(nb, l, args[0], args[1]);
+                linalg::YieldOp::create(
+                    nb, l,
+                    arith::AddFOp::create(nb, l, args[2],
+                                          widen(nb, l, product, acc), reassoc)
+                        .getResult());
+              })
+              .getResult(0);
+      if (acc != element)
+        dots = arith::TruncFOp::create(
+            b, loc, RankedTensorType::get({later}, element), dots);
+      // Indexed by column: zeros up to column i.
+      dots = tensor::InsertSliceOp::create(
+          b, loc, dots, filled({rank}, element),
+          ArrayRef<OpFoldResult>{b.getIndexAttr(i + 1)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(later)},
+          ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+    }
+    // Column i becomes u, later columns lose their projection on u, earlier
+    // ones are kept.
+    SmallVector<Value> inputs = {matrix, unit};
+    SmallVector<AffineMap> maps = {identity, AffineMap::get(2, 0, {d0}, ctx)};
+    if (dots) {
+      inputs.push_back(dots);
+      maps.push_back(AffineMap::get(2, 0, {d1}, ctx));
+    }
+    maps.push_back(identity);
     matrix =
         linalg::GenericOp::create(
-            b, loc, TypeRange{type}, ValueRange{matrix, matrix, dots},
+            b, loc, TypeRange{type}, inputs,
             ValueRange{
                 tensor::EmptyOp::create(b, loc, type.getShape(), element)},
-            SmallVector<AffineMap>{identity,
-                                   AffineMap::get(2, 0, {d0, col}, ctx),
-                                   AffineMap::get(2, 0, {d1}, ctx), identity},
-            SmallVector<utils::IteratorType>{parallel, parallel},
+            maps, SmallVector<utils::IteratorType>{parallel, parallel},
             [&](OpBuilder &nb, Location l, ValueRange args) {
               Value c = linalg::IndexOp::create(nb, l, 1);
               Value ci = arith::ConstantIndexOp::create(nb, l, i);
-              Value unit = arith::DivFOp::create(nb, l, args[1], norm);
-              Value projected = arith::SubFOp::create(
-                  nb, l, args[0], arith::MulFOp::create(nb, l, args[2], unit));
               Value isCol =
                   arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, c, ci);
-              Value isLater = arith::CmpIOp::create(
-                  nb, l, arith::CmpIPredicate::sgt, c, ci);
-              Value later =
-                  arith::SelectOp::create(nb, l, isLater, projected, args[0]);
+              Value kept = args[0];
+              if (dots) {
+                Value isLater = arith::CmpIOp::create(
+                    nb, l, arith::CmpIPredicate::sgt, c, ci);
+                Value projected = arith::SubFOp::create(
+                    nb, l, args[0],
+                    arith::MulFOp::create(nb, l, args[2], args[1]));
+                kept =
+                    arith::SelectOp::create(nb, l, isLater, projected, args[0]);
+              }
               linalg::YieldOp::create(
                   nb, l,
-                  arith::SelectOp::create(nb, l, isCol, unit, later)
+                  arith::SelectOp::create(nb, l, isCol, args[1], kept)
                       .getResult());
             })
             .getResult(0);
