@@ -14,9 +14,11 @@
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/OpenMPToLLVM/ConvertOpenMPToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/SCFToGPU/SCFToGPUPass.h"
+#include "mlir/Conversion/SCFToOpenMP/SCFToOpenMP.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -150,6 +152,11 @@ void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createCollapseContiguousLoopsPass());
 }
 
+void mlir::distopt::buildParallelLoopsPipeline(OpPassManager &pm) {
+  pm.addNestedPass<func::FuncOp>(createParallelizeLoopsPass());
+  pm.addPass(createConvertSCFToOpenMPPass());
+}
+
 void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
                                              bool runtimeAllocator) {
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
@@ -167,12 +174,14 @@ void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertOpenMPToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
 void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
                                                    bool runtimeAllocator) {
   buildBufferizedStepPipeline(pm);
+  buildParallelLoopsPipeline(pm);
   buildLoopsToLLVMPipeline(pm, runtimeAllocator);
 }
 

@@ -10,7 +10,7 @@ import os
 
 from . import _config
 
-API_VERSION = 1
+API_VERSION = 2
 
 # distopt_rt_status, by code.
 STATUS_NAMES = {
@@ -49,7 +49,7 @@ class StepTensor(ctypes.Structure):
 class SessionOptions(ctypes.Structure):
     _fields_ = [("mpi_comm", _p), ("backend", _s),
                 ("timeout_seconds", ctypes.c_double), ("lr", ctypes.c_double),
-                ("seed", ctypes.c_uint64)]
+                ("seed", ctypes.c_uint64), ("threads", _i64)]
 
 
 def library_path():
@@ -84,6 +84,7 @@ def _load():
         "distopt_session_destroy": (None, [_p]),
         "distopt_session_rank": (_i64, [_p]),
         "distopt_session_size": (_i64, [_p]),
+        "distopt_session_threads": (_i64, [_p]),
         "distopt_session_arg_data": (_p, [_p, _i64]),
         "distopt_session_bind": (status, [_p, _i64, _p, _i64]),
         "distopt_session_tensor_data": (_p, [_p, _i64]),

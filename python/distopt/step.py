@@ -158,10 +158,12 @@ class Session:
     lr: the learning rate to start with (default: the compiled one).
     seed: the seed of the draws the interface asks for (PowerSGD's Q);
       None: the step's compiled seed, else 42.
+    threads: threads of a CPU step's parallel loops; None: DISTOPT_THREADS,
+      else this process's cores divided among the ranks on its node.
     """
 
     def __init__(self, step, comm=None, backend=None, timeout=None, lr=None,
-                 seed=None):
+                 seed=None, threads=None):
         self.step = step
         options = SessionOptions()
         lib.distopt_session_default_options(ctypes.byref(options))
@@ -178,12 +180,15 @@ class Session:
             options.lr = float(lr)
         if seed is not None:
             options.seed = seed
+        if threads is not None:
+            options.threads = int(threads)
         handle = ctypes.c_void_p()
         _check(lib.distopt_session_create(step._handle, ctypes.byref(options),
                                           ctypes.byref(handle)))
         self._handle = handle
         self.rank = lib.distopt_session_rank(handle)
         self.size = lib.distopt_session_size(handle)
+        self.threads = lib.distopt_session_threads(handle)
         self._bound = {}
         self._scalar_results = [
             r for r in step.results if not r.is_tensor and r.in_place_arg < 0]

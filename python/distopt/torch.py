@@ -69,7 +69,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     main_params: bf16/f16 parameters get an fp32 main copy that the
       optimizer updates.
     target: "cpu" or "cuda"; timeout: seconds a collective may wait;
-    cache: the directory of compiled steps; seed: PowerSGD's draws.
+    cache: the directory of compiled steps; seed: PowerSGD's draws;
+    threads: threads of the step's parallel loops (Session's threads).
 
     torch.optim.lr_scheduler works: param_groups[0]["lr"] is the rate of
     the next step. One parameter group.
@@ -83,7 +84,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, named_parameters, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
-                 cache=None, seed=None):
+                 cache=None, seed=None, threads=None):
         named = [(n, p) for n, p in named_parameters if p.requires_grad]
         if not named:
             raise ValueError("DistributedOptimizer got no parameters that "
@@ -110,7 +111,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
         self.session = Session(self.compiled, comm=self.comm, timeout=timeout,
-                               lr=recipe.get("lr"), seed=seed)
+                               lr=recipe.get("lr"), seed=seed,
+                               threads=threads)
         self._named = named
         self._param_views = []
         self._grad_views = []

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define DISTOPT_STEP_API_VERSION 1
+#define DISTOPT_STEP_API_VERSION 2
 
 typedef struct distopt_step distopt_step;       /* a loaded step */
 typedef struct distopt_session distopt_session; /* a step on a communicator */
@@ -159,12 +159,20 @@ typedef struct distopt_session_options {
    * init "randn"): the same on every rank. DISTOPT_SEED_OF_STEP: the one
    * the step was compiled with (--distopt-powersgd=seed=S), else 42. */
   uint64_t seed;
+  /* Threads of a CPU step's parallel loops (its large element-wise work;
+   * the results do not depend on the count). 0: the DISTOPT_THREADS
+   * environment variable, else the cores this process may run on divided
+   * among the ranks on its node as the launcher reports them
+   * (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE),
+   * at least 1: 1 when ranks outnumber the cores. */
+  int64_t threads;
 } distopt_session_options;
 
 #define DISTOPT_SEED_OF_STEP UINT64_MAX
 
 /* The defaults: the process's default world, DISTOPT_RT_TIMEOUT, the
- * compiled learning rate, the compiled seed (else 42). */
+ * compiled learning rate, the compiled seed (else 42), the default
+ * threads. */
 DISTOPT_RT_API void
 distopt_session_default_options(distopt_session_options *options);
 
@@ -179,6 +187,8 @@ DISTOPT_RT_API distopt_rt_status distopt_session_create(
 DISTOPT_RT_API void distopt_session_destroy(distopt_session *session);
 DISTOPT_RT_API int64_t distopt_session_rank(const distopt_session *session);
 DISTOPT_RT_API int64_t distopt_session_size(const distopt_session *session);
+/* The threads a CPU step's parallel loops run on (the option, resolved). */
+DISTOPT_RT_API int64_t distopt_session_threads(const distopt_session *session);
 
 /* The buffer of tensor argument `arg` (owned or bound): the step reads it
  * and leaves its update there. Stable for the session's life unless the

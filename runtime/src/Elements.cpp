@@ -1,6 +1,7 @@
 //===- Elements.cpp - element types and fused reduction kernels -*- C++ -*-===//
 
 #include "Elements.h"
+#include "Threads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -243,9 +244,10 @@ const char *name(distopt_rt_reduction op) {
   return isValid(op) ? names[op] : "invalid-reduction";
 }
 
-void combineChunk(const void *wire, distopt_rt_dtype wireType,
-                  const void *local, void *out, int64_t n,
-                  distopt_rt_dtype type, const Combine &c) {
+/// combineChunk on one thread.
+static void combineRange(const void *wire, distopt_rt_dtype wireType,
+                         const void *local, void *out, int64_t n,
+                         distopt_rt_dtype type, const Combine &c) {
   switch (type) {
   case DISTOPT_RT_F32:
     return combineWithWire<float>(wire, wireType, local, out, n, type, c);
@@ -262,8 +264,9 @@ void combineChunk(const void *wire, distopt_rt_dtype wireType,
   }
 }
 
-void convert(const void *in, distopt_rt_dtype inType, void *out,
-             distopt_rt_dtype outType, int64_t n) {
+/// convert on one thread.
+static void convertRange(const void *in, distopt_rt_dtype inType, void *out,
+                         distopt_rt_dtype outType, int64_t n) {
   if (inType == outType) {
     if (in != out)
       std::memmove(out, in, n * elementSize(inType));
@@ -283,6 +286,32 @@ void convert(const void *in, distopt_rt_dtype inType, void *out,
   case DISTOPT_RT_I64:
     return convertFrom(static_cast<const int64_t *>(in), out, outType, n);
   }
+}
+
+// Both split large buffers among this thread's share of threads: each
+// element is computed as on one thread, so the results do not depend on it.
+void combineChunk(const void *wire, distopt_rt_dtype wireType,
+                  const void *local, void *out, int64_t n,
+                  distopt_rt_dtype type, const Combine &c) {
+  size_t wireSize = elementSize(wireType), size = elementSize(type);
+  parallelFor(n, [&](int64_t begin, int64_t end) {
+    combineRange(wire ? static_cast<const char *>(wire) + begin * wireSize
+                      : nullptr,
+                 wireType, static_cast<const char *>(local) + begin * size,
+                 static_cast<char *>(out) + begin * size, end - begin, type, c);
+  });
+}
+
+void convert(const void *in, distopt_rt_dtype inType, void *out,
+             distopt_rt_dtype outType, int64_t n) {
+  if (inType == outType) // a copy, which may overlap: one memmove
+    return convertRange(in, inType, out, outType, n);
+  size_t inSize = elementSize(inType), outSize = elementSize(outType);
+  parallelFor(n, [&](int64_t begin, int64_t end) {
+    convertRange(static_cast<const char *>(in) + begin * inSize, inType,
+                 static_cast<char *>(out) + begin * outSize, outType,
+                 end - begin);
+  });
 }
 
 } // namespace distopt::rt

@@ -13,6 +13,7 @@
 
 #include "Cuda.h"
 #include "Step.h"
+#include "Threads.h"
 
 #include <algorithm>
 #include <chrono>
@@ -244,10 +245,15 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   if (given)
     options = *given;
   const step::Interface &abi = step->abi;
+  if (options.threads < 0)
+    return invalid("distopt_session_create: the number of threads must be "
+                   "positive (0: the default), not " +
+                   std::to_string(options.threads));
   double timeout =
       options.timeout_seconds > 0 ? options.timeout_seconds : defaultTimeout();
   auto session = std::make_unique<distopt_session>();
   session->step = step;
+  session->threads = options.threads > 0 ? options.threads : defaultThreads();
   retainStep(step);
   session->device = abi.device == "cuda";
   session->seed = options.seed != DISTOPT_SEED_OF_STEP
@@ -381,6 +387,10 @@ int64_t distopt_session_rank(const distopt_session *session) {
 
 int64_t distopt_session_size(const distopt_session *session) {
   return session ? session->size : 0;
+}
+
+int64_t distopt_session_threads(const distopt_session *session) {
+  return session ? session->threads : 0;
 }
 
 distopt_rt_comm *distopt_session_comm(const distopt_session *session) {
@@ -566,6 +576,8 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
     }
   }
 
+  if (!session->device)
+    useThreads(session->threads);
   auto begin = std::chrono::steady_clock::now();
   distopt_rt_status status =
       callStep(session->step->entry, packed.data(), session->stepComm);

@@ -111,6 +111,7 @@ struct distopt_session {
   int64_t rank = 0, size = 1;
   double lr = 1e-3;
   uint64_t seed = 42;
+  int64_t threads = 1; // of the step's parallel loops (CPU)
   int64_t stepsDone = 0;
   double lastSeconds = 0;
   /// Per argument: the buffer the step reads and updates, and whether the

@@ -151,6 +151,20 @@ static int testApi(const char *path) {
   distopt_session *session = NULL;
   REQUIRE_OK(distopt_session_create(step, &options, &session));
   CHECK(distopt_session_steps_done(session) == 0, "no steps yet");
+  CHECK(distopt_session_threads(session) >= 1, "a default thread count");
+
+  /* Threads: a count of the caller's is kept; a negative one is refused. */
+  distopt_session_options threaded = options;
+  threaded.threads = 3;
+  distopt_session *three = NULL;
+  REQUIRE_OK(distopt_session_create(step, &threaded, &three));
+  CHECK(distopt_session_threads(three) == 3, "three threads");
+  distopt_session_destroy(three);
+  threaded.threads = -2;
+  CHECK(distopt_session_create(step, &threaded, &three) ==
+                DISTOPT_RT_INVALID_ARGUMENT &&
+            strstr(distopt_rt_last_error(), "threads"),
+        "a negative thread count");
 
   /* Bindings of the wrong size or alignment are refused, naming w. */
   float *mine = aligned_alloc(64, 256);

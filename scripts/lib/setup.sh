@@ -9,14 +9,14 @@ LLVM_PREFIX=/usr/lib/llvm-22
 # MLIR's CMake config although libmlir-22-dev does not depend on it; OpenMPI
 # runs the multi-rank tests; python3-torch (CPU) is the numerical reference;
 # mpi4py, scikit-learn (its bundled digits) and torchvision run the PyTorch
-# examples (examples/torch) through the Python package. OpenBLAS is what
-# bench/powersgd_kernels.py holds PowerSGD's arithmetic against (torch
-# links it too, through libblas.so.3).
+# examples (examples/torch) through the Python package. libomp runs a CPU
+# step's parallel loops; OpenBLAS is what bench/powersgd_kernels.py holds
+# PowerSGD's arithmetic against (torch links it too, through libblas.so.3).
 DISTOPT_PACKAGES=(
   cmake ninja-build gcc g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   clang-format-22 liblld-22-dev zlib1g-dev libzstd-dev
-  libopenmpi-dev openmpi-bin iproute2 libopenblas-dev
+  libopenmpi-dev openmpi-bin iproute2 libomp-22-dev libopenblas-dev
   python3-torch python3-numpy python3-mpi4py python3-sklearn python3-torchvision
 )
 

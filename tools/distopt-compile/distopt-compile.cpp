@@ -40,6 +40,7 @@
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/OpenMP/OpenMPToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "lld/Common/Driver.h"
@@ -626,6 +627,7 @@ int main(int argc, char **argv) {
   mlir::distopt::registerBufferizableOpInterfaceExternalModels(registry);
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
+  registerOpenMPDialectTranslation(registry); // parallel loops
   registerAllGPUToLLVMIRTranslations(registry);
   MLIRContext context(registry);
   llvm::SourceMgr sourceMgr;

@@ -297,6 +297,16 @@ int64_t savedTensors(const Run &run) {
 
 int main(int argc, char **argv) {
   // Only this tool's options in --help, not every LLVM backend's.
+  // libLLVM.so registers a hidden option named "threads" of its own; this
+  // one replaces it (declared here, after theirs is removed).
+  if (cl::Option *theirs = cl::getRegisteredOptions().lookup("threads"))
+    theirs->removeArgument();
+  cl::opt<unsigned> threadsOption(
+      "threads",
+      cl::desc("Threads of a CPU step's parallel loops (default: "
+               "DISTOPT_THREADS, else this process's cores divided among the "
+               "ranks on its node)"),
+      cl::init(0), cl::cat(runCategory));
   cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(argc, argv,
                               "distopt-run: run a compiled step on N ranks\n");
@@ -327,7 +337,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   run.describe();
-  check(distopt_session_create(run.step, nullptr, &run.session),
+  distopt_session_options options;
+  distopt_session_default_options(&options);
+  options.threads = threadsOption;
+  check(distopt_session_create(run.step, &options, &run.session),
         "starting the session");
   run.rank = distopt_session_rank(run.session);
   run.size = distopt_session_size(run.session);

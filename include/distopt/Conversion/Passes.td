@@ -136,6 +136,31 @@ def FuseElementwiseProducersPass : Pass<"distopt-fuse-elementwise-producers"> {
   let dependentDialects = ["::mlir::linalg::LinalgDialect"];
 }
 
+def ParallelizeLoopsPass : Pass<"distopt-parallelize-loops"> {
+  let summary = "Run large element-wise linalg ops as parallel loops";
+  let description = [{
+    On a bufferized step (CPU): each linalg op whose loops are all parallel
+    and that runs at least `min-iterations` iterations becomes an
+    `scf.parallel` nest; every other linalg op stays for
+    `--convert-linalg-to-loops`. The CPU lowering then turns the parallel
+    loops into OpenMP work-sharing loops (`--convert-scf-to-openmp`): their
+    iterations are split among the threads the runtime gives the step
+    (`distopt-run --threads`, the session's `threads` option).
+
+    Each iteration writes its own elements, so the results do not depend on
+    the number of threads. Reductions (norms, finite checks, products) stay
+    sequential: splitting them would change their rounding with the thread
+    count. Small ops stay sequential too: a parallel region costs a few
+    microseconds to start, as much as updating tens of thousands of
+    elements from memory.
+  }];
+  let options = [
+    Option<"minIterations", "min-iterations", "int64_t", "65536",
+           "Iterations below which an op stays sequential">,
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect"];
+}
+
 def CollapseContiguousLoopsPass : Pass<"distopt-collapse-contiguous-loops"> {
   let summary = "Run linalg loops over contiguous memory as one loop";
   let description = [{

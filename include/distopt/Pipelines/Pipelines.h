@@ -181,8 +181,13 @@ void buildDistOptLowerToGPUPipeline(OpPassManager &pm,
 ///   loops over contiguous memory collapsed to one (`maxShardCases`: see
 ///   --distopt-lower-local-ops);
 void buildBufferizedStepPipeline(OpPassManager &pm, int64_t maxShardCases = 64);
+/// - the CPU lowering's large element-wise ops as OpenMP work-sharing loops
+///   (--distopt-parallelize-loops, --convert-scf-to-openmp), between the two
+///   halves;
+void buildParallelLoopsPipeline(OpPassManager &pm);
 /// - the CPU lowering's second half: loops on buffers to the LLVM dialect
 ///   (`runtimeAllocator`: allocate through the runtime's caching allocator);
+///   OpenMP ops become calls of LLVM's OpenMP runtime;
 void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator);
 /// - the GPU lowering's first half: buffers in device memory, kernels as
 ///   gpu.launch with `blockSize` threads.
