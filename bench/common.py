@@ -9,6 +9,13 @@ import tempfile
 import time
 from typing import NamedTuple
 
+# torch runs single-threaded in these benchmarks (torch.set_num_threads(1)),
+# but Debian's torch calls its BLAS through libblas.so.3 without setting
+# OpenBLAS's threads: each torch process would start one per core, and the
+# ranks' BLAS threads would fight over the cores (the PowerSGD hook took
+# 3.4x longer). Set before any torch process starts.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 def percentile(samples, fraction):
     """Nearest rank, as distopt-run and the runtime's bench compute it."""

@@ -20,7 +20,10 @@ bucket: see torch_worker); each time is (forward + backward under DDP) -
 (forward + backward of the same module alone), as in B7.
 Spreads (p10-p90): distopt's 10th and 90th percentile step; torch's less
 the median forward + backward.
---update writes the table into docs/benchmarks.md (B6) and plots
+Then PowerSGD's arithmetic against OpenBLAS on the same shapes
+(powersgd_kernels.py) and, where scripts/cluster can run, the link
+bandwidth at which compression starts paying off (powersgd_link.py).
+--update writes the tables into docs/benchmarks.md (B6) and plots
 docs/img/b6-powersgd.png.
 
     /usr/bin/python3 bench/powersgd.py [--build build] [--steps 16] [--update]
@@ -37,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
 from powersgd_kernels import arithmetic  # noqa: E402
+from powersgd_link import cluster_available, link_tables  # noqa: E402
 from common import (backward_step_timing, collectives_per_step, compile_and_run,  # noqa: E402
                     reduce_only_step, report, shaped_module, spawn_gloo)
 
@@ -155,6 +159,10 @@ def main():
             lines.append(f"| {model} | {rank} | {a['tensors']} | {p:.1f} | {pb:.1f} | {p / pb:.2f} "
                          f"| {o:.1f} | {ob:.1f} | {o / ob:.2f} |")
             print(lines[-1], flush=True)
+    if cluster_available():
+        lines += link_tables(args.build)
+    else:
+        lines += ["", "Not measured here: the emulated cluster (scripts/cluster --check fails)."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.update:

@@ -22,6 +22,9 @@ config.substitutions.append(("%distopt_obj_root", config.distopt_obj_root))
 config.substitutions.append(("%distopt_bin", config.distopt_tools_dir))
 config.substitutions.append(("%lit", os.path.join(config.llvm_tools_dir, "lit")))
 config.substitutions.append(("%examples", os.path.join(config.distopt_src_root, "examples")))
+# Debian's torch calls OpenBLAS (libblas.so.3) without limiting its
+# threads: one per core in every torch process of a multi-rank test.
+config.environment["OPENBLAS_NUM_THREADS"] = "1"
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope --allow-unused-prefixes=false"
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
