@@ -296,7 +296,6 @@ int64_t savedTensors(const Run &run) {
 } // namespace
 
 int main(int argc, char **argv) {
-  // Only this tool's options in --help, not every LLVM backend's.
   // libLLVM.so registers a hidden option named "threads" of its own; this
   // one replaces it (declared here, after theirs is removed).
   if (cl::Option *theirs = cl::getRegisteredOptions().lookup("threads"))
@@ -307,6 +306,7 @@ int main(int argc, char **argv) {
                "DISTOPT_THREADS, else this process's cores divided among the "
                "ranks on its node)"),
       cl::init(0), cl::cat(runCategory));
+  // Only this tool's options in --help, not every LLVM backend's.
   cl::HideUnrelatedOptions(runCategory);
   cl::ParseCommandLineOptions(argc, argv,
                               "distopt-run: run a compiled step on N ranks\n");
