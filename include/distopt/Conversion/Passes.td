@@ -150,12 +150,13 @@ def ParallelizeLoopsPass : Pass<"distopt-parallelize-loops"> {
     Each iteration writes its own elements, so the results do not depend on
     the number of threads. Reductions (norms, finite checks, products) stay
     sequential: splitting them would change their rounding with the thread
-    count. Small ops stay sequential too: a parallel region costs a few
-    microseconds to start, as much as updating tens of thousands of
-    elements from memory.
+    count. Small ops stay sequential too: starting a parallel region costs
+    about 10 us. Measured with AdamW on one f32 tensor, 1 thread against 2
+    (distopt-run --threads): 65536 elements 13.5 against 19 us, 131072
+    elements 28 against 22.5 us, 262144 elements 55 against 39 us.
   }];
   let options = [
-    Option<"minIterations", "min-iterations", "int64_t", "65536",
+    Option<"minIterations", "min-iterations", "int64_t", "131072",
            "Iterations below which an op stays sequential">,
   ];
   let dependentDialects = ["::mlir::scf::SCFDialect"];

@@ -5,18 +5,18 @@
 #id2 = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 
-// An element-wise update at the threshold (65536 iterations) becomes one
+// An element-wise update at the threshold (131072 iterations) becomes one
 // parallel loop over its iterations; its body is the op's.
 // CHECK-LABEL: func.func @large
 // CHECK: scf.parallel (%[[I:.*]]) = (%{{.*}}) to (%{{.*}}) step (%{{.*}}) {
 // CHECK: %[[AT:.*]] = affine.apply #{{.*}}(%[[I]])
-// CHECK: memref.load %{{.*}}[%[[AT]]] : memref<65536xf32>
+// CHECK: memref.load %{{.*}}[%[[AT]]] : memref<131072xf32>
 // CHECK: arith.mulf
-// CHECK: memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<65536xf32>
+// CHECK: memref.store %{{.*}}, %{{.*}}[%{{.*}}] : memref<131072xf32>
 // CHECK-NOT: linalg.generic
-func.func @large(%g: memref<65536xf32>, %p: memref<65536xf32>) {
+func.func @large(%g: memref<131072xf32>, %p: memref<131072xf32>) {
   linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
-      ins(%g : memref<65536xf32>) outs(%p : memref<65536xf32>) {
+      ins(%g : memref<131072xf32>) outs(%p : memref<131072xf32>) {
   ^bb0(%x: f32, %y: f32):
     %m = arith.mulf %x, %y : f32
     linalg.yield %m : f32
@@ -58,9 +58,9 @@ func.func @two_d(%a: memref<300x1000xf32>, %b: memref<300x1000xf32>) {
 // LOW: linalg.generic {{.*}}"reduction"
 // LOW: scf.for
 // LOW-NEXT: linalg.generic
-func.func @left(%small: memref<65535xf32>, %m: memref<512x512xf32>, %rows: memref<512xf32>) {
+func.func @left(%small: memref<131071xf32>, %m: memref<512x512xf32>, %rows: memref<512xf32>) {
   linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
-      ins(%small : memref<65535xf32>) outs(%small : memref<65535xf32>) {
+      ins(%small : memref<131071xf32>) outs(%small : memref<131071xf32>) {
   ^bb0(%x: f32, %y: f32):
     %s = arith.addf %x, %y : f32
     linalg.yield %s : f32
@@ -95,12 +95,12 @@ func.func @left(%small: memref<65535xf32>, %m: memref<512x512xf32>, %rows: memre
 // CHECK-LABEL: func.func @tensors
 // CHECK-NOT: scf.parallel
 // CHECK: linalg.generic
-func.func @tensors(%a: tensor<65536xf32>) -> tensor<65536xf32> {
+func.func @tensors(%a: tensor<131072xf32>) -> tensor<131072xf32> {
   %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
-      ins(%a : tensor<65536xf32>) outs(%a : tensor<65536xf32>) {
+      ins(%a : tensor<131072xf32>) outs(%a : tensor<131072xf32>) {
   ^bb0(%x: f32, %y: f32):
     %s = arith.addf %x, %y : f32
     linalg.yield %s : f32
-  } -> tensor<65536xf32>
-  return %r : tensor<65536xf32>
+  } -> tensor<131072xf32>
+  return %r : tensor<131072xf32>
 }
