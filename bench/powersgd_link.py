@@ -4,9 +4,8 @@
 ResNet-50's gradients averaged by 2 ranks on 2 emulated nodes
 (scripts/cluster: a network namespace per node, TCP between them over a
 link shaped with tc) at 1, 10 and 25 Gb/s: the uncompressed average against
-PowerSGD at ranks 1 and 4, median ms per step (distopt-run). Measured
-break-even: the fastest of the shaped links at which compression is still
-faster.
+PowerSGD at ranks 1 and 4, median ms per step (distopt-run), and the
+shaped links at which compression was faster.
 
 Next to it, distopt-calibrate's link model: each step costs its local work
 plus, per collective, latency + bytes sent / bandwidth (the report's count
@@ -34,7 +33,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import compile_step, reduce_only_step, report, run_timing  # noqa: E402
-from hybrid import calibrate  # noqa: E402
+from hybrid import calibrate, link_bytes_per_s  # noqa: E402
 
 RATES = ("1gbit", "10gbit", "25gbit")
 VARIANTS = {"none": "overlap=false", "1": "overlap=false powersgd-rank=1",
@@ -94,7 +93,7 @@ def link_tables(build, steps=4, model="resnet50"):
         plain = measured["none", rate]
         cells = [f"{measured[k, rate].fmt(1)} ({plain.median / measured[k, rate].median:.2f})"
                  for k in ("1", "4")]
-        speed = float(rate[:-4]) * 1e9 / 8
+        speed = link_bytes_per_s(rate)
         # A 2-rank ring all-reduce sends each rank's bytes once over its link.
         bound = counts["none"][1] / speed * 1e3
         latency, bandwidth = links[rate]

@@ -78,7 +78,7 @@ void distopt::rt::parallelFor(
     int64_t count, const std::function<void(int64_t, int64_t)> &body) {
   int64_t parts =
       std::min(threadsOfThisThread, count / (kParallelElements / 2));
-  if (parts <= 1 || count < kParallelElements) {
+  if (parts <= 1) { // below kParallelElements, or one thread
     body(0, count);
     return;
   }
