@@ -15,7 +15,6 @@
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
-#include "llvm/ADT/SetVector.h"
 
 #include <numeric>
 
@@ -270,124 +269,26 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
 
 void Sharder::shardFlat(func::FuncOp func,
                         ArrayRef<SmallVector<Update *>> groups) {
-  // Every group's gradient chunk first.
+  // Every group's gradient chunk first, then what spans the groups, then
+  // the updates.
   SmallVector<Sharder::FlatGroup> flats;
-  for (ArrayRef<Update *> group : groups)
-    flats.push_back(reduceFlat(func, group));
-  OpBuilder builder(func.getBody().front().getTerminator());
-  Location loc = groups.front().front()->op->getLoc();
-  FlatSymbolRefAttr groupRef = chunkGroup(*groups.front().front());
-  // Spanning ops, each over the chunks of the groups it read: `chunk(g)`
-  // is group g's input to the op.
-  auto rebuild = [&](Operation *op, auto chunk, auto create) {
-    SmallVector<Value> inputs;
-    SmallVector<unsigned> members;
-    for (auto [g, group] : llvm::enumerate(groups))
-      if (group.front()->finiteCheck == op || group.front()->clip == op) {
-        inputs.push_back(chunk(g));
-        members.push_back(g);
-      }
-    create(inputs, members);
-  };
-  SetVector<Operation *> finiteChecks, clips;
+  SmallVector<Value> grads;
+  SmallVector<SmallVector<int64_t>> bounds;
   for (ArrayRef<Update *> group : groups) {
-    if (group.front()->finiteCheck)
-      finiteChecks.insert(group.front()->finiteCheck);
-    if (group.front()->clip)
-      clips.insert(group.front()->clip);
-  }
-  // The overflow check of the reduced chunks, agreed over the group (only
-  // the owner of a poisoned chunk sees the inf).
-  for (Operation *op : finiteChecks)
-    rebuild(
-        op, [&](unsigned g) { return flats[g].grad; },
-        [&](ArrayRef<Value> inputs, ArrayRef<unsigned>) {
-          Value ok =
-              AllFiniteOp::create(builder, op->getLoc(), inputs, groupRef);
-          for (ArrayRef<Update *> group : groups)
-            for (Update *u : group)
-              if (u->keep == op->getResult(0))
-                u->keep = ok;
-          op->getResult(0).replaceAllUsesWith(ok);
-        });
-  // Converted and unscaled, like the updates' gradients.
-  for (auto [g, group] : llvm::enumerate(groups)) {
-    Update &first = *group.front();
-    Sharder::FlatGroup &flat = flats[g];
-    if (first.divide) {
-      auto type = cast<RankedTensorType>(flat.grad.getType());
-      Value divisor = arith::ConstantOp::create(
-          builder, loc,
-          DenseElementsAttr::get(
-              type,
-              builder.getFloatAttr(type.getElementType(), first.divisor)));
-      flat.grad = arith::DivFOp::create(builder, first.divide.getLoc(),
-                                        flat.grad, divisor);
+    flats.push_back(reduceFlat(func, group));
+    grads.push_back(flats.back().grad);
+    // Where each tensor lies in the group's flat buffer.
+    SmallVector<int64_t> &pairs = bounds.emplace_back();
+    for (auto [u, offset] : llvm::zip_equal(group, flats.back().offsets)) {
+      pairs.push_back(offset);
+      pairs.push_back(offset + u->numel());
     }
-    if (first.convert)
-      flat.grad = convertGradient(
-          builder, loc, flat.grad,
-          flatType(flat.shard, first.paramType().getElementType()));
-    if (first.unscale)
-      flat.grad = UnscaleOp::create(builder, first.unscale.getLoc(), flat.grad,
-                                    first.unscale.getScale());
   }
-  // Clipped by the global norm: the partial norms of the chunks combined
-  // over the group (one scalar all-reduce), each element counted once.
-  for (Operation *op : clips) {
-    auto clip = cast<ClipGradNormOp>(op);
-    rebuild(
-        op, [&](unsigned g) { return flats[g].grad; },
-        [&](ArrayRef<Value> inputs, ArrayRef<unsigned> members) {
-          SmallVector<Type> types;
-          for (Value v : inputs)
-            types.push_back(v.getType());
-          // Where each tensor lies in its group's flat buffer: its norm is
-          // combined across the chunks before it is rounded, as unsharded.
-          SmallVector<Attribute> bounds;
-          for (unsigned g : members) {
-            SmallVector<int64_t> pairs;
-            for (auto [u, offset] :
-                 llvm::zip_equal(groups[g], flats[g].offsets)) {
-              pairs.push_back(offset);
-              pairs.push_back(offset + u->numel());
-            }
-            bounds.push_back(builder.getDenseI64ArrayAttr(pairs));
-          }
-          auto sharded = ClipGradNormOp::create(
-              builder, clip.getLoc(), types, clip.getTotalNorm().getType(),
-              inputs, clip.getMaxNormAttr(), clip.getNormTypeAttr(), groupRef,
-              builder.getArrayAttr(bounds));
-          for (auto [k, g] : llvm::enumerate(members))
-            flats[g].grad = sharded.getClipped()[k];
-          clip.getTotalNorm().replaceAllUsesWith(sharded.getTotalNorm());
-        });
-  }
-  for (auto [index, group] : llvm::enumerate(groups))
+  composeChunks(func, groups, grads, bounds,
+                chunkGroup(*groups.front().front()));
+  for (auto [index, group] : llvm::enumerate(groups)) {
+    flats[index].grad = grads[index];
     updateFlat(func, group, index, flats[index]);
-
-  // Users before producers. At stage 1 the reductions feed the new bucket.
-  SetVector<Operation *> erase;
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group) {
-      erase.insert(u->downcasts.begin(), u->downcasts.end());
-      erase.insert(u->selects.begin(), u->selects.end());
-      erase.insert(u->op);
-    }
-  erase.insert(clips.begin(), clips.end());
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group)
-      if (u->unscale)
-        erase.insert(u->unscale);
-  erase.insert(finiteChecks.begin(), finiteChecks.end());
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group) {
-      if (u->convert)
-        erase.insert(u->convert);
-      if (u->divide)
-        erase.insert(u->divide);
-      if (stage >= 2)
-        erase.insert(u->reduction);
-    }
-  toErase.append(erase.begin(), erase.end());
+  }
+  eraseComposed(groups);
 }

@@ -4,7 +4,9 @@
 // whole parameters are given to ranks, largest first, each to the least
 // loaded rank; the owner updates them inside distopt.owned_by and
 // broadcasts the result. Each rank's state lives in one buffer as large as
-// the most loaded rank's.
+// the most loaded rank's. At stage 2, what spans the gradients (the
+// overflow check, clipping) reads a buffer laid out the same way, into
+// which each owner copies the gradients reduced to it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,10 +23,63 @@ using namespace mlir;
 using namespace mlir::distopt;
 using namespace mlir::distopt::zero;
 
-LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
-                                   unsigned index) {
+/// Whether what the update reads passes through more than a conversion,
+/// or its gradient is read by an op that spans the updates.
+static bool composed(const Update &u) {
+  return u.clip || u.finiteCheck || u.chained();
+}
+
+/// `value` as the 1-d tensor of its elements (0-d tensors included).
+static Value flatten(OpBuilder &b, Location loc, Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() == 1)
+    return value;
+  auto flat = flatType(type.getNumElements(), type.getElementType());
+  if (type.getRank() == 0)
+    return tensor::ExpandShapeOp::create(b, loc, flat, value,
+                                         ArrayRef<ReassociationIndices>{});
+  ReassociationIndices all =
+      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+  return tensor::CollapseShapeOp::create(b, loc, flat, value, {all});
+}
+
+/// A 1-d tensor in `shape` (the inverse of flatten).
+static Value unflatten(OpBuilder &b, Location loc, Value flat,
+                       ArrayRef<int64_t> shape) {
+  auto element = cast<RankedTensorType>(flat.getType()).getElementType();
+  auto type = RankedTensorType::get(shape, element);
+  if (shape.size() == 1)
+    return flat;
+  if (shape.empty())
+    return tensor::CollapseShapeOp::create(b, loc, type, flat,
+                                           ArrayRef<ReassociationIndices>{});
+  ReassociationIndices all =
+      llvm::to_vector(llvm::seq<int64_t>(0, shape.size()));
+  return tensor::ExpandShapeOp::create(b, loc, type, flat, {all});
+}
+
+static Value sliceAt(OpBuilder &b, Location loc, Value buffer, int64_t offset,
+                     int64_t size) {
+  Type element = cast<RankedTensorType>(buffer.getType()).getElementType();
+  return tensor::ExtractSliceOp::create(
+      b, loc, flatType(size, element), buffer,
+      ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(size)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+}
+
+static Value insertAt(OpBuilder &b, Location loc, Value flat, Value buffer,
+                      int64_t offset) {
+  int64_t size = cast<RankedTensorType>(flat.getType()).getDimSize(0);
+  return tensor::InsertSliceOp::create(
+      b, loc, flat, buffer, ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(size)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
+}
+
+Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
+                                           ArrayRef<Update *> group) {
   Update &first = *group.front();
-  OpBuilder builder(func.getBody().front().getTerminator());
   FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
   int64_t size = lookupProcessGroup(func, groupRef).getSize();
 
@@ -35,21 +90,81 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
   llvm::stable_sort(order, [&](unsigned a, unsigned b) {
     return group[a]->numel() > group[b]->numel();
   });
-  SmallVector<int64_t> load(size, 0), owner(group.size()), offset(group.size());
+  GreedyGroup greedy;
+  greedy.loads.assign(size, 0);
+  greedy.owners.resize(group.size());
+  greedy.offsets.resize(group.size());
   for (unsigned i : order) {
-    int64_t rank = std::min_element(load.begin(), load.end()) - load.begin();
-    owner[i] = rank;
-    offset[i] = load[rank];
-    load[rank] += group[i]->numel();
+    int64_t rank = llvm::min_element(greedy.loads) - greedy.loads.begin();
+    greedy.owners[i] = rank;
+    greedy.offsets[i] = greedy.loads[rank];
+    greedy.loads[rank] += group[i]->numel();
   }
-  int64_t capacity = *std::max_element(load.begin(), load.end());
+  greedy.capacity = *llvm::max_element(greedy.loads);
+  if (stage != 2)
+    return greedy;
+
+  // Stage 2: each gradient is reduced to its owner only.
+  for (auto [i, u] : llvm::enumerate(group)) {
+    OpBuilder at(u->reduction);
+    greedy.reduced.push_back(ReduceOp::create(
+        at, u->reduction.getLoc(), u->reduction.getType(),
+        u->reduction.getInput(), groupRef, u->reduction.getWireTypeAttr(),
+        u->reduction.getReductionAttr(), u->reduction.getScaleAttr(),
+        at.getI64IntegerAttr(greedy.owners[i])));
+  }
+  if (!composed(first))
+    return greedy;
+  // The owners' copies into this rank's buffer of reduced gradients, and
+  // zeros after its last tensor (the overflow check reads them).
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Location loc = first.op->getLoc();
+  Type gradElement = first.reduction.getType().getElementType();
+  auto ownedInsert = [&](int64_t rank, Value buffer, int64_t offset,
+                         function_ref<Value(OpBuilder &)> value) {
+    auto owned =
+        OwnedByOp::create(builder, loc, TypeRange{buffer.getType()}, groupRef,
+                          builder.getI64IntegerAttr(rank), ValueRange{buffer});
+    OpBuilder inner = OpBuilder::atBlockEnd(&owned.getBody().emplaceBlock());
+    YieldOp::create(inner, loc,
+                    insertAt(inner, loc, value(inner), buffer, offset));
+    return owned.getResult(0);
+  };
+  Value buffer = tensor::EmptyOp::create(
+      builder, loc, ArrayRef<int64_t>{greedy.capacity}, gradElement);
+  for (auto [i, u] : llvm::enumerate(group))
+    buffer = ownedInsert(greedy.owners[i], buffer, greedy.offsets[i],
+                         [&](OpBuilder &inner) {
+                           return flatten(inner, loc, greedy.reduced[i]);
+                         });
+  for (auto [rank, load] : llvm::enumerate(greedy.loads)) {
+    int64_t tail = greedy.capacity - load;
+    if (tail > 0)
+      buffer = ownedInsert(rank, buffer, load, [&](OpBuilder &inner) {
+        auto type = flatType(tail, gradElement);
+        return arith::ConstantOp::create(
+            inner, loc, type,
+            DenseElementsAttr::get(type, inner.getZeroAttr(gradElement)));
+      });
+  }
+  greedy.grad = buffer;
+  return greedy;
+}
+
+void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
+                           unsigned index, const GreedyGroup &greedy) {
+  Update &first = *group.front();
+  OpBuilder builder(func.getBody().front().getTerminator());
+  FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
+  ArrayRef<int64_t> owner = greedy.owners, offset = greedy.offsets;
 
   Type paramElement = first.paramType().getElementType();
   std::string prefix = ("owned" + Twine(index)).str();
   NamedAttribute layout(builder.getStringAttr(abi::kLayout),
                         layoutAttr(builder, group, offset, owner));
   auto ownedArgument = [&](Type element, StringRef role, StringRef name) {
-    return addArgument(func, flatType(capacity, element), role, name, {layout});
+    return addArgument(func, flatType(greedy.capacity, element), role, name,
+                       {layout});
   };
   // This rank's buffers: main parameters (if any), then each state tensor.
   SmallVector<Value> buffers;
@@ -67,16 +182,6 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
 
   for (size_t i = 0; i < group.size(); ++i) {
     auto *u = group[i];
-    // Stage 2: the gradient is reduced to its owner only.
-    Value grad = u->reduction.getResult();
-    if (stage == 2) {
-      OpBuilder at(u->reduction);
-      grad = ReduceOp::create(
-          at, u->reduction.getLoc(), u->reduction.getType(),
-          u->reduction.getInput(), groupRef, u->reduction.getWireTypeAttr(),
-          u->reduction.getReductionAttr(), u->reduction.getScaleAttr(),
-          at.getI64IntegerAttr(owner[i]));
-    }
     // What the owner produces and the others keep: the buffers, and the
     // parameter every rank needs (the model copy with main parameters).
     Value visible = u->paramIsMain
@@ -88,37 +193,18 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
     auto owned = OwnedByOp::create(
         builder, u->op->getLoc(), ValueRange(otherwise).getTypes(), groupRef,
         builder.getI64IntegerAttr(owner[i]), otherwise);
-    Block *body = new Block();
-    owned.getBody().push_back(body);
-    OpBuilder inner = OpBuilder::atBlockEnd(body);
+    OpBuilder inner = OpBuilder::atBlockEnd(&owned.getBody().emplaceBlock());
     Location ploc = u->op->getLoc();
-    auto paramType = u->paramType();
+    ArrayRef<int64_t> shape = u->paramType().getShape();
     int64_t numel = u->numel();
-    auto flat1d = [&](Type element) { return flatType(numel, element); };
-    SmallVector<ReassociationIndices> all = {
-        llvm::to_vector(llvm::seq<int64_t>(0, paramType.getRank()))};
-    // A view of this parameter's slot in a rank buffer, in its own shape.
+    // This parameter's slot in a rank buffer, in its own shape.
     auto slot = [&](Value buffer) -> Value {
-      Type element = cast<RankedTensorType>(buffer.getType()).getElementType();
-      Value flat = tensor::ExtractSliceOp::create(
-          inner, ploc, flat1d(element), buffer,
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(offset[i])},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(numel)},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(1)});
-      if (paramType.getRank() == 1)
-        return flat;
-      return tensor::ExpandShapeOp::create(
-          inner, ploc, RankedTensorType::get(paramType.getShape(), element),
-          flat, all);
+      return unflatten(inner, ploc,
+                       sliceAt(inner, ploc, buffer, offset[i], numel), shape);
     };
     auto store = [&](Value value, Value buffer) -> Value {
-      if (paramType.getRank() != 1)
-        value = tensor::CollapseShapeOp::create(inner, ploc, value, all);
-      return tensor::InsertSliceOp::create(
-          inner, ploc, value, buffer,
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(offset[i])},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(numel)},
-          ArrayRef<OpFoldResult>{inner.getIndexAttr(1)});
+      return insertAt(inner, ploc, flatten(inner, ploc, value), buffer,
+                      offset[i]);
     };
     IRMapping mapping;
     unsigned b = 0;
@@ -127,14 +213,20 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
       oldSlots.push_back(slot(buffers[b++]));
       mapping.map(u->op->getOperand(0), oldSlots.back());
     }
-    // At stage 1 every rank holds the reduced gradient: what the step
-    // computes from it (unscaling, clipping, the overflow check) stays as
-    // it is, and the owner updates from its result.
-    Value g = grad;
-    if (u->chained())
+    // The gradient: at stage 2 composed, from this rank's buffer of reduced
+    // gradients, unscaled and clipped; at stage 1 every rank holds the
+    // reduced gradient, and what the step computes from it (unscaling,
+    // clipping, the overflow check) stays as it is.
+    Value g;
+    if (greedy.grad) {
+      g = slot(greedy.grad);
+    } else if (stage == 1 && u->chained()) {
       g = u->op->getOperand(1);
-    else if (u->convert)
-      g = convertGradient(inner, ploc, g, u->paramType());
+    } else {
+      g = stage == 2 ? greedy.reduced[i] : u->reduction.getResult();
+      if (u->convert)
+        g = convertGradient(inner, ploc, g, u->paramType());
+    }
     mapping.map(u->op->getOperand(1), g);
     for (unsigned k = 0; k < u->state.size(); ++k) {
       oldSlots.push_back(slot(buffers[b + k]));
@@ -182,16 +274,58 @@ LogicalResult Sharder::shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
             .replaceAllUsesWith(shared);
       }
     }
-    for (arith::TruncFOp trunc : u->downcasts)
-      toErase.push_back(trunc);
-    toErase.append(u->selects.begin(), u->selects.end());
-    toErase.push_back(u->op);
-    if (u->convert && !u->chained())
-      toErase.push_back(u->convert);
-    if (stage == 2)
-      toErase.push_back(u->reduction);
   }
   for (auto [k, arg] : llvm::enumerate(bufferArgs))
     newResults.push_back({buffers[k], func.getArgAttrDict(arg.getArgNumber())});
-  return success();
+}
+
+void Sharder::shardGreedy(func::FuncOp func,
+                          ArrayRef<SmallVector<Update *>> groups) {
+  SmallVector<GreedyGroup, 0> greedy;
+  for (ArrayRef<Update *> group : groups)
+    greedy.push_back(assignGreedy(func, group));
+
+  // What spans the groups, over each rank's buffer of reduced gradients:
+  // rank r's is chunk r of a flat buffer of N x capacity elements.
+  SmallVector<SmallVector<Update *>> spanning;
+  SmallVector<unsigned> members;
+  SmallVector<Value> grads;
+  SmallVector<SmallVector<int64_t>> bounds;
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    if (!greedy[g].grad)
+      continue;
+    spanning.push_back(group);
+    members.push_back(g);
+    grads.push_back(greedy[g].grad);
+    SmallVector<std::pair<int64_t, int64_t>> where;
+    for (auto [i, u] : llvm::enumerate(group)) {
+      int64_t begin =
+          greedy[g].owners[i] * greedy[g].capacity + greedy[g].offsets[i];
+      where.push_back({begin, begin + u->numel()});
+    }
+    llvm::sort(where);
+    SmallVector<int64_t> &pairs = bounds.emplace_back();
+    for (auto [begin, end] : where)
+      llvm::append_values(pairs, begin, end);
+  }
+  if (!spanning.empty())
+    composeChunks(func, spanning, grads, bounds,
+                  spanning.front().front()->reduction.getGroupAttr());
+  for (auto [k, g] : llvm::enumerate(members))
+    greedy[g].grad = grads[k];
+
+  for (auto [index, group] : llvm::enumerate(groups))
+    updateGreedy(func, group, index, greedy[index]);
+
+  if (stage == 2)
+    return eraseComposed(groups);
+  // Stage 1: what the step computed from the reduced gradients stays.
+  for (ArrayRef<Update *> group : groups)
+    for (Update *u : group) {
+      toErase.append(u->downcasts.begin(), u->downcasts.end());
+      toErase.append(u->selects.begin(), u->selects.end());
+      toErase.push_back(u->op);
+      if (u->convert && !u->chained())
+        toErase.push_back(u->convert);
+    }
 }

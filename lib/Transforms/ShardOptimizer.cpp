@@ -380,8 +380,8 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
 }
 
 /// What spans several updates (the overflow check, clipping by the global
-/// norm) is rebuilt from their chunks: it must take nothing else, and the
-/// greedy strategy does not rebuild it.
+/// norm) is rebuilt from the parts of the reduced gradients each rank
+/// holds (ShardComposed.cpp): it must take nothing else.
 LogicalResult
 ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
   // Each operand of a spanning op is claimed by the one update whose
@@ -418,14 +418,6 @@ ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
             (u.divide && input.get() == u.divide.getResult()))
           if (failed(claim(u.finiteCheck, input.getOperandNumber(), u)))
             return failure();
-    bool composed = u.clip || u.finiteCheck || u.chained();
-    if (composed && strategy == ZeroStrategy::Greedy && stage != 1)
-      return u.op->emitError()
-             << "cannot shard '" << u.op->getName()
-             << "' with strategy=greedy at stage " << stage.getValue()
-             << ": its gradient is unscaled, clipped, checked for overflow or "
-                "accumulated, which greedy shards at stage 1 (every rank "
-                "holds the reduced gradient) and strategy=flat at any stage";
     if (u.keep && (!u.finiteCheck || u.keep != u.finiteCheck->getResult(0)))
       return u.op->emitError()
              << "cannot shard '" << u.op->getName()
@@ -581,9 +573,7 @@ void ShardOptimizerPass::runOnOperation() {
   if (strategy == ZeroStrategy::Flat) {
     sharder.shardFlat(func, groups);
   } else {
-    for (auto [index, group] : llvm::enumerate(groups))
-      if (failed(sharder.shardGreedy(func, group, index)))
-        return signalPassFailure();
+    sharder.shardGreedy(func, groups);
   }
 
   // The old per-parameter results, and arguments that nothing uses anymore.

@@ -106,8 +106,34 @@ public:
                   const FlatGroup &flat);
   /// greedy (ZeroRedundancyOptimizer, OSS): whole parameters to the least
   /// loaded rank, updated under owned_by and broadcast (ShardGreedy.cpp).
-  LogicalResult shardGreedy(func::FuncOp func, ArrayRef<Update *> group,
-                            unsigned index);
+  /// Rank r's buffers hold the tensors it owns at `offsets`, padded to
+  /// `capacity`; at stage 2 each gradient is reduced to its owner
+  /// (`reduced`), and where something spans the gradients (the overflow
+  /// check, clipping) the owner copies it into its slot of `grad`, this
+  /// rank's buffer of reduced gradients.
+  struct GreedyGroup {
+    SmallVector<int64_t> owners, offsets, loads;
+    int64_t capacity = 0;
+    SmallVector<Value> reduced;
+    Value grad;
+  };
+  void shardGreedy(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups);
+  GreedyGroup assignGreedy(func::FuncOp func, ArrayRef<Update *> group);
+  void updateGreedy(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
+                    const GreedyGroup &greedy);
+  /// What spans the groups (the overflow check, clipping by the global
+  /// norm), rebuilt over the part of each group's reduced gradient that
+  /// this rank holds, `grads[g]` (1-d): the check and the norm agreed over
+  /// `groupRef`, each part then divided, converted, unscaled and clipped
+  /// as the updates' gradients were; `grads` returns what the updates
+  /// read. `bounds[g]` places group g's tensors, as `[begin, end)` pairs,
+  /// in a flat buffer whose chunk r is rank r's part (ShardComposed.cpp).
+  void composeChunks(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
+                     MutableArrayRef<Value> grads,
+                     ArrayRef<SmallVector<int64_t>> bounds,
+                     FlatSymbolRefAttr groupRef);
+  /// Queues the updates and what composeChunks replaced for erasure.
+  void eraseComposed(ArrayRef<SmallVector<Update *>> groups);
   /// Adds a function argument and a matching result slot for `value`.
   BlockArgument addArgument(func::FuncOp func, Type type, StringRef role,
                             StringRef name, ArrayRef<NamedAttribute> extra);

@@ -13,7 +13,9 @@ docs/param-spec.md, stepped every iteration, skipped ones included). Each rank's
 gradient is its own draw times the current loss scale; at steps 4, 9 and
 21 (of 30) one rank's gradient holds an inf, a NaN, an inf.
 
-- ZeRO stages 1, 2 and 3 against the unsharded step on the same ranks:
+- ZeRO stages 1, 2 and 3 (flat), and 1 and 2 (greedy: whole tensors
+  per rank; at 3 ranks each owns one, at 4 one rank owns none), against
+  the unsharded step on the same ranks:
   parameters and optimizer state bit for bit, the same gradient norm, loss
   scale, skipped steps and step count. (Each tensor's norm is combined
   from the ranks' chunks in double before it is rounded, as unsharded.)
@@ -209,18 +211,20 @@ if MODE != "compare":
     sys.exit(1 if failures else 0)
 
 plain_params, plain_state, plain_trace = run_distopt("")
-for stage in (1, 2, 3):
-    params, state, trace = run_distopt(f"zero-stage={stage}")
+for pipeline in ("zero-stage=1", "zero-stage=2", "zero-stage=3",
+                 "zero-stage=1 zero-strategy=greedy",
+                 "zero-stage=2 zero-strategy=greedy"):
+    params, state, trace = run_distopt(pipeline)
     same = all(np.array_equal(params[n], plain_params[n]) for n in SHAPES)
     same_state = all(np.array_equal(state[k], plain_state[k]) for k in state)
-    check(same and same_state, f"ZeRO-{stage}: parameters and state bit for "
+    check(same and same_state, f"{pipeline}: parameters and state bit for "
           "bit as unsharded")
     skipped = [t[0] for t in trace]
     check(trace == plain_trace or [t[:2] + t[3:] for t in trace] ==
           [t[:2] + t[3:] for t in plain_trace] and all(
               s or t[2] == p[2] for s, t, p in zip(skipped, trace,
                                                   plain_trace)),
-          f"ZeRO-{stage}: the same norms, scales, skips and step counts: "
+          f"{pipeline}: the same norms, scales, skips and step counts: "
           f"{trace} vs {plain_trace}")
 
 ref_params, ref_trace = run_torch()

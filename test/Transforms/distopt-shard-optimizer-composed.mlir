@@ -15,10 +15,55 @@
 // RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-report -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=REPORT
-// RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
-// RUN:   | not distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" 2>&1 \
+// RUN: distopt-translate --import-param-spec %S/Inputs/composed-greedy.json \
+// RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives \
 // RUN:   | FileCheck %s --check-prefix=GREEDY
-// GREEDY: error: cannot shard 'distopt.adamw_update' with strategy=greedy at stage 2: its gradient is unscaled, clipped, checked for overflow or accumulated, which greedy shards at stage 1 (every rank holds the reduced gradient) and strategy=flat at any stage
+//
+// Greedy at stage 2, 3 ranks: b (40 elements) goes to rank 0, w (8x4) to
+// rank 1, c (8) and the 0-d s to rank 2. Each gradient is reduced to its
+// owner, who copies it into its rank's buffer of reduced gradients (40
+// elements, the most loaded rank's; zeros after its last tensor). The check
+// and the norm read those buffers, the norm placing each tensor at owner x
+// 40 + offset; each owner updates from its slot of the clipped buffer.
+// GREEDY-LABEL: func.func @step
+// GREEDY-NOT: distopt.all_reduce
+// GREEDY: %[[RW:.*]] = distopt.reduce avg %{{.*}} on @world root 1 : tensor<8x4xf32>
+// GREEDY: %[[RB:.*]] = distopt.reduce avg %{{.*}} on @world root 0 : tensor<40xf32>
+// GREEDY: %[[RC:.*]] = distopt.reduce avg %{{.*}} on @world root 2 : tensor<8xf32>
+// GREEDY: %[[RS:.*]] = distopt.reduce avg %{{.*}} on @world root 2 : tensor<f32>
+// GREEDY: %[[E:.*]] = tensor.empty() : tensor<40xf32>
+// GREEDY: %[[G1:.*]] = distopt.owned_by @world rank 1 otherwise(%[[E]])
+// GREEDY-NEXT: %[[FW:.*]] = tensor.collapse_shape %[[RW]] {{\[\[}}0, 1]] : tensor<8x4xf32> into tensor<32xf32>
+// GREEDY-NEXT: tensor.insert_slice %[[FW]] into %[[E]][0] [32] [1]
+// GREEDY: %[[G2:.*]] = distopt.owned_by @world rank 0 otherwise(%[[G1]])
+// GREEDY-NEXT: tensor.insert_slice %[[RB]] into %[[G1]][0] [40] [1]
+// GREEDY: %[[G3:.*]] = distopt.owned_by @world rank 2 otherwise(%[[G2]])
+// GREEDY-NEXT: tensor.insert_slice %[[RC]] into %[[G2]][0] [8] [1]
+// GREEDY: %[[G4:.*]] = distopt.owned_by @world rank 2 otherwise(%[[G3]])
+// GREEDY-NEXT: %[[FS:.*]] = tensor.expand_shape %[[RS]] [] output_shape [1] : tensor<f32> into tensor<1xf32>
+// GREEDY-NEXT: tensor.insert_slice %[[FS]] into %[[G3]][8] [1] [1]
+// GREEDY: %[[G5:.*]] = distopt.owned_by @world rank 1 otherwise(%[[G4]])
+// GREEDY-NEXT: %[[Z1:.*]] = arith.constant dense<0.000000e+00> : tensor<8xf32>
+// GREEDY-NEXT: tensor.insert_slice %[[Z1]] into %[[G4]][32] [8] [1]
+// GREEDY: %[[G6:.*]] = distopt.owned_by @world rank 2 otherwise(%[[G5]])
+// GREEDY-NEXT: %[[Z2:.*]] = arith.constant dense<0.000000e+00> : tensor<31xf32>
+// GREEDY-NEXT: tensor.insert_slice %[[Z2]] into %[[G5]][9] [31] [1]
+// GREEDY: %[[OK:.*]] = distopt.all_finite %[[G6]] on @world : tensor<40xf32>
+// GREEDY-NEXT: %[[U:.*]] = distopt.unscale %[[G6]]
+// GREEDY-NEXT: %[[C:.*]], %[[NORM:.*]] = distopt.clip_grad_norm %[[U]] max_norm 1.000000e+00 on @world {tensor_bounds = [array<i64: 0, 40, 40, 72, 80, 88, 88, 89>]}
+// GREEDY-NEXT: distopt.owned_by @world rank 1
+// GREEDY-NEXT: tensor.extract_slice %[[C]][0] [32] [1]
+// GREEDY: distopt.adamw_update
+// GREEDY: arith.select %[[OK]]
+// GREEDY: distopt.broadcast %{{.*}} on @world root 1 : tensor<8x4xf32>
+// GREEDY-NEXT: distopt.owned_by @world rank 0
+// GREEDY-NEXT: tensor.extract_slice %[[C]][0] [40] [1]
+// GREEDY: distopt.owned_by @world rank 2
+// GREEDY-NEXT: tensor.extract_slice %[[C]][0] [8] [1]
+// GREEDY: distopt.owned_by @world rank 2
+// GREEDY-NEXT: tensor.extract_slice %[[C]][8] [1] [1]
+// GREEDY: distopt.loss_scale_update %{{.*}}, %{{.*}}, %[[OK]]
+// GREEDY: return {{.*}}%[[NORM]]
 
 // CHECK-LABEL: func.func @step
 // CHECK-NOT: distopt.all_reduce

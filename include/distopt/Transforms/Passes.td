@@ -385,7 +385,11 @@ def ShardOptimizerPass
     finite, and what reads the check (the loss scale's update) moves after
     it. `strategy=greedy` keeps such a chain whole at stage 1 (every rank
     holds the reduced gradient; the owner updates from the chain's result,
-    kept by the same condition) and refuses it at stage 2. Anything else is an error
+    kept by the same condition). At stage 2 each owner copies the gradients
+    reduced to it into its rank's buffer of reduced gradients (laid out as
+    its state buffer, zeros after its last tensor), and the check and the
+    clipping are rebuilt over those buffers as over flat chunks: a tensor
+    lies at owner x capacity + offset. Anything else is an error
     at the update, never silently left unsharded. A step compiled for one rank
     (`distopt.world_size = 1`) has nothing to shard: the pass leaves it and
     warns.

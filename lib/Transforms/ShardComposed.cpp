@@ -1,0 +1,132 @@
+//===- ShardComposed.cpp - What spans ZeRO's shards -------------*- C++ -*-===//
+//
+// The overflow check, loss scaling and clipping by the global norm read
+// every gradient. Under ZeRO a rank holds only its part of the reduced
+// gradients, so both strategies rebuild them over those parts: the check
+// and the norm are agreed over the group with one scalar reduction, and
+// each update reads its gradient unscaled and clipped from its rank's part.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ShardOptimizer.h"
+
+#include "llvm/ADT/SetVector.h"
+
+using namespace mlir;
+using namespace mlir::distopt;
+using namespace mlir::distopt::zero;
+
+void Sharder::composeChunks(func::FuncOp func,
+                            ArrayRef<SmallVector<Update *>> groups,
+                            MutableArrayRef<Value> grads,
+                            ArrayRef<SmallVector<int64_t>> bounds,
+                            FlatSymbolRefAttr groupRef) {
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Location loc = groups.front().front()->op->getLoc();
+  // Spanning ops, each over the parts of the groups it read.
+  auto members = [&](Operation *op) {
+    SmallVector<unsigned> read;
+    for (auto [g, group] : llvm::enumerate(groups))
+      if (group.front()->finiteCheck == op || group.front()->clip == op)
+        read.push_back(g);
+    return read;
+  };
+  auto inputs = [&](ArrayRef<unsigned> read) {
+    SmallVector<Value> values;
+    for (unsigned g : read)
+      values.push_back(grads[g]);
+    return values;
+  };
+  SetVector<Operation *> finiteChecks, clips;
+  for (ArrayRef<Update *> group : groups) {
+    if (group.front()->finiteCheck)
+      finiteChecks.insert(group.front()->finiteCheck);
+    if (group.front()->clip)
+      clips.insert(group.front()->clip);
+  }
+  // The overflow check of the reduced parts, agreed over the group (only
+  // the rank holding a poisoned part sees the inf).
+  for (Operation *op : finiteChecks) {
+    Value ok = AllFiniteOp::create(builder, op->getLoc(), inputs(members(op)),
+                                   groupRef);
+    for (ArrayRef<Update *> group : groups)
+      for (Update *u : group)
+        if (u->keep == op->getResult(0))
+          u->keep = ok;
+    op->getResult(0).replaceAllUsesWith(ok);
+  }
+  // Divided, converted and unscaled, like the updates' gradients.
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    Update &first = *group.front();
+    Value &grad = grads[g];
+    auto type = cast<RankedTensorType>(grad.getType());
+    if (first.divide) {
+      Value divisor = arith::ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(
+              type,
+              builder.getFloatAttr(type.getElementType(), first.divisor)));
+      grad =
+          arith::DivFOp::create(builder, first.divide.getLoc(), grad, divisor);
+    }
+    if (first.convert)
+      grad = convertGradient(builder, loc, grad,
+                             type.clone(first.paramType().getElementType()));
+    if (first.unscale)
+      grad = UnscaleOp::create(builder, first.unscale.getLoc(), grad,
+                               first.unscale.getScale());
+  }
+  // Clipped by the global norm: each tensor's partial sums combined over
+  // the group (one reduction) before its norm is rounded, as unsharded.
+  for (Operation *op : clips) {
+    auto clip = cast<ClipGradNormOp>(op);
+    SmallVector<unsigned> read = members(op);
+    SmallVector<Value> parts = inputs(read);
+    SmallVector<Attribute> where;
+    for (unsigned g : read)
+      where.push_back(builder.getDenseI64ArrayAttr(bounds[g]));
+    auto sharded = ClipGradNormOp::create(
+        builder, clip.getLoc(), ValueRange(parts).getTypes(),
+        clip.getTotalNorm().getType(), parts, clip.getMaxNormAttr(),
+        clip.getNormTypeAttr(), groupRef, builder.getArrayAttr(where));
+    for (auto [k, g] : llvm::enumerate(read))
+      grads[g] = sharded.getClipped()[k];
+    clip.getTotalNorm().replaceAllUsesWith(sharded.getTotalNorm());
+  }
+}
+
+void Sharder::eraseComposed(ArrayRef<SmallVector<Update *>> groups) {
+  // Users before producers.
+  SetVector<Operation *> erase;
+  auto each = [&](auto &&fn) {
+    for (ArrayRef<Update *> group : groups)
+      for (Update *u : group)
+        fn(*u);
+  };
+  each([&](Update &u) {
+    erase.insert(u.downcasts.begin(), u.downcasts.end());
+    erase.insert(u.selects.begin(), u.selects.end());
+    erase.insert(u.op);
+  });
+  each([&](Update &u) {
+    if (u.clip)
+      erase.insert(u.clip);
+  });
+  each([&](Update &u) {
+    if (u.unscale)
+      erase.insert(u.unscale);
+  });
+  each([&](Update &u) {
+    if (u.finiteCheck)
+      erase.insert(u.finiteCheck);
+  });
+  each([&](Update &u) {
+    if (u.convert)
+      erase.insert(u.convert);
+    if (u.divide)
+      erase.insert(u.divide);
+    if (stage >= 2)
+      erase.insert(u.reduction);
+  });
+  toErase.append(erase.begin(), erase.end());
+}
