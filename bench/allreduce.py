@@ -10,6 +10,10 @@ buffers, the unfused average (sum, then x *= 1/N) and that scaling pass
 alone; then torch.distributed's gloo all_reduce (sum) runs on the same sizes
 and ranks. Every figure is the median over iterations of the slowest rank,
 with the 10th and 90th percentiles in brackets (and as bands in the plots).
+The bound of each row is memory: each rank sends the ring's 2(N-1)/N of
+the bytes, and on shared memory each byte sent is at least copied once, at
+the copy bandwidth memory gives each rank when all copy at once (measured
+in the same run, common.memory_bound).
 --update writes the tables into docs/benchmarks.md (B2, B4) and plots
 docs/img/b2-allreduce-{2,4}ranks.png and docs/img/b4-fusion.png.
 
@@ -26,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import Timing, slowest_timing, spawn_gloo  # noqa: E402
+from common import Timing, memory_bound, slowest_timing, spawn_gloo  # noqa: E402
 
 
 def iterations(nbytes):
@@ -79,30 +83,39 @@ def spread(row, name):
     return Timing(row[f"{name}_us"], row[f"{name}_p10_us"], row[f"{name}_p90_us"])
 
 
-def b2_table(rows, gloo):
+def bound_us(row, bound):
+    """The memory bound of one all-reduce of the row's size (us)."""
+    return bound.ms(copied=row["busbw_factor"] * row["bytes"]) * 1e3
+
+
+def b2_table(rows, gloo, bound):
     lines = ["| bytes | MPI us (p10-p90) | distopt sum us (p10-p90) | sum / MPI | avg / MPI "
-             "| premul / MPI | gloo us (p10-p90) | gloo / distopt | busbw GB/s (distopt) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| premul / MPI | gloo us (p10-p90) | gloo / distopt | busbw GB/s (distopt) "
+             "| memory bound us | bound / distopt |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         g = gloo[r["bytes"]]
         mpi, ours = spread(r, "mpi"), spread(r, "sum")
         lines.append(
             f"| {r['bytes']} | {mpi.fmt(1)} | {ours.fmt(1)} | {r['sum_us'] / r['mpi_us']:.2f} "
             f"| {r['avg_us'] / r['mpi_us']:.2f} | {r['premul_us'] / r['mpi_us']:.2f} | {g.fmt(1)} "
-            f"| {g.median / r['sum_us']:.2f} | {r['busbw_factor'] * r['bytes'] / r['sum_us'] / 1e3:.2f} |")
+            f"| {g.median / r['sum_us']:.2f} | {r['busbw_factor'] * r['bytes'] / r['sum_us'] / 1e3:.2f} "
+            f"| {bound_us(r, bound):.2f} | {bound_us(r, bound) / r['sum_us']:.2f} |")
     return "\n".join(lines)
 
 
-def b4_table(rows):
+def b4_table(rows, bound):
     lines = ["| bytes | fused avg us (p10-p90) | sum, then scale us (p10-p90) | unfused / fused "
-             "| time saved us | scaling pass alone us (p10-p90) | saved / one pass |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| time saved us | scaling pass alone us (p10-p90) | saved / one pass "
+             "| memory bound us | bound / fused |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         saved = r["sum_then_scale_us"] - r["avg_us"]
         lines.append(
             f"| {r['bytes']} | {spread(r, 'avg').fmt(1)} | {spread(r, 'sum_then_scale').fmt(1)} "
             f"| {r['sum_then_scale_us'] / r['avg_us']:.2f} | {saved:.1f} "
-            f"| {spread(r, 'scale_pass').fmt(1)} | {saved / r['scale_pass_us']:.2f} |")
+            f"| {spread(r, 'scale_pass').fmt(1)} | {saved / r['scale_pass_us']:.2f} "
+            f"| {bound_us(r, bound):.2f} | {bound_us(r, bound) / r['avg_us']:.2f} |")
     return "\n".join(lines)
 
 
@@ -153,8 +166,9 @@ def main():
     for ranks in (2, 4):
         rows = by_ranks[ranks] = runtime_times(bench, ranks, sizes_up_to(args.max_bytes))
         gloo = gloo_times(ranks, [r["bytes"] for r in rows])
-        b2 += f"{ranks} ranks:\n\n{b2_table(rows, gloo)}\n\n"
-        b4 += f"{ranks} ranks:\n\n{b4_table(rows)}\n\n"
+        bound = memory_bound(ranks)
+        b2 += f"{ranks} ranks; {bound.describe()}:\n\n{b2_table(rows, gloo, bound)}\n\n"
+        b4 += f"{ranks} ranks; {bound.describe()}:\n\n{b4_table(rows, bound)}\n\n"
         if args.update:
             plot(rows, gloo, ranks,
                  os.path.join(ROOT, "docs", "img", f"b2-allreduce-{ranks}ranks.png"))

@@ -21,12 +21,17 @@ buckets):
 Median ms per step after the first, the median of 3 launches (12 steps for
 GPT-2, 200 for the vectors), launches alternating between the variants; the
 spread is the lowest 10th and highest 90th percentile of the launches.
+The bound of each row is memory: the bytes each rank sends
+(--distopt-report), each copied at least once, and AdamW's 28 bytes per
+parameter where the step updates, at the copy and in-place bandwidths
+memory gives each rank (common.memory_bound, measured in the same run).
 --update writes the table into docs/benchmarks.md (B10).
 
     /usr/bin/python3 bench/bucket_caps.py [--build build] [--update]
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -35,7 +40,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import (Timing, collectives_per_step, compile_step, gpt2_f32_spec, launch,  # noqa: E402
+from common import (ADAM_BYTES_PER_PARAM, Timing, bytes_sent_per_step,  # noqa: E402
+                    collectives_per_step, compile_step, gpt2_f32_spec, launch, memory_bound,
                     reduce_only_step, report, run_timing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +67,7 @@ def variants(link, overlap, views=True, caps=(0.25, 1, 5, 100)):
 
 
 def measure(build, step, cases, steps, tmp):
-    """{name: (options, Timing, collectives)} for each (name, options)."""
+    """{name: (options, Timing, collectives, bytes sent)} for each (name, options)."""
     libraries = {}
     for i, (name, options) in enumerate(cases):
         where = os.path.join(tmp, str(i))
@@ -75,10 +81,10 @@ def measure(build, step, cases, steps, tmp):
     result = {}
     for name, options in cases:
         text = report(build, step, options)
-        collectives = collectives_per_step(text)
         result[name] = (options, Timing(statistics.median(r.median for r in runs[name]),
                                         min(r.lo for r in runs[name]),
-                                        max(r.hi for r in runs[name])), collectives)
+                                        max(r.hi for r in runs[name])),
+                        collectives_per_step(text), bytes_sent_per_step(text))
     return result
 
 
@@ -90,6 +96,8 @@ def main():
     link = calibrate(args.build)
     spec = gpt2_f32_spec(RANKS)
     vectors = [p for p in spec["parameters"] if len(p["shape"]) == 1]
+    params = sum(math.prod(p["shape"]) for p in spec["parameters"])
+    bound = memory_bound(RANKS)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = os.path.join(tmp, "spec.json")
@@ -100,26 +108,31 @@ def main():
         reduce_step = os.path.join(tmp, "vectors.mlir")
         with open(reduce_step, "w") as f:
             f.write(reduce_only_step(vectors, RANKS))
-        for case, step, cases, steps in [
-                ("GPT-2 reduce + AdamW, overlap", update_step, variants(link, True), 12),
+        update_bytes = ADAM_BYTES_PER_PARAM * params
+        for case, step, cases, steps, updated in [
+                ("GPT-2 reduce + AdamW, overlap", update_step, variants(link, True), 12,
+                 update_bytes),
                 ("GPT-2 reduce + AdamW, overlap, gradients copied into buckets", update_step,
-                 variants(link, True, views=False, caps=(100,)), 12),
+                 variants(link, True, views=False, caps=(100,)), 12, update_bytes),
                 ("98 vectors, average only, no overlap", reduce_step, variants(link, False),
-                 200)]:
+                 200, 0)]:
             result = measure(args.build, step, cases, steps, tmp)
-            best = min(t.median for _, t, _ in result.values())
+            best = min(t.median for _, t, _, _ in result.values())
             ddp = result["DDP caps (1 MB first, 25 MB)"][1].median
-            for name, (options, timing, collectives) in result.items():
+            for name, (options, timing, collectives, sent) in result.items():
+                least = bound.ms(copied=sent, in_place=updated)
                 rows.append(f"| {case} | {name} | {collectives} | {timing.fmt(3)} | "
-                            f"{ddp / timing.median:.2f} | {best / timing.median:.2f} |")
+                            f"{ddp / timing.median:.2f} | {best / timing.median:.2f} "
+                            f"| {least:.3f} | {least / timing.median:.2f} |")
                 print(rows[-1], flush=True)
     text = "\n".join([
         f"{RANKS} ranks. distopt-calibrate: latency {link['latency_us']:.3g} us, bandwidth "
         f"{link['bandwidth_gb_per_s']:.3g} GB/s (worst fit error "
-        f"{100 * link['worst_relative_error']:.0f}%); `{link['bucketize_options']}`.", "",
+        f"{100 * link['worst_relative_error']:.0f}%); `{link['bucketize_options']}`. "
+        f"Bound: {bound.describe()}.", "",
         "| step | bucket caps | collectives | ms per step (p10-p90) | DDP caps / this "
-        "| best / this |",
-        "|---|---|---:|---:|---:|---:|", *rows]) + "\n"
+        "| best / this | memory bound ms | bound / this |",
+        "|---|---|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
     print(text)
     if args.update:
         update_section("B10", text)

@@ -14,7 +14,9 @@ DDP's default (first bucket 1 MB, then 25 MB) and caps from 0.25 to 100 MB,
 then with `grad-as-bucket-view` (DDP's gradient_as_bucket_view: the
 gradients are written into their buckets, so nothing is packed or unpacked).
 The spread is the 10th and 90th percentile of the steps (the widest of
-the launches).
+the launches). The bound of each row is memory: the bytes each rank sends
+(--distopt-report), each copied at least once at the copy bandwidth
+memory gives each rank (common.memory_bound, measured in the same run).
 --update writes the table into docs/benchmarks.md (B3) and plots
 docs/img/b3-bucketing.png.
 
@@ -31,7 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import collectives_per_step, compile_and_run, reduce_only_step, report  # noqa: E402
+from common import (bytes_sent_per_step, collectives_per_step, compile_and_run,  # noqa: E402
+                    memory_bound, reduce_only_step, report)
 
 RANKS = 2
 VARIANTS = [
@@ -76,9 +79,12 @@ def main():
     cases = [("all 148 tensors (124M elements)", spec["parameters"], args.steps, 1),
              ("the 98 vectors (0.2M elements)", [p for p in spec["parameters"] if len(p["shape"]) == 1],
               args.latency_steps, 3)]
-    lines = [f"{RANKS} ranks, f32 gradients of GPT-2 small, `all_reduce avg` only.", "",
-             "| gradients | pipeline | collectives | ms per step (p10-p90) | per-tensor / this |",
-             "|---|---|---:|---:|---:|"]
+    bound = memory_bound(RANKS)
+    lines = [f"{RANKS} ranks, f32 gradients of GPT-2 small, `all_reduce avg` only; "
+             f"{bound.describe()}.", "",
+             "| gradients | pipeline | collectives | ms per step (p10-p90) | per-tensor / this "
+             "| memory bound ms | bound / this |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     results = {}  # case -> [(pipeline, Timing)]
     with tempfile.TemporaryDirectory() as tmp:
         for case, params, steps, launches in cases:
@@ -90,9 +96,11 @@ def main():
                 ms = compile_and_run(args.build, step, options, RANKS, steps, tmp, launches)
                 baseline = baseline or ms
                 results.setdefault(case, []).append((name, ms))
-                count = collectives_per_step(report(args.build, step, options))
-                lines.append(f"| {case} | {name} | {count} | {ms.fmt(3)} "
-                             f"| {baseline.median / ms.median:.2f} |")
+                text = report(args.build, step, options)
+                least = bound.ms(copied=bytes_sent_per_step(text))
+                lines.append(f"| {case} | {name} | {collectives_per_step(text)} | {ms.fmt(3)} "
+                             f"| {baseline.median / ms.median:.2f} | {least:.3f} "
+                             f"| {least / ms.median:.2f} |")
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)

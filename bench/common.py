@@ -109,6 +109,64 @@ def report(build, step, options):
                            "-o", "/dev/null"], check=True, capture_output=True, text=True).stdout
 
 
+def bytes_sent_per_step(report_text):
+    """The bytes each rank sends per step: the total of --distopt-report's
+    communication table (ring algorithms)."""
+    return int(re.search(r"communication per rank.*?\n\s+total\s+\d+\s+\d+\s+(\d+)",
+                         report_text, re.S).group(1))
+
+
+# Bytes an AdamW or Adam update streams per parameter: in f32 it reads p,
+# g, m and v and writes p, m and v (B1); with bf16 parameters and f32 main
+# parameters it reads the bf16 gradient and writes the bf16 parameter
+# (2 + 2) and reads and writes the main parameter, m and v (24).
+ADAM_BYTES_PER_PARAM = 28
+
+
+class MemoryBound(NamedTuple):
+    """What memory allows each rank when `ranks` ranks stream at once, in
+    GB/s: copying (bytes copied per second, each read once and written
+    once, as a byte sent between ranks on shared memory must at least be)
+    and streaming in place (bytes read plus bytes written per second, in
+    a += s*c, as an optimizer update streams)."""
+    copy: float
+    in_place: float
+
+    def ms(self, copied=0.0, in_place=0.0):
+        """The least time, in ms, for `copied` bytes copied (counted
+        once, as sent) and `in_place` bytes read or written in place."""
+        return (copied / self.copy + in_place / self.in_place) / 1e6
+
+    def describe(self):
+        return (f"memory per rank, measured in this run: copy {self.copy:.1f} GB/s, "
+                f"in place {self.in_place:.1f} GB/s")
+
+
+def memory_bound(ranks, numel=1 << 25, repeat=8):
+    """MemoryBound measured now with torch on min(ranks, cores) threads (the
+    ranks' share of the machine), divided among the ranks; best of
+    `repeat`."""
+    import torch
+    threads = max(1, min(ranks, len(os.sched_getaffinity(0))))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b, c = torch.zeros(numel), torch.rand(numel), torch.rand(numel)
+
+        def best(kernel, nbytes):
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                kernel()
+                times.append(time.perf_counter() - start)
+            return nbytes / min(times) / 1e9 / ranks
+
+        return MemoryBound(best(lambda: a.copy_(b), 4 * numel),
+                           best(lambda: a.add_(c, alpha=1e-3), 12 * numel))
+    finally:
+        torch.set_num_threads(saved)
+
+
 def collectives_per_step(report_text):
     """How many collectives a step issues: the total of --distopt-report's
     communication table."""

@@ -6,7 +6,9 @@ For synthetic specs of 100, 1k and 10k tensors (scripts/gen-specs.py), times
 each run, and reports the median, the spread (p10-p90: with 5 runs, the
 fastest and slowest), the time per tensor
 (flat when growth is linear) and the per-pass breakdown at 10k tensors from
--mlir-timing. Prints markdown; --update writes it into docs/benchmarks.md
+-mlir-timing. The bound of each row: parsing the input IR (the Parser
+line of -mlir-timing, distopt-opt with no pass), which any pipeline pays
+before its first pass. Prints markdown; --update writes it into docs/benchmarks.md
 between the B8 markers and plots docs/img/b8-compile-time.png.
 
     bench/compile_time.py [--build build] [--repeat 5] [--update]
@@ -39,6 +41,13 @@ def run(cmd):
     return time.perf_counter() - start
 
 
+def parse_time(opt, ir):
+    """Seconds distopt-opt spends parsing `ir` (-mlir-timing's Parser)."""
+    out = subprocess.run([opt, ir, "-mlir-timing", "-o", os.devnull], check=True,
+                         capture_output=True, text=True).stderr
+    return float(re.search(r"^\s*([\d.]+) \(\s*[\d.]+%\)\s+Parser$", out, re.M).group(1))
+
+
 def plot(curves, path):
     fig, (ax,) = plots.figure(1, 6.4, "B8: distopt-opt pipeline time")
     for name, timings in curves.items():
@@ -64,8 +73,9 @@ def main():
     opt = os.path.join(args.build, "bin", "distopt-opt")
     translate = os.path.join(args.build, "bin", "distopt-translate")
 
-    lines = ["| pipeline | tensors | import (s) | pipeline median (s) | spread p10-p90 (s) | µs per tensor | target |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| pipeline | tensors | import (s) | pipeline median (s) | spread p10-p90 (s) "
+             "| µs per tensor | bound: parsing (s) | bound / pipeline | target |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     breakdown = ""
     curves = {}  # pipeline -> [Timing per size]
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,6 +87,7 @@ def main():
             t_import = statistics.median(
                 run([translate, "--import-param-spec", spec, "-o", ir])
                 for _ in range(args.repeat))
+            t_read = statistics.median(parse_time(opt, ir) for _ in range(args.repeat))
             for name, pipeline in PIPELINES:
                 times = Timing.of([run([opt, ir, f"--pass-pipeline=builtin.module({pipeline})",
                                         "-o", os.devnull]) for _ in range(args.repeat)])
@@ -87,7 +98,8 @@ def main():
                     limit = 0.3 if n == 1000 else 3.0
                     target += " " + ("met" if med < limit else "MISSED")
                 lines.append(f"| {name} | {n} | {t_import:.3f} | {med:.3f} | "
-                             f"{times.lo:.3f}-{times.hi:.3f} | {med / n * 1e6:.1f} | {target} |")
+                             f"{times.lo:.3f}-{times.hi:.3f} | {med / n * 1e6:.1f} "
+                             f"| {t_read:.3f} | {t_read / med:.2f} | {target} |")
             if n == SIZES[-1]:
                 out = subprocess.run(
                     [opt, ir, f"--pass-pipeline=builtin.module({PIPELINES[1][1]})",

@@ -15,7 +15,13 @@ DDP) - (forward + backward without DDP), as in B5 and B7.
 Each step runs --launches times, the plain and the composed one
 alternating (the machine's speed drifts over minutes); a row is the median
 of the launches' medians, with the lowest 10th and highest 90th
-percentile. --update writes the table into docs/benchmarks.md (B11).
+percentile. The bound of each step is memory: the bytes each rank sends
+(--distopt-report), each copied at least once, and AdamW's 28 bytes per
+parameter of the rank's shard, plus for the composed step one more read
+of the gradient shard (4 bytes per parameter: the norm and the check), at
+the copy and in-place bandwidths memory gives each rank
+(common.memory_bound, measured in the same run). --update writes the table
+into docs/benchmarks.md (B11).
 
     /usr/bin/python3 bench/composed.py [--build build] [--steps 8] [--launches 3] [--update]
 """
@@ -31,8 +37,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import (Timing, backward_step_timing, compile_step, gpt2_f32_spec,  # noqa: E402
-                    launch, run_timing, shaped_module, spawn_gloo)
+from common import (ADAM_BYTES_PER_PARAM, Timing, backward_step_timing,  # noqa: E402
+                    bytes_sent_per_step, compile_step, gpt2_f32_spec, launch, memory_bound,
+                    report, run_timing, shaped_module, spawn_gloo)
 
 RANKS = 2
 RECIPE = json.load(open(os.path.join(ROOT, "examples", "specs", "gpt2-small-recipe.json")))
@@ -117,7 +124,7 @@ def main():
                     help="launches of each step, alternating (the median of their medians)")
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
-    rows = []  # (stage, plain Timing, composed Timing)
+    rows = []  # (stage, plain Timing, composed Timing, [bytes sent plain, composed])
     with tempfile.TemporaryDirectory() as tmp:
         steps = {}
         for composed in (False, True):
@@ -143,24 +150,34 @@ def main():
                                                          args.steps)))
             timings = [Timing(statistics.median(r.median for r in rs), min(r.lo for r in rs),
                               max(r.hi for r in rs)) for rs in runs]
-            rows.append((stage, *timings))
+            sent = [bytes_sent_per_step(report(args.build, steps[composed], f"zero-stage={stage}"))
+                    for composed in (False, True)]
+            rows.append((stage, *timings, sent))
     total, compute = spawn_gloo(torch_worker, RANKS, recipe_spec(True), args.steps)
     torch_ms = total.minus(compute.median)
 
     params = sum(math.prod(p["shape"]) for p in recipe_spec(True)["parameters"])
+    bound = memory_bound(RANKS)
     lines = [f"GPT-2 small's recipe, {params / 1e6:.1f}M f32 parameters, AdamW in 2 groups, "
              f"warmup + cosine, {RANKS} ranks, 1 thread per rank. Composed: dynamic loss "
              "scaling and clip_grad_norm_(1.0) added.", "",
              f"torch DDP (gloo) + ZeroRedundancyOptimizer(AdamW), composed (the scaler's rule, "
              f"clip_grad_norm_, LambdaLR): forward + backward + step {total.fmt(0)} ms, of which "
-             f"forward + backward alone {compute.fmt(0)} ms: reduce + update {torch_ms.fmt(0)} ms.",
+             f"forward + backward alone {compute.fmt(0)} ms: reduce + update {torch_ms.fmt(0)} ms. "
+             f"Bound: {bound.describe()}.",
              "",
-             "| distopt | without clipping and scaling, ms | composed, ms | composed / without "
+             "| distopt | without clipping and scaling, ms | memory bound ms | bound / without "
+             "| composed, ms | memory bound ms | bound / composed | composed / without "
              "(target ≤ 1.10) | composed vs torch (time ratio) |",
-             "|---|---:|---:|---:|---:|"]
-    for stage, plain, composed in rows:
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for stage, plain, composed, sent in rows:
         cost = composed.median / plain.median
-        lines.append(f"| ZeRO-{stage} | {plain.fmt(0)} | {composed.fmt(0)} | {cost:.2f}x "
+        shard = params / RANKS
+        least = [bound.ms(copied=sent[0], in_place=ADAM_BYTES_PER_PARAM * shard),
+                 bound.ms(copied=sent[1], in_place=(ADAM_BYTES_PER_PARAM + 4) * shard)]
+        lines.append(f"| ZeRO-{stage} | {plain.fmt(0)} | {least[0]:.0f} "
+                     f"| {least[0] / plain.median:.2f} | {composed.fmt(0)} | {least[1]:.0f} "
+                     f"| {least[1] / composed.median:.2f} | {cost:.2f}x "
                      f"({'met' if cost <= 1.10 else 'missed'}) | "
                      f"{composed.median / torch_ms.median:.2f}x |")
     text = "\n".join(lines) + "\n"

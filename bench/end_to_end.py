@@ -18,6 +18,10 @@ the iterations after the first; the forward is a sum of the parameters and
 the backward writes their gradients, two memory passes distopt's step does
 not need because it is handed the gradients. Spreads (p10-p90): distopt's
 10th and 90th percentile step; torch's less the median forward + backward.
+The bound of each row is memory: the bytes each rank sends
+(--distopt-report), each copied at least once, and AdamW's 28 bytes per
+parameter, at the copy and in-place bandwidths memory gives each rank
+(common.memory_bound, measured in the same run).
 --update writes the table into docs/benchmarks.md (B7) and plots
 docs/img/b7-end-to-end.png.
 
@@ -25,6 +29,7 @@ docs/img/b7-end-to-end.png.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,8 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import (backward_step_timing, compile_and_run, gpt2_f32_spec,  # noqa: E402
-                    shaped_module, spawn_gloo)
+from common import (ADAM_BYTES_PER_PARAM, backward_step_timing, bytes_sent_per_step,  # noqa: E402
+                    compile_and_run, gpt2_f32_spec, memory_bound, report, shaped_module,
+                    spawn_gloo)
 
 RANKS = 2
 
@@ -61,16 +67,19 @@ def torch_worker(rank, init_file, spec, steps, queue):
 
 
 def distopt_time(build, spec_path, options, steps, tmp):
+    """The step's Timing, and the bytes each rank sends per step."""
     step = os.path.join(tmp, "step.mlir")
     subprocess.run([os.path.join(build, "bin", "distopt-translate"), "--import-param-spec",
                     spec_path, "-o", step], check=True)
-    return compile_and_run(build, step, options, RANKS, steps, tmp)
+    return (compile_and_run(build, step, options, RANKS, steps, tmp),
+            bytes_sent_per_step(report(build, step, options)))
 
 
 def plot(ours, torch_ms, path):
     fig, (ax,) = plots.figure(1, 8, f"B7: reduce + AdamW on GPT-2 small's gradients, {RANKS} ranks")
     names = ["torch DDP (gloo) + AdamW"] + [f"distopt: {name}" for name in ours]
-    plots.ranged_bars(ax, range(len(names)), [torch_ms] + list(ours.values()), horizontal=True)
+    plots.ranged_bars(ax, range(len(names)), [torch_ms] + [ms for ms, _ in ours.values()],
+                      horizontal=True)
     ax.set_yticks(range(len(names)), names)
     ax.invert_yaxis()
     ax.set_xlabel("ms per step: median, p10-p90")
@@ -86,6 +95,8 @@ def main():
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
     spec = gpt2_f32_spec(RANKS)
+    params = sum(math.prod(p["shape"]) for p in spec["parameters"])
+    bound = memory_bound(RANKS)
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = os.path.join(tmp, "gpt2-f32.json")
         with open(spec_path, "w") as f:
@@ -100,13 +111,16 @@ def main():
     lines = [f"GPT-2 small, 124M f32 parameters, AdamW, {RANKS} ranks, 1 thread per rank; "
              "milliseconds: median (p10-p90).", "",
              f"torch DDP (gloo) + AdamW: forward + backward + step {total.fmt(0)} ms, of which "
-             f"forward + backward alone {compute.fmt(0)} ms: reduce + update {torch_ms.fmt(0)} ms.",
+             f"forward + backward alone {compute.fmt(0)} ms: reduce + update {torch_ms.fmt(0)} ms. "
+             f"Bound: {bound.describe()}.",
              "",
-             "| distopt pipeline | ms per step (p10-p90) | torch / distopt | target (issue 6) |",
-             "|---|---:|---:|---|"]
-    for name, ms in ours.items():
+             "| distopt pipeline | ms per step (p10-p90) | memory bound ms | bound / distopt "
+             "| torch / distopt | target (issue 6) |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, (ms, sent) in ours.items():
         ratio = torch_ms.median / ms.median
-        lines.append(f"| {name} | {ms.fmt(0)} | {ratio:.2f} "
+        least = bound.ms(copied=sent, in_place=ADAM_BYTES_PER_PARAM * params)
+        lines.append(f"| {name} | {ms.fmt(0)} | {least:.0f} | {least / ms.median:.2f} | {ratio:.2f} "
                      f"| ≥ 3x: {'met' if ratio >= 3 else 'missed'} |")
     text = "\n".join(lines) + "\n"
     print(text)

@@ -19,7 +19,11 @@ feedback, warm start; timed after its two uncompressed iterations, in one
 bucket: see torch_worker); each time is (forward + backward under DDP) -
 (forward + backward of the same module alone), as in B7.
 Spreads (p10-p90): distopt's 10th and 90th percentile step; torch's less
-the median forward + backward.
+the median forward + backward. The bound of each row is memory: the bytes
+each rank sends (--distopt-report), each copied at least once, and for
+PowerSGD the compressed gradients streamed three times (read by both
+products, written once decompressed), at the copy and in-place bandwidths
+memory gives each rank (common.memory_bound, measured in the same run).
 Then PowerSGD's arithmetic against OpenBLAS on the same shapes
 (powersgd_kernels.py) and, where scripts/cluster can run, the link
 bandwidth at which compression starts paying off (powersgd_link.py).
@@ -30,6 +34,7 @@ docs/img/b6-powersgd.png.
 """
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -41,8 +46,9 @@ import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
 from powersgd_kernels import arithmetic  # noqa: E402
 from powersgd_link import cluster_available, link_tables  # noqa: E402
-from common import (backward_step_timing, collectives_per_step, compile_and_run,  # noqa: E402
-                    reduce_only_step, report, shaped_module, spawn_gloo)
+from common import (backward_step_timing, bytes_sent_per_step, collectives_per_step,  # noqa: E402
+                    compile_and_run, memory_bound, reduce_only_step, report, shaped_module,
+                    spawn_gloo)
 
 WORLD = 2
 RANKS = (1, 2, 4)
@@ -82,6 +88,17 @@ def torch_worker(rank, init_file, spec, steps, queue):
     dist.destroy_process_group()
 
 
+def bound_ms(bound, report_text, grad_bytes):
+    """The memory bound (ms) of a step with --distopt-report `report_text`
+    averaging `grad_bytes` of gradients: what it sends, and what PowerSGD
+    streams of the gradients it compresses (those not all-reduced)."""
+    compressed = 0
+    if "powersgd_all_reduce" in report_text:
+        plain = re.search(r"^\s+all_reduce\s+\d+\s+(\d+)", report_text, re.M)
+        compressed = grad_bytes - (int(plain.group(1)) if plain else 0)
+    return bound.ms(copied=bytes_sent_per_step(report_text), in_place=3 * compressed)
+
+
 def plot(results, path):
     """One panel per model: distopt and the torch hook at each PowerSGD
     rank, and both uncompressed; medians with their ranges."""
@@ -108,12 +125,15 @@ def main():
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args()
-    lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update).", "",
+    bound = memory_bound(WORLD)
+    lines = [f"{WORLD} ranks, f32 gradients, averaging only (no optimizer update); "
+             f"{bound.describe()}.", "",
              "| model | PowerSGD rank | compression | collectives | distopt ms (p10-p90) "
+             "| memory bound ms | bound / distopt "
              "| uncompressed / compressed | torch DDP uncompressed ms (p10-p90) "
              "| DDP uncompressed / distopt compressed | torch powerSGD_hook ms (p10-p90) "
              "| hook / distopt |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     results = {}  # model -> (plain, ours, ddp, hook)
     for model in ("resnet18-cifar", "resnet50"):
         spec = json.load(open(os.path.join(ROOT, "examples", "specs", f"{model}.json")))
@@ -121,9 +141,12 @@ def main():
             step = os.path.join(tmp, "reduce.mlir")
             with open(step, "w") as f:
                 f.write(reduce_only_step(spec["parameters"], WORLD))
-            plain_count = collectives_per_step(report(args.build, step, "overlap=false"))
+            grad_bytes = 4 * sum(math.prod(p["shape"]) for p in spec["parameters"])
+            plain_text = report(args.build, step, "overlap=false")
+            plain_count = collectives_per_step(plain_text)
+            plain_bound = bound_ms(bound, plain_text, grad_bytes)
             plain = compile_and_run(args.build, step, "overlap=false", WORLD, args.steps, tmp)
-            ours = {}  # rank or batch label -> (ratio, collectives, Timing)
+            ours = {}  # rank or batch label -> (ratio, collectives, Timing, bound ms)
             variants = {r: f"overlap=false powersgd-rank={r}" for r in RANKS}
             variants.update({label: f"overlap=false powersgd-rank=1 powersgd-batch-mb={mb:g}"
                              for label, mb in BATCHES.items()})
@@ -131,14 +154,17 @@ def main():
                 text = report(args.build, step, options)
                 ratio = float(re.search(r"compression: ([\d.]+)x", text).group(1))
                 ours[key] = (ratio, collectives_per_step(text),
-                             compile_and_run(args.build, step, options, WORLD, args.steps, tmp))
+                             compile_and_run(args.build, step, options, WORLD, args.steps, tmp),
+                             bound_ms(bound, text, grad_bytes))
         ddp, hook = spawn_gloo(torch_worker, WORLD, spec, args.steps)
         results[model] = (plain, ours, ddp, hook)
-        lines.append(f"| {model} | none | 1.0x | {plain_count} | {plain.fmt(2)} | 1.00 "
+        lines.append(f"| {model} | none | 1.0x | {plain_count} | {plain.fmt(2)} "
+                     f"| {plain_bound:.2f} | {plain_bound / plain.median:.2f} | 1.00 "
                      f"| {ddp.fmt(2)} | {ddp.median / plain.median:.2f} | | |")
-        for key, (ratio, count, ms) in ours.items():
+        for key, (ratio, count, ms, least) in ours.items():
             hook_ms = hook[key if key in hook else 1]
             lines.append(f"| {model} | {key} | {ratio:.1f}x | {count} | {ms.fmt(2)} "
+                         f"| {least:.2f} | {least / ms.median:.2f} "
                          f"| {plain.median / ms.median:.2f} | {ddp.fmt(2)} "
                          f"| {ddp.median / ms.median:.2f} | {hook_ms.fmt(2)} "
                          f"| {hook_ms.median / ms.median:.2f} |")

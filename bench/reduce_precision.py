@@ -6,7 +6,12 @@ reduce-dtype=f32, --distopt-widen-reductions), with no ZeRO and at ZeRO-2,
 all in one run: ms per step (the median of 3 launches of distopt-run, 12
 steps each; the spread is the lowest 10th and highest 90th percentile),
 bytes each rank sends per step (--distopt-report), and the peak of memory in
-use (distopt-run --print-memory). What f32 buys, the error, is a test
+use (distopt-run --print-memory). The bound of each row is memory: the
+bytes each rank sends, each copied at least once, and the update's 28 bytes
+per parameter it updates (bf16 gradient read and bf16 parameter written,
+f32 main parameter and state read and written; all parameters without ZeRO,
+1/N at ZeRO-2), at the copy and in-place bandwidths memory gives each rank
+(common.memory_bound, measured in the same run). What f32 buys, the error, is a test
 (test/Integration/reduce-precision.test), not a benchmark.
 --update writes the table into docs/benchmarks.md (B9).
 
@@ -14,6 +19,7 @@ use (distopt-run --print-memory). What f32 buys, the error, is a test
 """
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -23,17 +29,12 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import Timing, compile_step, launch, report, run_timing  # noqa: E402
+from common import (ADAM_BYTES_PER_PARAM, Timing, bytes_sent_per_step, compile_step,  # noqa: E402
+                    launch, memory_bound, report, run_timing)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS, STEPS, LAUNCHES = 2, 12, 3
 MIB = 1 << 20
-
-
-def sent_per_rank(text):
-    """Bytes each rank sends per step: the communication table's total."""
-    section = text[text.index("communication per rank"):text.index("model state per rank")]
-    return int(re.search(r"total\s+\d+\s+\d+\s+(\d+)", section).group(1))
 
 
 def main():
@@ -43,6 +44,7 @@ def main():
     args = parser.parse_args()
     spec = json.load(open(os.path.join(ROOT, "examples", "specs", "gpt2-small.json")))
     spec["world_size"] = RANKS
+    params = sum(math.prod(p["shape"]) for p in spec["parameters"])
     variants = [(stage, dtype) for stage in (0, 2) for dtype in ("bf16", "f32")]
     rows, times = [], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,19 +73,24 @@ def main():
         for v in variants:
             times[v] = Timing(statistics.median(r.median for r in runs[v]),
                               min(r.lo for r in runs[v]), max(r.hi for r in runs[v]))
+        bound = memory_bound(RANKS)
         for stage, dtype in variants:
             options = libraries[stage, dtype][0]
-            sent = sent_per_rank(report(args.build, step, options))
+            sent = bytes_sent_per_step(report(args.build, step, options))
             ratio = times[stage, dtype].median / times[stage, "bf16"].median
+            least = bound.ms(copied=sent,
+                             in_place=ADAM_BYTES_PER_PARAM * params / (RANKS if stage else 1))
             rows.append(f"| {'ZeRO-2' if stage else 'no ZeRO'} | {dtype} | `{options}` | "
-                        f"{times[stage, dtype].fmt(0)} | {ratio:.2f} | {sent / MIB:.0f} | "
+                        f"{times[stage, dtype].fmt(0)} | {ratio:.2f} | {least:.0f} "
+                        f"| {least / times[stage, dtype].median:.2f} | {sent / MIB:.0f} | "
                         f"{peaks[stage, dtype] / MIB:.0f} |")
     text = "\n".join([
         f"GPT-2 small, bf16 parameters with f32 main parameters, AdamW, {RANKS} ranks; "
-        f"median of {LAUNCHES} launches of {STEPS} steps.", "",
+        f"median of {LAUNCHES} launches of {STEPS} steps; bound: {bound.describe()}.", "",
         "| ZeRO | gradients reduced in | pipeline | ms per step (p10-p90) | time / bf16's "
+        "| memory bound ms | bound / this "
         "| MiB sent per rank and step | peak in use MiB |",
-        "|---|---|---|---:|---:|---:|---:|", *rows]) + "\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
     print(text)
     if args.update:
         update_section("B9", text)

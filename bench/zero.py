@@ -26,7 +26,12 @@ state = 8 bytes per parameter): parameters + state = 4P + 8P (no ZeRO),
 4P + 8P/N (ZeRO-1 and 2), 12P/N (ZeRO-3); gradients 4P (no ZeRO, ZeRO-1),
 4P/N once reduced (ZeRO-2, 3). distopt's step is handed the full gradients
 (the backward's output, 4P on every rank); under ZeRO-2/3 it keeps only the
-reduced shard, which the peak shows. Spreads (p10-p90):
+reduced shard, which the peak shows. The bound of each row's time is
+memory: the bytes each rank sends (--distopt-report), each copied at least
+once, and the update's 28 bytes per parameter it updates (all of them
+without ZeRO, 1/N with), at the copy and in-place bandwidths memory gives
+each rank (common.memory_bound, measured in the same run); packing and
+copies are not in it. Spreads (p10-p90):
 distopt's 10th and 90th percentile step; torch's less the median forward +
 backward.
 --update writes the table into docs/benchmarks.md (B5) and plots
@@ -47,8 +52,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import (backward_step_timing, compile_step, gpt2_f32_spec, launch,  # noqa: E402
-                    run_timing, shaped_module, spawn_gloo)
+from common import (ADAM_BYTES_PER_PARAM, backward_step_timing, bytes_sent_per_step,  # noqa: E402
+                    compile_step, gpt2_f32_spec, launch, memory_bound, report, run_timing,
+                    shaped_module, spawn_gloo)
 
 RANKS = 2
 MIB = 1 << 20
@@ -85,6 +91,7 @@ def distopt_run(build, step, pipeline, steps, tmp):
     ms = run_timing(out)
     memory = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)[,\s]", out.split("memory per rank")[1])}
     memory["peak"] = int(re.search(r"peak in use (\d+)", out).group(1))
+    memory["sent"] = bytes_sent_per_step(report(build, step, pipeline))
     return ms, memory
 
 
@@ -157,16 +164,19 @@ def main():
     torch_ms = total.minus(compute.median)
     torch_persistent = torch_params + torch_state
     torch_formula, _ = formula(1, params)
+    bound = memory_bound(RANKS)
 
     lines = [f"GPT-2 small, {params / 1e6:.1f}M f32 parameters, AdamW, {RANKS} ranks, 1 thread per "
              "rank. Memory in MiB per rank (the rank holding most).", "",
              f"torch DDP (gloo) + ZeroRedundancyOptimizer(AdamW) (ZeRO-1): forward + backward + step "
              f"{total.fmt(0)} ms, of which forward + backward alone {compute.fmt(0)} ms: reduce + update "
              f"{torch_ms.fmt(0)} ms; parameters + optimizer state {torch_persistent / MIB:.0f} MiB "
-             f"(formula {torch_formula / MIB:.0f}, {torch_persistent / torch_formula:.3f}x).", "",
-             "| distopt | ms per step (p10-p90) | vs torch ZeRO-1 (time ratio) | params + state: measured "
+             f"(formula {torch_formula / MIB:.0f}, {torch_persistent / torch_formula:.3f}x). "
+             f"Time bound: {bound.describe()}.", "",
+             "| distopt | ms per step (p10-p90) | vs torch ZeRO-1 (time ratio) | memory bound ms "
+             "| bound / distopt | params + state: measured "
              "| formula | measured / formula | gradients handed in | peak in use | target (issue 6) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, stage, (ms, mem) in ours:
         persistent = mem["param"] + mem["main_param"] + mem["state"]
         want, _ = formula(stage, params)
@@ -174,7 +184,10 @@ def main():
         close = abs(persistent / want - 1) <= 0.05
         verdict = (f"time ≤ 0.5x: {'met' if ratio <= 0.5 else 'missed'}; "
                    f"memory within 5%: {'met' if close else 'missed'}")
-        lines.append(f"| {name} | {ms.fmt(0)} | {ratio:.2f}x | {persistent / MIB:.0f} | {want / MIB:.0f} "
+        least = bound.ms(copied=mem["sent"],
+                         in_place=ADAM_BYTES_PER_PARAM * params / (RANKS if stage else 1))
+        lines.append(f"| {name} | {ms.fmt(0)} | {ratio:.2f}x | {least:.0f} | {least / ms.median:.2f} "
+                     f"| {persistent / MIB:.0f} | {want / MIB:.0f} "
                      f"| {persistent / want:.3f} | {mem['grad'] / MIB:.0f} | {mem['peak'] / MIB:.0f} "
                      f"| {verdict} |")
     text = "\n".join(lines) + "\n"
