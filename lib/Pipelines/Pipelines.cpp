@@ -155,6 +155,11 @@ void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,
 void mlir::distopt::buildParallelLoopsPipeline(OpPassManager &pm) {
   pm.addNestedPass<func::FuncOp>(createParallelizeLoopsPass());
   pm.addPass(createConvertSCFToOpenMPPass());
+  // The OpenMP loops' bodies come wrapped in memref.alloca_scope, which
+  // must keep one block: inline those that allocate nothing (all of them
+  // here) before --convert-scf-to-cf turns a split reduction's inner loop
+  // into blocks.
+  pm.addPass(createCanonicalizerPass());
 }
 
 void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,

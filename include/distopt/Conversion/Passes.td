@@ -137,20 +137,29 @@ def FuseElementwiseProducersPass : Pass<"distopt-fuse-elementwise-producers"> {
 }
 
 def ParallelizeLoopsPass : Pass<"distopt-parallelize-loops"> {
-  let summary = "Run large element-wise linalg ops as parallel loops";
+  let summary = "Run large element-wise ops, reductions and copies as parallel loops";
   let description = [{
-    On a bufferized step (CPU): each linalg op whose loops are all parallel
-    and that runs at least `min-iterations` iterations becomes an
-    `scf.parallel` nest; every other linalg op stays for
-    `--convert-linalg-to-loops`. The CPU lowering then turns the parallel
-    loops into OpenMP work-sharing loops (`--convert-scf-to-openmp`): their
-    iterations are split among the threads the runtime gives the step
-    (`distopt-run --threads`, the session's `threads` option).
+    On a bufferized step (CPU), each of these, when it runs at least
+    `min-iterations` iterations (elements), becomes an `scf.parallel` loop:
+    - a linalg op whose loops are all parallel: an `scf.parallel` nest;
+    - a linalg.generic that reduces a whole contiguous tensor to a scalar
+      (a norm's partial sum, a finite check, a count): partial results of
+      fixed chunks of 65536 elements, computed in parallel, then combined
+      in order. A floating-point sum or product is split only if its
+      combine may be reassociated (`fastmath<reassoc>`, as the norms'
+      are); its chunks do not depend on the thread count, so neither does
+      the result;
+    - a `memref.copy` between contiguous buffers (bucket packing and
+      unpacking): a parallel loop of copies of 65536-element chunks.
 
-    Each iteration writes its own elements, so the results do not depend on
-    the number of threads. Reductions (norms, finite checks, products) stay
-    sequential: splitting them would change their rounding with the thread
-    count. Small ops stay sequential too: starting a parallel region costs
+    Every other op stays for `--convert-linalg-to-loops`. The CPU lowering
+    turns the parallel loops into OpenMP work-sharing loops
+    (`--convert-scf-to-openmp`): their iterations are split among the
+    threads the runtime gives the step (`distopt-run --threads`, the
+    session's `threads` option). Each iteration writes its own elements, so
+    the results do not depend on the number of threads. Ops inside a
+    sequential loop stay as they are (each iteration would start the
+    threads again), and so do small ones: starting a parallel region costs
     about 10 us. Measured with AdamW on one f32 tensor, 1 thread against 2
     (distopt-run --threads): 65536 elements 13.5 against 19 us, 131072
     elements 28 against 22.5 us, 262144 elements 55 against 39 us.
@@ -159,7 +168,9 @@ def ParallelizeLoopsPass : Pass<"distopt-parallelize-loops"> {
     Option<"minIterations", "min-iterations", "int64_t", "131072",
            "Iterations below which an op stays sequential">,
   ];
-  let dependentDialects = ["::mlir::scf::SCFDialect"];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect"];
 }
 
 def CollapseContiguousLoopsPass : Pass<"distopt-collapse-contiguous-loops"> {

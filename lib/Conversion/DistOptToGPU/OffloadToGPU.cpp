@@ -8,8 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "SplitReductions.h"
-
+#include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
 #include "distopt/Conversion/DistOptToRuntime/BufferUses.h"
 #include "distopt/Conversion/Passes.h"
 
@@ -132,8 +131,11 @@ LogicalResult OffloadToGPUPass::toParallelLoops(func::FuncOp func) {
     if (!op.hasPureBufferSemantics())
       return op->emitOpError("is not bufferized; run the GPU lowering on a "
                              "bufferized step");
+    // A whole-tensor reduction would be one thread's loop: partial results
+    // of 128 blocks of 256 threads, combined in order by one thread.
     if (auto generic = dyn_cast<linalg::GenericOp>(op.getOperation()))
-      if (succeeded(splitWholeReduction(rewriter, generic)))
+      if (succeeded(splitWholeReduction(rewriter, generic,
+                                        {ReductionSplit::Strided, 128 * 256})))
         continue;
     rewriter.setInsertionPoint(op);
     if (failed(linalg::linalgOpToParallelLoops(rewriter, op)))

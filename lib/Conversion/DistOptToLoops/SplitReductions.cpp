@@ -1,27 +1,22 @@
-//===- SplitReductions.cpp - whole-tensor reductions in two kernels -*- C++
+//===- SplitReductions.cpp - whole-tensor reductions in parallel -*- C++
 //-*-===//
 //
-// Part of --distopt-offload-to-gpu: a reduction of a whole tensor to a
-// scalar would be one thread's loop; it becomes a kernel of partial results
-// and one that combines them in order.
+// SplitReductions.h: the GPU lowering's two kernels (OffloadToGPU.cpp) and
+// the CPU's chunks (--distopt-parallelize-loops).
 //
 //===----------------------------------------------------------------------===//
 
-#include "SplitReductions.h"
+#include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Utils/MemRefUtils.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
-
-/// Partial results of a whole-tensor reduction: one per thread of its first
-/// kernel (128 blocks of 256 threads), combined in order by one thread.
-constexpr int64_t kReductionThreads = 128 * 256;
 
 /// The combining op of a reduction body, `acc = combine(acc, value)`, as an
 /// atomic kind (which gives its identity and rebuilds it), if it is one.
@@ -45,15 +40,9 @@ static std::optional<arith::AtomicRMWKind> combiningKind(Operation *op) {
       .Default([](Operation *) { return std::nullopt; });
 }
 
-/// A reduction of a whole tensor to a scalar (a norm, an all-finite check,
-/// a count) in two kernels: each of kReductionThreads threads combines a
-/// strided share of the elements, then one thread combines those partial
-/// results in order into the output. The elements are combined in another
-/// order than the CPU's sequential loop (floating-point sums may round
-/// differently); the result is the same on every run. Returns failure,
-/// touching nothing, for any other linalg op.
 LogicalResult mlir::distopt::splitWholeReduction(IRRewriter &rewriter,
-                                                 linalg::GenericOp op) {
+                                                 linalg::GenericOp op,
+                                                 ReductionSplit split) {
   if (op.getNumDpsInits() != 1 ||
       op.getNumReductionLoops() != op.getNumLoops() ||
       op->getParentOfType<scf::ParallelOp>() ||
@@ -71,13 +60,33 @@ LogicalResult mlir::distopt::splitWholeReduction(IRRewriter &rewriter,
   if (!kind || !acc.hasOneUse() || combine->getNumOperands() != 2 ||
       !llvm::is_contained(combine->getOperands(), acc))
     return failure();
-  Value element = combine->getOperand(combine->getOperand(0) == acc ? 1 : 0);
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   if (llvm::any_of(ranges, ShapedType::isDynamic))
     return failure();
   int64_t count = 1;
   for (int64_t range : ranges)
     count *= range;
+  bool chunked = split.layout == ReductionSplit::Chunked;
+  if (chunked) {
+    // Sums and products in another order only where the body allows it.
+    using K = arith::AtomicRMWKind;
+    auto fastMath = dyn_cast<arith::ArithFastMathInterface>(combine);
+    if ((*kind == K::addf || *kind == K::mulf) &&
+        !(fastMath &&
+          bitEnumContainsAll(fastMath.getFastMathFlagsAttr().getValue(),
+                             arith::FastMathFlags::reassoc)))
+      return failure();
+    // In memory order: one input, read whole, contiguous.
+    if (op.getNumDpsInputs() != 1)
+      return failure();
+    auto inType = dyn_cast<MemRefType>(op.getDpsInputs()[0].getType());
+    if (!inType || inType.getRank() == 0 ||
+        !memref::isStaticShapeAndContiguousRowMajor(inType) ||
+        !op.getMatchingIndexingMap(op.getDpsInputOperand(0)).isIdentity())
+      return failure();
+  }
+  int64_t partialCount =
+      chunked ? llvm::divideCeil(count, split.size) : split.size;
 
   Location loc = op.getLoc();
   Type accType = outType.getElementType();
@@ -85,55 +94,84 @@ LogicalResult mlir::distopt::splitWholeReduction(IRRewriter &rewriter,
   auto index = [&](OpBuilder &b, int64_t v) -> Value {
     return arith::ConstantIndexOp::create(b, loc, v);
   };
+  // Chunks read the input as the 1-d run of its elements.
+  Value flatInput;
+  if (chunked) {
+    Value input = op.getDpsInputs()[0];
+    auto inType = cast<MemRefType>(input.getType());
+    flatInput = input;
+    if (inType.getRank() != 1) {
+      ReassociationIndices all =
+          llvm::to_vector(llvm::seq<int64_t>(0, inType.getRank()));
+      flatInput = memref::CollapseShapeOp::create(
+          rewriter, loc, input, ArrayRef<ReassociationIndices>{all});
+    }
+  }
   Value partials = memref::AllocOp::create(
-      rewriter, loc, MemRefType::get({kReductionThreads}, accType));
-  Value threads = index(rewriter, kReductionThreads);
-  auto perThread = scf::ParallelOp::create(
-      rewriter, loc, ValueRange{index(rewriter, 0)}, ValueRange{threads},
+      rewriter, loc, MemRefType::get({partialCount}, accType));
+  Value numPartials = index(rewriter, partialCount);
+  scf::ParallelOp::create(
+      rewriter, loc, ValueRange{index(rewriter, 0)}, ValueRange{numPartials},
       ValueRange{index(rewriter, 1)},
       [&](OpBuilder &b, Location, ValueRange ivs) {
         Value identity = arith::getIdentityValue(*kind, accType, b, loc);
-        auto strided = scf::ForOp::create(
-            b, loc, ivs[0], index(b, count), threads, ValueRange{identity},
+        Value begin = ivs[0], end = index(b, count), step = numPartials;
+        if (chunked) {
+          Value size = index(b, split.size);
+          begin = arith::MulIOp::create(b, loc, ivs[0], size);
+          end = arith::MinSIOp::create(
+              b, loc, arith::AddIOp::create(b, loc, begin, size), end);
+          step = index(b, 1);
+        }
+        auto partial = scf::ForOp::create(
+            b, loc, begin, end, step, ValueRange{identity},
             [&](OpBuilder &fb, Location, Value linear, ValueRange iter) {
-              // The loop indices of element `linear`, row-major.
-              SmallVector<Value> loopIndices(ranges.size());
-              Value rest = linear;
-              for (int64_t d = ranges.size() - 1; d >= 0; --d) {
-                Value range = index(fb, ranges[d]);
-                loopIndices[d] = arith::RemUIOp::create(fb, loc, rest, range);
-                rest = arith::DivUIOp::create(fb, loc, rest, range);
-              }
               IRMapping mapping;
               for (OpOperand *input : op.getDpsInputOperands()) {
+                Value arg = op.getMatchingBlockArgument(input);
+                if (!isa<MemRefType>(input->get().getType())) {
+                  mapping.map(arg, input->get()); // a scalar operand
+                  continue;
+                }
+                if (chunked) {
+                  mapping.map(arg, memref::LoadOp::create(fb, loc, flatInput,
+                                                          ValueRange{linear}));
+                  continue;
+                }
+                // The loop indices of element `linear`, row-major.
+                SmallVector<Value> loopIndices(ranges.size());
+                Value rest = linear;
+                for (int64_t d = ranges.size() - 1; d > 0; --d) {
+                  Value range = index(fb, ranges[d]);
+                  loopIndices[d] = arith::RemUIOp::create(fb, loc, rest, range);
+                  rest = arith::DivUIOp::create(fb, loc, rest, range);
+                }
+                if (!ranges.empty())
+                  loopIndices[0] = rest;
                 AffineMap map = op.getMatchingIndexingMap(input);
                 SmallVector<Value> at;
                 for (AffineExpr expr : map.getResults())
                   at.push_back(affine::AffineApplyOp::create(
                       fb, loc, AffineMap::get(map.getNumDims(), 0, expr),
                       loopIndices));
-                Value arg = op.getMatchingBlockArgument(input);
-                if (isa<MemRefType>(input->get().getType()))
-                  mapping.map(
-                      arg, memref::LoadOp::create(fb, loc, input->get(), at));
-                else
-                  mapping.map(arg, input->get()); // a scalar operand
+                mapping.map(arg,
+                            memref::LoadOp::create(fb, loc, input->get(), at));
               }
+              // The body as it is, its combine (and its fast-math flags)
+              // onto this partial result.
+              mapping.map(acc, iter[0]);
               for (Operation &nested : body.without_terminator())
-                if (&nested != combine)
-                  fb.clone(nested, mapping);
-              Value next = arith::getReductionOp(
-                  *kind, fb, loc, iter[0], mapping.lookupOrDefault(element));
-              scf::YieldOp::create(fb, loc, next);
+                fb.clone(nested, mapping);
+              scf::YieldOp::create(fb, loc,
+                                   mapping.lookup(yield.getValues()[0]));
             });
-        memref::StoreOp::create(b, loc, strided.getResult(0), partials, ivs[0]);
+        memref::StoreOp::create(b, loc, partial.getResult(0), partials, ivs[0]);
         scf::ReduceOp::create(b, loc);
       });
-  (void)perThread;
   Value out = op.getDpsInits()[0];
   Value initial = memref::LoadOp::create(rewriter, loc, out);
   auto inOrder = scf::ForOp::create(
-      rewriter, loc, index(rewriter, 0), threads, index(rewriter, 1),
+      rewriter, loc, index(rewriter, 0), numPartials, index(rewriter, 1),
       ValueRange{initial},
       [&](OpBuilder &b, Location, Value i, ValueRange iter) {
         Value partial = memref::LoadOp::create(b, loc, partials, i);
@@ -145,6 +183,3 @@ LogicalResult mlir::distopt::splitWholeReduction(IRRewriter &rewriter,
   rewriter.eraseOp(op);
   return success();
 }
-
-/// Copies and linalg ops become scf.parallel nests (reductions inside as
-/// scf.for), the form both the mapping and the one-thread kernels take.
