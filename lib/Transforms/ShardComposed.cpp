@@ -96,37 +96,28 @@ void Sharder::composeChunks(func::FuncOp func,
 }
 
 void Sharder::eraseComposed(ArrayRef<SmallVector<Update *>> groups) {
-  // Users before producers.
+  // Users before producers: each kind of op, over all the updates, before
+  // the ops it reads.
   SetVector<Operation *> erase;
-  auto each = [&](auto &&fn) {
+  auto eraseEach = [&](function_ref<SmallVector<Operation *>(Update &)> ops) {
     for (ArrayRef<Update *> group : groups)
       for (Update *u : group)
-        fn(*u);
+        for (Operation *op : ops(*u))
+          if (op)
+            erase.insert(op);
   };
-  each([&](Update &u) {
-    erase.insert(u.downcasts.begin(), u.downcasts.end());
-    erase.insert(u.selects.begin(), u.selects.end());
-    erase.insert(u.op);
+  eraseEach([](Update &u) {
+    SmallVector<Operation *> ops(u.downcasts.begin(), u.downcasts.end());
+    ops.append(u.selects.begin(), u.selects.end());
+    ops.push_back(u.op);
+    return ops;
   });
-  each([&](Update &u) {
-    if (u.clip)
-      erase.insert(u.clip);
-  });
-  each([&](Update &u) {
-    if (u.unscale)
-      erase.insert(u.unscale);
-  });
-  each([&](Update &u) {
-    if (u.finiteCheck)
-      erase.insert(u.finiteCheck);
-  });
-  each([&](Update &u) {
-    if (u.convert)
-      erase.insert(u.convert);
-    if (u.divide)
-      erase.insert(u.divide);
-    if (stage >= 2)
-      erase.insert(u.reduction);
+  eraseEach([](Update &u) { return SmallVector<Operation *>{u.clip}; });
+  eraseEach([](Update &u) { return SmallVector<Operation *>{u.unscale}; });
+  eraseEach([](Update &u) { return SmallVector<Operation *>{u.finiteCheck}; });
+  eraseEach([&](Update &u) {
+    return SmallVector<Operation *>{
+        u.convert, u.divide, stage >= 2 ? u.reduction.getOperation() : nullptr};
   });
   toErase.append(erase.begin(), erase.end());
 }
