@@ -58,6 +58,7 @@ static Value unflatten(OpBuilder &b, Location loc, Value flat,
   return tensor::ExpandShapeOp::create(b, loc, type, flat, {all});
 }
 
+/// The `size` elements of the 1-d `buffer` from `offset`.
 static Value sliceAt(OpBuilder &b, Location loc, Value buffer, int64_t offset,
                      int64_t size) {
   Type element = cast<RankedTensorType>(buffer.getType()).getElementType();
@@ -68,6 +69,7 @@ static Value sliceAt(OpBuilder &b, Location loc, Value buffer, int64_t offset,
       ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
 }
 
+/// `buffer` with the 1-d `flat` written over its elements from `offset`.
 static Value insertAt(OpBuilder &b, Location loc, Value flat, Value buffer,
                       int64_t offset) {
   int64_t size = cast<RankedTensorType>(flat.getType()).getDimSize(0);
