@@ -142,6 +142,16 @@ class MemoryBound(NamedTuple):
                 f"in place {self.in_place:.1f} GB/s")
 
 
+def best_gbps(kernel, nbytes, repeat):
+    """GB/s of `kernel` moving `nbytes`, from the fastest of `repeat` runs."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        kernel()
+        times.append(time.perf_counter() - start)
+    return nbytes / min(times) / 1e9
+
+
 def memory_bound(ranks, numel=1 << 25, repeat=8):
     """MemoryBound measured now with torch on min(ranks, cores) threads (the
     ranks' share of the machine), divided among the ranks; best of
@@ -152,17 +162,8 @@ def memory_bound(ranks, numel=1 << 25, repeat=8):
     torch.set_num_threads(threads)
     try:
         a, b, c = torch.zeros(numel), torch.rand(numel), torch.rand(numel)
-
-        def best(kernel, nbytes):
-            times = []
-            for _ in range(repeat):
-                start = time.perf_counter()
-                kernel()
-                times.append(time.perf_counter() - start)
-            return nbytes / min(times) / 1e9 / ranks
-
-        return MemoryBound(best(lambda: a.copy_(b), 4 * numel),
-                           best(lambda: a.add_(c, alpha=1e-3), 12 * numel))
+        return MemoryBound(best_gbps(lambda: a.copy_(b), 4 * numel, repeat) / ranks,
+                           best_gbps(lambda: a.add_(c, alpha=1e-3), 12 * numel, repeat) / ranks)
     finally:
         torch.set_num_threads(saved)
 

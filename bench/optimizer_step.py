@@ -48,7 +48,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
-from common import Timing, run_timing  # noqa: E402
+from common import Timing, best_gbps, run_timing  # noqa: E402
 OPTIMIZERS = [
     # name, spec optimizer, torch constructor, bytes per parameter
     ("AdamW", {"type": "adamw", "lr": 1e-3, "weight_decay": 0.01},
@@ -65,17 +65,8 @@ def bandwidths_gbps(numel, repeat):
     a = torch.zeros(numel)
     b = torch.rand(numel)
     c = torch.rand(numel)
-
-    def best(kernel):
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            kernel()
-            times.append(time.perf_counter() - start)
-        return 12 * numel / min(times) / 1e9
-
-    return (best(lambda: torch.add(b, c, alpha=3.0, out=a)),
-            best(lambda: a.add_(c, alpha=1e-3)))
+    return (best_gbps(lambda: torch.add(b, c, alpha=3.0, out=a), 12 * numel, repeat),
+            best_gbps(lambda: a.add_(c, alpha=1e-3), 12 * numel, repeat))
 
 
 def torch_timing(make, shapes, steps):
