@@ -253,7 +253,9 @@ def MarkInPlaceResultsPass
     `distopt.in_place_results` (one entry per original result) the index of
     the argument a result returns, or -1 for a new buffer, and drops the
     results returned in the argument they replace (the same `distopt.role`
-    and `distopt.name`, or neither has them); a result returned in another
+    and `distopt.name`, or neither has them), seen through casts, reshapes
+    back to the argument's type, and `scf.if` results whose branches both
+    yield the argument (an update skipped on overflow); a result returned in another
     argument's buffer stays a result, which the deallocation pipeline
     copies. Returned, they would be copied every step by
     the deallocation pipeline, which must own what a function returns;

@@ -15,6 +15,7 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/BitVector.h"
@@ -128,22 +129,33 @@ static void gatherIntoArgument(OpOperand &operand, BlockArgument arg) {
 }
 
 namespace {
-/// The value a result really is: through casts, and through reshapes that
-/// end in the type they started from (a gradient collapsed to a matrix for
-/// PowerSGD, updated, expanded back: the same memory, the same layout).
+/// The value a result really is: through casts, through reshapes that end
+/// in the type they started from (a gradient collapsed to a matrix for
+/// PowerSGD, updated, expanded back: the same memory, the same layout), and
+/// through an scf.if whose branches both yield it (a step skipped on
+/// overflow updates in place under scf.if and yields the argument either
+/// way; bufferization leaves the if's result for the canonicalizer to fold).
 Value viewedArgument(Value value) {
   while (auto cast = value.getDefiningOp<memref::CastOp>())
     value = cast.getSource();
   Value root = value;
   while (Operation *def = root.getDefiningOp()) {
-    if (auto cast = dyn_cast<memref::CastOp>(def))
+    if (auto cast = dyn_cast<memref::CastOp>(def)) {
       root = cast.getSource();
-    else if (auto collapse = dyn_cast<memref::CollapseShapeOp>(def))
+    } else if (auto collapse = dyn_cast<memref::CollapseShapeOp>(def)) {
       root = collapse.getSrc();
-    else if (auto expand = dyn_cast<memref::ExpandShapeOp>(def))
+    } else if (auto expand = dyn_cast<memref::ExpandShapeOp>(def)) {
       root = expand.getSrc();
-    else
+    } else if (auto branch = dyn_cast<scf::IfOp>(def);
+               branch && !branch.getElseRegion().empty()) {
+      unsigned index = llvm::cast<OpResult>(root).getResultNumber();
+      Value taken = viewedArgument(branch.thenYield().getOperand(index));
+      if (taken != viewedArgument(branch.elseYield().getOperand(index)))
+        break;
+      root = taken;
+    } else {
       break;
+    }
   }
   return root.getType() == value.getType() ? root : value;
 }

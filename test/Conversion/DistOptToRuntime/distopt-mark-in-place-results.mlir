@@ -256,3 +256,39 @@ func.func @broadcast_into(%f: memref<64xf32> {distopt.name = "flat_param0", dist
   %status = call @distopt_rt_broadcast(%comm, %send, %recv, %n, %z, %root, %z) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i32, i64, i32) -> i32
   return %all : memref<64xf32>
 }
+
+// -----
+
+// A step skipped on overflow updates its state in place under scf.if and
+// yields the argument from both branches: the result stays in place (a
+// returned result would be copied into a new buffer every step). An if
+// that yields another buffer from one branch keeps its result.
+// CHECK-LABEL: func.func @skippable
+// CHECK-SAME: -> (memref<4xf32> {distopt.name = "v", distopt.role = "state"})
+// CHECK-SAME: distopt.in_place_results = array<i64: 0, -1>
+// CHECK: scf.if
+// CHECK: %[[KEPT:.*]] = scf.if
+// CHECK: return %[[KEPT]] : memref<4xf32>
+func.func @skippable(%m: memref<4xf32> {distopt.name = "m", distopt.role = "state"},
+                     %v: memref<4xf32> {distopt.name = "v", distopt.role = "state"},
+                     %finite: i1)
+    -> (memref<4xf32> {distopt.name = "m", distopt.role = "state"},
+        memref<4xf32> {distopt.name = "v", distopt.role = "state"}) {
+  %inPlace = scf.if %finite -> memref<4xf32> {
+    %c0 = arith.constant 0 : index
+    %one = arith.constant 1.0 : f32
+    memref.store %one, %m[%c0] : memref<4xf32>
+    %cast = memref.cast %m : memref<4xf32> to memref<?xf32>
+    %back = memref.cast %cast : memref<?xf32> to memref<4xf32>
+    scf.yield %back : memref<4xf32>
+  } else {
+    scf.yield %m : memref<4xf32>
+  }
+  %kept = scf.if %finite -> memref<4xf32> {
+    %new = memref.alloc() : memref<4xf32>
+    scf.yield %new : memref<4xf32>
+  } else {
+    scf.yield %v : memref<4xf32>
+  }
+  return %inPlace, %kept : memref<4xf32>, memref<4xf32>
+}
