@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Comm.h"
+#include "Threads.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -156,6 +157,7 @@ std::shared_ptr<Request> Communicator::start(const Collective &c) {
     if (!worker.joinable())
       worker = std::thread([this] { workerLoop(); });
     queue.emplace_back(c, request);
+    queue.back().first.threads = currentThreads();
   }
   queueChanged.notify_all();
   return request;
@@ -184,6 +186,9 @@ void Communicator::workerLoop() {
     distopt_rt_status status;
     {
       std::lock_guard<std::mutex> lock(executeMutex);
+      // Combining and converting on the threads the step runs on, as a
+      // collective the step runs itself does.
+      useThreads(next.first.threads);
       status = execute(next.first);
     }
     {

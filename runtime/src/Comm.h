@@ -98,6 +98,9 @@ struct Collective {
   double scale = 1.0;
   int64_t root = 0;
   distopt_rt_dtype wire;
+  /// Threads for its element-wise passes when the worker thread runs it:
+  /// the share of the thread that started it (set by Communicator::start).
+  int64_t threads = 1;
 };
 
 const char *name(Collective::Kind kind);

@@ -74,6 +74,8 @@ void distopt::rt::useThreads(int64_t threads) {
 #endif
 }
 
+int64_t distopt::rt::currentThreads() { return threadsOfThisThread; }
+
 void distopt::rt::parallelFor(
     int64_t count, const std::function<void(int64_t, int64_t)> &body) {
   int64_t parts =

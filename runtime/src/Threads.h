@@ -23,6 +23,10 @@ int64_t defaultThreads();
 /// `threads` threads.
 void useThreads(int64_t threads);
 
+/// This thread's count, as useThreads set it (1 before): what a collective
+/// started here takes along to the communicator's worker thread.
+int64_t currentThreads();
+
 /// Runs body(begin, end) over contiguous parts of [0, count) that cover it,
 /// on this thread's share of threads when count is large enough to repay
 /// starting them, else in one call. Parts start at multiples of 16.
