@@ -99,6 +99,25 @@ Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
   return flat;
 }
 
+Value Sharder::packParamsFlat(func::FuncOp func, ArrayRef<Update *> group,
+                              const FlatGroup &flat) {
+  Update &first = *group.front();
+  if (first.paramIsMain || stage == 3)
+    return {};
+  OpBuilder builder(func.getBody().front().getTerminator());
+  Type paramElement = first.paramType().getElementType();
+  SmallVector<Value> params;
+  for (Update *u : group)
+    params.push_back(u->param);
+  auto bucket = BucketPackOp::create(
+      builder, first.op->getLoc(), flatType(flat.padded, paramElement), params,
+      builder.getI64IntegerAttr(alignElements(first, alignment) *
+                                getElementBytes(paramElement)));
+  return ShardSliceOp::create(builder, first.op->getLoc(),
+                              flatType(flat.shard, paramElement), bucket,
+                              chunkGroup(first));
+}
+
 void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
                          unsigned index, const FlatGroup &flat) {
   Update &first = *group.front();
@@ -129,14 +148,7 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     StringRef role = first.paramIsMain ? abi::kMainParam : abi::kParam;
     paramShard = shardArgument(paramElement, role, prefix + "." + role.str());
   } else {
-    SmallVector<Value> params;
-    for (Update *u : group)
-      params.push_back(u->param);
-    auto bucket =
-        BucketPackOp::create(builder, loc, flatType(padded, paramElement),
-                             params, bucketAlignment(paramElement));
-    paramShard = ShardSliceOp::create(
-        builder, loc, flatType(shard, paramElement), bucket, groupRef);
+    paramShard = flat.param ? flat.param : packParamsFlat(func, group, flat);
   }
 
   // The update, cloned onto the chunks.
@@ -284,6 +296,15 @@ void Sharder::shardFlat(func::FuncOp func,
       pairs.push_back(offset + u->numel());
     }
   }
+  // What spans the groups reads every reduced chunk at once: packing the
+  // parameters first gives the reduce-scatters work to overlap with
+  // (--distopt-overlap-collectives), as the updates do without it.
+  bool spanning = llvm::any_of(groups, [](ArrayRef<Update *> group) {
+    return group.front()->finiteCheck || group.front()->clip;
+  });
+  if (spanning)
+    for (auto [flat, group] : llvm::zip_equal(flats, groups))
+      flat.param = packParamsFlat(func, group, flat);
   composeChunks(func, groups, grads, bounds,
                 chunkGroup(*groups.front().front()));
   for (auto [index, group] : llvm::enumerate(groups)) {

@@ -97,6 +97,9 @@ public:
     int64_t padded = 0, shard = 0;
     SmallVector<int64_t> offsets;
     Value grad;
+    /// This rank's chunk of the packed parameters, when packed ahead of
+    /// the update (packParamsFlat); else updateFlat packs them.
+    Value param;
   };
   /// Shards every group of like updates the flat way: chunks first, then
   /// what spans groups, then the updates.
@@ -104,6 +107,10 @@ public:
   FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group);
   void updateFlat(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
                   const FlatGroup &flat);
+  /// This rank's chunk of the group's parameters packed into a flat buffer
+  /// (stages 1 and 2 without main parameters), or null.
+  Value packParamsFlat(func::FuncOp func, ArrayRef<Update *> group,
+                       const FlatGroup &flat);
   /// greedy (ZeroRedundancyOptimizer, OSS): whole parameters to the least
   /// loaded rank, updated under owned_by and broadcast (ShardGreedy.cpp).
   /// Rank r's buffers hold the tensors it owns at `offsets`, padded to

@@ -15,6 +15,8 @@
 // RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer=stage=2 --distopt-report -o /dev/null \
 // RUN:   | FileCheck %s --check-prefix=REPORT
+// RUN: distopt-translate --import-param-spec %S/Inputs/composed.json \
+// RUN:   | distopt-opt --distopt-pipeline=zero-stage=2 | FileCheck %s --check-prefix=OVERLAP
 // RUN: distopt-translate --import-param-spec %S/Inputs/composed-greedy.json \
 // RUN:   | distopt-opt --distopt-fuse-div-into-allreduce --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives \
 // RUN:   | FileCheck %s --check-prefix=GREEDY
@@ -92,6 +94,17 @@
 // over all 148 tensors.
 // GPT2: reduce_scatter 2
 // GPT2-NEXT: clip_grad_norm 1 1184
+//
+// The parameters are packed before the check and the norm read the
+// reduced chunks: the packing is work for both reduce-scatters to overlap
+// with (--distopt-overlap-collectives), as in the step without them.
+// OVERLAP: distopt.reduce_scatter_start
+// OVERLAP: distopt.reduce_scatter_start
+// OVERLAP: distopt.bucket_pack
+// OVERLAP: distopt.wait
+// OVERLAP: distopt.wait
+// OVERLAP: distopt.all_finite
+// OVERLAP: distopt.clip_grad_norm
 //
 // Stage 1: the chunks are slices of the all-reduced gradients.
 // STAGE1: distopt.all_reduce avg

@@ -376,7 +376,9 @@ def ShardOptimizerPass
     argument or constant, and `distopt.clip_grad_norm` over gradients of
     the updates), results only returned (through `arith.select` on the
     gradients' `distopt.all_finite`, and `arith.truncf` for model copies).
-    With `strategy=flat`, every group's gradient chunk is reduced first; the
+    With `strategy=flat`, every group's gradient chunk is reduced first
+    (then the parameters are packed, where something reads all the chunks:
+    work for the reductions to overlap with); the
     overflow check and the clipping are then rebuilt over the chunks `on`
     the group (one small reduction for both: the lowering carries the
     check in the norm's reduction of its partial sums; the norm's `tensor_bounds` make
