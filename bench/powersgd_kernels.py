@@ -16,14 +16,15 @@ the step: M is n x m, the factors n x r and m x r):
     saxpy on strided columns), which is what PyTorch's hook runs.
 The kernels are compiled for this machine's CPU (opt -O3 and llc -O3,
 -mcpu=native, as distopt-compile does in process) into a C driver that times each one (median of
---repeat calls) with OpenBLAS on one thread, and checks that both sides
+--repeat calls) with both sides on --threads threads (1 by default: OpenMP for distopt's
+parallel loops, OpenBLAS's own), and checks that both sides
 agree (relative difference below 1e-3: the sums are ordered differently).
 GFLOP/s count 2nmr per product and 2kr^2 for orthogonalizing a k x r
 matrix (the usual count for modified Gram-Schmidt), on both sides.
 
 Needs Debian's libopenblas-dev, gcc, mlir-translate-22 and llc (LLVM 22).
 
-    bench/powersgd_kernels.py [--build build] [--model resnet50] [--rank 4]
+    bench/powersgd_kernels.py [--build build] [--model resnet50] [--rank 4] [--threads 1]
 """
 import argparse
 import json
@@ -194,8 +195,10 @@ def orth_dispatch(shapes):
             f"  switch (d) {{\n{body}\n  }}\n  abort();\n}}\n")
 
 
-def measure(build, shapes, rank, repeat, tmp):
-    """Seconds per step of each kernel family, distopt's and OpenBLAS's."""
+def measure(build, shapes, rank, repeat, tmp, threads=1):
+    """Seconds per step of each kernel family, distopt's and OpenBLAS's,
+    each on `threads` threads (OpenMP's for distopt's lowered kernels,
+    whose large products run as parallel loops; OpenBLAS's own)."""
     mlir = os.path.join(tmp, "kernels.mlir")
     with open(mlir, "w") as f:
         f.write(kernels_mlir(shapes, rank))
@@ -221,9 +224,11 @@ def measure(build, shapes, rank, repeat, tmp):
         f.write(head + orth_dispatch(shapes) + "int main(void) {" + main)
     exe = os.path.join(tmp, "kernels")
     subprocess.run(["gcc", "-O2", "-I", OPENBLAS_INCLUDE, os.path.join(tmp, "driver.c"),
-                    os.path.join(tmp, "kernels.o"), "-o", exe, "-lopenblas", "-lm"], check=True)
+                    os.path.join(tmp, "kernels.o"), "-o", exe, "-lopenblas", "-lm",
+                    f"-L{LLVM}/../lib", "-lomp", f"-Wl,-rpath,{LLVM}/../lib"], check=True)
     out = subprocess.run([exe], check=True, capture_output=True, text=True,
-                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1")).stdout
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads),
+                                  OMP_NUM_THREADS=str(threads))).stdout
     result = json.loads(out)
     if result["worst"] > 1e-3:
         sys.exit(f"powersgd_kernels: distopt's kernels and OpenBLAS disagree "
@@ -238,13 +243,13 @@ def flops(shapes, rank):
     return products, orth
 
 
-def arithmetic(build, spec_path, rank, repeat=9):
-    """GFLOP/s of distopt's kernels and of OpenBLAS for one model and rank:
-    {"products": (distopt, blas), "orthogonalization": (distopt, blas),
-     "tensors": count}."""
+def arithmetic(build, spec_path, rank, repeat=9, threads=1):
+    """GFLOP/s of distopt's kernels and of OpenBLAS for one model and rank,
+    both on `threads` threads: {"products": (distopt, blas),
+    "orthogonalization": (distopt, blas), "tensors": count}."""
     with tempfile.TemporaryDirectory() as tmp:
         shapes = compressed_shapes(build, spec_path, rank, tmp)
-        t = measure(build, shapes, rank, repeat, tmp)
+        t = measure(build, shapes, rank, repeat, tmp, threads)
     products, orth = flops(shapes, rank)
     return {"tensors": len(shapes),
             "products": (products / (t["mq"] + t["mtp"]) / 1e9,
@@ -258,10 +263,13 @@ def main():
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--rank", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads for distopt's kernels and for OpenBLAS alike")
     args = parser.parse_args()
     spec = os.path.join(ROOT, "examples", "specs", args.model + ".json")
-    a = arithmetic(args.build, spec, args.rank, args.repeat)
-    print(f"{args.model}, rank {args.rank}: {a['tensors']} compressed tensors")
+    a = arithmetic(args.build, spec, args.rank, args.repeat, args.threads)
+    print(f"{args.model}, rank {args.rank}, {args.threads} thread(s): {a['tensors']} "
+          "compressed tensors")
     for kind in ("products", "orthogonalization"):
         ours, blas = a[kind]
         print(f"  {kind}: distopt {ours:.2f} GFLOP/s, OpenBLAS {blas:.2f} GFLOP/s, "
