@@ -20,7 +20,8 @@
 namespace mlir::distopt {
 
 // Shared helpers.
-/// `value` as a 1-D tensor of its elements, row-major.
+/// `value` as a 1-D tensor of its elements, row-major; a contiguous memref
+/// as a 1-D view of them.
 Value flatten(OpBuilder &b, Location loc, Value value);
 /// The 1-D `value` in `type`'s shape.
 Value unflatten(OpBuilder &b, Location loc, Value value, RankedTensorType type);

@@ -32,8 +32,20 @@ using namespace mlir;
 
 namespace mlir::distopt {
 
-/// `value` as a 1-D tensor of its elements, row-major.
+/// `value` as a 1-D tensor of its elements, row-major; a contiguous memref
+/// as a 1-D view of them.
 Value flatten(OpBuilder &b, Location loc, Value value) {
+  if (auto memref = dyn_cast<MemRefType>(value.getType())) {
+    if (memref.getRank() == 1)
+      return value;
+    if (memref.getRank() == 0)
+      return memref::ExpandShapeOp::create(
+          b, loc, MemRefType::get({1}, memref.getElementType()), value,
+          ArrayRef<ReassociationIndices>{});
+    SmallVector<ReassociationIndices> all = {
+        llvm::to_vector(llvm::seq<int64_t>(0, memref.getRank()))};
+    return memref::CollapseShapeOp::create(b, loc, value, all);
+  }
   auto type = cast<RankedTensorType>(value.getType());
   if (type.getRank() == 1)
     return value;

@@ -1,5 +1,4 @@
-//===- ParallelizeLoops.cpp - large loops and copies in parallel -*- C++
-//-*-===//
+//===- ParallelizeLoops.cpp - large loops and copies in parallel ---------===//
 //
 // --distopt-parallelize-loops (Passes.td): on a bufferized step, large
 // element-wise linalg ops, whole-tensor reductions (split into fixed
@@ -8,6 +7,8 @@
 // --convert-linalg-to-loops.
 //
 //===----------------------------------------------------------------------===//
+
+#include "LocalOps.h"
 
 #include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
 #include "distopt/Conversion/Passes.h"
@@ -54,24 +55,13 @@ int64_t staticIterations(linalg::LinalgOp op) {
   return count;
 }
 
-/// A 1-d view of a contiguous memref of rank 1 or more.
-Value flatView(OpBuilder &b, Location loc, Value memref) {
-  auto type = cast<MemRefType>(memref.getType());
-  if (type.getRank() == 1)
-    return memref;
-  ReassociationIndices all =
-      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
-  return memref::CollapseShapeOp::create(b, loc, memref,
-                                         ArrayRef<ReassociationIndices>{all});
-}
-
 /// A large copy between contiguous buffers (bucket packing, mostly) as a
 /// parallel loop of memcpy over fixed chunks.
 void parallelCopy(IRRewriter &rewriter, memref::CopyOp copy) {
   Location loc = copy.getLoc();
   rewriter.setInsertionPoint(copy);
-  Value source = flatView(rewriter, loc, copy.getSource());
-  Value target = flatView(rewriter, loc, copy.getTarget());
+  Value source = distopt::flatten(rewriter, loc, copy.getSource());
+  Value target = distopt::flatten(rewriter, loc, copy.getTarget());
   int64_t count = cast<MemRefType>(copy.getSource().getType()).getNumElements();
   auto index = [&](OpBuilder &b, int64_t v) -> Value {
     return arith::ConstantIndexOp::create(b, loc, v);

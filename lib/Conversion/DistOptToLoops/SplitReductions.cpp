@@ -1,10 +1,11 @@
-//===- SplitReductions.cpp - whole-tensor reductions in parallel -*- C++
-//-*-===//
+//===- SplitReductions.cpp - whole-tensor reductions in parallel ---------===//
 //
 // SplitReductions.h: the GPU lowering's two kernels (OffloadToGPU.cpp) and
 // the CPU's chunks (--distopt-parallelize-loops).
 //
 //===----------------------------------------------------------------------===//
+
+#include "LocalOps.h"
 
 #include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
 
@@ -95,18 +96,8 @@ LogicalResult mlir::distopt::splitWholeReduction(IRRewriter &rewriter,
     return arith::ConstantIndexOp::create(b, loc, v);
   };
   // Chunks read the input as the 1-d run of its elements.
-  Value flatInput;
-  if (chunked) {
-    Value input = op.getDpsInputs()[0];
-    auto inType = cast<MemRefType>(input.getType());
-    flatInput = input;
-    if (inType.getRank() != 1) {
-      ReassociationIndices all =
-          llvm::to_vector(llvm::seq<int64_t>(0, inType.getRank()));
-      flatInput = memref::CollapseShapeOp::create(
-          rewriter, loc, input, ArrayRef<ReassociationIndices>{all});
-    }
-  }
+  Value flatInput =
+      chunked ? flatten(rewriter, loc, op.getDpsInputs()[0]) : Value();
   Value partials = memref::AllocOp::create(
       rewriter, loc, MemRefType::get({partialCount}, accType));
   Value numPartials = index(rewriter, partialCount);
