@@ -32,30 +32,28 @@ using namespace mlir;
 
 namespace mlir::distopt {
 
-/// `value` as a 1-D tensor of its elements, row-major; a contiguous memref
-/// as a 1-D view of them.
-Value flatten(OpBuilder &b, Location loc, Value value) {
-  if (auto memref = dyn_cast<MemRefType>(value.getType())) {
-    if (memref.getRank() == 1)
-      return value;
-    if (memref.getRank() == 0)
-      return memref::ExpandShapeOp::create(
-          b, loc, MemRefType::get({1}, memref.getElementType()), value,
-          ArrayRef<ReassociationIndices>{});
-    SmallVector<ReassociationIndices> all = {
-        llvm::to_vector(llvm::seq<int64_t>(0, memref.getRank()))};
-    return memref::CollapseShapeOp::create(b, loc, value, all);
-  }
-  auto type = cast<RankedTensorType>(value.getType());
+/// `value` (of `type`) as 1-D, with the reshapes of its kind.
+template <typename ExpandOp, typename CollapseOp, typename ShapedT>
+static Value flattenWith(OpBuilder &b, Location loc, Value value,
+                         ShapedT type) {
   if (type.getRank() == 1)
     return value;
   if (type.getRank() == 0)
-    return tensor::ExpandShapeOp::create(
-        b, loc, RankedTensorType::get({1}, type.getElementType()), value,
-        ArrayRef<ReassociationIndices>{});
+    return ExpandOp::create(b, loc, ShapedT::get({1}, type.getElementType()),
+                            value, ArrayRef<ReassociationIndices>{});
   SmallVector<ReassociationIndices> all = {
       llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()))};
-  return tensor::CollapseShapeOp::create(b, loc, value, all);
+  return CollapseOp::create(b, loc, value, all);
+}
+
+/// `value` as a 1-D tensor of its elements, row-major; a contiguous memref
+/// as a 1-D view of them.
+Value flatten(OpBuilder &b, Location loc, Value value) {
+  if (auto memref = dyn_cast<MemRefType>(value.getType()))
+    return flattenWith<memref::ExpandShapeOp, memref::CollapseShapeOp>(
+        b, loc, value, memref);
+  return flattenWith<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
+      b, loc, value, cast<RankedTensorType>(value.getType()));
 }
 
 /// The 1-D `value` in `type`'s shape.
