@@ -47,6 +47,7 @@
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -118,6 +119,11 @@ static cl::opt<std::string>
         cl::desc("CPU to compile for: native (this machine, with all its "
                  "features) or an LLVM CPU name such as x86-64"),
         cl::init("native"), cl::cat(compileCategory));
+static cl::list<std::string> cpuFeatures(
+    "cpu-features",
+    cl::desc("Target features to add (+name) or remove (-name) after "
+             "--cpu's, as llc's -mattr takes them, e.g. +prefer-256-bit"),
+    cl::CommaSeparated, cl::cat(compileCategory));
 
 /// One argument or result of the step, as the driver needs it; a located
 /// error for what an interface cannot say (an element type no driver knows,
@@ -539,7 +545,9 @@ translateStep(ModuleOp module, llvm::LLVMContext &llvmContext,
 }
 
 /// This machine's CPU and its features (FMA, AVX-512 where present) for
-/// --cpu=native, else the CPU named.
+/// --cpu=native, else the CPU named; then --cpu-features. A CPU or feature
+/// LLVM does not know is an error here: LLVM would only warn, and then
+/// abort on a CPU name it cannot use.
 static std::unique_ptr<llvm::TargetMachine> targetMachine() {
   llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
   std::string error;
@@ -549,12 +557,33 @@ static std::unique_ptr<llvm::TargetMachine> targetMachine() {
     (void)fail(error);
     return nullptr;
   }
+  std::unique_ptr<llvm::MCSubtargetInfo> known(
+      llvmTarget->createMCSubtargetInfo(triple, "", ""));
   llvm::SubtargetFeatures features;
   std::string cpuName = cpu;
   if (cpuName == "native") {
     cpuName = llvm::sys::getHostCPUName().str();
     for (auto &[feature, enabled] : llvm::sys::getHostCPUFeatures())
       features.AddFeature(feature, enabled);
+  } else if (!known->isCPUStringValid(cpuName)) {
+    (void)fail("unknown --cpu '" + cpuName + "' for " + triple.str() +
+               " (llc -mcpu=help lists the CPUs)");
+    return nullptr;
+  }
+  for (const std::string &feature : cpuFeatures) {
+    StringRef name = StringRef(feature).drop_front();
+    bool signedName = StringRef(feature).starts_with("+") ||
+                      StringRef(feature).starts_with("-");
+    if (!signedName || llvm::none_of(known->getAllProcessorFeatures(),
+                                     [&](const llvm::SubtargetFeatureKV &kv) {
+                                       return name == kv.Key;
+                                     })) {
+      (void)fail("--cpu-features: '" + feature +
+                 "' is not +name or -name of a feature of " + triple.str() +
+                 " (llc -mattr=help lists them)");
+      return nullptr;
+    }
+    features.AddFeature(feature);
   }
   llvm::TargetOptions targetOptions;
   return std::unique_ptr<llvm::TargetMachine>(llvmTarget->createTargetMachine(
@@ -619,6 +648,12 @@ int main(int argc, char **argv) {
   StringRef extension = llvm::sys::path::extension(outputFile);
   if (extension != ".o" && extension != ".so")
     return fail("the output must end in .o or .so, got '" + outputFile + "'");
+  // Before the lowering, so a bad --cpu or --cpu-features fails at once.
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  std::unique_ptr<llvm::TargetMachine> machine = targetMachine();
+  if (!machine)
+    return 1;
 
   DialectRegistry registry;
   registerAllDialects(registry);
@@ -649,11 +684,6 @@ int main(int argc, char **argv) {
   if (failed(abiText))
     return 1;
 
-  llvm::InitializeNativeTarget();
-  llvm::InitializeNativeTargetAsmPrinter();
-  std::unique_ptr<llvm::TargetMachine> machine = targetMachine();
-  if (!machine)
-    return 1;
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> llvmModule =
       translateStep(*module, llvmContext, *machine, numStepArgs, *abiText);
