@@ -91,13 +91,15 @@ def launch(build, library, ranks, steps, *extra):
                           check=True, capture_output=True, text=True).stdout
 
 
-def compile_and_run(build, step, options, ranks, steps, tmp, launches=1):
+def compile_and_run(build, step, options, ranks, steps, tmp, launches=1, threads=1):
     """distopt-compile `step` with --pipeline=`options`, run it with
-    distopt-run on `ranks` ranks `launches` times; the median over launches
-    of each one's median ms per step after the first, with the lowest 10th
-    and highest 90th percentile of the launches (a Timing)."""
+    distopt-run on `ranks` ranks of `threads` threads `launches` times; the
+    median over launches of each one's median ms per step after the first,
+    with the lowest 10th and highest 90th percentile of the launches (a
+    Timing)."""
     library = compile_step(build, step, options, tmp)
-    runs = [run_timing(launch(build, library, ranks, steps)) for _ in range(launches)]
+    runs = [run_timing(launch(build, library, ranks, steps, "--threads", str(threads)))
+            for _ in range(launches)]
     return Timing(statistics.median(r.median for r in runs), min(r.lo for r in runs),
                   max(r.hi for r in runs))
 
@@ -152,12 +154,12 @@ def best_gbps(kernel, nbytes, repeat):
     return nbytes / min(times) / 1e9
 
 
-def memory_bound(ranks, numel=1 << 25, repeat=8):
-    """MemoryBound measured now with torch on min(ranks, cores) threads (the
-    ranks' share of the machine), divided among the ranks; best of
-    `repeat`."""
+def memory_bound(ranks, numel=1 << 25, repeat=8, threads_per_rank=1):
+    """MemoryBound measured now with torch on min(ranks x threads_per_rank,
+    cores) threads (the ranks' share of the machine), divided among the
+    ranks; best of `repeat`."""
     import torch
-    threads = max(1, min(ranks, len(os.sched_getaffinity(0))))
+    threads = max(1, min(ranks * threads_per_rank, len(os.sched_getaffinity(0))))
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
