@@ -164,7 +164,8 @@ typedef struct distopt_session_options {
    * environment variable, else the cores this process may run on divided
    * among the ranks on its node as the launcher reports them
    * (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE),
-   * at least 1: 1 when ranks outnumber the cores. */
+   * at least 1: 1 when ranks outnumber the cores. At most 1024, given or
+   * from DISTOPT_THREADS: distopt_session_create refuses more. */
   int64_t threads;
 } distopt_session_options;
 

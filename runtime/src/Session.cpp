@@ -251,9 +251,16 @@ distopt_rt_status distopt_session_create(distopt_step *step,
                    std::to_string(options.threads));
   double timeout =
       options.timeout_seconds > 0 ? options.timeout_seconds : defaultTimeout();
+  int64_t threads = options.threads > 0 ? options.threads : defaultThreads();
+  if (threads > kMaxThreads)
+    return invalid("distopt_session_create: " +
+                   std::string(options.threads > 0 ? "the number of threads"
+                                                   : "DISTOPT_THREADS") +
+                   " must be at most " + std::to_string(kMaxThreads) +
+                   ", not " + std::to_string(threads));
   auto session = std::make_unique<distopt_session>();
   session->step = step;
-  session->threads = options.threads > 0 ? options.threads : defaultThreads();
+  session->threads = threads;
   retainStep(step);
   session->device = abi.device == "cuda";
   session->seed = options.seed != DISTOPT_SEED_OF_STEP

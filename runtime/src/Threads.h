@@ -15,6 +15,12 @@
 
 namespace distopt::rt {
 
+/// The most threads a rank may ask for: more than the hardware threads of
+/// a two-socket server today, and few enough that the OS grants them.
+/// Beyond what the OS grants, OpenMP aborts the process when the first
+/// parallel loop starts.
+constexpr int64_t kMaxThreads = 1024;
+
 /// The threads a rank gets by default: DISTOPT_THREADS, else this process's
 /// cores divided among the ranks on its node (at least one).
 int64_t defaultThreads();

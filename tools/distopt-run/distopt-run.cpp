@@ -302,9 +302,9 @@ int main(int argc, char **argv) {
     theirs->removeArgument();
   cl::opt<unsigned> threadsOption(
       "threads",
-      cl::desc("Threads of a CPU step's parallel loops (default: "
-               "DISTOPT_THREADS, else this process's cores divided among the "
-               "ranks on its node)"),
+      cl::desc("Threads of a CPU step's parallel loops, at most 1024 (0, "
+               "the default: DISTOPT_THREADS, else this process's cores "
+               "divided among the ranks on its node)"),
       cl::init(0), cl::cat(runCategory));
   // Only this tool's options in --help, not every LLVM backend's.
   cl::HideUnrelatedOptions(runCategory);
