@@ -1,7 +1,8 @@
 """The composed training step (loss scaling, clipping, AdamW) under ZeRO
 against the unsharded step and against torch (test/Integration/
 composed-vs-torch.test). Run under mpirun; every rank runs every check.
-Usage: composed_vs_torch.py BUILD_PYTHON_DIR CACHE_DIR [save | resume]
+Usage: composed_vs_torch.py BUILD_PYTHON_DIR CACHE_DIR
+           [compare | compare-small-scale | save | resume]
 
 The spec (docs/param-spec.md) asks for dynamic loss scaling (growth every 3
 clean steps) and clip_grad_norm_ (max_norm small enough to clip on every
@@ -27,6 +28,9 @@ gradient is its own draw times the current loss scale; at steps 4, 9 and
   the scale trajectory identical; parameters within 2e-6 of each tensor's
   magnitude (f32 rounding of another summation order of the ranks'
   gradients and of the norm, carried through 30 AdamW steps).
+- `compare-small-scale`: the same, with the loss scale below 1 all along
+  (where the sharded steps' overflow check cannot be read off the norm's
+  sums: see MODE below).
 - `save` (at one world size) runs ZeRO-2 for 30 steps, saving a checkpoint
   after step 6, and keeps the final parameters; `resume` (at another)
   loads it into its own ZeRO-2 step and runs steps 7 to 30: the same
@@ -102,7 +106,13 @@ def poisoned(step, r):
 
 
 MODE = sys.argv[3] if len(sys.argv) > 3 else "compare"
-SAME_GRADIENTS = MODE != "compare"
+# The same comparisons with a loss scale below 1 all along (2^-8 at first,
+# 2^-2 at the end): there 1/scale > 1 could overflow a finite gradient as
+# it is unscaled, so the sharded steps' overflow check reads the gradients
+# in a pass of its own rather than from the norm's sums.
+if MODE == "compare-small-scale":
+    SCALING["init_scale"] = 2.0 ** -8
+SAME_GRADIENTS = MODE in ("save", "resume")
 
 
 def run_distopt(pipeline, first=0, save=None, load=None):
@@ -189,7 +199,7 @@ def run_torch():
     return {n: p.detach() for n, p in zip(SHAPES, params)}, trace
 
 
-if MODE != "compare":
+if SAME_GRADIENTS:
     checkpoint = f"{CACHE}/composed.ckpt"
     if MODE == "save":
         params, _, trace = run_distopt("zero-stage=2", save=checkpoint)

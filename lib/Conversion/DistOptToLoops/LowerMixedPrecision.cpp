@@ -24,6 +24,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
 
 #include <cmath>
 
@@ -183,6 +184,90 @@ void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
   rewriter.replaceOp(op, ValueRange{newScale, newTracker});
 }
 
+/// The value whose finiteness `v`'s decides: through divisions by
+/// constants of magnitude at least 1 and multiplications by constants of
+/// magnitude at most 1 (gradient accumulation's 1/K), which neither
+/// overflow a finite element nor make a non-finite one finite.
+static Value finitenessSource(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<arith::DivFOp, arith::MulFOp>(def))
+      break;
+    SplatElementsAttr splat;
+    if (!matchPattern(def->getOperand(1), m_Constant(&splat)))
+      break;
+    auto c = dyn_cast<FloatAttr>(splat.getSplatValue<Attribute>());
+    if (!c)
+      break;
+    double magnitude = std::fabs(c.getValueAsDouble());
+    if (!std::isfinite(magnitude) ||
+        (isa<arith::DivFOp>(def) ? magnitude < 1.0 : magnitude > 1.0))
+      break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
+/// What the norm's partials read of each input: the tensor (before its
+/// unscale, if any) and the reciprocal of the scale (null without one).
+using NormSource = std::pair<Value, Value>;
+
+/// Whether `check` reads exactly the tensors the norm's partials read, as
+/// a multiset.
+static bool checksWhatNormReads(AllFiniteOp check,
+                                ArrayRef<NormSource> sources) {
+  SmallVector<Value> read;
+  for (const NormSource &source : sources)
+    read.push_back(finitenessSource(source.first));
+  SmallVector<Value> checked(check.getInputs().begin(),
+                             check.getInputs().end());
+  auto order = [](Value a, Value b) {
+    return a.getAsOpaquePointer() < b.getAsOpaquePointer();
+  };
+  llvm::sort(read, order);
+  llvm::sort(checked, order);
+  return read == checked;
+}
+
+/// The overflow flag (1: a non-finite element on this rank) from the
+/// norm's partials over the same tensors, sparing the check its own pass
+/// over the gradients: an inf or NaN element makes its sum of squares (or
+/// NaN-propagating maximum) non-finite, and a finite f32 element's square
+/// is finite in f64, so is their sum. The partials read each element
+/// unscaled, times 1/scale: with 1/scale <= 1 a finite element stays
+/// finite; above 1 (a loss scale below 1) it could overflow, so the check
+/// then reads the gradients in a pass of its own, as without the norm.
+static Value flagFromPartials(OpBuilder &b, Location loc, AllFiniteOp check,
+                              ArrayRef<Value> partials,
+                              ArrayRef<NormSource> sources) {
+  Type f64 = b.getF64Type();
+  Value zero = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0.0));
+  Value one = arith::ConstantOp::create(b, loc, b.getF64FloatAttr(1.0));
+  Value finite = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+  for (Value partial : partials)
+    finite = arith::AndIOp::create(b, loc, finite,
+                                   math::IsFiniteOp::create(b, loc, partial));
+  Value unscaledStaysFinite =
+      arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+  for (const NormSource &source : sources)
+    if (Value inverse = source.second) {
+      Value wide = widen(b, loc, inverse, f64);
+      unscaledStaysFinite = arith::AndIOp::create(
+          b, loc, unscaledStaysFinite,
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, wide, one));
+    }
+  auto ifOp =
+      scf::IfOp::create(b, loc, TypeRange{b.getI1Type()}, unscaledStaysFinite,
+                        /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(b, loc, finite);
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, loc, localAllFinite(b, loc, check.getInputs()));
+  }
+  return arith::SelectOp::create(b, loc, ifOp.getResult(0), zero, one);
+}
+
 /// clip_grad_norm, as torch.nn.utils.clip_grad_norm_: the p-norm of each
 /// tensor (accumulated in f64, like torch's CPU reductions of f32, then
 /// rounded to f32 as torch stacks them), the p-norm of those norms, and
@@ -214,7 +299,7 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
   // gradient, and the unscaled one is computed only inside the update that
   // reads it (--distopt-fuse-elementwise-producers), not in a pass of its
   // own.
-  auto source = [&](Value input) -> std::pair<Value, Value> {
+  auto source = [&](Value input) -> NormSource {
     auto unscale = input.getDefiningOp<UnscaleOp>();
     if (!unscale)
       return {input, Value()};
@@ -280,9 +365,14 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
     // value) is one more element, summed or maximized with the partials,
     // 0 only if no rank saw one. Only a check before the clip whose users
     // all come after it: its value is known here, and needed no earlier.
+    SmallVector<NormSource> sources;
+    for (Value clipped : op.getInputs())
+      sources.push_back(source(clipped));
     AllFiniteOp check = getFusedFiniteCheck(op);
+    bool checkFromNorm =
+        check && (p == 2 || isInf) && checksWhatNormReads(check, sources);
     Value flag;
-    if (check)
+    if (check && !checkFromNorm)
       flag = arith::SelectOp::create(b, loc,
                                      localAllFinite(b, loc, check.getInputs()),
                                      cst(0.0), cst(1.0));
@@ -294,8 +384,8 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       return arith::ConstantIndexOp::create(b, loc, v);
     };
     SmallVector<Value> partials;
-    for (auto [clipped, attr] : llvm::zip_equal(op.getInputs(), bounds)) {
-      auto [input, inverse] = source(clipped);
+    for (auto [read, attr] : llvm::zip_equal(sources, bounds)) {
+      auto [input, inverse] = read;
       int64_t length = cast<RankedTensorType>(input.getType()).getDimSize(0);
       Value first = arith::MulIOp::create(b, loc, rank, index(length));
       auto local = [&](int64_t at) {
@@ -315,6 +405,8 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       }
     }
     size_t numPartials = partials.size();
+    if (checkFromNorm)
+      flag = flagFromPartials(b, loc, check, partials, sources);
     if (flag)
       partials.push_back(flag);
     auto type = RankedTensorType::get({(int64_t)partials.size()}, f64);

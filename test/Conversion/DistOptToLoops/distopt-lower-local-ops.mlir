@@ -375,3 +375,57 @@ func.func @finite_check_read_first(%g: tensor<8xf32>, %h: tensor<8xf32>, %w: ten
   %c, %n = distopt.clip_grad_norm %x max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
   return %c, %n : tensor<8xf32>, f32
 }
+
+// -----
+
+// A check of the very tensors the norm reads (here through gradient
+// accumulation's 1/K and the unscale) takes its flag from the norm's
+// partial sums, which an inf or NaN makes non-finite: no pass of its own
+// over the gradient, unless 1/scale > 1 (a loss scale below 1 could
+// overflow a finite element as it is unscaled): then it reads the gradient
+// itself, in the fallback.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @finite_check_from_norm
+// CHECK-NOT:   math.isfinite %{{.*}} : f32
+// CHECK:       %[[PARTIAL:.*]] = tensor.extract %{{.*}}[] : tensor<f64>
+// CHECK:       %[[FINITE:.*]] = math.isfinite %[[PARTIAL]] : f64
+// CHECK:       %[[INVERSE:.*]] = arith.extf %{{.*}} : f32 to f64
+// CHECK:       arith.cmpf ole, %[[INVERSE]]
+// CHECK:       %[[OK:.*]] = scf.if %{{.*}} -> (i1) {
+// CHECK-NEXT:    scf.yield %{{.*}} : i1
+// CHECK-NEXT:  } else {
+// CHECK:         linalg.generic {{.*}} ins(%arg0 : tensor<8xf32>)
+// CHECK:           math.isfinite %{{.*}} : f32
+// CHECK:       }
+// CHECK:       %[[FLAG:.*]] = arith.select %[[OK]]
+// CHECK:       tensor.from_elements %[[PARTIAL]], %[[FLAG]] : tensor<2xf64>
+// CHECK:       distopt.all_reduce sum
+// CHECK-NOT:   distopt.all_reduce
+func.func @finite_check_from_norm(%g: tensor<8xf32>, %scale: f32, %w: tensor<8xf32>) -> (tensor<8xf32>, i1, f32) {
+  %ok = distopt.all_finite %g on @dp : tensor<8xf32>
+  %k = arith.constant dense<2.0> : tensor<8xf32>
+  %mean = arith.divf %g, %k : tensor<8xf32>
+  %u = distopt.unscale %mean by %scale : tensor<8xf32>, f32
+  %c, %n = distopt.clip_grad_norm %u max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
+  %s = arith.select %ok, %c, %w : tensor<8xf32>
+  return %s, %ok, %n : tensor<8xf32>, i1, f32
+}
+
+// -----
+
+// Times 2 can overflow a finite element: the norm's sums no longer tell
+// whether the checked tensor is finite, and the check keeps its pass.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @finite_check_not_from_norm
+// CHECK:       linalg.generic {{.*}} ins(%arg0 : tensor<8xf32>)
+// CHECK:         math.isfinite %{{.*}} : f32
+// CHECK-NOT:   scf.if %{{.*}} -> (i1)
+// CHECK:       distopt.all_reduce sum
+func.func @finite_check_not_from_norm(%g: tensor<8xf32>, %w: tensor<8xf32>) -> (tensor<8xf32>, i1, f32) {
+  %ok = distopt.all_finite %g on @dp : tensor<8xf32>
+  %twice = arith.constant dense<2.0> : tensor<8xf32>
+  %d = arith.mulf %g, %twice : tensor<8xf32>
+  %c, %n = distopt.clip_grad_norm %d max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
+  %s = arith.select %ok, %c, %w : tensor<8xf32>
+  return %s, %ok, %n : tensor<8xf32>, i1, f32
+}
