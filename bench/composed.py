@@ -178,6 +178,8 @@ def main():
              "(target ≤ 1.10) | the same at p10 | composed vs torch (time ratio) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for stage, plain, composed, sent, (cost, quickest) in rows:
+        # Rounded up, so that a cost shown as 1.10x meets the target.
+        cost = math.ceil(cost * 100) / 100
         shard = params / RANKS
         least = [bound.ms(copied=sent[0], in_place=ADAM_BYTES_PER_PARAM * shard),
                  bound.ms(copied=sent[1], in_place=(ADAM_BYTES_PER_PARAM + 4) * shard)]
