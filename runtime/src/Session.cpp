@@ -245,19 +245,12 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   if (given)
     options = *given;
   const step::Interface &abi = step->abi;
-  if (options.threads < 0)
-    return invalid("distopt_session_create: the number of threads must be "
-                   "positive (0: the default), not " +
-                   std::to_string(options.threads));
+  int64_t threads;
+  std::string badThreads = resolveThreads(options.threads, threads);
+  if (!badThreads.empty())
+    return invalid("distopt_session_create: " + badThreads);
   double timeout =
       options.timeout_seconds > 0 ? options.timeout_seconds : defaultTimeout();
-  int64_t threads = options.threads > 0 ? options.threads : defaultThreads();
-  if (threads > kMaxThreads)
-    return invalid("distopt_session_create: " +
-                   std::string(options.threads > 0 ? "the number of threads"
-                                                   : "DISTOPT_THREADS") +
-                   " must be at most " + std::to_string(kMaxThreads) +
-                   ", not " + std::to_string(threads));
   auto session = std::make_unique<distopt_session>();
   session->step = step;
   session->threads = threads;

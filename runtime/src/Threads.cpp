@@ -67,6 +67,19 @@ int64_t distopt::rt::defaultThreads() {
   return std::max<int64_t>(1, coresOfThisProcess() / ranksOnThisNode());
 }
 
+std::string distopt::rt::resolveThreads(int64_t requested, int64_t &threads) {
+  if (requested < 0)
+    return "the number of threads must be positive (0: the default), not " +
+           std::to_string(requested);
+  threads = requested > 0 ? requested : defaultThreads();
+  if (threads <= kMaxThreads)
+    return "";
+  return std::string(requested > 0 ? "the number of threads"
+                                   : "DISTOPT_THREADS") +
+         " must be at most " + std::to_string(kMaxThreads) + ", not " +
+         std::to_string(threads);
+}
+
 void distopt::rt::useThreads(int64_t threads) {
   threadsOfThisThread = std::max<int64_t>(1, threads);
 #ifdef DISTOPT_RT_HAVE_OPENMP

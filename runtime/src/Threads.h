@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace distopt::rt {
 
@@ -24,6 +25,11 @@ constexpr int64_t kMaxThreads = 1024;
 /// The threads a rank gets by default: DISTOPT_THREADS, else this process's
 /// cores divided among the ranks on its node (at least one).
 int64_t defaultThreads();
+
+/// Sets `threads` to what a session asking for `requested` runs on (0: the
+/// default); returns why that cannot be (negative, or above kMaxThreads,
+/// naming the option or DISTOPT_THREADS), or "".
+std::string resolveThreads(int64_t requested, int64_t &threads);
 
 /// Gives the work this thread runs next (a step, its collectives)
 /// `threads` threads.
