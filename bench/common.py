@@ -91,15 +91,15 @@ def launch(build, library, ranks, steps, *extra):
                           check=True, capture_output=True, text=True).stdout
 
 
-def compile_and_run(build, step, options, ranks, steps, tmp, launches=1, threads=1):
+def compile_and_run(build, step, options, ranks, steps, tmp, launches=1, threads=None):
     """distopt-compile `step` with --pipeline=`options`, run it with
-    distopt-run on `ranks` ranks of `threads` threads `launches` times; the
-    median over launches of each one's median ms per step after the first,
-    with the lowest 10th and highest 90th percentile of the launches (a
-    Timing)."""
+    distopt-run on `ranks` ranks (of `threads` threads; None: distopt-run's
+    default) `launches` times; the median over launches of each one's
+    median ms per step after the first, with the lowest 10th and highest
+    90th percentile of the launches (a Timing)."""
     library = compile_step(build, step, options, tmp)
-    runs = [run_timing(launch(build, library, ranks, steps, "--threads", str(threads)))
-            for _ in range(launches)]
+    extra = () if threads is None else ("--threads", str(threads))
+    runs = [run_timing(launch(build, library, ranks, steps, *extra)) for _ in range(launches)]
     return Timing(statistics.median(r.median for r in runs), min(r.lo for r in runs),
                   max(r.hi for r in runs))
 

@@ -107,7 +107,7 @@ def poisoned(step, r):
 
 MODE = sys.argv[3] if len(sys.argv) > 3 else "compare"
 # The same comparisons with a loss scale below 1 all along (2^-8 at first,
-# 2^-2 at the end): there 1/scale > 1 could overflow a finite gradient as
+# 2^-4 at the end): there 1/scale > 1 could overflow a finite gradient as
 # it is unscaled, so the sharded steps' overflow check reads the gradients
 # in a pass of its own rather than from the norm's sums.
 if MODE == "compare-small-scale":
