@@ -245,7 +245,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   if (given)
     options = *given;
   const step::Interface &abi = step->abi;
-  int64_t threads;
+  int64_t threads = 0;
   std::string badThreads = resolveThreads(options.threads, threads);
   if (!badThreads.empty())
     return invalid("distopt_session_create: " + badThreads);

@@ -232,10 +232,11 @@ static bool checksWhatNormReads(AllFiniteOp check,
 /// norm's partials over the same tensors, sparing the check its own pass
 /// over the gradients: an inf or NaN element makes its sum of squares (or
 /// NaN-propagating maximum) non-finite, and a finite f32 element's square
-/// is finite in f64, so is their sum. The partials read each element
-/// unscaled, times 1/scale: with 1/scale <= 1 a finite element stays
-/// finite; above 1 (a loss scale below 1) it could overflow, so the check
-/// then reads the gradients in a pass of its own, as without the norm.
+/// is finite in f64, so is their sum (hence 32-bit elements at most). The
+/// partials read each element unscaled, times 1/scale: with |1/scale| <= 1
+/// a finite element stays finite; above 1 (a loss scale below 1) it could
+/// overflow, so the check then reads the gradients in a pass of its own,
+/// as without the norm.
 static Value flagFromPartials(OpBuilder &b, Location loc, AllFiniteOp check,
                               ArrayRef<Value> partials,
                               ArrayRef<NormSource> sources) {
@@ -250,10 +251,12 @@ static Value flagFromPartials(OpBuilder &b, Location loc, AllFiniteOp check,
       arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
   for (const NormSource &source : sources)
     if (Value inverse = source.second) {
-      Value wide = widen(b, loc, inverse, f64);
+      Value magnitude =
+          math::AbsFOp::create(b, loc, widen(b, loc, inverse, f64));
       unscaledStaysFinite = arith::AndIOp::create(
           b, loc, unscaledStaysFinite,
-          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, wide, one));
+          arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLE, magnitude,
+                                one));
     }
   auto ifOp =
       scf::IfOp::create(b, loc, TypeRange{b.getI1Type()}, unscaledStaysFinite,
@@ -369,8 +372,11 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
     for (Value clipped : op.getInputs())
       sources.push_back(source(clipped));
     AllFiniteOp check = getFusedFiniteCheck(op);
-    bool checkFromNorm =
-        check && (p == 2 || isInf) && checksWhatNormReads(check, sources);
+    bool narrow = llvm::all_of(sources, [](const NormSource &source) {
+      return getElementTypeOrSelf(source.first).getIntOrFloatBitWidth() <= 32;
+    });
+    bool checkFromNorm = check && ((p == 2 && narrow) || isInf) &&
+                         checksWhatNormReads(check, sources);
     Value flag;
     if (check && !checkFromNorm)
       flag = arith::SelectOp::create(b, loc,

@@ -390,7 +390,8 @@ distopt.process_group @dp size 2
 // CHECK:       %[[PARTIAL:.*]] = tensor.extract %{{.*}}[] : tensor<f64>
 // CHECK:       %[[FINITE:.*]] = math.isfinite %[[PARTIAL]] : f64
 // CHECK:       %[[INVERSE:.*]] = arith.extf %{{.*}} : f32 to f64
-// CHECK:       arith.cmpf ole, %[[INVERSE]]
+// CHECK:       %[[MAGNITUDE:.*]] = math.absf %[[INVERSE]] : f64
+// CHECK:       arith.cmpf ole, %[[MAGNITUDE]]
 // CHECK:       %[[OK:.*]] = scf.if %{{.*}} -> (i1) {
 // CHECK-NEXT:    scf.yield %{{.*}} : i1
 // CHECK-NEXT:  } else {
@@ -417,6 +418,7 @@ func.func @finite_check_from_norm(%g: tensor<8xf32>, %scale: f32, %w: tensor<8xf
 // whether the checked tensor is finite, and the check keeps its pass.
 distopt.process_group @dp size 2
 // CHECK-LABEL: func.func @finite_check_not_from_norm
+// CHECK-NOT:   scf.if %{{.*}} -> (i1)
 // CHECK:       linalg.generic {{.*}} ins(%arg0 : tensor<8xf32>)
 // CHECK:         math.isfinite %{{.*}} : f32
 // CHECK-NOT:   scf.if %{{.*}} -> (i1)
@@ -428,4 +430,22 @@ func.func @finite_check_not_from_norm(%g: tensor<8xf32>, %w: tensor<8xf32>) -> (
   %c, %n = distopt.clip_grad_norm %d max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
   %s = arith.select %ok, %c, %w : tensor<8xf32>
   return %s, %ok, %n : tensor<8xf32>, i1, f32
+}
+
+// -----
+
+// An f64 element's square can overflow: the sum of squares of f64
+// gradients cannot stand for the check, which keeps its pass.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @finite_check_f64
+// CHECK-NOT:   scf.if %{{.*}} -> (i1)
+// CHECK:       linalg.generic {{.*}} ins(%arg0 : tensor<8xf64>)
+// CHECK:         math.isfinite %{{.*}} : f64
+// CHECK-NOT:   scf.if %{{.*}} -> (i1)
+// CHECK:       distopt.all_reduce sum
+func.func @finite_check_f64(%g: tensor<8xf64>, %w: tensor<8xf64>) -> (tensor<8xf64>, i1, f32) {
+  %ok = distopt.all_finite %g on @dp : tensor<8xf64>
+  %c, %n = distopt.clip_grad_norm %g max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf64> -> f32
+  %s = arith.select %ok, %c, %w : tensor<8xf64>
+  return %s, %ok, %n : tensor<8xf64>, i1, f32
 }
