@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import run_timing  # noqa: E402
-from optimizer_step import OPTIMIZERS, ROOT, bandwidths_gbps  # noqa: E402
+from optimizer_step import OPTIMIZERS, ROOT, bandwidths_gbps, import_step  # noqa: E402
 
 DEFAULT_VARIANTS = ["native=--cpu=native",
                     "native+prefer-256-bit=--cpu=native --cpu-features=+prefer-256-bit",
@@ -46,17 +46,11 @@ def compile_rows(build, variants, tmp):
         numel = sum(math.prod(shape) for shape in shapes)
         for name, optimizer, _, bytes_per_param in OPTIMIZERS:
             stem = os.path.join(tmp, f"{file}-{name}".replace(" ", "_"))
-            with open(stem + ".json", "w") as f:
-                json.dump({"model": "bench", "world_size": 1, "optimizer": optimizer,
-                           "parameters": [{"name": f"w{i}", "shape": shape, "dtype": "f32"}
-                                          for i, shape in enumerate(shapes)]}, f)
-            subprocess.run([os.path.join(build, "bin", "distopt-translate"),
-                            "--import-param-spec", stem + ".json", "-o", stem + ".mlir"],
-                           check=True)
+            step = import_step(build, stem, optimizer, shapes)
             libraries = {}
             for index, (variant, options) in enumerate(variants):
                 libraries[variant] = f"{stem}-{index}.so"
-                subprocess.run([os.path.join(build, "bin", "distopt-compile"), stem + ".mlir",
+                subprocess.run([os.path.join(build, "bin", "distopt-compile"), step,
                                 *options.split(), "-o", libraries[variant]], check=True)
             rows[(label, name)] = (numel, bytes_per_param, libraries)
     return rows

@@ -106,16 +106,21 @@ def gathers(library):
     return sum(1 for line in out.splitlines() if "gather" in line or "scatter" in line)
 
 
-def distopt_timing(build, tmp, optimizer, shapes, steps, cpu="native", threads=1):
-    spec = os.path.join(tmp, "spec.json")
-    with open(spec, "w") as f:
+def import_step(build, stem, optimizer, shapes):
+    """The 1-rank step updating f32 tensors of `shapes` with `optimizer`:
+    its spec written to stem.json, imported to stem.mlir (returned)."""
+    with open(stem + ".json", "w") as f:
         json.dump({"model": "bench", "world_size": 1, "optimizer": optimizer,
                    "parameters": [{"name": f"w{i}", "shape": shape, "dtype": "f32"}
                                   for i, shape in enumerate(shapes)]}, f)
-    ir = os.path.join(tmp, "step.mlir")
-    lib = os.path.join(tmp, "step.so")
     subprocess.run([os.path.join(build, "bin", "distopt-translate"),
-                    "--import-param-spec", spec, "-o", ir], check=True)
+                    "--import-param-spec", stem + ".json", "-o", stem + ".mlir"], check=True)
+    return stem + ".mlir"
+
+
+def distopt_timing(build, tmp, optimizer, shapes, steps, cpu="native", threads=1):
+    ir = import_step(build, os.path.join(tmp, "step"), optimizer, shapes)
+    lib = os.path.join(tmp, "step.so")
     subprocess.run([os.path.join(build, "bin", "distopt-compile"), ir, f"--cpu={cpu}",
                     "-o", lib], check=True)
     out = subprocess.run([os.path.join(build, "bin", "distopt-run"), lib,
