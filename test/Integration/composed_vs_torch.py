@@ -5,14 +5,16 @@ Usage: composed_vs_torch.py BUILD_PYTHON_DIR CACHE_DIR
            [compare | compare-small-scale | save | resume]
 
 The spec (docs/param-spec.md) asks for dynamic loss scaling (growth every 3
-clean steps) and clip_grad_norm_ (max_norm small enough to clip on every
-step) over three parameters: 33x17, 17 and a 0-d one, in two parameter
+clean steps), clip_grad_norm_ (max_norm small enough to clip on every
+step) and gradient accumulation over 4 micro-batches (Session.accumulate()
+after each of a step's first 3) over three parameters: 33x17, 17 and a 0-d one, in two parameter
 groups (no weight decay and half the learning rate for the bias and the
 0-d one, as torch param_groups with lr = 0.5 x the base rate), under a
 linear warmup and cosine decay (torch's LambdaLR with the lambda of
 docs/param-spec.md, stepped every iteration, skipped ones included). Each rank's
-gradient is its own draw times the current loss scale; at steps 4, 9 and
-21 (of 30) one rank's gradient holds an inf, a NaN, an inf.
+micro-batch gradient is its own draw times the current loss scale; at
+steps 4, 9 and 21 (of 30) one micro-batch of one rank holds an inf, a NaN,
+an inf.
 
 - ZeRO stages 1, 2 and 3 (flat), and 1 and 2 (greedy: whole tensors
   per rank; at 3 ranks each owns one, at 4 one rank owns none), against
@@ -20,8 +22,9 @@ gradient is its own draw times the current loss scale; at steps 4, 9 and
   parameters and optimizer state bit for bit, the same gradient norm, loss
   scale, skipped steps and step count. (Each tensor's norm is combined
   from the ranks' chunks in double before it is rounded, as unsharded.)
-- The unsharded step against torch 1.13 on one process with the averaged
-  gradients: torch's GradScaler rule written out (its CUDA kernels are not
+- The unsharded step against torch 1.13 on one process with each rank's
+  micro-batches summed (as .grad accumulates under DDP's no_sync), then
+  averaged over the ranks and divided by 4: torch's GradScaler rule written out (its CUDA kernels are not
   available on CPU: skip the step on a non-finite gradient, back off, grow
   every growth_interval clean steps; unscale by the f32 reciprocal),
   torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW. Skipped steps and
@@ -58,7 +61,9 @@ failures = checks = 0
 
 SHAPES = {"w": (33, 17), "b": (17,), "s": ()}
 STEPS = 30
-POISON = {4: math.inf, 9: math.nan, 21: math.inf}  # step -> value put in one rank's grad
+K = 4  # micro-batches per step
+# step -> value put in micro-batch step % K of rank step % size
+POISON = {4: math.inf, 9: math.nan, 21: math.inf}
 SCALING = {"type": "dynamic", "init_scale": 1024.0, "growth_factor": 2.0,
            "backoff_factor": 0.5, "growth_interval": 3}
 MAX_NORM = 0.05
@@ -91,18 +96,18 @@ def initial(name):
     return torch.randn(SHAPES[name], generator=g)
 
 
-def true_gradient(name, step, r):
-    """Rank r's unscaled gradient at `step`: multiples of 2^-10 below 2^6,
-    whose sums over ranks are exact in f32, so that the order in which a
-    reduction adds them cannot matter (times a power-of-two loss scale,
-    still exact)."""
-    g = torch.Generator().manual_seed(1000 * step + 10 * r + len(name))
+def true_gradient(name, step, micro, r):
+    """Rank r's unscaled gradient of micro-batch `micro` at `step`: multiples
+    of 2^-10 below 2^6, whose sums over micro-batches and ranks are exact in
+    f32, so that the order in which a reduction adds them cannot matter
+    (times a power-of-two loss scale, still exact)."""
+    g = torch.Generator().manual_seed(1000 * step + 100 * micro + 10 * r + len(name))
     x = torch.randn(SHAPES[name], generator=g) * (1 + r)
     return torch.round(x.clamp(-60, 60) * 1024) / 1024
 
 
-def poisoned(step, r):
-    return step in POISON and r == step % size
+def poisoned(step, micro, r):
+    return step in POISON and r == step % size and micro == step % K
 
 
 MODE = sys.argv[3] if len(sys.argv) > 3 else "compare"
@@ -122,6 +127,7 @@ def run_distopt(pipeline, first=0, save=None, load=None):
             "loss_scaling": SCALING,
             "param_groups": [{"params": ["b", "s*"], **NO_DECAY}],
             "lr_schedule": SCHEDULE,
+            "grad_accumulation": K,
             "parameters": [{"name": n, "shape": list(s), "dtype": "f32"}
                            for n, s in SHAPES.items()]}
     session = distopt.Session(distopt.Step(distopt.compile(
@@ -139,13 +145,17 @@ def run_distopt(pipeline, first=0, save=None, load=None):
             session.save(save)
             if rank == 0:
                 np.save(f"{save}.scale.npy", np.array(scale))
-        bad = (step in POISON and rank == 0) if SAME_GRADIENTS else \
-            poisoned(step, rank)
-        for name in SHAPES:
-            g = true_gradient(name, step, 0 if SAME_GRADIENTS else rank) * scale
-            if bad and name == "w":
-                g.view(-1)[5] = POISON[step]
-            session.write(name, g, "grad")
+        for micro in range(K):
+            bad = poisoned(step, micro, rank) if not SAME_GRADIENTS else \
+                step in POISON and micro == step % K and rank == 0
+            for name in SHAPES:
+                g = true_gradient(name, step, micro,
+                                  0 if SAME_GRADIENTS else rank) * scale
+                if bad and name == "w":
+                    g.view(-1)[5] = POISON[step]
+                session.write(name, g, "grad")
+            if micro < K - 1:
+                session.accumulate()
         out = session.run()
         trace.append((bool(out["skipped"]), out["loss_scale"],
                       out["grad_norm"], session.steps_done,
@@ -171,11 +181,14 @@ def run_torch():
         for p, name in zip(params, SHAPES):
             ranks = []
             for r in range(size):
-                g = true_gradient(name, step, r) * scale
-                if poisoned(step, r) and name == "w":
-                    g.view(-1)[5] = POISON[step]
-                ranks.append(g)
-            p.grad = sum(ranks) / size
+                total = torch.zeros(SHAPES[name])
+                for micro in range(K):
+                    g = true_gradient(name, step, micro, r) * scale
+                    if poisoned(step, micro, r) and name == "w":
+                        g.view(-1)[5] = POISON[step]
+                    total += g
+                ranks.append(total)
+            p.grad = sum(ranks) / size / K
         found_inf = any(not torch.isfinite(p.grad).all() for p in params)
         norm = math.nan
         if not found_inf:

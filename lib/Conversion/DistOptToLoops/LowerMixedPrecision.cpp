@@ -184,32 +184,42 @@ void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
   rewriter.replaceOp(op, ValueRange{newScale, newTracker});
 }
 
-/// The value whose finiteness `v`'s decides: through divisions by
-/// constants of magnitude at least 1 and multiplications by constants of
-/// magnitude at most 1 (gradient accumulation's 1/K), which neither
-/// overflow a finite element nor make a non-finite one finite.
+/// The operand of `op` if it is a scaling by a constant that neither
+/// overflows a finite element nor makes a non-finite one finite: a division
+/// by a splat of magnitude at least 1 or a multiplication by one of
+/// magnitude at most 1 (gradient accumulation's 1/K); null otherwise.
+static Value shrinkingScalingInput(Operation *op) {
+  if (!isa_and_present<arith::DivFOp, arith::MulFOp>(op))
+    return Value();
+  SplatElementsAttr splat;
+  if (!matchPattern(op->getOperand(1), m_Constant(&splat)))
+    return Value();
+  auto c = dyn_cast<FloatAttr>(splat.getSplatValue<Attribute>());
+  if (!c)
+    return Value();
+  double magnitude = std::fabs(c.getValueAsDouble());
+  if (!std::isfinite(magnitude) ||
+      (isa<arith::DivFOp>(op) ? magnitude < 1.0 : magnitude > 1.0))
+    return Value();
+  return op->getOperand(0);
+}
+
+/// The value whose finiteness `v`'s decides: through shrinking scalings.
 static Value finitenessSource(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (!isa<arith::DivFOp, arith::MulFOp>(def))
-      break;
-    SplatElementsAttr splat;
-    if (!matchPattern(def->getOperand(1), m_Constant(&splat)))
-      break;
-    auto c = dyn_cast<FloatAttr>(splat.getSplatValue<Attribute>());
-    if (!c)
-      break;
-    double magnitude = std::fabs(c.getValueAsDouble());
-    if (!std::isfinite(magnitude) ||
-        (isa<arith::DivFOp>(def) ? magnitude < 1.0 : magnitude > 1.0))
-      break;
-    v = def->getOperand(0);
-  }
+  while (Value input = shrinkingScalingInput(v.getDefiningOp()))
+    v = input;
   return v;
 }
 
-/// What the norm's partials read of each input: the tensor (before its
-/// unscale, if any) and the reciprocal of the scale (null without one).
-using NormSource = std::pair<Value, Value>;
+/// What the norm's partials read of each input: the tensor, and what they
+/// recompute of each element on the way to the input: shrinking scalings
+/// (innermost first; each op with its constant as a scalar), then the
+/// unscale by the reciprocal of the loss scale (null without one).
+struct NormSource {
+  Value tensor;
+  SmallVector<std::pair<Operation *, Value>> scalings;
+  Value inverse;
+};
 
 /// Whether `check` reads exactly the tensors the norm's partials read, as
 /// a multiset.
@@ -217,7 +227,7 @@ static bool checksWhatNormReads(AllFiniteOp check,
                                 ArrayRef<NormSource> sources) {
   SmallVector<Value> read;
   for (const NormSource &source : sources)
-    read.push_back(finitenessSource(source.first));
+    read.push_back(finitenessSource(source.tensor));
   SmallVector<Value> checked(check.getInputs().begin(),
                              check.getInputs().end());
   auto order = [](Value a, Value b) {
@@ -250,7 +260,7 @@ static Value flagFromPartials(OpBuilder &b, Location loc, AllFiniteOp check,
   Value unscaledStaysFinite =
       arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
   for (const NormSource &source : sources)
-    if (Value inverse = source.second) {
+    if (Value inverse = source.inverse) {
       Value magnitude =
           math::AbsFOp::create(b, loc, widen(b, loc, inverse, f64));
       unscaledStaysFinite = arith::AndIOp::create(
@@ -298,19 +308,41 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
   // An input that distopt.unscale computes is read at its source and
   // unscaled in the norm's loop, element for element as the unscale
   // computes it (the reciprocal once, in the scale's type; then times x in
-  // f32 for narrower types, rounded back): the norm then reads the reduced
-  // gradient, and the unscaled one is computed only inside the update that
-  // reads it (--distopt-fuse-elementwise-producers), not in a pass of its
-  // own.
+  // f32 for narrower types, rounded back); so is a shrinking scaling (the
+  // 1/K of gradient accumulation) before it, by the same op: the norm then
+  // reads the reduced gradient, and the unscaled one is computed only
+  // inside the update that reads it (--distopt-fuse-elementwise-producers),
+  // not in a pass of its own.
   auto source = [&](Value input) -> NormSource {
-    auto unscale = input.getDefiningOp<UnscaleOp>();
-    if (!unscale)
-      return {input, Value()};
-    Type scaleType = unscale.getScale().getType();
-    Value one =
-        arith::ConstantOp::create(b, loc, FloatAttr::get(scaleType, 1.0));
-    Value inverse = arith::DivFOp::create(b, loc, one, unscale.getScale());
-    return {unscale.getInput(), inverse};
+    NormSource read{input, {}, Value()};
+    if (auto unscale = input.getDefiningOp<UnscaleOp>()) {
+      Type scaleType = unscale.getScale().getType();
+      Value one =
+          arith::ConstantOp::create(b, loc, FloatAttr::get(scaleType, 1.0));
+      read.inverse = arith::DivFOp::create(b, loc, one, unscale.getScale());
+      read.tensor = unscale.getInput();
+    }
+    while (Operation *scaling = read.tensor.getDefiningOp()) {
+      Value inner = shrinkingScalingInput(scaling);
+      if (!inner)
+        break;
+      SplatElementsAttr splat;
+      matchPattern(scaling->getOperand(1), m_Constant(&splat));
+      Value scalar = arith::ConstantOp::create(
+          b, loc, cast<TypedAttr>(splat.getSplatValue<Attribute>()));
+      read.scalings.insert(read.scalings.begin(), {scaling, scalar});
+      read.tensor = inner;
+    }
+    return read;
+  };
+  // The same op as `scaling`, on one element.
+  auto rescaled = [](OpBuilder &nb, Location l, Value x,
+                     std::pair<Operation *, Value> scaling) {
+    OperationState state(l, scaling.first->getName());
+    state.addOperands({x, scaling.second});
+    state.addTypes(x.getType());
+    state.addAttributes(scaling.first->getAttrs());
+    return nb.create(state)->getResult(0);
   };
   auto unscaled = [](OpBuilder &nb, Location l, Value x, Value inverse) {
     if (!inverse)
@@ -329,11 +361,13 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
     return y;
   };
   // Sum of |x|^p (or max |x|) over a tensor, in f64.
-  auto partial = [&](Value tensor, Value inverse) {
+  auto partial = [&](Value tensor, const NormSource &read) {
     return reduceAll(
         b, loc, tensor, zero,
         [&](OpBuilder &nb, Location l, Value x, Value acc) {
-          x = unscaled(nb, l, x, inverse);
+          for (auto scaling : read.scalings)
+            x = rescaled(nb, l, x, scaling);
+          x = unscaled(nb, l, x, read.inverse);
           Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
           if (isInf)
             return arith::MaximumFOp::create(nb, l, acc, a).getResult();
@@ -373,7 +407,7 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       sources.push_back(source(clipped));
     AllFiniteOp check = getFusedFiniteCheck(op);
     bool narrow = llvm::all_of(sources, [](const NormSource &source) {
-      return getElementTypeOrSelf(source.first).getIntOrFloatBitWidth() <= 32;
+      return getElementTypeOrSelf(source.tensor).getIntOrFloatBitWidth() <= 32;
     });
     bool checkFromNorm = check && ((p == 2 && narrow) || isInf) &&
                          checksWhatNormReads(check, sources);
@@ -391,7 +425,7 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
     };
     SmallVector<Value> partials;
     for (auto [read, attr] : llvm::zip_equal(sources, bounds)) {
-      auto [input, inverse] = read;
+      Value input = read.tensor;
       int64_t length = cast<RankedTensorType>(input.getType()).getDimSize(0);
       Value first = arith::MulIOp::create(b, loc, rank, index(length));
       auto local = [&](int64_t at) {
@@ -407,7 +441,7 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
                      strides[] = {b.getIndexAttr(1)};
         Value part = tensor::ExtractSliceOp::create(b, loc, input, offsets,
                                                     sizes, strides);
-        partials.push_back(partial(part, inverse));
+        partials.push_back(partial(part, read));
       }
     }
     size_t numPartials = partials.size();
@@ -433,8 +467,8 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
     }
   } else {
     for (Value input : op.getInputs()) {
-      auto [read, inverse] = source(input);
-      addTensor(partial(read, inverse));
+      NormSource read = source(input);
+      addTensor(partial(read.tensor, read));
     }
     if (FlatSymbolRefAttr group = op.getGroupAttr())
       outer = allReduceScalar(b, loc, outer, group, combine);

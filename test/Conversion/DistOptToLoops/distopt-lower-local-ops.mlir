@@ -378,6 +378,8 @@ func.func @finite_check_read_first(%g: tensor<8xf32>, %h: tensor<8xf32>, %w: ten
 
 // -----
 
+// The norm reads the reduced gradient itself, dividing by K and unscaling
+// each element in its loop, as the ops it reads through compute it.
 // A check of the very tensors the norm reads (here through gradient
 // accumulation's 1/K and the unscale) takes its flag from the norm's
 // partial sums, which an inf or NaN makes non-finite: no pass of its own
@@ -387,6 +389,11 @@ func.func @finite_check_read_first(%g: tensor<8xf32>, %h: tensor<8xf32>, %w: ten
 distopt.process_group @dp size 2
 // CHECK-LABEL: func.func @finite_check_from_norm
 // CHECK-NOT:   math.isfinite %{{.*}} : f32
+// CHECK:       %[[SLICE:.*]] = tensor.extract_slice %arg0
+// CHECK:       linalg.generic {{.*}} ins(%[[SLICE]] : tensor<?xf32>) outs(%{{.*}} : tensor<f64>)
+// CHECK-NEXT:  ^bb0(%[[G:.*]]: f32, %{{.*}}: f64):
+// CHECK-NEXT:    %[[MEAN:.*]] = arith.divf %[[G]], %{{.*}} : f32
+// CHECK-NEXT:    arith.mulf %[[MEAN]], %{{.*}} : f32
 // CHECK:       %[[PARTIAL:.*]] = tensor.extract %{{.*}}[] : tensor<f64>
 // CHECK:       %[[FINITE:.*]] = math.isfinite %[[PARTIAL]] : f64
 // CHECK:       %[[INVERSE:.*]] = arith.extf %{{.*}} : f32 to f64
