@@ -5,11 +5,12 @@ compiles them, against OpenBLAS on the same shapes, in the same process.
 For every gradient a step compresses (the shapes come from the
 powersgd_all_reduce ops that `--distopt-pipeline=powersgd-rank=R` leaves in
 the step: M is n x m, the factors n x r and m x r):
-  - products: P = M Q and Q'^T = (M^T P)^T, written as the linalg.generic
-    contractions the lowering emits for them (LowerCompression.cpp's
-    `contract`: M walked by rows, Q used transposed, P = M Q's dot products
-    reassociable) and lowered by `distopt-opt --distopt-lower-to-cpu`, the
-    CPU lowering distopt-compile runs; against cblas_sgemm.
+  - products: P = M Q and Q'^T = (M^T P)^T, the linalg.generic
+    contractions `--distopt-lower-local-ops` emits for a
+    powersgd_all_reduce of that shape (taken from its output, each made a
+    function of its operands) and lowered by `distopt-opt
+    --distopt-lower-to-cpu`, the CPU lowering distopt-compile runs; against
+    cblas_sgemm.
   - orthogonalization of P (n x r) and Q (m x r): the dialect's own
     `distopt.orthogonalize`, lowered the same way; against modified
     Gram-Schmidt from OpenBLAS's level-1 routines (snrm2, sscal, sdot,
@@ -55,42 +56,62 @@ def compressed_shapes(build, spec_path, rank, tmp):
             re.findall(r"distopt\.powersgd_all_reduce .* : tensor<(\d+)x(\d+)xf32>", ir)]
 
 
-def kernels_mlir(shapes, rank):
-    """One module: mq_i, mtp_i and orth_{n}, per shape, as the lowering
-    emits them."""
-    out = ["#lhs = affine_map<(i, j, k) -> (i, k)>",
-           "#rhs = affine_map<(i, j, k) -> (j, k)>",
-           "#out = affine_map<(i, j, k) -> (i, j)>"]
+def lowered_contractions(build, shapes, rank, tmp):
+    """For each shape, the two contractions `--distopt-lower-local-ops`
+    emits for a distopt.powersgd_all_reduce of that shape (P = M Q, then
+    Q'^T = (M^T P)^T), as the op texts the lowering prints, maps inline."""
+    step = os.path.join(tmp, "compress.mlir")
+    with open(step, "w") as f:
+        f.write("distopt.process_group @dp size 2\n")
+        for s, (n, m) in enumerate(shapes):
+            M, P, Q = (f"tensor<{n}x{m}xf32>", f"tensor<{n}x{rank}xf32>",
+                       f"tensor<{m}x{rank}xf32>")
+            f.write(f"func.func @compress_{s}(%g: {M}, %p: {P}, %q: {Q}) -> ({M}, {P}, {Q}) {{\n"
+                    f"  %r:3 = distopt.powersgd_all_reduce %g, %p, %q on @dp rank {rank} : "
+                    f"{M}, {P}, {Q}\n"
+                    f"  return %r#0, %r#1, %r#2 : {M}, {P}, {Q}\n}}\n")
+    ir = subprocess.run([os.path.join(build, "bin", "distopt-opt"), step,
+                         "--distopt-lower-local-ops", "--mlir-print-local-scope"],
+                        check=True, capture_output=True, text=True).stdout
+    funcs = re.split(r"func\.func @compress_", ir)[1:]
+    generic = re.compile(r"^ *%\S+ = (linalg\.generic .*?\n *\} -> tensor<[^>]*>)$",
+                         re.MULTILINE | re.DOTALL)
+    found = []
+    for (n, m), body in zip(shapes, funcs):
+        by_inputs = {}
+        for op in generic.findall(body):
+            types = re.search(r"ins\(%[^:]*: ([^)]*)\)", op).group(1)
+            by_inputs[types] = op
+        M = f"tensor<{n}x{m}xf32>"
+        pair = (by_inputs.get(f"{M}, tensor<{rank}x{m}xf32>"),
+                by_inputs.get(f"{M}, tensor<{n}x{rank}xf32>"))
+        if None in pair:
+            sys.exit(f"powersgd_kernels: no contractions P = MQ and M^T P in the "
+                     f"lowering of a {n}x{m} powersgd_all_reduce")
+        found.append(pair)
+    return found
+
+
+def kernels_mlir(build, shapes, rank, tmp):
+    """One module: mq_i and mtp_i, per shape, each the lowering's
+    contraction on the function's arguments; orth_k, the dialect's op."""
+    out = []
     r = rank
-    for s, (n, m) in enumerate(shapes):
+    for s, ((n, m), (mq, mtp)) in enumerate(zip(shapes, lowered_contractions(build, shapes,
+                                                                           rank, tmp))):
         M, P, QT = f"tensor<{n}x{m}xf32>", f"tensor<{n}x{r}xf32>", f"tensor<{r}x{m}xf32>"
-        # P = M Q: loops (i, l, j), the sum over j, reassociable.
-        out.append(f"""
-func.func @mq_{s}(%m: {M}, %qt: {QT}) -> {P} {{
+        for name, op, second, result in (("mq", mq, "%qt: " + QT, P),
+                                         ("mtp", mtp, "%p: " + P, QT)):
+            operand = second.split(":")[0]
+            op = re.sub(r"ins\(%[^,]*, %[^ :]* :", f"ins(%m, {operand} :", op, count=1)
+            op = re.sub(r"outs\(%[^ :]* :", "outs(%f :", op, count=1)
+            out.append(f"""
+func.func @{name}_{s}(%m: {M}, {second}) -> {result} {{
   %z = arith.constant 0.0 : f32
-  %e = tensor.empty() : {P}
-  %f = linalg.fill ins(%z : f32) outs(%e : {P}) -> {P}
-  %r = linalg.generic {{indexing_maps = [#lhs, #rhs, #out], iterator_types = ["parallel", "parallel", "reduction"]}}
-      ins(%m, %qt : {M}, {QT}) outs(%f : {P}) {{
-  ^bb0(%a: f32, %b: f32, %c: f32):
-    %x = arith.mulf %a, %b : f32
-    %s = arith.addf %c, %x fastmath<reassoc> : f32
-    linalg.yield %s : f32
-  }} -> {P}
-  return %r : {P}
-}}
-func.func @mtp_{s}(%m: {M}, %p: {P}) -> {QT} {{
-  %z = arith.constant 0.0 : f32
-  %e = tensor.empty() : {QT}
-  %f = linalg.fill ins(%z : f32) outs(%e : {QT}) -> {QT}
-  %r = linalg.generic {{indexing_maps = [affine_map<(i, l, j) -> (i, j)>, affine_map<(i, l, j) -> (i, l)>, affine_map<(i, l, j) -> (l, j)>], iterator_types = ["reduction", "parallel", "parallel"]}}
-      ins(%m, %p : {M}, {P}) outs(%f : {QT}) {{
-  ^bb0(%a: f32, %b: f32, %c: f32):
-    %x = arith.mulf %a, %b : f32
-    %s = arith.addf %c, %x : f32
-    linalg.yield %s : f32
-  }} -> {QT}
-  return %r : {QT}
+  %e = tensor.empty() : {result}
+  %f = linalg.fill ins(%z : f32) outs(%e : {result}) -> {result}
+  %r = {op}
+  return %r : {result}
 }}""")
     for k in sorted({d for shape in shapes for d in shape}):
         out.append(f"""
@@ -201,7 +222,7 @@ def measure(build, shapes, rank, repeat, tmp, threads=1):
     whose large products run as parallel loops; OpenBLAS's own)."""
     mlir = os.path.join(tmp, "kernels.mlir")
     with open(mlir, "w") as f:
-        f.write(kernels_mlir(shapes, rank))
+        f.write(kernels_mlir(build, shapes, rank, tmp))
     lowered = os.path.join(tmp, "kernels.llvm.mlir")
     subprocess.run([os.path.join(build, "bin", "distopt-opt"), mlir, "--distopt-lower-to-cpu",
                     "-o", lowered], check=True)
