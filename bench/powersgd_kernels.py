@@ -74,14 +74,26 @@ def lowered_contractions(build, shapes, rank, tmp):
                          "--distopt-lower-local-ops", "--mlir-print-local-scope"],
                         check=True, capture_output=True, text=True).stdout
     funcs = re.split(r"func\.func @compress_", ir)[1:]
-    generic = re.compile(r"^ *%\S+ = (linalg\.generic .*?\n *\} -> tensor<[^>]*>)$",
-                         re.MULTILINE | re.DOTALL)
     found = []
     for (n, m), body in zip(shapes, funcs):
-        by_inputs = {}
-        for op in generic.findall(body):
-            types = re.search(r"ins\(%[^:]*: ([^)]*)\)", op).group(1)
-            by_inputs[types] = op
+        # Each single-result contraction (three loops, one a sum): a
+        # linalg.generic from its line to "} -> tensor<..>".
+        by_inputs, op = {}, None
+        for line in body.splitlines():
+            if op is None and re.match(r" *%\S+ = linalg\.generic ", line):
+                op = [line.split(" = ", 1)[1]]
+            elif op is not None:
+                op.append(line)
+                if re.match(r" *\} -> ", line):
+                    loops = re.search(r"iterator_types = \[([^\]]*)\]", op[0]).group(1)
+                    if (re.match(r" *\} -> tensor<[^>]*>$", line) and
+                            loops.count('"') == 6 and '"reduction"' in loops):
+                        types = re.search(r"ins\(%[^:]*: ([^)]*)\)", op[0]).group(1)
+                        if types in by_inputs:
+                            sys.exit(f"powersgd_kernels: two contractions of {types} in the "
+                                     f"lowering of a {n}x{m} powersgd_all_reduce")
+                        by_inputs[types] = "\n".join(op)
+                    op = None
         M = f"tensor<{n}x{m}xf32>"
         pair = (by_inputs.get(f"{M}, tensor<{rank}x{m}xf32>"),
                 by_inputs.get(f"{M}, tensor<{n}x{rank}xf32>"))

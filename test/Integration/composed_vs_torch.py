@@ -62,8 +62,9 @@ failures = checks = 0
 SHAPES = {"w": (33, 17), "b": (17,), "s": ()}
 STEPS = 30
 K = 4  # micro-batches per step
-# step -> value put in micro-batch step % K of rank step % size
-POISON = {4: math.inf, 9: math.nan, 21: math.inf}
+# step -> (value, micro-batch) put in rank step % size's gradient: the
+# first, a middle and the last micro-batch (the one the step adds itself)
+POISON = {4: (math.inf, 0), 9: (math.nan, 3), 21: (math.inf, 1)}
 SCALING = {"type": "dynamic", "init_scale": 1024.0, "growth_factor": 2.0,
            "backoff_factor": 0.5, "growth_interval": 3}
 MAX_NORM = 0.05
@@ -107,7 +108,7 @@ def true_gradient(name, step, micro, r):
 
 
 def poisoned(step, micro, r):
-    return step in POISON and r == step % size and micro == step % K
+    return step in POISON and r == step % size and micro == POISON[step][1]
 
 
 MODE = sys.argv[3] if len(sys.argv) > 3 else "compare"
@@ -147,12 +148,12 @@ def run_distopt(pipeline, first=0, save=None, load=None):
                 np.save(f"{save}.scale.npy", np.array(scale))
         for micro in range(K):
             bad = poisoned(step, micro, rank) if not SAME_GRADIENTS else \
-                step in POISON and micro == step % K and rank == 0
+                step in POISON and micro == POISON[step][1] and rank == 0
             for name in SHAPES:
                 g = true_gradient(name, step, micro,
                                   0 if SAME_GRADIENTS else rank) * scale
                 if bad and name == "w":
-                    g.view(-1)[5] = POISON[step]
+                    g.view(-1)[5] = POISON[step][0]
                 session.write(name, g, "grad")
             if micro < K - 1:
                 session.accumulate()
@@ -185,7 +186,7 @@ def run_torch():
                 for micro in range(K):
                     g = true_gradient(name, step, micro, r) * scale
                     if poisoned(step, micro, r) and name == "w":
-                        g.view(-1)[5] = POISON[step]
+                        g.view(-1)[5] = POISON[step][0]
                     total += g
                 ranks.append(total)
             p.grad = sum(ranks) / size / K

@@ -10,7 +10,7 @@
 // and unscale in their own loops.
 // CHECK-LABEL: func.func @step(
 // CHECK:       %[[SHARD:.*]] = distopt.wait %{{.*}} : !distopt.token<tensor<48xf32>>
-// CHECK-NOT:   outs(%[[SHARD]]
+// CHECK-NOT:   ins(%[[SHARD]] : tensor<48xf32>) outs(%{{[^,]*}} : tensor<48xf32>)
 // CHECK:       %[[PART:.*]] = tensor.extract_slice %[[SHARD]]
 // CHECK:       linalg.generic {{.*}} ins(%[[PART]] : tensor<?xf32>) outs(%{{.*}} : tensor<f64>)
 // CHECK-NEXT:  ^bb0(%[[G:.*]]: f32, %{{.*}}: f64):

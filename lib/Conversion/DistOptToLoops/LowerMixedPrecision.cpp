@@ -191,6 +191,13 @@ void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
 static Value shrinkingScalingInput(Operation *op) {
   if (!isa_and_present<arith::DivFOp, arith::MulFOp>(op))
     return Value();
+  // Under nnan or ninf an inf or NaN result is poison, not kept.
+  auto fastmath =
+      cast<arith::ArithFastMathInterface>(op).getFastMathFlagsAttr();
+  if (fastmath && arith::bitEnumContainsAny(fastmath.getValue(),
+                                            arith::FastMathFlags::nnan |
+                                                arith::FastMathFlags::ninf))
+    return Value();
   SplatElementsAttr splat;
   if (!matchPattern(op->getOperand(1), m_Constant(&splat)))
     return Value();
@@ -322,9 +329,11 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       read.inverse = arith::DivFOp::create(b, loc, one, unscale.getScale());
       read.tensor = unscale.getInput();
     }
+    // Only a scaling nothing else reads: another reader would have it
+    // written to memory anyway, and the norm would divide again for naught.
     while (Operation *scaling = read.tensor.getDefiningOp()) {
       Value inner = shrinkingScalingInput(scaling);
-      if (!inner)
+      if (!inner || !read.tensor.hasOneUse())
         break;
       SplatElementsAttr splat;
       matchPattern(scaling->getOperand(1), m_Constant(&splat));

@@ -389,11 +389,12 @@ func.func @finite_check_read_first(%g: tensor<8xf32>, %h: tensor<8xf32>, %w: ten
 distopt.process_group @dp size 2
 // CHECK-LABEL: func.func @finite_check_from_norm
 // CHECK-NOT:   math.isfinite %{{.*}} : f32
+// CHECK:       %[[TWO:.*]] = arith.constant 2.000000e+00 : f32
 // CHECK:       %[[SLICE:.*]] = tensor.extract_slice %arg0
 // CHECK:       linalg.generic {{.*}} ins(%[[SLICE]] : tensor<?xf32>) outs(%{{.*}} : tensor<f64>)
 // CHECK-NEXT:  ^bb0(%[[G:.*]]: f32, %{{.*}}: f64):
-// CHECK-NEXT:    %[[MEAN:.*]] = arith.divf %[[G]], %{{.*}} : f32
-// CHECK-NEXT:    arith.mulf %[[MEAN]], %{{.*}} : f32
+// CHECK-NEXT:    %[[MEAN:.*]] = arith.divf %[[G]], %[[TWO]] : f32
+// CHECK-NEXT:    arith.mulf %[[MEAN]], %{{[0-9]+}} : f32
 // CHECK:       %[[PARTIAL:.*]] = tensor.extract %{{.*}}[] : tensor<f64>
 // CHECK:       %[[FINITE:.*]] = math.isfinite %[[PARTIAL]] : f64
 // CHECK:       %[[INVERSE:.*]] = arith.extf %{{.*}} : f32 to f64
@@ -417,6 +418,24 @@ func.func @finite_check_from_norm(%g: tensor<8xf32>, %scale: f32, %w: tensor<8xf
   %c, %n = distopt.clip_grad_norm %u max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
   %s = arith.select %ok, %c, %w : tensor<8xf32>
   return %s, %ok, %n : tensor<8xf32>, i1, f32
+}
+
+// -----
+
+// A division something else reads too is written to memory anyway: the
+// norm reads its result rather than dividing again.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @norm_reads_shared_division
+// CHECK:       %[[MEAN:.*]] = arith.divf %arg0, %{{.*}} : tensor<8xf32>
+// CHECK:       %[[SLICE:.*]] = tensor.extract_slice %[[MEAN]]
+// CHECK:       linalg.generic {{.*}} ins(%[[SLICE]] : tensor<?xf32>) outs(%{{.*}} : tensor<f64>)
+// CHECK-NEXT:  ^bb0(%[[G:.*]]: f32, %{{.*}}: f64):
+// CHECK-NEXT:    arith.extf %[[G]] : f32 to f64
+func.func @norm_reads_shared_division(%g: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, f32) {
+  %k = arith.constant dense<2.0> : tensor<8xf32>
+  %mean = arith.divf %g, %k : tensor<8xf32>
+  %c, %n = distopt.clip_grad_norm %mean max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
+  return %c, %mean, %n : tensor<8xf32>, tensor<8xf32>, f32
 }
 
 // -----
