@@ -68,17 +68,35 @@ static Value allReduceScalar(OpBuilder &b, Location loc, Value scalar,
   return tensor::ExtractOp::create(b, loc, reduced, zero);
 }
 
+/// `factor` (an f32 or wider scalar) in the type elements of type
+/// `element` are scaled in: f32 for narrower types, as torch's kernels do.
+static Value scalingFactor(OpBuilder &b, Location loc, Value factor,
+                           Type element) {
+  auto compute = cast<FloatType>(
+      cast<FloatType>(element).getWidth() < 32 ? b.getF32Type() : element);
+  if (factor.getType() == compute)
+    return factor;
+  if (cast<FloatType>(factor.getType()).getWidth() > compute.getWidth())
+    return arith::TruncFOp::create(b, loc, compute, factor);
+  return arith::ExtFOp::create(b, loc, compute, factor);
+}
+
+/// One element `x` times a `scalingFactor`, rounded back to x's type.
+static Value scaledElement(OpBuilder &b, Location loc, Value x, Value factor) {
+  Type element = x.getType();
+  if (element != factor.getType())
+    x = arith::ExtFOp::create(b, loc, factor.getType(), x);
+  Value y = arith::MulFOp::create(b, loc, x, factor);
+  if (y.getType() != element)
+    y = arith::TruncFOp::create(b, loc, element, y);
+  return y;
+}
+
 /// Every element of `tensor` times `factor` (an f32 or wider scalar),
 /// computed in f32 for narrower types, as torch's kernels do.
 static Value scaleAll(OpBuilder &b, Location loc, Value tensor, Value factor) {
   auto type = cast<RankedTensorType>(tensor.getType());
-  auto element = cast<FloatType>(type.getElementType());
-  Type compute = element.getWidth() < 32 ? b.getF32Type() : Type(element);
-  if (factor.getType() != compute)
-    factor = cast<FloatType>(factor.getType()).getWidth() >
-                     cast<FloatType>(compute).getWidth()
-                 ? Value(arith::TruncFOp::create(b, loc, compute, factor))
-                 : Value(arith::ExtFOp::create(b, loc, compute, factor));
+  factor = scalingFactor(b, loc, factor, type.getElementType());
   // Written over the input where nothing reads it later (the unscaled or
   // clipped gradient replaces the one it came from); the body does not
   // read the output, so elsewhere bufferization allocates without a copy.
@@ -90,13 +108,8 @@ static Value scaleAll(OpBuilder &b, Location loc, Value tensor, Value factor) {
              b, loc, TypeRange{type}, ValueRange{tensor}, ValueRange{init},
              SmallVector<AffineMap>{identity, identity}, iterators,
              [&](OpBuilder &nb, Location nloc, ValueRange args) {
-               Value x = args[0];
-               if (x.getType() != compute)
-                 x = arith::ExtFOp::create(nb, nloc, compute, x);
-               Value y = arith::MulFOp::create(nb, nloc, x, factor);
-               if (y.getType() != element)
-                 y = arith::TruncFOp::create(nb, nloc, element, y);
-               linalg::YieldOp::create(nb, nloc, y);
+               linalg::YieldOp::create(
+                   nb, nloc, scaledElement(nb, nloc, args[0], factor));
              })
       .getResult(0);
 }
@@ -184,44 +197,53 @@ void lowerLossScaleUpdate(RewriterBase &rewriter, LossScaleUpdateOp op) {
   rewriter.replaceOp(op, ValueRange{newScale, newTracker});
 }
 
-/// The operand of `op` if it is a scaling by a constant that neither
-/// overflows a finite element nor makes a non-finite one finite: a division
-/// by a splat of magnitude at least 1 or a multiplication by one of
-/// magnitude at most 1 (gradient accumulation's 1/K); null otherwise.
-static Value shrinkingScalingInput(Operation *op) {
+/// A scaling of `input` by the constant `factor` (a division or a
+/// multiplication, as `op` is) that neither overflows a finite element nor
+/// makes a non-finite one finite.
+struct ShrinkingScaling {
+  Value input;
+  FloatAttr factor;
+};
+
+/// `op` as a ShrinkingScaling: a division by a splat of magnitude at least
+/// 1 or a multiplication by one of magnitude at most 1 (gradient
+/// accumulation's 1/K), if it is one.
+static std::optional<ShrinkingScaling> shrinkingScaling(Operation *op) {
   if (!isa_and_present<arith::DivFOp, arith::MulFOp>(op))
-    return Value();
+    return std::nullopt;
   // Under nnan or ninf an inf or NaN result is poison, not kept.
   auto fastmath =
       cast<arith::ArithFastMathInterface>(op).getFastMathFlagsAttr();
   if (fastmath && arith::bitEnumContainsAny(fastmath.getValue(),
                                             arith::FastMathFlags::nnan |
                                                 arith::FastMathFlags::ninf))
-    return Value();
+    return std::nullopt;
   SplatElementsAttr splat;
   if (!matchPattern(op->getOperand(1), m_Constant(&splat)))
-    return Value();
+    return std::nullopt;
   auto c = dyn_cast<FloatAttr>(splat.getSplatValue<Attribute>());
   if (!c)
-    return Value();
+    return std::nullopt;
   double magnitude = std::fabs(c.getValueAsDouble());
   if (!std::isfinite(magnitude) ||
       (isa<arith::DivFOp>(op) ? magnitude < 1.0 : magnitude > 1.0))
-    return Value();
-  return op->getOperand(0);
+    return std::nullopt;
+  return ShrinkingScaling{op->getOperand(0), c};
 }
 
 /// The value whose finiteness `v`'s decides: through shrinking scalings.
 static Value finitenessSource(Value v) {
-  while (Value input = shrinkingScalingInput(v.getDefiningOp()))
-    v = input;
+  while (std::optional<ShrinkingScaling> scaling =
+             shrinkingScaling(v.getDefiningOp()))
+    v = scaling->input;
   return v;
 }
 
 /// What the norm's partials read of each input: the tensor, and what they
 /// recompute of each element on the way to the input: shrinking scalings
 /// (innermost first; each op with its constant as a scalar), then the
-/// unscale by the reciprocal of the loss scale (null without one).
+/// unscale by the reciprocal of the loss scale (null without one), as a
+/// scalingFactor.
 struct NormSource {
   Value tensor;
   SmallVector<std::pair<Operation *, Value>> scalings;
@@ -326,21 +348,22 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       Type scaleType = unscale.getScale().getType();
       Value one =
           arith::ConstantOp::create(b, loc, FloatAttr::get(scaleType, 1.0));
-      read.inverse = arith::DivFOp::create(b, loc, one, unscale.getScale());
       read.tensor = unscale.getInput();
+      read.inverse = scalingFactor(
+          b, loc, arith::DivFOp::create(b, loc, one, unscale.getScale()),
+          getElementTypeOrSelf(read.tensor));
     }
     // Only a scaling nothing else reads: another reader would have it
     // written to memory anyway, and the norm would divide again for naught.
-    while (Operation *scaling = read.tensor.getDefiningOp()) {
-      Value inner = shrinkingScalingInput(scaling);
-      if (!inner || !read.tensor.hasOneUse())
+    while (std::optional<ShrinkingScaling> scaling =
+               shrinkingScaling(read.tensor.getDefiningOp())) {
+      if (!read.tensor.hasOneUse())
         break;
-      SplatElementsAttr splat;
-      matchPattern(scaling->getOperand(1), m_Constant(&splat));
-      Value scalar = arith::ConstantOp::create(
-          b, loc, cast<TypedAttr>(splat.getSplatValue<Attribute>()));
-      read.scalings.insert(read.scalings.begin(), {scaling, scalar});
-      read.tensor = inner;
+      read.scalings.insert(
+          read.scalings.begin(),
+          {read.tensor.getDefiningOp(),
+           arith::ConstantOp::create(b, loc, scaling->factor)});
+      read.tensor = scaling->input;
     }
     return read;
   };
@@ -353,22 +376,6 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
     state.addAttributes(scaling.first->getAttrs());
     return nb.create(state)->getResult(0);
   };
-  auto unscaled = [](OpBuilder &nb, Location l, Value x, Value inverse) {
-    if (!inverse)
-      return x;
-    auto element = cast<FloatType>(x.getType());
-    Type compute = element.getWidth() < 32 ? nb.getF32Type() : Type(element);
-    Value factor = inverse;
-    if (factor.getType() != compute)
-      factor = cast<FloatType>(factor.getType()).getWidth() >
-                       cast<FloatType>(compute).getWidth()
-                   ? Value(arith::TruncFOp::create(nb, l, compute, factor))
-                   : Value(arith::ExtFOp::create(nb, l, compute, factor));
-    Value y = arith::MulFOp::create(nb, l, widen(nb, l, x, compute), factor);
-    if (y.getType() != element)
-      y = arith::TruncFOp::create(nb, l, element, y);
-    return y;
-  };
   // Sum of |x|^p (or max |x|) over a tensor, in f64.
   auto partial = [&](Value tensor, const NormSource &read) {
     return reduceAll(
@@ -376,7 +383,8 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
         [&](OpBuilder &nb, Location l, Value x, Value acc) {
           for (auto scaling : read.scalings)
             x = rescaled(nb, l, x, scaling);
-          x = unscaled(nb, l, x, read.inverse);
+          if (read.inverse)
+            x = scaledElement(nb, l, x, read.inverse);
           Value a = math::AbsFOp::create(nb, l, widen(nb, l, x, f64));
           if (isInf)
             return arith::MaximumFOp::create(nb, l, acc, a).getResult();

@@ -440,6 +440,26 @@ func.func @norm_reads_shared_division(%g: tensor<8xf32>) -> (tensor<8xf32>, tens
 
 // -----
 
+// Under nnan or ninf a division's inf or NaN result is poison: it no
+// longer tells whether its input was finite, and the check keeps its pass.
+distopt.process_group @dp size 2
+// CHECK-LABEL: func.func @finite_check_not_through_nnan
+// CHECK-NOT:   scf.if %{{.*}} -> (i1)
+// CHECK:       linalg.generic {{.*}} ins(%arg0 : tensor<8xf32>)
+// CHECK:         math.isfinite %{{.*}} : f32
+// CHECK-NOT:   scf.if %{{.*}} -> (i1)
+// CHECK:       distopt.all_reduce sum
+func.func @finite_check_not_through_nnan(%g: tensor<8xf32>, %w: tensor<8xf32>) -> (tensor<8xf32>, i1, f32) {
+  %ok = distopt.all_finite %g on @dp : tensor<8xf32>
+  %k = arith.constant dense<2.0> : tensor<8xf32>
+  %mean = arith.divf %g, %k fastmath<nnan> : tensor<8xf32>
+  %c, %n = distopt.clip_grad_norm %mean max_norm 1.0 on @dp {tensor_bounds = [array<i64: 0, 16>]} : tensor<8xf32> -> f32
+  %s = arith.select %ok, %c, %w : tensor<8xf32>
+  return %s, %ok, %n : tensor<8xf32>, i1, f32
+}
+
+// -----
+
 // Times 2 can overflow a finite element: the norm's sums no longer tell
 // whether the checked tensor is finite, and the check keeps its pass.
 distopt.process_group @dp size 2
