@@ -115,8 +115,9 @@ int main(int argc, char **argv) {
   }
   os << "## `--distopt-lower-to-cpu`\n\n"
      << "A step to LLVM-dialect code for CPUs calling the runtime (what "
-        "`distopt-compile` runs after distopt-pipeline); no options.\n\n"
-     << "## `--distopt-lower-to-gpu`\n\n"
+        "`distopt-compile` runs after distopt-pipeline). Options:\n\n";
+  optionTable<DistOptLowerToCPUOptions>(os);
+  os << "## `--distopt-lower-to-gpu`\n\n"
      << "A step to LLVM-dialect host code with embedded NVIDIA GPU kernels "
         "(`distopt-compile --target=cuda`). Options:\n\n";
   optionTable<DistOptLowerToGPUOptions>(os);

@@ -163,8 +163,12 @@ void mlir::distopt::buildParallelLoopsPipeline(OpPassManager &pm) {
 }
 
 void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
-                                             bool runtimeAllocator) {
+                                             bool runtimeAllocator,
+                                             unsigned elementwiseVectorBits) {
   pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  // Streaming updates at one width, contractions at the target's.
+  pm.addNestedPass<func::FuncOp>(createAnnotateVectorWidthPass(
+      AnnotateVectorWidthPassOptions{elementwiseVectorBits}));
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
@@ -183,11 +187,12 @@ void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
-void mlir::distopt::buildDistOptLowerToCPUPipeline(OpPassManager &pm,
-                                                   bool runtimeAllocator) {
+void mlir::distopt::buildDistOptLowerToCPUPipeline(
+    OpPassManager &pm, const DistOptLowerToCPUOptions &options,
+    bool runtimeAllocator) {
   buildBufferizedStepPipeline(pm);
   buildParallelLoopsPipeline(pm);
-  buildLoopsToLLVMPipeline(pm, runtimeAllocator);
+  buildLoopsToLLVMPipeline(pm, runtimeAllocator, options.elementwiseVectorBits);
 }
 
 void mlir::distopt::buildOffloadPipeline(OpPassManager &pm, int64_t blockSize) {
@@ -245,10 +250,12 @@ void mlir::distopt::registerDistOptPipeline() {
       "Lower a step to LLVM-dialect host code with embedded NVIDIA GPU "
       "kernels, calling the distopt runtime",
       buildDistOptLowerToGPUPipeline);
-  PassPipelineRegistration<>(
+  PassPipelineRegistration<DistOptLowerToCPUOptions>(
       "distopt-lower-to-cpu",
       "Lower a step to LLVM-dialect code for CPUs calling the distopt runtime",
-      [](OpPassManager &pm) { buildDistOptLowerToCPUPipeline(pm); });
+      [](OpPassManager &pm, const DistOptLowerToCPUOptions &options) {
+        buildDistOptLowerToCPUPipeline(pm, options);
+      });
   PassPipelineRegistration<DistOptPipelineOptions>(
       "distopt-pipeline",
       "The distopt transformations: division fusion, ZeRO sharding, "

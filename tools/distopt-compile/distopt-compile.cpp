@@ -125,6 +125,13 @@ static cl::list<std::string> cpuFeatures(
              "--cpu's, as llc's -mattr takes them, e.g. +prefer-256-bit"),
     cl::CommaSeparated, cl::cat(compileCategory));
 
+static cl::opt<unsigned> elementwiseVectorBits(
+    "elementwise-vector-bits",
+    cl::desc("Vector width, in bits, of the step's element-wise loops "
+             "(updates, scalings, casts): a power of two, or 0 for --cpu's "
+             "choice. Contractions and reductions keep --cpu's choice"),
+    cl::init(256), cl::cat(compileCategory));
+
 /// One argument or result of the step, as the driver needs it; a located
 /// error for what an interface cannot say (an element type no driver knows,
 /// an unknown role or init).
@@ -471,7 +478,9 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
   } else if (gpu) {
     mlir::distopt::buildDistOptLowerToGPUPipeline(pm, *gpu);
   } else {
-    mlir::distopt::buildDistOptLowerToCPUPipeline(pm,
+    mlir::distopt::DistOptLowerToCPUOptions cpuOptions;
+    cpuOptions.elementwiseVectorBits = elementwiseVectorBits;
+    mlir::distopt::buildDistOptLowerToCPUPipeline(pm, cpuOptions,
                                                   /*runtimeAllocator=*/true);
   }
   if (failed(pm.run(module)))
@@ -645,6 +654,10 @@ int main(int argc, char **argv) {
   mlir::distopt::DistOptLowerToGPUOptions gpu;
   if (cuda && failed(configureGPU(gpu)))
     return 1;
+  if (elementwiseVectorBits != 0 && !llvm::isPowerOf2_32(elementwiseVectorBits))
+    return fail("--elementwise-vector-bits must be a power of two, or 0, "
+                "got " +
+                Twine(elementwiseVectorBits));
   StringRef extension = llvm::sys::path::extension(outputFile);
   if (extension != ".o" && extension != ".so")
     return fail("the output must end in .o or .so, got '" + outputFile + "'");

@@ -205,6 +205,56 @@ def CollapseContiguousLoopsPass : Pass<"distopt-collapse-contiguous-loops"> {
                            "::mlir::memref::MemRefDialect"];
 }
 
+def AnnotateVectorWidthPass : Pass<"distopt-annotate-vector-width"> {
+  let summary = "Ask LLVM for vectors of a given width in element-wise loops";
+  let description = [{
+    On a step lowered to loops (after `--convert-linalg-to-loops` and
+    `--convert-scf-to-openmp`): every element-wise loop asks LLVM's loop
+    vectorizer for vectors of `bits` bits, as many lanes as fit of the
+    widest scalar it computes with (8 for f32 at 256 bits, 4 for f64).
+    A loop is element-wise when it runs one index by steps of 1, every
+    value it writes goes to a one-dimensional unit-stride buffer at that
+    index, every value it reads comes from such a buffer at that index or
+    from a 0-d one, and the rest of its body is arithmetic without memory
+    effects: an optimizer update, a scaling, a cast, after
+    `--distopt-collapse-contiguous-loops` whatever the tensors' shapes.
+    A sequential `scf.for` gets an `llvm.loop_annotation` (the loop's
+    `!llvm.loop` metadata in LLVM IR); an OpenMP work-sharing loop is
+    wrapped in a composite `omp.simd simdlen(n)`, which also marks its
+    iterations independent, as the `scf.parallel` it came from said.
+    Other loops (PowerSGD's contractions, reductions, loops over 2-D
+    buffers) keep the target's own choice. The width changes how many
+    elements an instruction computes, not what it computes: results are
+    the same bit for bit.
+
+    Why: these loops stream memory and do a few operations per element.
+    On a Zen 5 CPU, whose LLVM tuning picks 512-bit vectors, B1's SGD and
+    AdamW updates took 0.89x and 0.93x the time with 256-bit vectors
+    (docs/benchmarks.md), while PowerSGD's products, which compute, lose
+    about a quarter at 256 bits: one width for the whole object cannot
+    serve both. LLVM's tuning for Intel's AVX-512 CPUs and x86-64-v4
+    already prefers 256 bits, and CPUs without AVX-512 have no wider
+    vectors, so 256 changes the code on AMD's AVX-512 CPUs only.
+
+    ```mlir
+    scf.for %i = %c0 to %c1024 step %c1 {
+      %g = memref.load %grad[%i] : memref<1024xf32>
+      ...
+      memref.store %p1, %param[%i] : memref<1024xf32>
+    }
+    // gets
+    {loop_annotation = #llvm.loop_annotation<vectorize = <width = 8 : i32>>}
+    ```
+  }];
+  let options = [
+    Option<"bits", "bits", "unsigned", "256",
+           "Vector width of element-wise loops, in bits: a power of two, or "
+           "0 for the target's choice">,
+  ];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect",
+                           "::mlir::omp::OpenMPDialect"];
+}
+
 def ExpandBF16TruncationsPass : Pass<"distopt-expand-bf16-truncations"> {
   let summary = "Round to bf16 without compiler-rt's builtins";
   let description = [{

@@ -130,6 +130,16 @@ struct DistOptPipelineOptions
 void buildDistOptPipeline(OpPassManager &pm,
                           const DistOptPipelineOptions &options);
 
+/// Options of the CPU lowering.
+struct DistOptLowerToCPUOptions
+    : public PassPipelineOptions<DistOptLowerToCPUOptions> {
+  Option<unsigned> elementwiseVectorBits{
+      *this, "elementwise-vector-bits",
+      llvm::cl::desc("Vector width, in bits, that element-wise loops ask "
+                     "LLVM for (--distopt-annotate-vector-width): a power of "
+                     "two, or 0 for the target's choice"),
+      llvm::cl::init(256)};
+};
 /// Adds the lowering of a (transformed) step to LLVM-dialect code for CPUs
 /// that calls the runtime for communication: optimizer updates to fused
 /// loops, local ops to tensors, one-shot bufferization (collectives become
@@ -137,8 +147,10 @@ void buildDistOptPipeline(OpPassManager &pm,
 /// `runtimeAllocator`, allocations call the runtime's caching allocator
 /// (_mlir_memref_to_llvm_alloc and _free, which the process must provide, as
 /// distopt-run does) instead of malloc and free (what mlir-runner provides).
-void buildDistOptLowerToCPUPipeline(OpPassManager &pm,
-                                    bool runtimeAllocator = false);
+void buildDistOptLowerToCPUPipeline(
+    OpPassManager &pm,
+    const DistOptLowerToCPUOptions &options = DistOptLowerToCPUOptions(),
+    bool runtimeAllocator = false);
 
 /// Options of the GPU lowering.
 struct DistOptLowerToGPUOptions
@@ -186,9 +198,11 @@ void buildBufferizedStepPipeline(OpPassManager &pm, int64_t maxShardCases = 64);
 ///   halves;
 void buildParallelLoopsPipeline(OpPassManager &pm);
 /// - the CPU lowering's second half: loops on buffers to the LLVM dialect
-///   (`runtimeAllocator`: allocate through the runtime's caching allocator);
-///   OpenMP ops become calls of LLVM's OpenMP runtime;
-void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator);
+///   (`runtimeAllocator`: allocate through the runtime's caching allocator),
+///   element-wise loops vectorized `elementwiseVectorBits` wide (0: as the
+///   target prefers); OpenMP ops become calls of LLVM's OpenMP runtime;
+void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator,
+                              unsigned elementwiseVectorBits = 256);
 /// - the GPU lowering's first half: buffers in device memory, kernels as
 ///   gpu.launch with `blockSize` threads.
 void buildOffloadPipeline(OpPassManager &pm, int64_t blockSize);
