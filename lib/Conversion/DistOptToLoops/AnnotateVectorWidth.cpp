@@ -115,6 +115,7 @@ struct AnnotateVectorWidthPass
     getOperation()->walk([&](omp::WsloopOp wsloop) {
       auto nest = dyn_cast<omp::LoopNestOp>(wsloop.getWrappedLoop());
       if (!nest || wsloop.isComposite() || nest.getNumLoops() != 1 ||
+          !nest.getRegion().hasOneBlock() ||
           !wsloop.getReductionVars().empty() ||
           !wsloop.getPrivateVars().empty())
         return;

@@ -149,7 +149,8 @@ func.func @not_elementwise(%mt: memref<256x576xf32>, %p: memref<256x4xf32>,
 
 // A work-sharing loop (a large update, parallel since --convert-scf-to-
 // openmp) gets a composite omp.simd; one with a reduction clause does not
-// (its body alone would qualify).
+// (its body alone would qualify), nor one whose body is several blocks
+// (the first alone would qualify).
 // CHECK-LABEL: func.func @worksharing
 // CHECK: omp.parallel {
 // CHECK-NEXT: omp.wsloop {
@@ -158,6 +159,8 @@ func.func @not_elementwise(%mt: memref<256x576xf32>, %p: memref<256x4xf32>,
 // CHECK: } {omp.composite}
 // CHECK-NEXT: } {omp.composite}
 // CHECK: omp.wsloop reduction(
+// CHECK-NOT: omp.simd
+// CHECK: ^bb1:
 // CHECK-NOT: omp.simd
 // CHECK: return
 omp.declare_reduction @add_f32 : f32 init {
@@ -192,6 +195,19 @@ func.func @worksharing(%a: memref<262144xf32>, %sum: memref<f32>) {
         %x = memref.load %a[%i] : memref<262144xf32>
         %y = arith.mulf %x, %two : f32
         memref.store %y, %a[%i] : memref<262144xf32>
+        omp.yield
+      }
+    }
+    omp.terminator
+  }
+  omp.parallel {
+    omp.wsloop {
+      omp.loop_nest (%i) : index = (%c0) to (%n) step (%c1) {
+        %x = memref.load %a[%i] : memref<262144xf32>
+        memref.store %x, %a[%i] : memref<262144xf32>
+        cf.br ^bb1
+      ^bb1:
+        memref.store %x, %a[%c0] : memref<262144xf32>
         omp.yield
       }
     }
