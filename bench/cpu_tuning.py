@@ -2,8 +2,10 @@
 """What LLVM's CPU tuning costs B1's update: each list row of B1 (ResNet-50's
 and GPT-2 small's parameter lists, AdamW, Adam, SGD with momentum, f32, 1
 rank, 1 thread) compiled several ways (--variant NAME=distopt-compile
-options; by default --cpu=native, native with +prefer-256-bit, and
-x86-64-v4) and run with distopt-run one variant after another, in
+options; by default for this machine's CPU: every loop at the width
+LLVM's tuning picks, the element-wise loops at 256 bits (distopt-compile's
+default, --elementwise-vector-bits), and the whole object at 256 bits
+with +prefer-256-bit) and run with distopt-run one variant after another, in
 --rounds rounds whose order alternates (forward, reversed, ...) so that
 a drift of the machine does not favour the variant run first.
 
@@ -15,7 +17,7 @@ were faster or slower by more than 2%. Nothing is written to the docs: the
 figures are quoted in docs/benchmarks.md (B1's prose).
 
     /usr/bin/python3 bench/cpu_tuning.py [--build build] [--rounds 5] [--steps 12]
-        [--variant native=--cpu=native --variant ...]
+        [--variant name=--cpu=native --variant ...]
 """
 import argparse
 import json
@@ -31,9 +33,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import run_timing  # noqa: E402
 from optimizer_step import OPTIMIZERS, ROOT, bandwidths_gbps, import_step  # noqa: E402
 
-DEFAULT_VARIANTS = ["native=--cpu=native",
-                    "native+prefer-256-bit=--cpu=native --cpu-features=+prefer-256-bit",
-                    "x86-64-v4=--cpu=x86-64-v4"]
+DEFAULT_VARIANTS = ["target-width=--cpu=native --elementwise-vector-bits=0",
+                    "elementwise-256=--cpu=native",
+                    "prefer-256-bit=--cpu=native --cpu-features=+prefer-256-bit "
+                    "--elementwise-vector-bits=0"]
 SPECS = [("ResNet-50", "resnet50.json"), ("GPT-2 small", "gpt2-small.json")]
 
 

@@ -29,7 +29,7 @@
 
 // The update loop asks LLVM for 256-bit vectors (8 f32 lanes), which it
 // uses even for a CPU whose tuning picks 512 bits (znver4): streaming
-// updates ran 7-11% faster so on Zen 5 (--distopt-annotate-vector-width).
+// updates ran 4-11% faster so on Zen 5 (--distopt-annotate-vector-width).
 // With the choice left to the target, the loop is 512 bits wide.
 // ANNOTATED: #[[VECTORIZE:.*]] = #llvm.loop_vectorize<width = 8 : i32>
 // ANNOTATED: #[[LOOP:.*]] = #llvm.loop_annotation<vectorize = #[[VECTORIZE]]>

@@ -229,8 +229,8 @@ def AnnotateVectorWidthPass : Pass<"distopt-annotate-vector-width"> {
 
     Why: these loops stream memory and do a few operations per element.
     On a Zen 5 CPU, whose LLVM tuning picks 512-bit vectors, B1's SGD and
-    AdamW updates took 0.89x and 0.93x the time with 256-bit vectors
-    (docs/benchmarks.md), while PowerSGD's products, which compute, lose
+    AdamW updates took 0.89-0.96x and 0.93-1.00x the time with 256-bit
+    vectors in three runs (docs/benchmarks.md), while PowerSGD's products, which compute, lose
     about a quarter at 256 bits: one width for the whole object cannot
     serve both. LLVM's tuning for Intel's AVX-512 CPUs and x86-64-v4
     already prefers 256 bits, and CPUs without AVX-512 have no wider
