@@ -3,7 +3,11 @@
 // RUN: distopt-compile %s --cpu=skylake-avx512 -o %t.o
 // RUN: llvm-objdump -d %t.o | FileCheck %s --check-prefix=OBJ
 // RUN: distopt-compile %s --cpu=znver4 -o %t.znver4.o
-// RUN: llvm-objdump -d %t.znver4.o | FileCheck %s --check-prefix=YMM
+// RUN: llvm-objdump -d %t.znver4.o | FileCheck %s --check-prefix=YMM --implicit-check-not=zmm
+// RUN: sed 's/64x64x3x3/512x512x3x3/g' %s > %t.large.mlir
+// RUN: distopt-opt %t.large.mlir --distopt-lower-to-cpu | FileCheck %s --check-prefix=LARGE
+// RUN: distopt-compile %t.large.mlir --cpu=znver4 -o %t.large.o
+// RUN: llvm-objdump -d %t.large.o | FileCheck %s --check-prefix=LARGE-YMM --implicit-check-not=zmm
 // RUN: distopt-compile %s --cpu=znver4 --elementwise-vector-bits=0 -o %t.zmm.o
 // RUN: llvm-objdump -d %t.zmm.o | FileCheck %s --check-prefix=ZMM
 
@@ -36,8 +40,16 @@
 // ANNOTATED: llvm.br ^bb1(%{{.*}} : i64) {loop_annotation = #[[LOOP]]}
 // YMM-LABEL: <distopt_step_packed>:
 // YMM: vfmadd{{.*}}ymm
-// YMM-NOT: zmm
 // YMM: ret
+
+// So does the update of a 512x512x3x3 weight, an OpenMP work-sharing loop
+// (2359296 elements), as OpenMP's `for simd` of 8 lanes.
+// LARGE: omp.wsloop {
+// LARGE-NEXT: omp.simd simdlen(8) {
+// LARGE-NEXT: omp.loop_nest
+// LARGE: } {omp.composite}
+// LARGE-NEXT: } {omp.composite}
+// LARGE-YMM: vfmadd{{.*}}ymm
 // ZMM-LABEL: <distopt_step_packed>:
 // ZMM: vfmadd{{.*}}zmm
 // ZMM: ret

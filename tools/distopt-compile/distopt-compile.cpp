@@ -130,7 +130,8 @@ static cl::opt<unsigned> elementwiseVectorBits(
     cl::desc("Vector width, in bits, of the step's element-wise loops "
              "(updates, scalings, casts): a power of two, or 0 for --cpu's "
              "choice. Contractions and reductions keep --cpu's choice"),
-    cl::init(256), cl::cat(compileCategory));
+    cl::init(mlir::distopt::kDefaultElementwiseVectorBits),
+    cl::cat(compileCategory));
 
 /// One argument or result of the step, as the driver needs it; a located
 /// error for what an interface cannot say (an element type no driver knows,
@@ -654,6 +655,8 @@ int main(int argc, char **argv) {
   mlir::distopt::DistOptLowerToGPUOptions gpu;
   if (cuda && failed(configureGPU(gpu)))
     return 1;
+  // Here, not only in the pass, so that the error is one line, before
+  // any lowering.
   if (elementwiseVectorBits != 0 && !llvm::isPowerOf2_32(elementwiseVectorBits))
     return fail("--elementwise-vector-bits must be a power of two, or 0, "
                 "got " +

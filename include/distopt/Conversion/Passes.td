@@ -211,30 +211,36 @@ def AnnotateVectorWidthPass : Pass<"distopt-annotate-vector-width"> {
     On a step lowered to loops (after `--convert-linalg-to-loops` and
     `--convert-scf-to-openmp`): every element-wise loop asks LLVM's loop
     vectorizer for vectors of `bits` bits, as many lanes as fit of the
-    widest scalar it computes with (8 for f32 at 256 bits, 4 for f64).
+    widest scalar it reads, writes or computes floating-point arithmetic
+    with (8 for f32 at 256 bits, 4 for f64; a power of two up to 64).
     A loop is element-wise when it runs one index by steps of 1, every
-    value it writes goes to a one-dimensional unit-stride buffer at that
-    index, every value it reads comes from such a buffer at that index or
-    from a 0-d one, and the rest of its body is arithmetic without memory
-    effects: an optimizer update, a scaling, a cast, after
-    `--distopt-collapse-contiguous-loops` whatever the tensors' shapes.
-    A sequential `scf.for` gets an `llvm.loop_annotation` (the loop's
-    `!llvm.loop` metadata in LLVM IR); an OpenMP work-sharing loop is
-    wrapped in a composite `omp.simd simdlen(n)`, which also marks its
-    iterations independent, as the `scf.parallel` it came from said.
-    Other loops (PowerSGD's contractions, reductions, loops over 2-D
-    buffers) keep the target's own choice. The width changes how many
-    elements an instruction computes, not what it computes: results are
-    the same bit for bit.
+    value it writes goes to a one-dimensional unit-stride buffer, defined
+    outside the loop, at that index, every value it reads comes from such
+    a buffer at that index or from a 0-d one, and the rest of its body
+    has no memory effects and no regions: an optimizer update, a scaling,
+    a cast, after `--distopt-collapse-contiguous-loops` whatever the
+    tensors' shapes. A sequential `scf.for` gets a `loop_annotation`
+    attribute holding an `#llvm.loop_annotation` (the name the `llvm.br`
+    property takes, so the loop's `!llvm.loop` metadata in LLVM IR);
+    LLVM still checks its memory dependences. An OpenMP work-sharing
+    loop without clauses is wrapped in a composite
+    `omp.simd simdlen(n)`, which tells LLVM its iterations are
+    independent: the `scf.parallel` it came from said so, and OpenMP
+    divides them among threads on that premise. Other loops (PowerSGD's
+    contractions, reductions, loops over 2-D buffers) keep the target's
+    own choice. The width changes how many elements an instruction
+    computes, not what it computes: results are the same bit for bit.
 
     Why: these loops stream memory and do a few operations per element.
     On a Zen 5 CPU, whose LLVM tuning picks 512-bit vectors, B1's SGD and
     AdamW updates took 0.89-0.96x and 0.93-1.00x the time with 256-bit
-    vectors in three runs (docs/benchmarks.md), while PowerSGD's products, which compute, lose
-    about a quarter at 256 bits: one width for the whole object cannot
-    serve both. LLVM's tuning for Intel's AVX-512 CPUs and x86-64-v4
-    already prefers 256 bits, and CPUs without AVX-512 have no wider
-    vectors, so 256 changes the code on AMD's AVX-512 CPUs only.
+    vectors in three runs (docs/benchmarks.md), while PowerSGD's
+    products, which compute, lose about a quarter at 256 bits: one width
+    for the whole object cannot serve both. LLVM's tuning for Intel's
+    AVX-512 CPUs and x86-64-v4 already prefers 256 bits and AVX2 CPUs
+    have no wider vectors, so there 256 changes nothing; on CPUs with
+    128-bit vectors only (`distopt-compile --cpu=x86-64`) LLVM computes
+    each 256-bit operation as two.
 
     ```mlir
     scf.for %i = %c0 to %c1024 step %c1 {

@@ -130,6 +130,10 @@ struct DistOptPipelineOptions
 void buildDistOptPipeline(OpPassManager &pm,
                           const DistOptPipelineOptions &options);
 
+/// The vector width, in bits, of the CPU lowering's element-wise loops
+/// unless told otherwise (--distopt-annotate-vector-width).
+constexpr unsigned kDefaultElementwiseVectorBits = 256;
+
 /// Options of the CPU lowering.
 struct DistOptLowerToCPUOptions
     : public PassPipelineOptions<DistOptLowerToCPUOptions> {
@@ -138,7 +142,7 @@ struct DistOptLowerToCPUOptions
       llvm::cl::desc("Vector width, in bits, that element-wise loops ask "
                      "LLVM for (--distopt-annotate-vector-width): a power of "
                      "two, or 0 for the target's choice"),
-      llvm::cl::init(256)};
+      llvm::cl::init(kDefaultElementwiseVectorBits)};
 };
 /// Adds the lowering of a (transformed) step to LLVM-dialect code for CPUs
 /// that calls the runtime for communication: optimizer updates to fused
@@ -201,8 +205,9 @@ void buildParallelLoopsPipeline(OpPassManager &pm);
 ///   (`runtimeAllocator`: allocate through the runtime's caching allocator),
 ///   element-wise loops vectorized `elementwiseVectorBits` wide (0: as the
 ///   target prefers); OpenMP ops become calls of LLVM's OpenMP runtime;
-void buildLoopsToLLVMPipeline(OpPassManager &pm, bool runtimeAllocator,
-                              unsigned elementwiseVectorBits = 256);
+void buildLoopsToLLVMPipeline(
+    OpPassManager &pm, bool runtimeAllocator,
+    unsigned elementwiseVectorBits = kDefaultElementwiseVectorBits);
 /// - the GPU lowering's first half: buffers in device memory, kernels as
 ///   gpu.launch with `blockSize` threads.
 void buildOffloadPipeline(OpPassManager &pm, int64_t blockSize);

@@ -32,39 +32,54 @@ namespace {
 /// would stay a discardable attribute that the translation ignores.
 constexpr StringLiteral kLoopAnnotation = "loop_annotation";
 
-/// Whether `memref[iv]` walks `type` element by element.
-bool isUnitStrideVector(MemRefType type) {
+/// Whether `memref[iv]`, with `memref` defined outside the loop `body`,
+/// walks memory element by element. (A view made inside the loop could
+/// move with `iv` itself.)
+bool isUnitStrideVector(Value memref, Block &body) {
+  auto type = cast<MemRefType>(memref.getType());
   SmallVector<int64_t> strides;
   int64_t offset;
   return type.getRank() == 1 &&
          succeeded(type.getStridesAndOffset(strides, offset)) &&
-         strides.front() == 1;
+         strides.front() == 1 &&
+         !body.getParent()->isAncestor(memref.getParentRegion());
 }
 
-/// The widest scalar, in bits, that a loop body over `iv` computes with,
-/// when the loop is element-wise: each store writes a unit-stride 1-D
-/// buffer at `iv`, each load reads one there or a 0-d buffer, and the rest
-/// is free of memory effects and regions. 0 for any other loop.
+/// The widest scalar, in bits, that a loop body over `iv` reads, writes or
+/// computes floating-point arithmetic with (index arithmetic and
+/// predicates do not count), when the loop is element-wise: each store
+/// writes a unit-stride 1-D buffer of integers or floats at `iv`, each
+/// load reads one there or a 0-d buffer, and the rest is free of memory
+/// effects and regions. 0 for any other loop.
 unsigned elementwiseScalarBits(Block &body, Value iv) {
   unsigned widest = 0;
   bool stores = false;
+  // False for what has no width of its own (index, vectors, pointers).
+  auto widen = [&](Type type) {
+    if (!type.isIntOrFloat())
+      return false;
+    widest = std::max(widest, type.getIntOrFloatBitWidth());
+    return true;
+  };
   for (Operation &op : body.without_terminator()) {
     if (auto load = dyn_cast<memref::LoadOp>(op)) {
-      if (load.getMemRefType().getRank() != 0 &&
-          !(isUnitStrideVector(load.getMemRefType()) &&
-            load.getIndices().front() == iv))
+      if ((load.getMemRefType().getRank() != 0 &&
+           !(isUnitStrideVector(load.getMemRef(), body) &&
+             load.getIndices().front() == iv)) ||
+          !widen(load.getType()))
         return 0;
     } else if (auto store = dyn_cast<memref::StoreOp>(op)) {
-      if (!isUnitStrideVector(store.getMemRefType()) ||
-          store.getIndices().front() != iv)
+      if (!isUnitStrideVector(store.getMemRef(), body) ||
+          store.getIndices().front() != iv ||
+          !widen(store.getValueToStore().getType()))
         return 0;
       stores = true;
     } else if (op.getNumRegions() != 0 || !isMemoryEffectFree(&op)) {
       return 0;
     }
     for (Type type : op.getResultTypes())
-      if (type.isIntOrFloat() && !type.isInteger(1))
-        widest = std::max(widest, type.getIntOrFloatBitWidth());
+      if (isa<FloatType>(type))
+        (void)widen(type);
   }
   return stores ? widest : 0;
 }
@@ -74,15 +89,17 @@ struct AnnotateVectorWidthPass
           AnnotateVectorWidthPass> {
   using AnnotateVectorWidthPassBase::AnnotateVectorWidthPassBase;
 
-  /// Lanes for a loop body over `iv`; 0 when it is not element-wise or
+  /// Lanes for a loop body over `iv`: a power of two up to LLVM's 64, as
+  /// its vectorizer takes them; 0 when the loop is not element-wise or
   /// its scalars are as wide as the vector.
   unsigned lanes(Block &body, Value iv, OpFoldResult step) {
     if (getConstantIntValue(step) != 1)
       return 0;
     unsigned scalarBits = elementwiseScalarBits(body, iv);
-    if (scalarBits == 0 || bits / scalarBits < 2)
+    if (scalarBits == 0)
       return 0;
-    return bits / scalarBits;
+    unsigned count = llvm::bit_floor(std::min(bits / scalarBits, 64u));
+    return count < 2 ? 0 : count;
   }
 
   void runOnOperation() override {
@@ -111,13 +128,18 @@ struct AnnotateVectorWidthPass
                                          {}, {}, {}, {}, {}, {}, {}, {}));
     });
     // A work-sharing loop's own, as `omp.wsloop { omp.simd simdlen(n) {
-    // omp.loop_nest } }`, composite (OpenMP's `for simd`).
+    // omp.loop_nest } }`, composite (OpenMP's `for simd`). Its iterations
+    // are independent already (the scf.parallel it came from, and OpenMP's
+    // division among threads, say so); the simd construct lets LLVM rely
+    // on it too.
     getOperation()->walk([&](omp::WsloopOp wsloop) {
+      // No clause that takes values (reduction, private, linear, allocate,
+      // a chunk size) or orders iterations: what --convert-scf-to-openmp
+      // makes of a parallel loop without reductions.
       auto nest = dyn_cast<omp::LoopNestOp>(wsloop.getWrappedLoop());
-      if (!nest || wsloop.isComposite() || nest.getNumLoops() != 1 ||
-          !nest.getRegion().hasOneBlock() ||
-          !wsloop.getReductionVars().empty() ||
-          !wsloop.getPrivateVars().empty())
+      if (!nest || wsloop.isComposite() || wsloop->getNumOperands() != 0 ||
+          wsloop.getOrderedAttr() || nest.getNumLoops() != 1 ||
+          !nest.getRegion().hasOneBlock())
         return;
       unsigned width = lanes(nest.getRegion().front(), nest.getIVs().front(),
                              nest.getLoopSteps().front());
