@@ -127,9 +127,10 @@ static cl::list<std::string> cpuFeatures(
 
 static cl::opt<unsigned> elementwiseVectorBits(
     "elementwise-vector-bits",
-    cl::desc("Vector width, in bits, of the step's element-wise loops "
+    cl::desc("Vector width, in bits, of a CPU step's element-wise loops "
              "(updates, scalings, casts): a power of two, or 0 for --cpu's "
-             "choice. Contractions and reductions keep --cpu's choice"),
+             "choice. Contractions and reductions keep --cpu's choice; "
+             "--target=cuda's kernels are not affected"),
     cl::init(mlir::distopt::kDefaultElementwiseVectorBits),
     cl::cat(compileCategory));
 

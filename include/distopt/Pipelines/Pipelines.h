@@ -144,6 +144,7 @@ struct DistOptLowerToCPUOptions
                      "two, or 0 for the target's choice"),
       llvm::cl::init(kDefaultElementwiseVectorBits)};
 };
+
 /// Adds the lowering of a (transformed) step to LLVM-dialect code for CPUs
 /// that calls the runtime for communication: optimizer updates to fused
 /// loops, local ops to tensors, one-shot bufferization (collectives become
