@@ -17,12 +17,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DescribeStep.h"
 #include "TestPasses.h"
 #include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
-#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
-#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Pipelines/Pipelines.h"
 #include "distopt/StepInterface/StepInterface.h"
 #include "distopt/Transforms/Passes.h"
@@ -64,7 +63,6 @@
 LLD_HAS_DRIVER(elf)
 
 using namespace mlir;
-namespace abi = mlir::distopt::abi;
 namespace si = ::distopt::step;
 
 namespace cl = llvm::cl;
@@ -133,196 +131,6 @@ static cl::opt<unsigned> elementwiseVectorBits(
              "--target=cuda's kernels are not affected"),
     cl::init(mlir::distopt::kDefaultElementwiseVectorBits),
     cl::cat(compileCategory));
-
-/// One argument or result of the step, as the driver needs it; a located
-/// error for what an interface cannot say (an element type no driver knows,
-/// an unknown role or init).
-static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
-                                          Type type, DictionaryAttr attrs) {
-  si::Value value;
-  Type element = getElementTypeOrSelf(type);
-  std::string name;
-  llvm::raw_string_ostream os(name);
-  element.print(os);
-  value.dtype = si::lookupDType(name);
-  if (!value.dtype || (!isa<RankedTensorType>(type) && !type.isIntOrFloat()))
-    return step->emitError() << what << " has type " << type
-                             << ", which no driver can pass: tensors and "
-                                "scalars of f32, f64, bf16, f16, i32, i64 "
-                                "and i1 can be";
-  if (auto tensor = dyn_cast<RankedTensorType>(type))
-    value.shape.emplace(tensor.getShape().begin(), tensor.getShape().end());
-  if (!attrs)
-    return value;
-  if (auto role = attrs.getAs<StringAttr>(abi::kRole)) {
-    std::optional<si::Role> parsed = si::parseRole(role.strref());
-    if (!parsed)
-      return step->emitError() << what << " has an unknown distopt.role "
-                               << role << " (docs/step-abi.md)";
-    value.role = *parsed;
-  }
-  if (auto name = attrs.getAs<StringAttr>(abi::kName))
-    value.name = name.getValue().str();
-  if (auto init = attrs.getAs<StringAttr>("distopt.init")) {
-    if (init.getValue() == "randn")
-      value.init = si::Init::Randn;
-    else if (init.getValue() == "randn_each_step")
-      value.init = si::Init::RandnEachStep;
-    else if (init.getValue() != "zeros")
-      return step->emitError() << what << " has an unknown distopt.init "
-                               << init << " (zeros, randn, randn_each_step)";
-  }
-  value.perRank = bool(attrs.get(abi::kPerRank));
-  if (Attribute initial = attrs.get("distopt.value")) {
-    if (auto f = dyn_cast<FloatAttr>(initial))
-      value.initialValue = f.getValueAsDouble();
-    else if (auto i = dyn_cast<IntegerAttr>(initial))
-      value.initialValue = static_cast<double>(i.getInt());
-    else
-      return step->emitError() << what << " has a distopt.value " << initial
-                               << " that is not a number";
-    if (value.role != si::Role::State || value.isTensor())
-      return step->emitError() << what
-                               << " has a distopt.value, which only "
-                                  "a scalar state argument takes";
-  }
-  if (!value.isTensor() && value.init != si::Init::Zeros)
-    return step->emitError() << what
-                             << " is a scalar: it starts from its "
-                                "distopt.value, not from a distopt.init";
-  if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
-    value.shardOf = shardOf.getInt();
-  if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
-    for (Attribute entry : layout) {
-      auto dict = dyn_cast<DictionaryAttr>(entry);
-      auto entryName = dict ? dict.getAs<StringAttr>("name") : StringAttr();
-      auto offset = dict ? dict.getAs<IntegerAttr>("offset") : IntegerAttr();
-      auto shape =
-          dict ? dict.getAs<DenseI64ArrayAttr>("shape") : DenseI64ArrayAttr();
-      if (!entryName || !offset || !shape)
-        return step->emitError()
-               << what << " has a malformed distopt.layout entry " << entry
-               << " (name, offset and shape are required)";
-      si::LayoutEntry e{entryName.getValue().str(), offset.getInt(),
-                        std::vector<int64_t>(shape.asArrayRef().begin(),
-                                             shape.asArrayRef().end()),
-                        std::nullopt};
-      if (auto owner = dict.getAs<IntegerAttr>("owner"))
-        e.owner = owner.getInt();
-      value.layout.push_back(std::move(e));
-    }
-  }
-  return value;
-}
-
-/// What every rank must agree on before it runs: the step's collectives in
-/// program order (kind, attributes, operand and result types, group size),
-/// hashed with FNV-1a, which is stable across processes and builds (unlike
-/// llvm::hash_value).
-static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  int64_t count = 0;
-  auto mix = [&](StringRef text) {
-    for (unsigned char c : text) {
-      hash ^= c;
-      hash *= 0x100000001b3ULL;
-    }
-  };
-  step.walk<WalkOrder::PreOrder>([&](Operation *op) {
-    if (!mlir::distopt::communicates(op) || isa<mlir::distopt::WaitOp>(op))
-      return;
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << op->getName() << " " << op->getAttrDictionary() << " (";
-    llvm::interleaveComma(op->getOperandTypes(), os);
-    os << ") -> (";
-    llvm::interleaveComma(op->getResultTypes(), os);
-    os << ")";
-    if (auto name = op->getAttrOfType<FlatSymbolRefAttr>("group"))
-      if (mlir::distopt::ProcessGroupOp group =
-              mlir::distopt::lookupProcessGroup(op, name))
-        os << " size " << group.getSize();
-    os << ";";
-    mix(text);
-    ++count;
-  });
-  return {hash, count};
-}
-
-static FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
-                                             StringRef device) {
-  si::Interface abiInfo;
-  // Where the step's buffers live: host memory (cpu) or device memory (cuda).
-  abiInfo.device = device.str();
-  if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
-    abiInfo.worldSize = world.getInt();
-  else
-    module.walk([&](mlir::distopt::ProcessGroupOp group) {
-      abiInfo.worldSize = std::max(abiInfo.worldSize, group.getWorldSize());
-    });
-  if (auto lr = module->getAttrOfType<FloatAttr>(abi::kInitialLr))
-    abiInfo.lr = lr.getValueAsDouble();
-  if (auto k = module->getAttrOfType<IntegerAttr>(abi::kGradAccumulation))
-    abiInfo.gradAccumulation = k.getInt();
-  if (auto seed = module->getAttrOfType<IntegerAttr>(abi::kSeed))
-    abiInfo.seed = seed.getValue().getZExtValue();
-  if (auto model = module->getAttrOfType<StringAttr>(abi::kModelName))
-    abiInfo.model = model.getValue().str();
-  for (unsigned i = 0; i < step.getNumArguments(); ++i) {
-    FailureOr<si::Value> value =
-        describeValue(step, "argument #" + std::to_string(i),
-                      step.getArgumentTypes()[i], step.getArgAttrDict(i));
-    if (failed(value))
-      return failure();
-    // A driver cannot know what to pass: say what would tell it.
-    if (value->role == si::Role::None)
-      return emitError(step.getArgument(i).getLoc())
-             << "argument #" << i << " (" << step.getArgumentTypes()[i]
-             << ") has no distopt.role, and no optimizer update says what "
-                "it is: add {distopt.role = \"param\" | \"grad\" | "
-                "\"main_param\" | \"state\" | \"lr\" | \"step\", "
-                "distopt.name = \"...\"} (docs/step-abi.md)";
-    abiInfo.args.push_back(std::move(*value));
-  }
-  for (unsigned i = 0; i < step.getNumResults(); ++i) {
-    FailureOr<si::Value> value =
-        describeValue(step, "result #" + std::to_string(i),
-                      step.getResultTypes()[i], step.getResultAttrDict(i));
-    if (failed(value))
-      return failure();
-    // Not fed back, the next step would read a stale argument.
-    if (value->role == si::Role::None && value->isTensor())
-      return step.emitError()
-             << "result #" << i << " (" << step.getResultTypes()[i]
-             << ") has no distopt.role: give it the distopt.role and "
-                "distopt.name of the argument it updates, or role \"loss\" "
-                "(docs/step-abi.md)";
-    abiInfo.results.push_back(std::move(*value));
-  }
-  size_t offender = 0;
-  if (std::string error = si::checkStateArguments(abiInfo, &offender);
-      !error.empty())
-    return emitError(step.getArgument(offender).getLoc())
-           << "argument #" << offender << ": " << error;
-  if (std::string error = si::checkResults(abiInfo, &offender); !error.empty())
-    return step.emitError() << "result #" << offender << ": " << error;
-  std::tie(abiInfo.collectiveFingerprint, abiInfo.collectiveCount) =
-      collectiveFingerprint(step);
-  // The groups the step communicates on, other than the world: a session
-  // splits them when it starts.
-  for (auto group : module.getOps<mlir::distopt::ProcessGroupOp>()) {
-    if (group.isWorld() ||
-        SymbolTable::symbolKnownUseEmpty(group.getSymNameAttr(), module) ||
-        group.getWorldSize() != abiInfo.worldSize)
-      continue;
-    mlir::distopt::ProcessGroupOp::Membership members = group.getMembership();
-    abiInfo.groups.push_back(
-        {group.getSymName().str(), group.getSize(),
-         std::vector<int64_t>(members.color.begin(), members.color.end()),
-         std::vector<int64_t>(members.key.begin(), members.key.end())});
-  }
-  return abiInfo;
-}
 
 /// Adds `distopt_step_packed(void **args)`, which loads each parameter of
 /// the C interface wrapper from args[i] and calls it.
