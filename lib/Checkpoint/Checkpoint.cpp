@@ -462,6 +462,15 @@ std::string checkFits(const Checkpoint &checkpoint,
                  arg.role == step::Role::State;
     std::string_view role = step::roleName(arg.role);
     std::string_view dtype = arg.dtype->name;
+    // A hyperparameter (a 0-d tensor) is kept where the checkpoint has it:
+    // one saved with compiled hyperparameters has none.
+    if (!arg.isTensor() && arg.role == step::Role::Hyperparameter) {
+      if (index.count({std::string(role), arg.name, -1}))
+        if (std::string error = need(role, arg.name, dtype, {}, -1);
+            !error.empty())
+          return error;
+      continue;
+    }
     // Scalar state (a loss scale) is a 0-d tensor.
     if (!arg.isTensor() && arg.role == step::Role::State &&
         arg.dtype->runtimeCode >= 0) {

@@ -34,6 +34,7 @@ constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::Loss, "loss"},
     {Role::Skipped, "skipped"},
     {Role::GradAccum, "grad_accum"},
+    {Role::Hyperparameter, "hyperparameter"},
 };
 
 constexpr DType kDTypes[] = {
@@ -217,9 +218,11 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
     return v;
 
   // Consistency: what a driver computes from the value must stay inside it.
-  if (v.initialValue && (v.isTensor() || v.role != Role::State || isResult))
-    r.fail(path + ".value", "only a scalar state argument has an initial "
-                            "value");
+  if (v.initialValue &&
+      (v.isTensor() || isResult ||
+       (v.role != Role::State && v.role != Role::Hyperparameter)))
+    r.fail(path + ".value", "only a scalar state or hyperparameter argument "
+                            "has an initial value");
   if ((v.role == Role::Skipped || v.role == Role::Loss) && !isResult)
     r.fail(path + ".role",
            "only a result has role '" + std::string(roleName(v.role)) + "'");
@@ -227,6 +230,9 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
     r.fail(path + ".role", "a skipped flag is an i1 scalar");
   else if (v.role == Role::GradAccum && (isResult || !v.isTensor()))
     r.fail(path + ".role", "an accumulated gradient is a tensor argument");
+  else if (v.role == Role::Hyperparameter &&
+           (isResult || v.isTensor() || v.dtype->name != "f64"))
+    r.fail(path + ".role", "a hyperparameter is an f64 scalar argument");
   if (!v.isTensor()) {
     if (!v.layout.empty() || v.shardOf || v.perRank)
       r.fail(path, "a scalar has no layout, shard or per-rank copies");

@@ -28,6 +28,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/GlobPattern.h"
@@ -181,8 +182,29 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     epochArg =
         addArg(builder.getI64Type(), abi::kState, "lr_schedule.last_epoch");
   // f64, as torch.optim keeps it (a Python float): a rate rounded to f32
-  // would move every update away from torch's.
-  size_t lrArg = addArg(builder.getF64Type(), abi::kLearningRate, "");
+  // would move every update away from torch's. With runtime
+  // hyperparameters each group has its own rate (and the others) instead:
+  // `group<i>.lr`, `group<i>.beta1`, ... (`optimizer.<key>` for the
+  // parameters in no group), in the order the groups first appear.
+  std::optional<size_t> lrArg;
+  if (!runtimeHyperparameters)
+    lrArg = addArg(builder.getF64Type(), abi::kLearningRate, "");
+  auto groupKey = [&](size_t i) { return groupOf.empty() ? -1 : groupOf[i]; };
+  llvm::MapVector<int64_t, SmallVector<size_t>> hyperArgs;
+  if (runtimeHyperparameters)
+    for (size_t i = 0; i < n; ++i) {
+      int64_t g = groupKey(i);
+      if (hyperArgs.count(g))
+        continue;
+      std::string prefix =
+          g < 0 ? std::string("optimizer.") : "group" + std::to_string(g) + ".";
+      SmallVector<size_t> &group = hyperArgs[g];
+      group.push_back(
+          addArg(builder.getF64Type(), abi::kHyperparameter, prefix + "lr"));
+      for (StringRef key : optimizerOf(i).runtimeKeys)
+        group.push_back(addArg(builder.getF64Type(), abi::kHyperparameter,
+                               prefix + key.str()));
+    }
   size_t stepArg = addArg(builder.getI64Type(), abi::kStep, "");
 
   // Results mirror the updated arguments: parameters, main parameters, state.
@@ -323,22 +345,29 @@ OwningOpRef<ModuleOp> SpecReader::build() {
                                    updatedValue, old);
   };
 
-  Value lr = body->getArgument(lrArg), step = body->getArgument(stepArg);
+  Value step = body->getArgument(stepArg);
   Value lambda =
       schedule ? buildSchedule(body->getArgument(*epochArg)) : Value();
   if (epochArg)
     updated[*epochArg] = arith::AddIOp::create(
         builder, loc, body->getArgument(*epochArg),
         arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(1)));
-  // A group's rate: the step's times its lr_scale, times the schedule's
-  // factor (in that order, as LambdaLR multiplies a group's initial rate),
-  // computed once.
-  llvm::DenseMap<const Optimizer *, Value> rates;
-  auto lrOf = [&](const Optimizer &opt) {
-    Value &rate = rates[&opt];
+  // A group's rate: the step's times its lr_scale (or, with runtime
+  // hyperparameters, its own), times the schedule's factor (in that order,
+  // as LambdaLR multiplies a group's initial rate), computed once.
+  llvm::DenseMap<int64_t, Value> rates;
+  auto lrOf = [&](int64_t g) {
+    Value &rate = rates[g];
     if (rate)
       return rate;
-    rate = lr;
+    const Optimizer &opt = g < 0 ? optimizer : groups[g];
+    if (runtimeHyperparameters) {
+      rate = body->getArgument(hyperArgs[g].front());
+      if (lambda)
+        rate = arith::MulFOp::create(builder, loc, rate, lambda);
+      return rate;
+    }
+    rate = body->getArgument(*lrArg);
     if (opt.lrScale != 1.0)
       rate = arith::MulFOp::create(
           builder, loc, rate,
@@ -358,14 +387,45 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     SmallVector<Value> operands = {body->getArgument(target), mean};
     for (size_t s : stateArgs[i])
       operands.push_back(body->getArgument(s));
-    operands.push_back(lrOf(opt));
+    operands.push_back(lrOf(groupKey(i)));
     operands.push_back(step);
+    // Runtime hyperparameters: every key of the group's, after its rate.
+    SmallVector<Attribute> runtimeNames;
+    if (runtimeHyperparameters) {
+      ArrayRef<size_t> args = hyperArgs[groupKey(i)];
+      for (auto [key, arg] :
+           llvm::zip_equal(opt.runtimeKeys, args.drop_front()))
+        operands.push_back(body->getArgument(arg));
+      for (StringRef key : opt.runtimeKeys)
+        runtimeNames.push_back(builder.getStringAttr(key));
+    }
     SmallVector<Type> updateTypes(1 + stateArgs[i].size(), targetType);
     OperationState state(paramLoc, opt.opName);
     state.addOperands(operands);
     state.addTypes(updateTypes);
     state.addAttributes(opt.hyperparameters);
+    state.addAttribute("operandSegmentSizes",
+                       builder.getDenseI32ArrayAttr(
+                           {1, 1, static_cast<int32_t>(stateArgs[i].size()), 1,
+                            1, static_cast<int32_t>(runtimeNames.size())}));
+    if (!runtimeNames.empty())
+      state.addAttribute("runtime_hyperparameter_names",
+                         builder.getArrayAttr(runtimeNames));
     Operation *update = builder.create(state);
+    // A runtime hyperparameter starts from the value the spec gives (the
+    // update's attribute or its default); the rate from the group's.
+    if (runtimeHyperparameters &&
+        !func.getArgAttr(hyperArgs[groupKey(i)][0], abi::kValue)) {
+      ArrayRef<size_t> args = hyperArgs[groupKey(i)];
+      auto setValue = [&](size_t arg, double value) {
+        func.setArgAttr(arg, abi::kValue, builder.getF64FloatAttr(value));
+      };
+      setValue(args[0], opt.lr * opt.lrScale);
+      auto optimizerOp = cast<OptimizerOpInterface>(update);
+      for (auto [key, arg] :
+           llvm::zip_equal(opt.runtimeKeys, args.drop_front()))
+        setValue(arg, optimizerOp.getCompiledHyperparameter(key));
+    }
 
     updated[target] =
         keepIfSkipped(update->getResult(0), body->getArgument(target));
@@ -389,8 +449,10 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   SmallVector<Value> results;
   for (size_t arg : resultArgs)
     results.push_back(updated[arg]);
+  // The rate reported: the defaults' (the first group's when every group
+  // has a rate of its own).
   if (schedule)
-    results.push_back(lrOf(optimizer));
+    results.push_back(lrOf(runtimeHyperparameters ? groupKey(0) : -1));
   if (norm)
     results.push_back(norm);
   if (finite) {

@@ -148,6 +148,7 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object,
         failed(flag("nesterov")))
       return failure();
     optimizer.opName = SGDUpdateOp::getOperationName();
+    optimizer.runtimeKeys = SGDUpdateOp::getRuntimeHyperparameterKeys();
     if (FailureOr<double> momentum = number("momentum", 0.0);
         succeeded(momentum) && *momentum != 0)
       optimizer.stateNames.push_back("momentum_buffer");
@@ -172,6 +173,7 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object,
       return failure();
     optimizer.opName = *type == "adam" ? AdamUpdateOp::getOperationName()
                                        : AdamWUpdateOp::getOperationName();
+    optimizer.runtimeKeys = AdamUpdateOp::getRuntimeHyperparameterKeys();
     optimizer.stateNames = {"exp_avg", "exp_avg_sq"};
     if (*amsgrad)
       optimizer.stateNames.push_back("max_exp_avg_sq");
@@ -190,6 +192,7 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object,
     if (failed(centered) || failed(momentum))
       return failure();
     optimizer.opName = RMSpropUpdateOp::getOperationName();
+    optimizer.runtimeKeys = RMSpropUpdateOp::getRuntimeHyperparameterKeys();
     optimizer.stateNames = {"square_avg"};
     if (*momentum > 0)
       optimizer.stateNames.push_back("momentum_buffer");
@@ -208,6 +211,7 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object,
                            "initial_accumulator_value")))
       return failure();
     optimizer.opName = AdagradUpdateOp::getOperationName();
+    optimizer.runtimeKeys = AdagradUpdateOp::getRuntimeHyperparameterKeys();
     optimizer.stateNames = {"sum"};
     return success();
   }
@@ -227,9 +231,10 @@ LogicalResult SpecReader::readParamGroups(const json::Value &value,
     const json::Object *group = entry.getAsObject();
     if (!group)
       return error(path) << "expected an object";
-    if (group->get("lr"))
+    if (group->get("lr") && !runtimeHyperparameters)
       return error(path + ".lr")
-             << "a group scales the step's learning rate: use lr_scale";
+             << "a group scales the step's learning rate: use lr_scale (or "
+                "give the spec runtime_hyperparameters)";
     if (group->get("type"))
       return error(path + ".type")
              << "every group uses the optimizer's type; give only "
@@ -479,8 +484,13 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (failed(checkKeys(*root, "spec",
                        {"model", "world_size", "optimizer", "main_params",
                         "parameters", "param_groups", "clip_grad_norm",
-                        "loss_scaling", "lr_schedule", "grad_accumulation"})))
+                        "loss_scaling", "lr_schedule", "grad_accumulation",
+                        "runtime_hyperparameters"})))
     return nullptr;
+  FailureOr<bool> runtime = getBool(*root, "runtime_hyperparameters", "spec");
+  if (failed(runtime))
+    return nullptr;
+  runtimeHyperparameters = *runtime;
   if (const json::Value *clip = root->get("clip_grad_norm"))
     if (failed(readClipping(*clip)))
       return nullptr;

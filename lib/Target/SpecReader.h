@@ -60,6 +60,9 @@ struct Schedule {
 /// names of its per-parameter state tensors.
 struct Optimizer {
   StringRef opName;
+  /// The hyperparameters a step may take at run time (the op's
+  /// getRuntimeHyperparameterKeys()).
+  ArrayRef<StringRef> runtimeKeys;
   double lr = 1e-3;
   /// A parameter group's factor on the step's learning rate.
   double lrScale = 1.0;
@@ -117,6 +120,9 @@ private:
   std::optional<Schedule> schedule;
   /// Micro-batches per step (grad_accumulation).
   int64_t accumulation = 1;
+  /// Every group's hyperparameters, its rate included, are step arguments
+  /// of role hyperparameter (runtime_hyperparameters).
+  bool runtimeHyperparameters = false;
   SmallVector<Parameter> parameters;
 };
 

@@ -5,11 +5,12 @@
 // Its optimizer updates say what most arguments are: an update's parameter
 // operand is a parameter, its state operands are that parameter's state
 // (named with torch's keys), its lr and step operands the learning rate and
-// step number, and the argument its gradient operand comes from (through
-// reductions, bucket packing and unpacking, clipping, unscaling and casts)
-// the parameter's gradient. Results that are updates of an argument get
-// that argument's role and name. Existing attributes are kept; an argument
-// two updates disagree about is an error naming it.
+// step number, its runtime hyperparameters hyperparameters, and the argument
+// its gradient operand comes from (through reductions, bucket packing and
+// unpacking, clipping, unscaling and casts) the parameter's gradient. Results
+// that are updates of an argument get that argument's role and name. Existing
+// attributes are kept; an argument two updates disagree about is an error
+// naming it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,7 +21,6 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 #include <string>
 
@@ -33,27 +33,6 @@ using namespace mlir;
 using namespace mlir::distopt;
 
 namespace {
-
-/// torch.optim's names for the state operands of `op`, in operand order.
-SmallVector<std::string> stateKeys(Operation *op) {
-  return TypeSwitch<Operation *, SmallVector<std::string>>(op)
-      .Case([](SGDUpdateOp) -> SmallVector<std::string> {
-        return {"momentum_buffer"};
-      })
-      .Case<AdamUpdateOp, AdamWUpdateOp>([](auto) -> SmallVector<std::string> {
-        return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-      })
-      .Case([](RMSpropUpdateOp rms) {
-        SmallVector<std::string> keys = {"square_avg"};
-        if (rms.getMomentum().convertToDouble() > 0)
-          keys.push_back("momentum_buffer");
-        if (rms.getCentered())
-          keys.push_back("grad_avg");
-        return keys;
-      })
-      .Case([](AdagradUpdateOp) -> SmallVector<std::string> { return {"sum"}; })
-      .Default([](Operation *) { return SmallVector<std::string>{}; });
-}
 
 /// The argument `value` carries unchanged in meaning: itself, or what it
 /// was reduced, clipped, unscaled, cast, packed into a bucket and unpacked
@@ -101,6 +80,9 @@ struct Inference {
   // argument -> (role, name), as inferred; kept apart from the attributes
   // so that a conflict can name both claims.
   llvm::DenseMap<unsigned, std::pair<StringRef, std::string>> args;
+  // hyperparameter argument -> the compiled value it starts from (the
+  // attribute of the first update that reads it).
+  llvm::DenseMap<unsigned, double> startValues;
 
   /// The role and name argument `index` has, from its attributes or as
   /// inferred so far.
@@ -114,6 +96,9 @@ struct Inference {
 
   LogicalResult claim(Operation *user, BlockArgument arg, StringRef role,
                       const std::string &name) {
+    // A runtime hyperparameter may be shared by the updates of a group: it
+    // keeps the name of the first update that claims it.
+    bool sharedByName = role == abi::kHyperparameter;
     if (arg.getOwner() != &func.getBody().front())
       return success();
     unsigned index = arg.getArgNumber();
@@ -125,7 +110,8 @@ struct Inference {
     // Names written out win (a ZeRO shard's state is named after its flat
     // buffer, not after the parameter it updates); roles must agree.
     bool written = !abi::getArgRole(func, index).empty();
-    if (haveRole == role && (written || name.empty() || haveName == name))
+    if (haveRole == role &&
+        (written || sharedByName || name.empty() || haveName == name))
       return success();
     InFlightDiagnostic diag =
         user->emitOpError()
@@ -137,9 +123,8 @@ struct Inference {
     return failure();
   }
 
-  LogicalResult visitUpdate(Operation *op) {
-    // Operands: param, grad, state..., lr, step.
-    Value param = op->getOperand(0);
+  LogicalResult visitUpdate(OptimizerOpInterface op) {
+    Value param = op.getParam();
     auto paramArg = dyn_cast<BlockArgument>(param);
     if (!paramArg || paramArg.getOwner() != &func.getBody().front())
       return success(); // a ZeRO shard or a bucket view: nothing to infer
@@ -154,21 +139,33 @@ struct Inference {
       name = "arg" + std::to_string(index);
       args[index] = {role, name};
     }
-    if (BlockArgument grad = sourceArgument(op->getOperand(1)))
+    if (BlockArgument grad = sourceArgument(op.getGrad()))
       if (failed(claim(op, grad, abi::kGrad, name)))
         return failure();
-    SmallVector<std::string> keys = stateKeys(op);
-    unsigned numState = op->getNumOperands() - 4;
-    for (unsigned i = 0; i < numState && i < keys.size(); ++i)
-      if (auto state = dyn_cast<BlockArgument>(op->getOperand(2 + i)))
-        if (failed(claim(op, state, abi::kState, name + "." + keys[i])))
+    for (auto [state, key] : llvm::zip(op.getState(), op.getStateKeys()))
+      if (auto arg = dyn_cast<BlockArgument>(state))
+        if (failed(claim(op, arg, abi::kState, name + "." + key.str())))
           return failure();
-    if (auto lr = dyn_cast<BlockArgument>(op->getOperand(2 + numState)))
-      if (failed(claim(op, lr, abi::kLearningRate, "")))
+    // (A group's own rate is one of its hyperparameters.)
+    if (auto lr = dyn_cast<BlockArgument>(op.getLr()))
+      if (known(lr.getArgNumber()).first != abi::kHyperparameter &&
+          failed(claim(op, lr, abi::kLearningRate, "")))
         return failure();
-    if (auto step = dyn_cast<BlockArgument>(op->getOperand(3 + numState)))
+    if (auto step = dyn_cast<BlockArgument>(op.getStep()))
       if (failed(claim(op, step, abi::kStep, "")))
         return failure();
+    // A hyperparameter given at run time, named after the first parameter
+    // whose update reads it: `w.beta1`.
+    for (auto [value, key] : llvm::zip_equal(
+             op.getRuntimeHyperparameters(),
+             op.getRuntimeHyperparameterNames().getAsValueRange<StringAttr>()))
+      if (auto arg = dyn_cast<BlockArgument>(value)) {
+        if (failed(
+                claim(op, arg, abi::kHyperparameter, name + "." + key.str())))
+          return failure();
+        startValues.try_emplace(arg.getArgNumber(),
+                                op.getCompiledHyperparameter(key));
+      }
     return success();
   }
 
@@ -185,12 +182,13 @@ struct Inference {
         return arg;
       return updatedArgument(select.getFalseValue());
     }
-    if (stateKeys(op).empty())
+    auto update = dyn_cast<OptimizerOpInterface>(op);
+    if (!update)
       return std::nullopt;
     // new_param <- param; new_state[i] <- state[i].
     Value source = result.getResultNumber() == 0
-                       ? op->getOperand(0)
-                       : op->getOperand(1 + result.getResultNumber());
+                       ? update.getParam()
+                       : update.getState()[result.getResultNumber() - 1];
     auto arg = dyn_cast<BlockArgument>(source);
     if (!arg || arg.getOwner() != &func.getBody().front())
       return std::nullopt;
@@ -200,14 +198,21 @@ struct Inference {
   LogicalResult run() {
     if (func.isExternal())
       return success();
-    WalkResult walked = func.walk([&](Operation *op) {
-      if (!stateKeys(op).empty() && failed(visitUpdate(op)))
+    WalkResult walked = func.walk([&](OptimizerOpInterface op) {
+      if (failed(visitUpdate(op)))
         return WalkResult::interrupt();
       return WalkResult::advance();
     });
     if (walked.wasInterrupted())
       return failure();
     MLIRContext *context = func.getContext();
+    // A hyperparameter starts from its update's compiled value unless the
+    // argument says otherwise.
+    for (auto [index, value] : startValues)
+      if (!func.getArgAttr(index, abi::kValue))
+        func.setArgAttr(
+            index, abi::kValue,
+            FloatAttr::get(Float64Type::get(func.getContext()), value));
     for (auto &[index, roleName] : args) {
       func.setArgAttr(index, abi::kRole,
                       StringAttr::get(context, roleName.first));

@@ -421,8 +421,7 @@ void PowerSGDPass::runOnOperation() {
     for (Operation *user : check->getUsers())
       if (auto select = dyn_cast<arith::SelectOp>(user))
         if (Operation *kept = select.getTrueValue().getDefiningOp())
-          if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
-                  AdagradUpdateOp>(kept))
+          if (isa<OptimizerOpInterface>(kept))
             keeps.insert(check.getResult());
   if (keeps.size() > 1) {
     func.emitError() << "--distopt-powersgd: the step has " << keeps.size()

@@ -180,10 +180,7 @@ ShardOptimizerPass::lookupHybridGroups(func::FuncOp func, int64_t world,
   return success();
 }
 
-static bool isUpdate(Operation *op) {
-  return isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
-             AdagradUpdateOp>(op);
-}
+static bool isUpdate(Operation *op) { return isa<OptimizerOpInterface>(op); }
 
 /// Whether every use of `value` is the function's return.
 static bool onlyReturned(Value value) {
@@ -321,9 +318,8 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
     });
   };
 
-  unsigned numState = op->getNumOperands() - 4;
-  for (unsigned k = 0; k < numState; ++k) {
-    Value state = op->getOperand(2 + k);
+  for (auto [k, state] :
+       llvm::enumerate(cast<OptimizerOpInterface>(op).getState())) {
     if (!isEntryArg(state) ||
         abi::getArgRole(func, cast<BlockArgument>(state).getArgNumber()) !=
             abi::kState)
@@ -523,14 +519,14 @@ void ShardOptimizerPass::runOnOperation() {
   // Group like updates: same optimizer and hyperparameters, learning rate
   // and step, element types and reduction.
   auto sameGroup = [](Update a, Update b) {
-    Operation *x = a.op, *y = b.op;
+    auto x = cast<OptimizerOpInterface>(a.op),
+         y = cast<OptimizerOpInterface>(b.op);
     return x->getName() == y->getName() &&
            x->getAttrDictionary() == y->getAttrDictionary() &&
            x->getPropertiesAsAttribute() == y->getPropertiesAsAttribute() &&
-           x->getOperand(x->getNumOperands() - 2) ==
-               y->getOperand(y->getNumOperands() - 2) &&
-           x->getOperand(x->getNumOperands() - 1) ==
-               y->getOperand(y->getNumOperands() - 1) &&
+           x.getLr() == y.getLr() && x.getStep() == y.getStep() &&
+           llvm::equal(x.getRuntimeHyperparameters(),
+                       y.getRuntimeHyperparameters()) &&
            a.paramType().getElementType() == b.paramType().getElementType() &&
            a.reduction.getType().getElementType() ==
                b.reduction.getType().getElementType() &&

@@ -353,9 +353,8 @@ LogicalResult VerifyCollectivesPass::checkGradients(FunctionOpInterface func) {
           out.reducedOnce(lookupProcessGroup(op, groupRef));
       return;
     }
-    if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
-            AdagradUpdateOp>(op)) {
-      for (const auto &[grad, reductions] : flat(op->getOperand(1)).counts) {
+    if (auto update = dyn_cast<OptimizerOpInterface>(op)) {
+      for (const auto &[grad, reductions] : flat(update.getGrad()).counts) {
         Cover cover = reductions.empty() ? Cover::Partial : coverOf(reductions);
         if (cover == Cover::Exact)
           continue;

@@ -92,6 +92,10 @@ def _load():
         "distopt_session_read_tensor": (status, [_p, _i64, _p, _i64]),
         "distopt_session_set_lr": (status, [_p, ctypes.c_double]),
         "distopt_session_lr": (ctypes.c_double, [_p]),
+        "distopt_session_set_hyperparameter": (status,
+                                               [_p, _i64, ctypes.c_double]),
+        "distopt_session_hyperparameter": (
+            status, [_p, _i64, ctypes.POINTER(ctypes.c_double)]),
         "distopt_session_run": (status, [_p]),
         "distopt_session_accumulate": (status, [_p]),
         "distopt_step_grad_accumulation": (_i64, [_p]),

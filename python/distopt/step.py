@@ -118,6 +118,16 @@ class Step:
         except KeyError:
             raise KeyError(f"the step has no {role} tensor '{name}'") from None
 
+    def hyperparameter_arg(self, name):
+        """The argument index of runtime hyperparameter `name`; KeyError
+        naming the ones there are."""
+        for v in self.args:
+            if v.role == "hyperparameter" and v.name == name:
+                return v.index
+        known = [v.name for v in self.args if v.role == "hyperparameter"]
+        raise KeyError(f"the step has no runtime hyperparameter '{name}' "
+                       f"(it has {known or 'none'})")
+
     def close(self):
         """Releases the step; sessions still open keep it loaded until they
         close."""
@@ -321,6 +331,27 @@ class Session:
     @lr.setter
     def lr(self, value):
         _check(lib.distopt_session_set_lr(self._live(), float(value)))
+
+    @property
+    def hyperparameters(self):
+        """The hyperparameters the step takes at run time, by name
+        ("group0.lr", "group0.beta1", ...): the values the next step
+        takes. Empty for a step compiled with fixed hyperparameters."""
+        out = {}
+        value = ctypes.c_double()
+        for v in self.step.args:
+            if v.role == "hyperparameter":
+                _check(lib.distopt_session_hyperparameter(
+                    self._live(), v.index, ctypes.byref(value)))
+                out[v.name] = value.value
+        return out
+
+    def set_hyperparameter(self, name, value):
+        """Sets runtime hyperparameter `name` ("group1.weight_decay") for
+        the next steps (the same on every rank)."""
+        arg = self.step.hyperparameter_arg(name)
+        _check(lib.distopt_session_set_hyperparameter(self._live(), arg,
+                                                      float(value)))
 
     @property
     def steps_done(self):

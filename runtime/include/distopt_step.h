@@ -222,11 +222,26 @@ DISTOPT_RT_API distopt_rt_status distopt_session_write_tensor(
 DISTOPT_RT_API distopt_rt_status distopt_session_read_tensor(
     distopt_session *session, int64_t index, void *out, int64_t bytes);
 
-/* The learning rate of the next steps (finite, >= 0). */
+/* The learning rate of the next steps (finite, >= 0). A step compiled with
+ * runtime hyperparameters has a rate per parameter group instead (the
+ * hyperparameters named "<group>.lr"): this sets every group's. */
 DISTOPT_RT_API distopt_rt_status
 distopt_session_set_lr(distopt_session *session, double lr);
-/* The learning rate the next step takes (NaN for a null session). */
+/* The learning rate the next step takes (the first group's, where each
+ * group has its own; NaN for a null session). */
 DISTOPT_RT_API double distopt_session_lr(const distopt_session *session);
+/* Hyperparameters a step takes at run time (scalar arguments of role
+ * "hyperparameter", named "<group>.<key>": "group0.lr", "group0.beta1",
+ * "group1.weight_decay", ...; a spec's runtime_hyperparameters): the value
+ * the next steps take, as torch.optim's param_groups hold them. Each starts
+ * from the value the step was compiled with; checkpoints keep them. A value
+ * must be finite (a rate also non-negative); the step's structure (which
+ * state tensors exist) follows the compiled values, so a momentum compiled
+ * as 0 stays without a buffer. The same on every rank. */
+DISTOPT_RT_API distopt_rt_status distopt_session_set_hyperparameter(
+    distopt_session *session, int64_t arg, double value);
+DISTOPT_RT_API distopt_rt_status distopt_session_hyperparameter(
+    const distopt_session *session, int64_t arg, double *value);
 /* Runs one step on every rank (collective): the step number is one more
  * than the steps done (1 for the first). Gradients must be in place
  * (backward wrote them into the gradient arguments); results go back into

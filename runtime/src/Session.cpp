@@ -341,13 +341,15 @@ distopt_rt_status distopt_session_create(distopt_step *step,
           type == "f32" || type == "f64" || type == "bf16" || type == "f16";
       bool known = (v.role == step::Role::LearningRate && isFloat) ||
                    (v.role == step::Role::Step && v.dtype->name == "i64") ||
-                   v.role == step::Role::State;
+                   v.role == step::Role::State ||
+                   v.role == step::Role::Hyperparameter;
       if (!known)
         return session->invalid(
             describe(v, i, "argument") +
             " is a scalar the session cannot pass: only the "
-            "learning rate (a float), the step number (i64) and state "
-            "are (give it distopt.role \"lr\", \"step\" or \"state\")");
+            "learning rate (a float), the step number (i64), state and "
+            "hyperparameters are (give it distopt.role \"lr\", \"step\", "
+            "\"state\" or \"hyperparameter\")");
       session->scalarState[i] = v.initialValue.value_or(0);
       continue;
     }
@@ -375,6 +377,9 @@ distopt_rt_status distopt_session_create(distopt_step *step,
             DISTOPT_RT_OK)
       return status;
   }
+  // A rate given for a step with a rate per group is every group's.
+  if (options.lr >= 0)
+    setSessionRate(session.get(), session->lr);
   *out = session.release();
   return DISTOPT_RT_OK;
 }
@@ -445,18 +450,6 @@ distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
   return DISTOPT_RT_OK;
 }
 
-distopt_rt_status distopt_session_set_lr(distopt_session *session, double lr) {
-  if (!session)
-    return invalid("distopt_session_set_lr: null session");
-  // torch.optim's rule: a learning rate is a finite, non-negative number.
-  if (!std::isfinite(lr) || lr < 0)
-    return session->invalid(
-        "the learning rate must be finite and non-negative, got " +
-        std::to_string(lr));
-  session->lr = lr;
-  return DISTOPT_RT_OK;
-}
-
 distopt_rt_status distopt_session_accumulate(distopt_session *session) {
   if (!session)
     return invalid("distopt_session_accumulate: null session");
@@ -488,10 +481,6 @@ distopt_rt_status distopt_session_accumulate(distopt_session *session) {
 
 int64_t distopt_step_grad_accumulation(const distopt_step *step) {
   return step ? step->abi.gradAccumulation : 0;
-}
-
-double distopt_session_lr(const distopt_session *session) {
-  return session ? session->lr : NAN;
 }
 
 distopt_rt_status distopt_session_run(distopt_session *session) {
@@ -550,9 +539,9 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
     // A scalar (the learning rate, the step number, a loss scale), as its
     // type holds it.
     double value = v.role == step::Role::LearningRate ? session->lr
-                   : v.role == step::Role::State
-                       ? session->scalarState[i]
-                       : static_cast<double>(stepNumber);
+                   : v.role == step::Role::Step
+                       ? static_cast<double>(stepNumber)
+                       : session->scalarState[i];
     std::string_view type = v.dtype->name;
     if (type == "f64") {
       doubles[i] = value;

@@ -30,9 +30,12 @@ distopt_rt_dtype rtType(const step::DType *dtype) {
   return static_cast<distopt_rt_dtype>(dtype->runtimeCode);
 }
 
-/// A scalar a checkpoint keeps (as a 0-d tensor): state of a type it holds.
+/// A scalar a checkpoint keeps (as a 0-d tensor): state of a type it holds,
+/// and the hyperparameters a program may have changed.
 bool isScalarState(const step::Value &v) {
-  return !v.isTensor() && v.role == step::Role::State &&
+  return !v.isTensor() &&
+         (v.role == step::Role::State ||
+          v.role == step::Role::Hyperparameter) &&
          v.dtype->runtimeCode >= 0;
 }
 
@@ -100,10 +103,16 @@ distopt_rt_status restore(distopt_session *s,
     const step::Value &v = s->step->abi.args[i];
     if (!isScalarState(v))
       continue;
-    auto it = index.find({"state", v.name, -1});
+    std::string role(step::roleName(v.role));
+    auto it = index.find({role, v.name, -1});
+    // A checkpoint of a step with compiled hyperparameters has none: the
+    // session keeps its own.
+    if (it == index.end() && v.role == step::Role::Hyperparameter)
+      continue;
     if (it == index.end() || it->second->data.size() != v.dtype->bytes)
-      return s->invalid(path + ": has no 'state " + v.name + "' scalar (" +
-                        std::string(v.dtype->name) + ") for this step");
+      return s->invalid(path + ": has no '" + role + " " + v.name +
+                        "' scalar (" + std::string(v.dtype->name) +
+                        ") for this step");
     if (write)
       convert(it->second->data.data(), rtType(v.dtype), &s->scalarState[i],
               DISTOPT_RT_F64, 1);
@@ -312,13 +321,18 @@ distopt_rt_status distopt_session_save(distopt_session *session,
           -1);
     }
   }
-  // Scalar state (a loss scale): 0-d tensors, the same on every rank.
+  // Scalar state (a loss scale) and hyperparameters: 0-d tensors, the same
+  // on every rank.
   for (size_t i = 0; i < abi.args.size(); ++i) {
     const step::Value &v = abi.args[i];
     if (!isScalarState(v))
       continue;
-    checkpoint::Tensor t{"state", v.name, std::string(v.dtype->name),
-                         {},      -1,     std::vector<char>(v.dtype->bytes)};
+    checkpoint::Tensor t{std::string(step::roleName(v.role)),
+                         v.name,
+                         std::string(v.dtype->name),
+                         {},
+                         -1,
+                         std::vector<char>(v.dtype->bytes)};
     convert(&session->scalarState[i], DISTOPT_RT_F64, t.data.data(),
             rtType(v.dtype), 1);
     ckpt.tensors.push_back(std::move(t));

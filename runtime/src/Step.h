@@ -121,7 +121,8 @@ struct distopt_session {
   /// Per result: its value as a double, for scalars.
   std::vector<double> scalars;
   /// Per argument: the value of scalar state (a loss scale, its growth
-  /// tracker), fed back from the result of the same role and name.
+  /// tracker), fed back from the result of the same role and name, and of
+  /// each hyperparameter.
   std::vector<double> scalarState;
   /// A step failed part way: the communicator may be unusable.
   bool broken = false;
@@ -143,5 +144,11 @@ struct distopt_session {
 
   ~distopt_session();
 };
+
+namespace distopt::rt {
+/// Sets the learning rate of the next steps: the `lr` argument's, and every
+/// group's rate among the hyperparameters (`<group>.lr`).
+void setSessionRate(distopt_session *session, double lr);
+} // namespace distopt::rt
 
 #endif // DISTOPT_RT_STEP_H

@@ -39,7 +39,7 @@
 //
 // TWICE: param spec: param_groups[1].params[1]: parameter 'fc.bias' is in param_groups[0] already
 // NOTHING: param spec: param_groups[1].params[1]: 'emb.*' matches no parameter
-// GROUPLR: param spec: param_groups[1].lr: a group scales the step's learning rate: use lr_scale
+// GROUPLR: param spec: param_groups[1].lr: a group scales the step's learning rate: use lr_scale (or give the spec runtime_hyperparameters)
 // SCALE: param spec: param_groups[1].lr_scale: must be non-negative, got -1
 // KEY: param spec: param_groups[1]: unknown key 'momentum'
 // EMPTY: param spec: param_groups[1].params: expected a non-empty list of names or glob patterns

@@ -58,7 +58,7 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
                                << init << " (zeros, randn, randn_each_step)";
   }
   value.perRank = bool(attrs.get(abi::kPerRank));
-  if (Attribute initial = attrs.get("distopt.value")) {
+  if (Attribute initial = attrs.get(abi::kValue)) {
     if (auto f = dyn_cast<FloatAttr>(initial))
       value.initialValue = f.getValueAsDouble();
     else if (auto i = dyn_cast<IntegerAttr>(initial))
@@ -66,10 +66,13 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
     else
       return step->emitError() << what << " has a distopt.value " << initial
                                << " that is not a number";
-    if (value.role != si::Role::State || value.isTensor())
+    if ((value.role != si::Role::State &&
+         value.role != si::Role::Hyperparameter) ||
+        value.isTensor())
       return step->emitError() << what
                                << " has a distopt.value, which only "
-                                  "a scalar state argument takes";
+                                  "a scalar state or hyperparameter "
+                                  "argument takes";
   }
   if (!value.isTensor() && value.init != si::Init::Zeros)
     return step->emitError() << what
@@ -165,7 +168,8 @@ FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
              << "argument #" << i << " (" << step.getArgumentTypes()[i]
              << ") has no distopt.role, and no optimizer update says what "
                 "it is: add {distopt.role = \"param\" | \"grad\" | "
-                "\"main_param\" | \"state\" | \"lr\" | \"step\", "
+                "\"main_param\" | \"state\" | \"lr\" | \"step\" | "
+                "\"hyperparameter\", "
                 "distopt.name = \"...\"} (docs/step-abi.md)";
     abiInfo.args.push_back(std::move(*value));
   }

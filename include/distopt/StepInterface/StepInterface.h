@@ -28,19 +28,22 @@ namespace distopt::step {
 
 /// What an argument or result is to the driver (docs/step-abi.md).
 enum class Role {
-  None,         // no distopt.role: the driver cannot know what to pass
-  Param,        // a model parameter
-  Grad,         // this rank's local gradient
-  MainParam,    // an fp32 main copy of a bf16/f16 parameter
-  State,        // optimizer state
-  LearningRate, // the learning rate, a float scalar
-  Step,         // the 1-based step number, i64
-  Loss,         // a loss the step computes (results only)
-  Skipped,      // i1: the step found an overflow and changed nothing
-                // (results only; the step counter does not advance)
-  GradAccum,    // the gradient accumulated over this step's earlier
-                // micro-batches (the driver adds into it, the step reads
-                // it, the driver zeroes it after the step)
+  None,           // no distopt.role: the driver cannot know what to pass
+  Param,          // a model parameter
+  Grad,           // this rank's local gradient
+  MainParam,      // an fp32 main copy of a bf16/f16 parameter
+  State,          // optimizer state
+  LearningRate,   // the learning rate, a float scalar
+  Step,           // the 1-based step number, i64
+  Loss,           // a loss the step computes (results only)
+  Skipped,        // i1: the step found an overflow and changed nothing
+                  // (results only; the step counter does not advance)
+  GradAccum,      // the gradient accumulated over this step's earlier
+                  // micro-batches (the driver adds into it, the step reads
+                  // it, the driver zeroes it after the step)
+  Hyperparameter, // an f64 scalar the step reads (`group0.beta1`): the
+                  // driver keeps it, starting from its value, and a program
+                  // may change it between steps
 };
 
 /// The spelling of `role` in IR attributes and the interface ("param", ...);
@@ -94,9 +97,9 @@ struct Value {
   int64_t shardParts() const { return shardOf ? shardOf / numel() : 0; }
   /// Results: the argument whose buffer holds the result after the call.
   std::optional<int64_t> inPlaceArg;
-  /// A scalar state argument (a loss scale, its growth tracker): the value
-  /// it starts from (0 when absent). The step's result of the same role
-  /// and name is its next value.
+  /// A scalar state argument (a loss scale, its growth tracker) or a
+  /// hyperparameter: the value it starts from (0 when absent). The step's
+  /// result of the same role and name is a state scalar's next value.
   std::optional<double> initialValue;
   std::vector<LayoutEntry> layout;
 

@@ -71,8 +71,7 @@ struct LowerLocalOpsPass
           ok = false;
         }
       }
-      if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
-              AdagradUpdateOp>(op)) {
+      if (isa<OptimizerOpInterface>(op)) {
         op->emitError() << "'" << op->getName()
                         << "' must be lowered by --distopt-lower-optimizers "
                            "first";

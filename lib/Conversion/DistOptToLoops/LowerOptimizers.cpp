@@ -7,6 +7,9 @@
 // single-tensor code (PyTorch 1.13); the scalars torch computes as Python
 // floats (bias corrections, step sizes) are computed once, in f64, before
 // the loop. bf16/f16 tensors are computed in f32 and rounded once.
+// Hyperparameters given at run time (runtime_hyperparameters) enter that
+// f64 prologue as the operands they are, where the others are constants: the
+// same arithmetic, so the same bits.
 // test/Integration/optimizers-vs-torch.test runs every optimizer against
 // torch.optim.
 //
@@ -36,14 +39,13 @@ namespace {
 /// Builds the scalar prologue (f64) and the loop body (compute type).
 class UpdateBuilder {
 public:
-  UpdateBuilder(OpBuilder &builder, Location loc, Operation *op)
+  UpdateBuilder(OpBuilder &builder, Location loc, OptimizerOpInterface op)
       : b(builder), loc(loc), op(op) {
     element = cast<FloatType>(
-        cast<RankedTensorType>(op->getResult(0).getType()).getElementType());
+        cast<RankedTensorType>(op.getNewParam().getType()).getElementType());
     compute = element.getWidth() < 32 ? b.getF32Type() : element;
-    lr = toF64(op->getOperand(op->getNumOperands() - 2));
-    step = arith::SIToFPOp::create(b, loc, b.getF64Type(),
-                                   op->getOperand(op->getNumOperands() - 1));
+    lr = toF64(op.getLr());
+    step = arith::SIToFPOp::create(b, loc, b.getF64Type(), op.getStep());
   }
 
   // Prologue (outside the loop), in f64.
@@ -55,11 +57,29 @@ public:
       return v;
     return arith::ExtFOp::create(b, loc, b.getF64Type(), v);
   }
+  /// Hyperparameter `key` in f64: its runtime operand, else the compiled
+  /// value.
+  Value hyper(StringRef key) {
+    if (Value runtime = op.getRuntimeHyperparameter(key))
+      return runtime;
+    return f64(op.getCompiledHyperparameter(key));
+  }
+  /// Whether `key` is given at run time (the lowering then cannot leave out
+  /// what its compiled value would make a no-op).
+  bool isRuntime(StringRef key) {
+    return bool(op.getRuntimeHyperparameter(key));
+  }
+  /// 1 - v, in f64.
+  Value oneMinus(Value v) { return arith::SubFOp::create(b, loc, f64(1), v); }
+  /// Whether the f64 `v` is not zero, for a body that skips a term at zero
+  /// as torch does.
+  Value isNonZero(Value v) {
+    return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNE, v, f64(0));
+  }
   /// Whether this is the first step (1-based), when torch creates the state.
   Value isFirstStep() {
-    Value stepArg = op->getOperand(op->getNumOperands() - 1);
     return arith::CmpIOp::create(
-        b, loc, arith::CmpIPredicate::eq, stepArg,
+        b, loc, arith::CmpIPredicate::eq, op.getStep(),
         arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(1)));
   }
   /// A prologue scalar, in the compute type, for use in the body.
@@ -77,7 +97,7 @@ public:
   void
   emit(function_ref<SmallVector<Value>(OpBuilder &, Value, Value, ValueRange)>
            body) {
-    Value grad = op->getOperand(1);
+    Value grad = op.getGrad();
     // A gradient extended for the update (the bf16 gradient of an fp32 main
     // parameter) is read as it is and extended in the loop, as `load` does
     // anyway: no f32 copy of it is written and read back.
@@ -86,9 +106,8 @@ public:
         getElementTypeOrSelf(extend.getType()).getIntOrFloatBitWidth() <=
             compute.getIntOrFloatBitWidth())
       grad = extend.getIn();
-    SmallVector<Value> outputs = {op->getOperand(0)};
-    for (unsigned i = 2, e = op->getNumOperands() - 2; i < e; ++i)
-      outputs.push_back(op->getOperand(i));
+    SmallVector<Value> outputs = {op.getParam()};
+    llvm::append_range(outputs, op.getState());
     auto type = cast<RankedTensorType>(grad.getType());
     AffineMap identity = b.getMultiDimIdentityMap(type.getRank());
     SmallVector<AffineMap> maps(1 + outputs.size(), identity);
@@ -120,10 +139,19 @@ public:
 
   OpBuilder &b;
   Location loc;
-  Operation *op;
+  OptimizerOpInterface op;
   FloatType element;
   Type compute;
   Value lr, step; // f64
+};
+
+/// A term torch adds only when a hyperparameter is not zero (weight decay):
+/// left out when it is compiled in as zero, selected at run time when it is
+/// a runtime operand, so that the result is torch's bit for bit either way
+/// (fma(0, p, g) is not g for an infinite p, nor for g = -0).
+struct OptionalTerm {
+  Value value;   // the hyperparameter in the compute type; null: left out
+  Value applies; // i1: whether it is not zero (runtime operands only)
 };
 
 /// Arithmetic in the loop body, in torch's order of operations.
@@ -139,17 +167,28 @@ struct Body {
   Value max(Value x, Value y) {
     return arith::MaximumFOp::create(b, loc, x, y);
   }
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, c, x, y);
+  }
   /// torch's x.add(y, alpha=a): x + a * y, one rounding (torch's CPU kernel
   /// is a fused multiply-add; with it SGD matches torch bit for bit).
   Value axpy(Value x, Value a, Value y) {
     return math::FmaOp::create(b, loc, a, y, x);
   }
-  /// The gradient as torch's SGD, RMSprop and Adagrad first adjust it:
-  /// negated with maximize, plus weight_decay * p (null: no decay).
-  Value adjustedGrad(Value g, Value p, bool maximize, Value weightDecay) {
+  /// x + a * y where torch adds it only for a non-zero `a`.
+  Value axpyIf(Value x, OptionalTerm a, Value y) {
+    if (!a.value)
+      return x;
+    Value sum = axpy(x, a.value, y);
+    return a.applies ? select(a.applies, sum, x) : sum;
+  }
+  /// The gradient as torch's SGD, Adam, RMSprop and Adagrad first adjust
+  /// it: negated with maximize, plus weight_decay * p.
+  Value adjustedGrad(Value g, Value p, bool maximize,
+                     OptionalTerm weightDecay) {
     if (maximize)
       g = neg(g);
-    return weightDecay ? axpy(g, weightDecay, p) : g;
+    return axpyIf(g, weightDecay, p);
   }
   /// torch's x.addcmul(y, z, value=a): `a * y` rounded, then one fused
   /// multiply-add with z and x (GCC contracts torch's `x + a * y * z` so in
@@ -165,23 +204,37 @@ struct Body {
 
 double f(APFloat v) { return v.convertToDouble(); }
 
+/// Weight decay as the updates that add it to the gradient take it.
+OptionalTerm weightDecay(UpdateBuilder &u, APFloat compiled) {
+  if (u.isRuntime("weight_decay")) {
+    Value wd = u.hyper("weight_decay");
+    return {u.scalar(wd), u.isNonZero(wd)};
+  }
+  if (compiled.isZero())
+    return {};
+  return {u.scalar(f(compiled)), Value()};
+}
+
 void lowerSGD(OpBuilder &builder, SGDUpdateOp op) {
   UpdateBuilder u(builder, op.getLoc(), op);
-  double momentum = f(op.getMomentum()), wd = f(op.getWeightDecay());
-  Value negLr = u.scalar(arith::NegFOp::create(builder, op.getLoc(), u.lr));
-  Value wdC = u.scalar(wd), mu = u.scalar(momentum),
-        damp = u.scalar(1.0 - f(op.getDampening()));
+  Location loc = op.getLoc();
+  // The momentum buffer exists when the compiled momentum is not zero.
+  bool hasMomentum = !op.getMomentum().isZero();
+  Value negLr = u.scalar(arith::NegFOp::create(builder, loc, u.lr));
+  OptionalTerm wd = weightDecay(u, op.getWeightDecay());
+  Value mu = u.scalar(u.hyper("momentum")),
+        damp = u.scalar(u.oneMinus(u.hyper("dampening")));
   // The first step copies the gradient into the momentum buffer.
   Value first = u.isFirstStep();
   bool maximize = op.getMaximize(), nesterov = op.getNesterov();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
-    Body m{nb, op.getLoc()};
-    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
+    Body m{nb, loc};
+    g = m.adjustedGrad(g, p, maximize, wd);
     SmallVector<Value> results;
     Value buf;
-    if (momentum != 0) {
+    if (hasMomentum) {
       Value blended = m.axpy(m.mul(state[0], mu), damp, g);
-      buf = arith::SelectOp::create(nb, op.getLoc(), first, g, blended);
+      buf = m.select(first, g, blended);
       g = nesterov ? m.axpy(g, mu, buf) : buf;
     }
     results.push_back(m.axpy(p, negLr, g));
@@ -195,34 +248,33 @@ template <typename OpTy>
 void lowerAdam(OpBuilder &builder, OpTy op, bool decoupled) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
-  double beta1 = f(op.getBeta1()), beta2 = f(op.getBeta2()),
-         wd = f(op.getWeightDecay());
-  auto pow = [&](double base) {
-    return math::PowFOp::create(builder, loc, u.f64(base), u.step);
+  Value beta1 = u.hyper("beta1"), beta2 = u.hyper("beta2"),
+        wd64 = u.hyper("weight_decay");
+  auto pow = [&](Value base) {
+    return math::PowFOp::create(builder, loc, base, u.step);
   };
   // bias_correction1 = 1 - beta1^t; step_size = lr / bias_correction1;
   // bias_correction2_sqrt = sqrt(1 - beta2^t).
-  Value bc1 = arith::SubFOp::create(builder, loc, u.f64(1), pow(beta1));
-  Value bc2 = arith::SubFOp::create(builder, loc, u.f64(1), pow(beta2));
+  Value bc1 = u.oneMinus(pow(beta1));
+  Value bc2 = u.oneMinus(pow(beta2));
   Value negStepSize = u.scalar(arith::NegFOp::create(
       builder, loc, arith::DivFOp::create(builder, loc, u.lr, bc1)));
   Value bc2Sqrt = u.scalar(math::SqrtOp::create(builder, loc, bc2));
-  // AdamW: param *= 1 - lr * weight_decay.
-  Value decay = u.scalar(arith::SubFOp::create(
-      builder, loc, u.f64(1),
-      arith::MulFOp::create(builder, loc, u.lr, u.f64(wd))));
-  Value b1 = u.scalar(beta1), oneMinusB1 = u.scalar(1 - beta1),
-        b2 = u.scalar(beta2), oneMinusB2 = u.scalar(1 - beta2),
-        eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd);
+  // AdamW: param *= 1 - lr * weight_decay (torch applies it whatever the
+  // decay).
+  Value decay =
+      u.scalar(u.oneMinus(arith::MulFOp::create(builder, loc, u.lr, wd64)));
+  OptionalTerm wd =
+      decoupled ? OptionalTerm() : weightDecay(u, op.getWeightDecay());
+  Value b1 = u.scalar(beta1), oneMinusB1 = u.scalar(u.oneMinus(beta1)),
+        b2 = u.scalar(beta2), oneMinusB2 = u.scalar(u.oneMinus(beta2)),
+        eps = u.scalar(u.hyper("eps"));
   bool maximize = op.getMaximize(), amsgrad = op.getAmsgrad();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, loc};
-    if (maximize)
-      g = m.neg(g);
+    g = m.adjustedGrad(g, p, maximize, wd);
     if (decoupled)
       p = m.mul(p, decay);
-    else if (wd != 0)
-      g = m.axpy(g, wdC, p);
     Value avg = m.axpy(m.mul(state[0], b1), oneMinusB1, g);
     Value avgSq = m.addcmul(m.mul(state[1], b2), oneMinusB2, g, g);
     SmallVector<Value> results = {Value(), avg, avgSq};
@@ -240,17 +292,18 @@ void lowerAdam(OpBuilder &builder, OpTy op, bool decoupled) {
 void lowerRMSprop(OpBuilder &builder, RMSpropUpdateOp op) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
-  double alpha = f(op.getAlpha()), wd = f(op.getWeightDecay()),
-         momentum = f(op.getMomentum());
+  // The momentum buffer exists when the compiled momentum is positive.
+  bool hasMomentum = op.getMomentum().convertToDouble() > 0;
+  Value alpha = u.hyper("alpha");
   Value negLr = u.scalar(arith::NegFOp::create(builder, loc, u.lr));
-  Value a = u.scalar(alpha), oneMinusA = u.scalar(1 - alpha),
-        eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd),
-        mu = u.scalar(momentum), one = u.scalar(1.0), minusOne = u.scalar(-1);
+  OptionalTerm wd = weightDecay(u, op.getWeightDecay());
+  Value a = u.scalar(alpha), oneMinusA = u.scalar(u.oneMinus(alpha)),
+        eps = u.scalar(u.hyper("eps")), mu = u.scalar(u.hyper("momentum")),
+        one = u.scalar(1.0), minusOne = u.scalar(-1);
   bool maximize = op.getMaximize(), centered = op.getCentered();
-  bool hasMomentum = momentum > 0;
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, loc};
-    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
+    g = m.adjustedGrad(g, p, maximize, wd);
     Value sq = m.addcmul(m.mul(state[0], a), oneMinusA, g, g);
     SmallVector<Value> results = {Value(), sq};
     Value avg;
@@ -278,24 +331,24 @@ void lowerRMSprop(OpBuilder &builder, RMSpropUpdateOp op) {
 void lowerAdagrad(OpBuilder &builder, AdagradUpdateOp op) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
-  double wd = f(op.getWeightDecay());
   // clr = lr / (1 + (step - 1) * lr_decay)
   Value stepsBefore = arith::SubFOp::create(builder, loc, u.step, u.f64(1));
   Value clr = arith::DivFOp::create(
       builder, loc, u.lr,
       arith::AddFOp::create(builder, loc, u.f64(1),
                             arith::MulFOp::create(builder, loc, stepsBefore,
-                                                  u.f64(f(op.getLrDecay())))));
+                                                  u.hyper("lr_decay"))));
   Value negClr = u.scalar(arith::NegFOp::create(builder, loc, clr));
-  Value eps = u.scalar(f(op.getEps())), wdC = u.scalar(wd), one = u.scalar(1.0),
-        initial = u.scalar(f(op.getInitialAccumulatorValue()));
+  OptionalTerm wd = weightDecay(u, op.getWeightDecay());
+  Value eps = u.scalar(u.hyper("eps")), one = u.scalar(1.0),
+        initial = u.scalar(u.hyper("initial_accumulator_value"));
   // torch fills the sum with initial_accumulator_value at the first step.
   Value first = u.isFirstStep();
   bool maximize = op.getMaximize();
   u.emit([&](OpBuilder &nb, Value g, Value p, ValueRange state) {
     Body m{nb, loc};
-    g = m.adjustedGrad(g, p, maximize, wd != 0 ? wdC : Value());
-    Value previous = arith::SelectOp::create(nb, loc, first, initial, state[0]);
+    g = m.adjustedGrad(g, p, maximize, wd);
+    Value previous = m.select(first, initial, state[0]);
     Value sum = m.addcmul(previous, one, g, g);
     Value std = m.add(m.sqrt(sum), eps);
     return SmallVector<Value>{m.addcdiv(p, negClr, g, std), sum};
@@ -352,11 +405,8 @@ struct LowerOptimizersPass
     : public distopt::impl::LowerOptimizersPassBase<LowerOptimizersPass> {
   void runOnOperation() override {
     SmallVector<Operation *> updates;
-    getOperation()->walk([&](Operation *op) {
-      if (isa<SGDUpdateOp, AdamUpdateOp, AdamWUpdateOp, RMSpropUpdateOp,
-              AdagradUpdateOp>(op))
-        updates.push_back(op);
-    });
+    getOperation()->walk(
+        [&](OptimizerOpInterface op) { updates.push_back(op); });
     for (Operation *op : updates) {
       runUnderCondition(op);
       OpBuilder builder(op);
@@ -368,8 +418,12 @@ struct LowerOptimizersPass
         lowerAdam(builder, adamw, /*decoupled=*/true);
       else if (auto rmsprop = dyn_cast<RMSpropUpdateOp>(op))
         lowerRMSprop(builder, rmsprop);
-      else
-        lowerAdagrad(builder, cast<AdagradUpdateOp>(op));
+      else if (auto adagrad = dyn_cast<AdagradUpdateOp>(op))
+        lowerAdagrad(builder, adagrad);
+      else {
+        op->emitOpError("has no lowering to loops");
+        return signalPassFailure();
+      }
     }
   }
 };

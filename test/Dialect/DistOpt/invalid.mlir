@@ -484,8 +484,32 @@ func.func @nesterov_without_momentum(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: 
 // -----
 
 func.func @sgd_missing_momentum_buffer(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64) {
-  // expected-error @+1 {{expects 1 state tensors (the momentum buffer when momentum != 0) for these hyperparameters, got 0}}
+  // expected-error @+1 {{expects 1 state tensors (momentum_buffer) for these hyperparameters, got 0}}
   %r = distopt.sgd_update %p, %g lr(%lr) step(%t) {momentum = 0.9} : tensor<4xf32>, f32
+  return
+}
+
+// -----
+
+func.func @runtime_hyperparameter_unknown(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f64, %t: i64, %x: f64) {
+  // expected-error @+1 {{has no hyperparameter 'beta1' that can be given at run time (it takes momentum, dampening, weight_decay)}}
+  %r = distopt.sgd_update %p, %g lr(%lr) step(%t) runtime(beta1 = %x) : tensor<4xf32>, f64
+  return
+}
+
+// -----
+
+func.func @runtime_hyperparameter_twice(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f64, %t: i64, %x: f64) {
+  // expected-error @+1 {{takes hyperparameter 'weight_decay' at run time twice}}
+  %r = distopt.sgd_update %p, %g lr(%lr) step(%t) runtime(weight_decay = %x, weight_decay = %x) : tensor<4xf32>, f64
+  return
+}
+
+// -----
+
+func.func @runtime_hyperparameter_names(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f64, %t: i64, %x: f64) {
+  // expected-error @+1 {{has 1 runtime hyperparameters but 0 names}}
+  %r = "distopt.sgd_update"(%p, %g, %lr, %t, %x) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 1>}> : (tensor<4xf32>, tensor<4xf32>, f64, i64, f64) -> tensor<4xf32>
   return
 }
 
@@ -493,7 +517,7 @@ func.func @sgd_missing_momentum_buffer(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr
 
 func.func @optimizer_grad_type(%p: tensor<4xf32>, %g: tensor<4xf16>, %lr: f32, %t: i64) {
   // expected-error @+1 {{gradient type 'tensor<4xf16>' differs from the parameter type 'tensor<4xf32>'}}
-  %r = "distopt.sgd_update"(%p, %g, %lr, %t) : (tensor<4xf32>, tensor<4xf16>, f32, i64) -> tensor<4xf32>
+  %r = "distopt.sgd_update"(%p, %g, %lr, %t) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 0>}> : (tensor<4xf32>, tensor<4xf16>, f32, i64) -> tensor<4xf32>
   return
 }
 
@@ -501,7 +525,7 @@ func.func @optimizer_grad_type(%p: tensor<4xf32>, %g: tensor<4xf16>, %lr: f32, %
 
 func.func @optimizer_state_type(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<8xf32>, %lr: f32, %t: i64) {
   // expected-error @+1 {{state #1 type 'tensor<8xf32>' differs from the parameter type 'tensor<4xf32>'}}
-  %r:3 = "distopt.adam_update"(%p, %g, %m, %v, %lr, %t) : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<8xf32>, f32, i64) -> (tensor<4xf32>, tensor<4xf32>, tensor<8xf32>)
+  %r:3 = "distopt.adam_update"(%p, %g, %m, %v, %lr, %t) <{operandSegmentSizes = array<i32: 1, 1, 2, 1, 1, 0>}> : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<8xf32>, f32, i64) -> (tensor<4xf32>, tensor<4xf32>, tensor<8xf32>)
   return
 }
 
@@ -550,7 +574,7 @@ func.func @adam_eps(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<4xf32>, %v:
 // -----
 
 func.func @adam_amsgrad_state(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>, %lr: f32, %t: i64) {
-  // expected-error @+1 {{expects 3 state tensors (exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad) for these hyperparameters, got 2}}
+  // expected-error @+1 {{expects 3 state tensors (exp_avg, exp_avg_sq, max_exp_avg_sq) for these hyperparameters, got 2}}
   %r:3 = distopt.adam_update %p, %g state(%m, %v) lr(%lr) step(%t) {amsgrad} : tensor<4xf32>, f32
   return
 }
@@ -566,7 +590,7 @@ func.func @rmsprop_alpha(%p: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<4xf32>
 // -----
 
 func.func @rmsprop_centered_state(%p: tensor<4xf32>, %g: tensor<4xf32>, %s: tensor<4xf32>, %lr: f32, %t: i64) {
-  // expected-error @+1 {{expects 2 state tensors (square_avg, momentum_buffer when momentum > 0, grad_avg when centered) for these hyperparameters, got 1}}
+  // expected-error @+1 {{expects 2 state tensors (square_avg, grad_avg) for these hyperparameters, got 1}}
   %r:2 = distopt.rmsprop_update %p, %g state(%s) lr(%lr) step(%t) {centered} : tensor<4xf32>, f32
   return
 }
@@ -590,7 +614,7 @@ func.func @adagrad_initial_accumulator(%p: tensor<4xf32>, %g: tensor<4xf32>, %s:
 // -----
 
 func.func @adagrad_state(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64) {
-  // expected-error @+1 {{expects 1 state tensors (the sum of squares) for these hyperparameters, got 0}}
+  // expected-error @+1 {{expects 1 state tensors (sum) for these hyperparameters, got 0}}
   %r = distopt.adagrad_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
   return
 }

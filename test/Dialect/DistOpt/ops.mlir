@@ -157,6 +157,17 @@ func.func @optimizers(%p: tensor<1024xf32>, %g: tensor<1024xf32>, %s0: tensor<10
   return
 }
 
+// Hyperparameters read at run time: f64 operands, by their torch names; the
+// attributes still say which state there is.
+// CHECK-LABEL: func.func @runtime_hyperparameters
+func.func @runtime_hyperparameters(%p: tensor<1024xf32>, %g: tensor<1024xf32>, %s0: tensor<1024xf32>, %s1: tensor<1024xf32>, %lr: f64, %t: i64, %b1: f64, %wd: f64, %mu: f64) {
+  // CHECK: distopt.adamw_update %{{.*}}, %{{.*}} state(%{{.*}}, %{{.*}}) lr(%{{.*}}) step(%{{.*}}) runtime(beta1 = %{{.*}}, weight_decay = %{{.*}}) {weight_decay = 1.000000e-01 : f64} : tensor<1024xf32>, f64
+  %a:3 = distopt.adamw_update %p, %g state(%s0, %s1) lr(%lr) step(%t) runtime(beta1 = %b1, weight_decay = %wd) {weight_decay = 0.1} : tensor<1024xf32>, f64
+  // CHECK: distopt.sgd_update %{{.*}}, %{{.*}} state(%{{.*}}) lr(%{{.*}}) step(%{{.*}}) runtime(momentum = %{{.*}}) {momentum = 9.000000e-01 : f64} : tensor<1024xf32>, f64
+  %b:2 = distopt.sgd_update %p, %g state(%s0) lr(%lr) step(%t) runtime(momentum = %mu) {momentum = 0.9} : tensor<1024xf32>, f64
+  return
+}
+
 // CHECK-LABEL: func.func @mixed_precision
 func.func @mixed_precision(%g0: tensor<1024xbf16>, %g1: tensor<64xbf16>, %g: tensor<1024xf32>, %s: f32, %n: i64) -> (i1, i1, tensor<1024xf32>, f32, i64) {
   // CHECK: distopt.all_finite %{{.*}}, %{{.*}} on @dp : tensor<1024xbf16>, tensor<64xbf16>

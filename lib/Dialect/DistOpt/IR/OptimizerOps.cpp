@@ -11,6 +11,9 @@
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 
 #include "mlir/IR/Matchers.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringSwitch.h"
 
 #include <cmath>
 
@@ -40,55 +43,67 @@ static LogicalResult checkRange(Operation *op, StringRef name, APFloat value,
   return success();
 }
 
-/// The checks every optimizer update shares: types, state count, and the
-/// learning rate and step where they are constants.
-template <typename OpTy>
-static LogicalResult verifyOptimizer(OpTy op, StringRef stateNames) {
+LogicalResult mlir::distopt::detail::verifyOptimizerOp(Operation *operation) {
+  auto op = cast<OptimizerOpInterface>(operation);
   Type paramType = op.getParam().getType();
   if (op.getGrad().getType() != paramType)
-    return op.emitOpError() << "gradient type " << op.getGrad().getType()
-                            << " differs from the parameter type " << paramType;
+    return op->emitOpError()
+           << "gradient type " << op.getGrad().getType()
+           << " differs from the parameter type " << paramType;
   for (auto [index, state] : llvm::enumerate(op.getState()))
     if (state.getType() != paramType)
-      return op.emitOpError()
+      return op->emitOpError()
              << "state #" << index << " type " << state.getType()
              << " differs from the parameter type " << paramType;
-  unsigned expected = op.getExpectedNumState();
-  if (op.getState().size() != expected)
-    return op.emitOpError()
-           << "expects " << expected << " state tensors (" << stateNames
+  SmallVector<StringRef> keys = op.getStateKeys();
+  if (op.getState().size() != keys.size())
+    return op->emitOpError()
+           << "expects " << keys.size() << " state tensors ("
+           << (keys.empty() ? std::string("none") : llvm::join(keys, ", "))
            << ") for these hyperparameters, got " << op.getState().size();
   FloatAttr lr;
   if (matchPattern(op.getLr(), m_Constant(&lr)) &&
       !(lr.getValueAsDouble() >= 0))
-    return op.emitOpError() << "learning rate must be non-negative, got "
-                            << formatDouble(lr.getValueAsDouble());
+    return op->emitOpError() << "learning rate must be non-negative, got "
+                             << formatDouble(lr.getValueAsDouble());
   APInt step;
   if (matchPattern(op.getStep(), m_ConstantInt(&step)) &&
       step.getSExtValue() < 1)
-    return op.emitOpError()
+    return op->emitOpError()
            << "step counts from 1, got " << step.getSExtValue();
+  ArrayAttr names = op.getRuntimeHyperparameterNames();
+  if (names.size() != op.getRuntimeHyperparameters().size())
+    return op->emitOpError()
+           << "has " << op.getRuntimeHyperparameters().size()
+           << " runtime hyperparameters but " << names.size() << " names";
+  ArrayRef<StringRef> allowed = op.getRuntimeHyperparameterKeys();
+  llvm::StringSet<> seen;
+  for (Attribute name : names) {
+    StringRef key = cast<StringAttr>(name).getValue();
+    if (!llvm::is_contained(allowed, key))
+      return op->emitOpError() << "has no hyperparameter '" << key
+                               << "' that can be given at run time (it takes "
+                               << llvm::join(allowed, ", ") << ")";
+    if (!seen.insert(key).second)
+      return op->emitOpError()
+             << "takes hyperparameter '" << key << "' at run time twice";
+  }
   return success();
 }
 
 /// Results: the parameter's type, then each state tensor's.
-static LogicalResult inferOptimizerTypes(ValueRange operands,
-                                         SmallVectorImpl<Type> &types) {
-  // Operands: param, grad, state..., lr, step.
-  if (operands.size() < 4)
-    return failure();
-  types.push_back(operands[0].getType());
-  for (Value state : operands.drop_front(2).drop_back(2))
-    types.push_back(state.getType());
-  return success();
-}
-
 #define DISTOPT_OPTIMIZER_INFER(OpTy)                                          \
   LogicalResult OpTy::inferReturnTypes(                                        \
       MLIRContext *, std::optional<Location>, ValueRange operands,             \
-      DictionaryAttr, OpaqueProperties, RegionRange,                           \
-      SmallVectorImpl<Type> &inferredReturnTypes) {                            \
-    return inferOptimizerTypes(operands, inferredReturnTypes);                 \
+      DictionaryAttr attributes, OpaqueProperties properties,                  \
+      RegionRange regions, SmallVectorImpl<Type> &inferredReturnTypes) {       \
+    OpTy::Adaptor adaptor(operands, attributes, properties, regions);          \
+    if (operands.size() < 4 || !adaptor.getParam())                            \
+      return failure();                                                        \
+    inferredReturnTypes.push_back(adaptor.getParam().getType());               \
+    for (Value state : adaptor.getState())                                     \
+      inferredReturnTypes.push_back(state.getType());                          \
+    return success();                                                          \
   }
 DISTOPT_OPTIMIZER_INFER(SGDUpdateOp)
 DISTOPT_OPTIMIZER_INFER(AdamUpdateOp)
@@ -97,8 +112,23 @@ DISTOPT_OPTIMIZER_INFER(RMSpropUpdateOp)
 DISTOPT_OPTIMIZER_INFER(AdagradUpdateOp)
 #undef DISTOPT_OPTIMIZER_INFER
 
-unsigned SGDUpdateOp::getExpectedNumState() {
-  return getMomentum().isZero() ? 0 : 1;
+SmallVector<StringRef> SGDUpdateOp::getStateKeys() {
+  if (getMomentum().isZero())
+    return {};
+  return {"momentum_buffer"};
+}
+
+ArrayRef<StringRef> SGDUpdateOp::getRuntimeHyperparameterKeys() {
+  static constexpr StringRef keys[] = {"momentum", "dampening", "weight_decay"};
+  return keys;
+}
+
+double SGDUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return llvm::StringSwitch<APFloat>(key)
+      .Case("momentum", getMomentum())
+      .Case("dampening", getDampening())
+      .Default(getWeightDecay())
+      .convertToDouble();
 }
 
 LogicalResult SGDUpdateOp::verify() {
@@ -107,11 +137,47 @@ LogicalResult SGDUpdateOp::verify() {
     return failure();
   if (getNesterov() && (getMomentum().isZero() || !getDampening().isZero()))
     return emitOpError("nesterov requires a momentum and zero dampening");
-  return verifyOptimizer(*this, "the momentum buffer when momentum != 0");
+  return success();
 }
 
-unsigned AdamUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
-unsigned AdamWUpdateOp::getExpectedNumState() { return getAmsgrad() ? 3 : 2; }
+/// Adam's and AdamW's state and runtime hyperparameters.
+static SmallVector<StringRef> adamStateKeys(bool amsgrad) {
+  SmallVector<StringRef> keys = {"exp_avg", "exp_avg_sq"};
+  if (amsgrad)
+    keys.push_back("max_exp_avg_sq");
+  return keys;
+}
+static constexpr StringRef kAdamRuntimeKeys[] = {"beta1", "beta2", "eps",
+                                                 "weight_decay"};
+
+SmallVector<StringRef> AdamUpdateOp::getStateKeys() {
+  return adamStateKeys(getAmsgrad());
+}
+SmallVector<StringRef> AdamWUpdateOp::getStateKeys() {
+  return adamStateKeys(getAmsgrad());
+}
+ArrayRef<StringRef> AdamUpdateOp::getRuntimeHyperparameterKeys() {
+  return kAdamRuntimeKeys;
+}
+ArrayRef<StringRef> AdamWUpdateOp::getRuntimeHyperparameterKeys() {
+  return kAdamRuntimeKeys;
+}
+
+template <typename OpTy>
+static double adamHyperparameter(OpTy op, StringRef key) {
+  return llvm::StringSwitch<APFloat>(key)
+      .Case("beta1", op.getBeta1())
+      .Case("beta2", op.getBeta2())
+      .Case("eps", op.getEps())
+      .Default(op.getWeightDecay())
+      .convertToDouble();
+}
+double AdamUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return adamHyperparameter(*this, key);
+}
+double AdamWUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return adamHyperparameter(*this, key);
+}
 
 template <typename OpTy> static LogicalResult verifyAdam(OpTy op) {
   if (failed(checkRange(op, "beta1", op.getBeta1(), 0, 1.0)) ||
@@ -119,15 +185,34 @@ template <typename OpTy> static LogicalResult verifyAdam(OpTy op) {
       failed(checkRange(op, "eps", op.getEps(), 0)) ||
       failed(checkRange(op, "weight_decay", op.getWeightDecay(), 0)))
     return failure();
-  return verifyOptimizer(
-      op, "exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad");
+  return success();
 }
 
 LogicalResult AdamUpdateOp::verify() { return verifyAdam(*this); }
 LogicalResult AdamWUpdateOp::verify() { return verifyAdam(*this); }
 
-unsigned RMSpropUpdateOp::getExpectedNumState() {
-  return 1 + (getMomentum().convertToDouble() > 0) + getCentered();
+SmallVector<StringRef> RMSpropUpdateOp::getStateKeys() {
+  SmallVector<StringRef> keys = {"square_avg"};
+  if (getMomentum().convertToDouble() > 0)
+    keys.push_back("momentum_buffer");
+  if (getCentered())
+    keys.push_back("grad_avg");
+  return keys;
+}
+
+ArrayRef<StringRef> RMSpropUpdateOp::getRuntimeHyperparameterKeys() {
+  static constexpr StringRef keys[] = {"alpha", "eps", "weight_decay",
+                                       "momentum"};
+  return keys;
+}
+
+double RMSpropUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return llvm::StringSwitch<APFloat>(key)
+      .Case("alpha", getAlpha())
+      .Case("eps", getEps())
+      .Case("momentum", getMomentum())
+      .Default(getWeightDecay())
+      .convertToDouble();
 }
 
 LogicalResult RMSpropUpdateOp::verify() {
@@ -136,11 +221,25 @@ LogicalResult RMSpropUpdateOp::verify() {
       failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
       failed(checkRange(*this, "momentum", getMomentum(), 0)))
     return failure();
-  return verifyOptimizer(*this, "square_avg, momentum_buffer when momentum > "
-                                "0, grad_avg when centered");
+  return success();
 }
 
-unsigned AdagradUpdateOp::getExpectedNumState() { return 1; }
+SmallVector<StringRef> AdagradUpdateOp::getStateKeys() { return {"sum"}; }
+
+ArrayRef<StringRef> AdagradUpdateOp::getRuntimeHyperparameterKeys() {
+  static constexpr StringRef keys[] = {"lr_decay", "weight_decay", "eps",
+                                       "initial_accumulator_value"};
+  return keys;
+}
+
+double AdagradUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return llvm::StringSwitch<APFloat>(key)
+      .Case("lr_decay", getLrDecay())
+      .Case("eps", getEps())
+      .Case("initial_accumulator_value", getInitialAccumulatorValue())
+      .Default(getWeightDecay())
+      .convertToDouble();
+}
 
 LogicalResult AdagradUpdateOp::verify() {
   if (failed(checkRange(*this, "lr_decay", getLrDecay(), 0)) ||
@@ -149,7 +248,7 @@ LogicalResult AdagradUpdateOp::verify() {
       failed(checkRange(*this, "initial_accumulator_value",
                         getInitialAccumulatorValue(), 0)))
     return failure();
-  return verifyOptimizer(*this, "the sum of squares");
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

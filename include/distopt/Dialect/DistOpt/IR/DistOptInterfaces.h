@@ -1,6 +1,7 @@
 //===- DistOptInterfaces.h - distopt op interfaces --------------*- C++ -*-===//
 //
-// CollectiveOpInterface, which every collective op implements.
+// CollectiveOpInterface, which every collective op implements, and
+// OptimizerOpInterface, which every optimizer update implements.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +25,10 @@ LogicalResult verifyCollectiveOp(Operation *op);
 /// dimension 0 of a gather or scatter matches its size.
 LogicalResult verifyCollectiveSymbolUses(Operation *op,
                                          SymbolTableCollection &symbolTable);
+/// The checks every optimizer update shares: types, the state count, the
+/// learning rate and step where they are constants, and the runtime
+/// hyperparameters' names.
+LogicalResult verifyOptimizerOp(Operation *op);
 } // namespace mlir::distopt::detail
 
 namespace mlir::distopt {

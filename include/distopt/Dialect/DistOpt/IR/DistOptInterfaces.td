@@ -2,6 +2,8 @@
 //
 // CollectiveOpInterface: what every collective (synchronous or `_start`)
 // tells the passes that lower, report, bucket and verify it.
+// OptimizerOpInterface: what every optimizer update tells the passes that
+// shard, compress, verify, name and lower it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -89,6 +91,68 @@ def DistOpt_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
 
   let verify = [{
     return ::mlir::distopt::detail::verifyCollectiveOp($_op);
+  }];
+}
+
+def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
+  let cppNamespace = "::mlir::distopt";
+  let description = [{
+    An optimizer update with torch.optim's semantics: it reads a parameter,
+    its gradient, its state tensors, the learning rate and the step number,
+    and yields the new parameter and the new state. Its hyperparameters are
+    attributes, compiled in, except those listed in
+    `runtime_hyperparameter_names`, whose values are f64 operands read at run
+    time (a scheduler or a training program may change them between steps).
+    Passes handle every optimizer through this interface, without naming
+    each update op.
+  }];
+
+  let methods = [
+    InterfaceMethod<"The parameter (or fp32 main parameter) updated.",
+      "::mlir::Value", "getParam">,
+    InterfaceMethod<"The gradient the update reads.",
+      "::mlir::Value", "getGrad">,
+    InterfaceMethod<"The state tensors, in the order of getStateKeys().",
+      "::mlir::Operation::operand_range", "getState">,
+    InterfaceMethod<"The learning rate (a float scalar).",
+      "::mlir::Value", "getLr">,
+    InterfaceMethod<"The 1-based step number (i64).",
+      "::mlir::Value", "getStep">,
+    InterfaceMethod<"The new parameter.",
+      "::mlir::Value", "getNewParam">,
+    InterfaceMethod<"The new state tensors.",
+      "::mlir::Operation::result_range", "getNewState">,
+    InterfaceMethod<"torch.optim's names of the state tensors these "
+                    "hyperparameters call for, in operand order.",
+      "::llvm::SmallVector<::llvm::StringRef>", "getStateKeys">,
+    InterfaceMethod<"The hyperparameters (f64 attributes) that may be given "
+                    "at run time instead, by their torch.optim names.",
+      "::llvm::ArrayRef<::llvm::StringRef>", "getRuntimeHyperparameterKeys">,
+    InterfaceMethod<"The compiled value of hyperparameter `key`, one of "
+                    "getRuntimeHyperparameterKeys(): its attribute, or "
+                    "the attribute's default.",
+      "double", "getCompiledHyperparameter", (ins "::llvm::StringRef":$key)>,
+    InterfaceMethod<"The operands that give hyperparameters at run time.",
+      "::mlir::Operation::operand_range", "getRuntimeHyperparameters">,
+    InterfaceMethod<"Their names, one per operand.",
+      "::mlir::ArrayAttr", "getRuntimeHyperparameterNames">
+  ];
+
+  let extraSharedClassDeclaration = [{
+    /// The operand that gives hyperparameter `key` at run time, or null
+    /// when it is compiled in (its attribute).
+    ::mlir::Value getRuntimeHyperparameter(::llvm::StringRef key) {
+      for (auto [name, value] : ::llvm::zip_equal(
+               $_op.getRuntimeHyperparameterNames(),
+               $_op.getRuntimeHyperparameters()))
+        if (::llvm::cast<::mlir::StringAttr>(name).getValue() == key)
+          return value;
+      return {};
+    }
+  }];
+
+  let verify = [{
+    return ::mlir::distopt::detail::verifyOptimizerOp($_op);
   }];
 }
 

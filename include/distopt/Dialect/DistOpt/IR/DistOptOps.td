@@ -627,28 +627,44 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 
 /// An optimizer update: `param` and `grad` (and every state tensor) share one
 /// floating-point tensor type; `lr` is a float scalar; `step` is the 1-based
-/// number of this step. Results: the new parameter, then the new state in the
-/// order of `state`.
+/// number of this step. Hyperparameters are attributes, except those named in
+/// `runtime_hyperparameter_names`, whose f64 values are the
+/// `runtime_hyperparameters` operands (the attribute, if any, then says what
+/// the structure follows: which state tensors there are). Results: the new
+/// parameter, then the new state in the order of `state`.
 class DistOpt_OptimizerOp<string mnemonic, dag hyperparameters>
-    : DistOpt_Op<mnemonic, [Pure,
-        DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+    : DistOpt_Op<mnemonic, [Pure, AttrSizedOperandSegments,
+        DeclareOpInterfaceMethods<InferTypeOpInterface>,
+        DistOpt_OptimizerOpInterface]> {
   let arguments = !con((ins DistOpt_FloatTensor:$param,
                             DistOpt_FloatTensor:$grad,
                             Variadic<DistOpt_FloatTensor>:$state,
-                            DistOpt_Scalar:$lr, I64:$step),
+                            DistOpt_Scalar:$lr, I64:$step,
+                            Variadic<F64>:$runtime_hyperparameters),
                        hyperparameters,
-                       (ins UnitAttr:$maximize));
+                       (ins UnitAttr:$maximize,
+                            DefaultValuedAttr<StrArrayAttr, "{}">:
+                                $runtime_hyperparameter_names));
   let results = (outs DistOpt_FloatTensor:$new_param,
                       Variadic<DistOpt_FloatTensor>:$new_state);
   let assemblyFormat = [{
     $param `,` $grad (`state` `(` $state^ `)`)? `lr` `(` $lr `)` `step` `(` $step `)`
+    custom<RuntimeHyperparameters>($runtime_hyperparameters,
+                                   $runtime_hyperparameter_names)
     attr-dict `:` custom<SameTypeAs>(type($param), ref($state), type($grad), type($state))
     `,` type($lr)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
+    /// torch.optim's names of the state tensors the hyperparameters call
+    /// for, in operand order.
+    ::llvm::SmallVector<::llvm::StringRef> getStateKeys();
+    /// The f64 hyperparameters that may be runtime operands instead.
+    static ::llvm::ArrayRef<::llvm::StringRef> getRuntimeHyperparameterKeys();
+    /// The compiled value of one of those (its attribute or default).
+    double getCompiledHyperparameter(::llvm::StringRef key);
     /// The number of state tensors the hyperparameters call for.
-    unsigned getExpectedNumState();
+    unsigned getExpectedNumState() { return getStateKeys().size(); }
   }];
 }
 

@@ -47,6 +47,13 @@ constexpr llvm::StringLiteral kMainParam = "main_param";
 constexpr llvm::StringLiteral kState = "state";
 constexpr llvm::StringLiteral kLearningRate = "lr";
 constexpr llvm::StringLiteral kStep = "step";
+/// A hyperparameter the step reads at run time (an f64 scalar, named
+/// `<group>.<key>`: `group0.beta1`), starting from its `distopt.value`; the
+/// driver keeps it from step to step and a program may change it between
+/// steps (a scheduler's rate, momentum or betas).
+constexpr llvm::StringLiteral kHyperparameter = "hyperparameter";
+/// On a scalar state or hyperparameter argument: the value it starts from.
+constexpr llvm::StringLiteral kValue = "distopt.value";
 /// Results only: a gradient norm the step reports, and whether it skipped
 /// the update (an i1; the driver's step counter does not advance).
 constexpr llvm::StringLiteral kLoss = "loss";
