@@ -191,39 +191,33 @@ static void printSameTypeAs(OpAsmPrinter &printer, Operation *, Type paramType,
   printer << paramType;
 }
 
-/// Hyperparameters given at run time: `runtime(beta1 = %b1, eps = %e)`, each
-/// an f64 operand; nothing when there are none.
+/// Hyperparameters given at run time, inside `runtime(...)`: `beta1 = %b1,
+/// eps = %e`, each an f64 operand.
 static ParseResult parseRuntimeHyperparameters(
     OpAsmParser &parser,
     SmallVectorImpl<OpAsmParser::UnresolvedOperand> &values, ArrayAttr &names) {
   SmallVector<Attribute> keys;
-  if (succeeded(parser.parseOptionalKeyword("runtime"))) {
-    auto parseOne = [&]() -> ParseResult {
-      std::string key;
-      if (parser.parseKeywordOrString(&key) || parser.parseEqual() ||
-          parser.parseOperand(values.emplace_back()))
-        return failure();
-      keys.push_back(parser.getBuilder().getStringAttr(key));
-      return success();
-    };
-    if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Paren, parseOne))
+  auto parseOne = [&]() -> ParseResult {
+    std::string key;
+    if (parser.parseKeywordOrString(&key) || parser.parseEqual() ||
+        parser.parseOperand(values.emplace_back()))
       return failure();
-  }
+    keys.push_back(parser.getBuilder().getStringAttr(key));
+    return success();
+  };
+  if (parser.parseCommaSeparatedList(parseOne))
+    return failure();
   names = parser.getBuilder().getArrayAttr(keys);
   return success();
 }
 
 static void printRuntimeHyperparameters(OpAsmPrinter &printer, Operation *,
                                         OperandRange values, ArrayAttr names) {
-  if (values.empty())
-    return;
-  printer << "runtime(";
   llvm::interleaveComma(llvm::zip(names, values), printer, [&](auto pair) {
     printer.printKeywordOrString(
         cast<StringAttr>(std::get<0>(pair)).getValue());
     printer << " = " << std::get<1>(pair);
   });
-  printer << ")";
 }
 
 /// The gradient's type, which the optional error-feedback state shares.

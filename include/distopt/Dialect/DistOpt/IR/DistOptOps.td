@@ -649,8 +649,8 @@ class DistOpt_OptimizerOp<string mnemonic, dag hyperparameters>
                       Variadic<DistOpt_FloatTensor>:$new_state);
   let assemblyFormat = [{
     $param `,` $grad (`state` `(` $state^ `)`)? `lr` `(` $lr `)` `step` `(` $step `)`
-    custom<RuntimeHyperparameters>($runtime_hyperparameters,
-                                   $runtime_hyperparameter_names)
+    (`runtime` `(` custom<RuntimeHyperparameters>($runtime_hyperparameters,
+                                                  $runtime_hyperparameter_names)^ `)`)?
     attr-dict `:` custom<SameTypeAs>(type($param), ref($state), type($grad), type($state))
     `,` type($lr)
   }];
