@@ -17,6 +17,11 @@ with DDP's gradient_as_bucket_view), so backward writes each gradient where
 the step reads it and the update lands in the model with no copy. The step
 averages the gradients over the ranks (there is no DDP wrapper) and
 broadcasts rank 0's initial parameters at construction, as DDP does.
+
+It takes what torch.optim takes (parameters, (name, parameter) pairs, or
+groups of them with their own hyperparameters), and every hyperparameter
+torch lets a program or a scheduler change is a runtime value of the
+compiled step, read from param_groups at every step().
 """
 
 import torch
@@ -28,9 +33,23 @@ from .step import Session, Step
 _SPEC_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",
                 torch.float16: "f16"}
 
-
 _TORCH_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW",
                      "rmsprop": "RMSprop", "adagrad": "Adagrad"}
+
+# What the compiled step takes at run time, by torch's group keys ("betas"
+# is two values), and what decides its structure: the state tensors it
+# keeps and the terms it computes, compiled in.
+_RUNTIME_KEYS = {
+    "sgd": ("lr", "momentum", "dampening", "weight_decay"),
+    "adam": ("lr", "betas", "eps", "weight_decay"),
+    "adamw": ("lr", "betas", "eps", "weight_decay"),
+    "rmsprop": ("lr", "alpha", "eps", "weight_decay", "momentum"),
+    "adagrad": ("lr", "lr_decay", "weight_decay", "eps",
+                "initial_accumulator_value"),
+}
+_STRUCTURAL_KEYS = ("nesterov", "amsgrad", "centered", "maximize")
+# How torch runs an update, not what it computes.
+_EXECUTION_KEYS = ("foreach", "fused", "capturable", "differentiable")
 
 
 def _torch_defaults(recipe):
@@ -39,11 +58,15 @@ def _torch_defaults(recipe):
     state_dict() loads into it."""
     kind = recipe["type"]
     if kind not in _TORCH_OPTIMIZERS:
-        raise ValueError(f"unknown optimizer type '{kind}'")
+        raise ValueError(f"unknown optimizer type '{kind}' (expected one of "
+                         f"{', '.join(_TORCH_OPTIMIZERS)})")
     kwargs = {k: tuple(v) if k == "betas" else v
               for k, v in recipe.items() if k != "type"}
     cls = getattr(torch.optim, _TORCH_OPTIMIZERS[kind])
-    return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+    try:
+        return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+    except TypeError as e:  # an unknown keyword: torch names it
+        raise ValueError(f"the recipe: {e}") from None
 
 
 def _default_comm():
@@ -54,14 +77,130 @@ def _default_comm():
     return MPI.COMM_WORLD
 
 
+def _glob_literal(name):
+    """`name` as a spec glob pattern that matches only itself."""
+    return "".join("\\" + c if c in "\\*?[]{}" else c for c in name)
+
+
+def _structure(kind, group):
+    """What of a group's hyperparameters the compiled step is built on, as
+    {key: what it is}: the flags, and whether there is a momentum buffer."""
+    out = {k: bool(group.get(k, False)) for k in _STRUCTURAL_KEYS}
+    if kind == "sgd":
+        out["momentum"] = "0" if group["momentum"] == 0 else "non-zero"
+    if kind == "rmsprop":
+        out["momentum"] = "positive" if group["momentum"] > 0 else "0"
+    return out
+
+
+def _check_value(where, key, value):
+    """torch.optim's constructor rules, for a value set at any step: a
+    value the step cannot honour is an error naming it."""
+    if isinstance(value, torch.Tensor):
+        raise DistoptError(f"{where}: '{key}' is a tensor; the step takes "
+                           "a float")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise DistoptError(f"{where}: '{key}' is {value!r}, not a "
+                           "number") from None
+    if x != x or abs(x) == float("inf"):
+        raise DistoptError(f"{where}: '{key}' is {x}; it must be finite")
+    if key in ("beta1", "beta2") and not 0.0 <= x < 1.0:
+        raise DistoptError(f"{where}: '{key}' is {x}; it must be in [0, 1)")
+    if key != "dampening" and x < 0:
+        raise DistoptError(f"{where}: '{key}' is {x}; it must be "
+                           "non-negative")
+    return x
+
+
+def _runtime_values(kind, group):
+    """The group's runtime hyperparameters by the step's keys."""
+    out = {}
+    for key in _RUNTIME_KEYS[kind]:
+        if key == "betas":
+            betas = tuple(group["betas"])
+            if len(betas) != 2:
+                raise DistoptError(f"'betas' is {group['betas']!r}; it "
+                                   "must be a pair")
+            out["beta1"], out["beta2"] = betas
+        else:
+            out[key] = group[key]
+    return out
+
+
+def _named_groups(params):
+    """torch.optim's `params` as groups of (name, parameter): an iterable of
+    parameters, of (name, parameter) pairs, or of group dicts whose
+    "params" are either. Unnamed parameters are named by position."""
+    if isinstance(params, torch.Tensor):
+        raise TypeError("params must be an iterable of parameters, (name, "
+                        "parameter) pairs or group dicts, not a tensor")
+    entries = list(params)
+    if not entries:
+        raise ValueError("DistributedOptimizer got an empty parameter list")
+    if isinstance(entries[0], dict):
+        raw = [dict(g) for g in entries]
+        for i, g in enumerate(raw):
+            if not isinstance(g, dict) or "params" not in g:
+                raise TypeError(f"param_groups[{i}] is not a dict with "
+                                "'params'")
+            g["params"] = ([g["params"]] if isinstance(
+                g["params"], torch.Tensor) else list(g["params"]))
+    else:
+        raw = [{"params": entries}]
+    groups, seen = [], set()
+    for i, g in enumerate(raw):
+        named = []
+        for entry in g["params"]:
+            if isinstance(entry, (tuple, list)) and len(entry) == 2 and \
+                    isinstance(entry[0], str):
+                name, p = entry
+            elif isinstance(entry, torch.Tensor):
+                name, p = None, entry
+            else:
+                raise TypeError(f"param_groups[{i}]: {type(entry).__name__}"
+                                " is neither a parameter nor a (name, "
+                                "parameter) pair")
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"param_groups[{i}]: '{name}' is a "
+                                f"{type(p).__name__}, not a tensor")
+            if id(p) in seen:
+                raise ValueError(f"param_groups[{i}]: a parameter"
+                                 f"{' ' + repr(name) if name else ''} is "
+                                 "in more than one group")
+            seen.add(id(p))
+            if p.requires_grad:
+                named.append([name, p])
+        if not named:
+            raise ValueError(f"param_groups[{i}] has no parameter that "
+                             "requires a gradient")
+        groups.append((named, {k: v for k, v in g.items() if k != "params"}))
+    taken = {n for named, _ in groups for n, _ in named if n}
+    if len(taken) != sum(1 for named, _ in groups for n, _ in named if n):
+        raise ValueError("two parameters have the same name")
+    k = 0
+    for named, _ in groups:
+        for entry in named:
+            while entry[0] is None:
+                candidate = f"param{k}"
+                k += 1
+                if candidate not in taken:
+                    entry[0] = candidate
+    return [([tuple(e) for e in named], extra) for named, extra in groups]
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """A data-parallel optimizer step compiled by distopt.
 
-    named_parameters: the model's (name, parameter) pairs, in model order
-      (parameters that do not require a gradient are left out).
-    recipe: the spec's optimizer (docs/param-spec.md): {"type": "sgd" |
-      "adam" | "adamw" | "rmsprop" | "adagrad", "lr": ..., and torch.optim's
-      keyword names}.
+    params: what torch.optim takes: parameters (model.parameters()),
+      (name, parameter) pairs (model.named_parameters(): names in
+      checkpoints), or a list of group dicts {"params": [...], <the
+      group's hyperparameters>}. Parameters that do not require a gradient
+      are left out.
+    recipe: the optimizer and its defaults (docs/param-spec.md): {"type":
+      "sgd" | "adam" | "adamw" | "rmsprop" | "adagrad", "lr": ..., and
+      torch.optim's keyword names}.
     pipeline: distopt-pipeline's options ("zero-stage=2",
       "powersgd-rank=4", "bucket-cap-mb=25", ...).
     comm: an mpi4py communicator (default: COMM_WORLD where mpi4py is
@@ -72,8 +211,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
     cache: the directory of compiled steps; seed: PowerSGD's draws;
     threads: threads of the step's parallel loops (Session's threads).
 
-    torch.optim.lr_scheduler works: param_groups[0]["lr"] is the rate of
-    the next step. One parameter group.
+    Each group's hyperparameters (lr, betas, momentum, dampening,
+    weight_decay, eps, alpha, lr_decay, initial_accumulator_value) are
+    read from param_groups at every step(), so torch.optim.lr_scheduler
+    (OneCycleLR's momentum cycling included) and a loop's own changes take
+    effect in that step. What decides the compiled step's structure
+    (nesterov, amsgrad, centered, maximize, a momentum of 0 or not) cannot
+    change: step() raises an error naming it. add_param_group after
+    construction is refused (pass every group to the constructor).
 
     Under zero-stage=3 the step keeps each rank's shard of the parameters;
     the model's parameters are then tensors of their own, gathered after
@@ -82,18 +227,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
     the parameters'.
     """
 
-    def __init__(self, named_parameters, recipe, pipeline="", comm=None,
+    def __init__(self, params, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
                  cache=None, seed=None, threads=None):
-        named = [(n, p) for n, p in named_parameters if p.requires_grad]
-        if not named:
-            raise ValueError("DistributedOptimizer got no parameters that "
-                             "require a gradient")
-        if "type" not in recipe:
+        if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (sgd, adam, adamw, "
                              "rmsprop, adagrad)")
+        defaults = _torch_defaults(recipe)
+        self.kind = recipe["type"]
+        groups = _named_groups(params)
         self.comm = comm if comm is not None else _default_comm()
         world = self.comm.Get_size() if self.comm is not None else 1
+        named = [entry for members, _ in groups for entry in members]
         parameters = []
         for name, p in named:
             if p.dtype not in _SPEC_DTYPES:
@@ -106,13 +251,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                "dtype": _SPEC_DTYPES[p.dtype]})
         self.spec = {"model": model, "world_size": world,
                      "main_params": bool(main_params),
-                     "optimizer": dict(recipe), "parameters": parameters}
+                     "runtime_hyperparameters": True,
+                     "optimizer": dict(recipe), "parameters": parameters,
+                     "param_groups": [
+                         self._spec_group(i, members, extra, defaults)
+                         for i, (members, extra) in enumerate(groups)]}
         self.library = compile(self.spec, pipeline=pipeline, target=target,
                                cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
         self.session = Session(self.compiled, comm=self.comm, timeout=timeout,
-                               lr=recipe.get("lr"), seed=seed,
-                               threads=threads)
+                               seed=seed, threads=threads)
         self._named = named
         self._param_views = []
         self._grad_views = []
@@ -120,9 +268,33 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, p in named:
                 self._adopt(name, p)
-        super().__init__([p for _, p in named], _torch_defaults(recipe))
-        self.session.lr = self.param_groups[0]["lr"]
+        self._constructed = False
+        super().__init__([dict(extra, params=[p for _, p in members])
+                          for members, extra in groups], defaults)
+        self._constructed = True
+        self._structure = [_structure(self.kind, g) for g in self.param_groups]
+        self._members = [list(g["params"]) for g in self.param_groups]
+        self._pushed = {}
+        self._push_hyperparameters()
         self.scalars = {}
+
+    def _spec_group(self, index, members, extra, defaults):
+        """A torch group as the spec's: its parameters by exact name and
+        every hyperparameter it sets (the structural ones included)."""
+        group = {"params": [_glob_literal(name) for name, _ in members]}
+        for key, value in extra.items():
+            if key in _EXECUTION_KEYS or key not in defaults:
+                continue  # how torch runs it, or a key of the program's
+            group[key] = list(value) if key == "betas" else value
+        return group
+
+    def add_param_group(self, param_group):
+        if getattr(self, "_constructed", True):
+            raise DistoptError(
+                "DistributedOptimizer compiles its parameter groups into "
+                "the step: add_param_group after construction is not "
+                "supported; pass every group to the constructor")
+        super().add_param_group(param_group)
 
     def _adopt(self, name, p):
         info = self.compiled.tensor(name, "param")
@@ -153,12 +325,61 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._param_views.append(view)
         self._grad_views.append(grad)
 
+    # --- hyperparameters ---------------------------------------------------
+
+    def _push_hyperparameters(self):
+        """Every group's runtime hyperparameters into the session (those
+        that changed), after checking what the step cannot change."""
+        for i, group in enumerate(self.param_groups):
+            where = f"param_groups[{i}]"
+            if [id(p) for p in group["params"]] != \
+                    [id(p) for p in self._members[i]]:
+                raise DistoptError(
+                    f"{where}['params'] changed; the step was compiled "
+                    "for the parameters given to the constructor")
+            self._check_structure(i, group, DistoptError, where)
+            for key, value in _runtime_values(self.kind, group).items():
+                value = _check_value(where, key, value)
+                if self._pushed.get((i, key)) != value:
+                    self.session.set_hyperparameter(f"group{i}.{key}", value)
+                    self._pushed[(i, key)] = value
+
+    def _check_structure(self, index, group, error, where):
+        """What the step was compiled on must not change: `error` naming
+        the key."""
+        now = _structure(self.kind, group)
+        for key, compiled in self._structure[index].items():
+            if now[key] != compiled:
+                raise error(
+                    f"{where}: '{key}' is {now[key]} (was {compiled}), but "
+                    "the step was compiled for the latter: it decides the "
+                    "state the step keeps and the terms it computes; "
+                    "construct DistributedOptimizer with the value you "
+                    "need")
+
+    def _pull_hyperparameters(self):
+        """The session's hyperparameters (restored from a checkpoint) into
+        param_groups."""
+        values = self.session.hyperparameters
+        for i, group in enumerate(self.param_groups):
+            got = {key.split(".", 1)[1]: v for key, v in values.items()
+                   if key.startswith(f"group{i}.")}
+            for key in _RUNTIME_KEYS[self.kind]:
+                if key == "betas":
+                    group["betas"] = (got["beta1"], got["beta2"])
+                else:
+                    group[key] = got[key]
+            self._pushed.update({(i, k): v for k, v in got.items()})
+
+    # --- the step ------------------------------------------------------------
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._push_hyperparameters()
         # ZeRO-3: an in-place edit of a gathered parameter since the last
         # step (under no_grad, which bumps its version) goes to the shards.
         for entry in self._gathered:
@@ -176,9 +397,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             elif p.grad.data_ptr() != grad.data_ptr():
                 grad.copy_(p.grad)
                 p.grad = grad
-        lr = self.param_groups[0]["lr"]
-        if lr != self.session.lr:
-            self.session.lr = lr
         self.scalars = self.session.run()
         self._gather()
         return loss
@@ -191,7 +409,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in place: they stay views of the step's
-        buffers (set_to_none is ignored for that reason)."""
+        buffers (with set_to_none, a gradient the next backward does not
+        write is a zero gradient at step(), not a skipped parameter)."""
         for (_, p), grad in zip(self._named, self._grad_views):
             grad.zero_()
             p.grad = grad
@@ -206,54 +425,56 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """torch.optim's format: {"state": {index: {"step", "exp_avg",
-        ...}}, "param_groups": [...]}. Collective under ZeRO (the shards
-        are gathered). Per-rank state (PowerSGD's error feedback) is in
+        ...}}, "param_groups": [...]} with every group's live
+        hyperparameters. Collective under ZeRO (the shards are gathered).
+        Per-rank state (PowerSGD's error feedback) is in
         save_checkpoint's file only."""
         steps = self.session.steps_done
-        kind = self.spec["optimizer"]["type"]
         state = {}
         if steps > 0:
             for index, (name, _) in enumerate(self._named):
                 entry = {}
-                if kind != "sgd":
+                if self.kind != "sgd":
                     entry["step"] = torch.tensor(float(steps))
                 for key in self._state_keys(name):
                     entry[key] = self.session.read(f"{name}.{key}", "state",
                                                    like="torch")
                 state[index] = entry
-        group = {k: v for k, v in self.param_groups[0].items()
-                 if k != "params"}
-        group["params"] = list(range(len(self._named)))
-        return {"state": state, "param_groups": [group]}
+        groups, index = [], 0
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            packed["params"] = list(range(index, index + len(group["params"])))
+            index += len(group["params"])
+            groups.append(packed)
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
         """Loads torch.optim's format (from this optimizer or from the
-        torch.optim optimizer of the same recipe over the same parameters).
+        torch.optim optimizer of the same recipe and groups over the same
+        parameters): the state, the step and every group's hyperparameters.
         Collective: every rank loads the same dict."""
         groups = state_dict["param_groups"]
-        if len(groups) != 1 or len(groups[0]["params"]) != len(self._named):
+        ours = [len(g["params"]) for g in self.param_groups]
+        theirs = [len(g["params"]) for g in groups]
+        if ours != theirs:
             raise ValueError(
                 f"the state dict has {len(groups)} parameter groups of "
-                f"{[len(g['params']) for g in groups]} parameters; this "
-                f"optimizer has 1 group of {len(self._named)}")
-        # The learning rate is the step's input; the other hyperparameters
-        # are compiled into it.
-        for key, value in groups[0].items():
-            ours = self.param_groups[0].get(key)
-            if key in ("params", "lr", "foreach", "fused", "capturable",
-                       "differentiable") or key not in self.param_groups[0]:
-                continue  # the rate, or how torch runs, not what it computes
-            if ours != value and not (isinstance(ours, (tuple, list)) and
-                                      tuple(ours) == tuple(value)):
-                raise ValueError(
-                    f"the state dict's '{key}' is {value!r}; this step was "
-                    f"compiled with {ours!r} (compile one with that "
-                    "recipe)")
-        self.param_groups[0]["lr"] = groups[0]["lr"]
+                f"{theirs} parameters; this optimizer has {len(ours)} of "
+                f"{ours}")
+        merged = []
+        for i, (group, loaded) in enumerate(zip(self.param_groups, groups)):
+            merged.append(dict(group))
+            for key, value in loaded.items():
+                if key != "params" and key in self.defaults:
+                    merged[i][key] = tuple(value) if key == "betas" else value
+            self._check_structure(i, merged[i], ValueError,
+                                  f"the state dict's param_groups[{i}]")
+        for group, values in zip(self.param_groups, merged):
+            group.update({k: v for k, v in values.items() if k != "params"})
         steps = None
+        order = [index for g in groups for index in g["params"]]
         for position, (name, p) in enumerate(self._named):
-            index = groups[0]["params"][position]
-            entry = state_dict["state"].get(index)
+            entry = state_dict["state"].get(order[position])
             if entry is None:
                 continue
             known = set(self._state_keys(name))
@@ -278,19 +499,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
         elif state_dict["state"]:
             # SGD keeps no step; its momentum exists only after step 1.
             self.session.steps_done = max(self.session.steps_done, 1)
-        self.session.lr = self.param_groups[0]["lr"]
+        self._push_hyperparameters()
 
     # --- distopt's checkpoints ---------------------------------------------
 
     def save_checkpoint(self, path):
-        """Parameters and all optimizer state, sharded or not, in distopt's
+        """Parameters, all optimizer state (sharded or not), the step count
+        and every group's hyperparameters as they are now, in distopt's
         format (docs/checkpoint.md); collective, rank 0 writes."""
+        self._push_hyperparameters()
         self.session.save(path)
 
     def load_checkpoint(self, path):
         """Loads a checkpoint saved at any world size into the model's
-        parameters and the optimizer; returns that world size."""
+        parameters, the optimizer and param_groups' hyperparameters;
+        returns that world size."""
         saved = self.session.load(path)
         self._gather()
-        self.param_groups[0]["lr"] = self.session.lr
+        self._pull_hyperparameters()
         return saved

@@ -1,0 +1,290 @@
+"""distopt.torch.DistributedOptimizer against DDP (gloo) + torch.optim on the
+idioms of ordinary training loops (test/Integration/torch-ddp-parity.test).
+Run under mpirun; usage: torch_ddp_parity.py BUILD_PYTHON_DIR CACHE_DIR.
+
+Each loop trains the same model from the same weights on the same batches
+(each rank its share) twice: under DDP with a torch.optim optimizer, and
+with DistributedOptimizer; 24 steps; tensors of up to 3,072 elements. The
+parameters must agree within 1e-6 of each tensor's magnitude (f32 rounding
+of the summation order at 3 ranks; at 1 and 2 ranks the sums are exact and
+the runs agree bit for bit):
+
+- parameter groups as torch takes them (a list of group dicts over
+  model.parameters(), no decay on biases and norms, a rate of their own),
+  a LambdaLR per group, and the loop changing weight_decay part way;
+- OneCycleLR cycling AdamW's beta1 under ZeRO-2, and SGD's momentum
+  under ZeRO-1; ReduceLROnPlateau on RMSprop;
+- resuming from save_checkpoint with a decayed rate equals the unbroken
+  run bit for bit;
+- state_dict with two groups into torch.optim and on;
+- what the step cannot do is refused by name: a momentum a scheduler
+  turns on where none was compiled, add_param_group, a parameter in two
+  groups, toggling nesterov.
+"""
+
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, sys.argv[1])
+CACHE = sys.argv[2]
+
+from distopt import DistoptError  # noqa: E402
+from distopt.torch import DistributedOptimizer  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+checks = failures = 0
+STEPS = 24
+TOLERANCE = 1e-6 if size > 2 else 0.0
+
+
+def check(cond, what):
+    global checks, failures
+    checks += 1
+    if not cond:
+        failures += 1
+        print(f"rank {rank}: FAILED: {what}", flush=True)
+
+
+def rendezvous():
+    path = comm.bcast(tempfile.mktemp(prefix="distopt-parity-")
+                      if rank == 0 else None)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
+                            world_size=size)
+    return path
+
+
+def net():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 48),
+        torch.nn.LayerNorm(48), torch.nn.Linear(48, 10))
+
+
+def batch(step):
+    """This rank's share of global batch `step`."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(6 * size, 32, generator=g)
+    y = torch.randn(6 * size, 10, generator=g)
+    return x[rank::size], y[rank::size]
+
+
+def loss_of(model, step):
+    x, y = batch(step)
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def groups_of(model):
+    """The usual recipe's two groups: decay on weights, none on biases and
+    the norm, which also take a rate of their own."""
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        (plain if name.endswith("bias") or name.startswith("3.") else
+         decay).append(p)
+    return [{"params": decay}, {"params": plain, "weight_decay": 0.0,
+                                "lr": 2e-3}]
+
+
+def relative(a, b):
+    worst = 0.0
+    for x, y in zip(a.parameters(), b.parameters()):
+        scale = max(y.detach().abs().max().item(), 1e-12)
+        worst = max(worst, (x.detach() - y.detach()).abs().max().item() /
+                    scale)
+    return worst
+
+
+def train(make_opt, make_sched=None, pipeline="", steps=STEPS, loop=None,
+          distopt_model=None, start=0):
+    """The loop under DDP + torch.optim and under DistributedOptimizer;
+    returns (distopt model, its optimizer, reference model, worst
+    relative difference)."""
+    reference = net()
+    ddp = torch.nn.parallel.DistributedDataParallel(reference)
+    theirs = make_opt(torch.optim, reference)
+    ours_model = distopt_model or net()
+    ours = make_opt(None, ours_model, pipeline)
+    schedulers = [make_sched(o) if make_sched else None for o in (theirs,
+                                                                 ours)]
+    for step in range(start, steps):
+        for model, opt, sched in ((ddp, theirs, schedulers[0]),
+                                  (ours_model, ours, schedulers[1])):
+            opt.zero_grad()
+            loss = loss_of(model, step)
+            loss.backward()
+            if loop:
+                loop(opt, step)
+            opt.step()
+            if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                # On the mean loss over the ranks: every rank decides alike.
+                sched.step(comm.allreduce(loss.item()) / size)
+            elif sched is not None:
+                sched.step()
+    return ours_model, ours, reference, relative(ours_model, reference)
+
+
+def adamw(kind, model, pipeline=""):
+    if kind is torch.optim:
+        return torch.optim.AdamW(groups_of(model), lr=1e-3, weight_decay=0.1)
+    return DistributedOptimizer(groups_of(model), {"type": "adamw",
+                                                   "lr": 1e-3,
+                                                   "weight_decay": 0.1},
+                                pipeline=pipeline, comm=comm, cache=CACHE)
+
+
+def groups_and_lambdas():
+    def change_decay(opt, step):
+        if step == 12:
+            opt.param_groups[0]["weight_decay"] = 0.3
+
+    def lambdas(opt):
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, [lambda s: 1 / (1 + s), lambda s: 0.97 ** s])
+    for pipeline in ("", "zero-stage=2"):
+        *_, diff = train(adamw, lambdas, pipeline, loop=change_decay)
+        check(diff <= TOLERANCE, f"groups + LambdaLR per group + "
+              f"weight_decay set by the loop, '{pipeline}': {diff:.2e}")
+
+
+def one_cycle():
+    def cycle(opt):
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[4e-3, 8e-3],
+                                                   total_steps=STEPS)
+    *_, diff = train(adamw, cycle, "zero-stage=2")
+    check(diff <= TOLERANCE, f"OneCycleLR cycling AdamW's beta1: {diff:.2e}")
+
+    def sgd(kind, model, pipeline=""):
+        if kind is torch.optim:
+            return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        return DistributedOptimizer(model.parameters(), {
+            "type": "sgd", "lr": 0.05, "momentum": 0.9}, pipeline=pipeline,
+            comm=comm, cache=CACHE)
+
+    def sgd_cycle(opt):
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1,
+                                                   total_steps=STEPS)
+    _, opt, _, diff = train(sgd, sgd_cycle, "zero-stage=1")
+    check(diff <= TOLERANCE, f"OneCycleLR cycling SGD's momentum: {diff:.2e}")
+    # The last step ran at the cycle's end: max_momentum, not 0.9.
+    check(opt.session.hyperparameters["group0.momentum"] == 0.95,
+          "the step took the scheduler's momentum")
+
+
+def plateau():
+    def adam(kind, model, pipeline=""):
+        if kind is torch.optim:
+            return torch.optim.Adam(model.parameters(), lr=1e-3,
+                                    weight_decay=0.01)
+        return DistributedOptimizer(model.named_parameters(), {
+            "type": "adam", "lr": 1e-3, "weight_decay": 0.01}, comm=comm,
+            cache=CACHE)
+
+    def reduce(opt):
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0,
+                                                          factor=0.5)
+    _, opt, _, diff = train(adam, reduce)
+    check(diff <= TOLERANCE, f"ReduceLROnPlateau on Adam: {diff:.2e}")
+    check(opt.param_groups[0]["lr"] < 1e-3, "the plateau lowered the rate")
+
+
+def resume(tmp):
+    """A run broken at step 12 and resumed from its checkpoint (the decayed
+    rate included) equals the unbroken run bit for bit."""
+    def decayed(opt):
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
+    whole, _, _, _ = train(adamw, decayed, "zero-stage=2")
+    first, opt, _, _ = train(adamw, decayed, "zero-stage=2", steps=12)
+    opt.save_checkpoint(tmp)
+    rate = opt.param_groups[1]["lr"]
+    model = net()
+    fresh = adamw(None, model, "zero-stage=2")
+    sched = decayed(fresh)
+    fresh.load_checkpoint(tmp)
+    check(fresh.param_groups[1]["lr"] == rate,
+          f"load_checkpoint restores the rate reached: "
+          f"{fresh.param_groups[1]['lr']} (saved at {rate})")
+    sched.last_epoch = 12
+    for step in range(12, STEPS):
+        fresh.zero_grad()
+        loss_of(model, step).backward()
+        fresh.step()
+        sched.step()
+    check(relative(model, whole) == 0.0,
+          f"resumed run differs by {relative(model, whole):.2e}")
+
+
+def hand_over():
+    """state_dict with two groups into torch.optim, and on together."""
+    model, ours, _, _ = train(adamw, steps=8)
+    reference = net()
+    reference.load_state_dict(model.state_dict())
+    theirs = torch.optim.AdamW(groups_of(reference), lr=1e-3,
+                               weight_decay=0.1)
+    theirs.load_state_dict(ours.state_dict())
+    check(theirs.param_groups[1]["lr"] == 2e-3 and
+          theirs.param_groups[1]["weight_decay"] == 0.0,
+          "the groups' hyperparameters hand over")
+    ddp = torch.nn.parallel.DistributedDataParallel(reference)
+    for step in range(8, 16):
+        for m, opt in ((model, ours), (ddp, theirs)):
+            opt.zero_grad()
+            loss_of(m, step).backward()
+            opt.step()
+    diff = relative(model, reference)
+    check(diff <= TOLERANCE, f"after a hand-over to torch.optim: {diff:.2e}")
+
+
+def refusals():
+    def refused(what, words, action, error=DistoptError):
+        try:
+            action()
+            check(False, f"{what} was accepted")
+        except error as e:
+            check(all(w in str(e) for w in words), f"{what}: {e}")
+
+    model = net()
+    opt = DistributedOptimizer(model.parameters(), {"type": "sgd",
+                                                    "lr": 0.1},
+                               comm=comm, cache=CACHE)
+    torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=10)
+    loss_of(model, 0).backward()
+    refused("a momentum turned on by OneCycleLR", ["'momentum'", "0"],
+            opt.step)
+    refused("add_param_group", ["add_param_group"],
+            lambda: opt.add_param_group({"params": [torch.zeros(
+                3, requires_grad=True)]}))
+    shared = torch.nn.Parameter(torch.zeros(4))
+    refused("a parameter in two groups", ["more than one group"],
+            lambda: DistributedOptimizer(
+                [{"params": [shared]}, {"params": [shared]}],
+                {"type": "sgd", "lr": 0.1}, comm=comm, cache=CACHE),
+            ValueError)
+    opt = DistributedOptimizer(net().parameters(), {
+        "type": "sgd", "lr": 0.1, "momentum": 0.9}, comm=comm, cache=CACHE)
+    opt.param_groups[0]["nesterov"] = True
+    refused("toggling nesterov", ["'nesterov'"], opt.step)
+    opt.param_groups[0]["nesterov"] = False
+    opt.param_groups[0]["lr"] = float("nan")
+    refused("a NaN rate", ["param_groups[0]", "'lr'", "finite"], opt.step)
+
+
+path = rendezvous()
+try:
+    groups_and_lambdas()
+    one_cycle()
+    plateau()
+    resume(comm.bcast(f"{CACHE}/parity.ckpt" if rank == 0 else None))
+    hand_over()
+    refusals()
+finally:
+    dist.destroy_process_group()
+    if rank == 0 and os.path.exists(path):
+        os.remove(path)
+print(f"torch_ddp_parity: rank {rank}: {checks} checks, {failures} failed",
+      flush=True)
+sys.exit(1 if failures else 0)
