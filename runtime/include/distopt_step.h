@@ -245,7 +245,10 @@ DISTOPT_RT_API distopt_rt_status distopt_session_hyperparameter(
 /* Runs one step on every rank (collective): the step number is one more
  * than the steps done (1 for the first). Gradients must be in place
  * (backward wrote them into the gradient arguments); results go back into
- * the buffers of the arguments they update. */
+ * the buffers of the arguments they update. At a session's first step, a
+ * main parameter (fp32 copy of a bf16/f16 parameter) the program did not
+ * write (distopt_session_write_tensor, a view or bound memory, a
+ * checkpoint) starts as its parameter's value. */
 DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
 /* Gradient accumulation (a step compiled with grad_accumulation K): adds
  * this micro-batch's gradients (the gradient arguments) into the step's f32

@@ -331,6 +331,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   }
   session->data.assign(abi.args.size(), nullptr);
   session->owned.assign(abi.args.size(), false);
+  session->programWrote.assign(abi.args.size(), false);
   session->scalars.assign(abi.results.size(), NAN);
   session->scalarState.assign(abi.args.size(), 0);
   for (size_t i = 0; i < abi.args.size(); ++i) {
@@ -405,6 +406,7 @@ distopt_rt_comm *distopt_session_comm(const distopt_session *session) {
 void *distopt_session_arg_data(distopt_session *session, int64_t arg) {
   if (!session || arg < 0 || arg >= static_cast<int64_t>(session->data.size()))
     return nullptr;
+  session->programWrote[arg] = true; // it may write through the pointer
   return session->data[arg];
 }
 
@@ -447,6 +449,7 @@ distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
   }
   session->data[arg] = fresh;
   session->owned[arg] = data == nullptr;
+  session->programWrote[arg] = data != nullptr;
   return DISTOPT_RT_OK;
 }
 
@@ -491,6 +494,9 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
                           "an earlier step of this session failed part way; "
                           "create a new session (and load a checkpoint)");
   const step::Interface &abi = session->step->abi;
+  if (distopt_rt_status status = startMainParams(session);
+      status != DISTOPT_RT_OK)
+    return status;
   int64_t stepNumber = session->stepsDone + 1;
   size_t numArgs = abi.args.size();
   for (size_t i = 0; i < numArgs; ++i)

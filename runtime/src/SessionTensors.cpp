@@ -141,6 +141,56 @@ distopt_rt_status restore(distopt_session *s,
 
 } // namespace
 
+distopt_rt_status distopt::rt::startMainParams(distopt_session *s) {
+  if (s->mainParamsStarted)
+    return DISTOPT_RT_OK;
+  s->mainParamsStarted = true;
+  const std::vector<step::Value> &args = s->step->abi.args;
+  std::vector<char> scratch, converted;
+  for (const LogicalTensor &main : s->step->tensors) {
+    if (main.role != step::Role::MainParam || s->programWrote[main.arg])
+      continue;
+    const LogicalTensor *param = s->step->find("param", main.name);
+    if (!param)
+      continue; // a main parameter of its own: the program's to fill
+    const step::Value &from = args[param->arg];
+    const char *local = hostBytes(s, param->arg, scratch);
+    size_t in = param->dtype->bytes, out = main.dtype->bytes;
+    distopt_rt_status status = DISTOPT_RT_OK;
+    forEachLocalPart(
+        main, args[main.arg], s->rank,
+        [&](int64_t first, int64_t at, int64_t count) {
+          // The parameter's same elements, where this rank holds them: whole,
+          // or in a shard of the same layout (ZeRO-3).
+          const char *source = nullptr;
+          if (isWhole(*param, from))
+            source = local + (param->offset + first) * in;
+          else
+            forEachLocalPart(*param, from, s->rank,
+                             [&](int64_t pFirst, int64_t pAt, int64_t pCount) {
+                               if (pFirst <= first &&
+                                   first + count <= pFirst + pCount)
+                                 source = local + (pAt + first - pFirst) * in;
+                             });
+          if (!source) {
+            status = s->invalid("main parameter '" + main.name +
+                                "' cannot start from its parameter: this rank "
+                                "does not hold the elements it needs; write it "
+                                "(distopt_session_write_tensor) before the "
+                                "first step");
+            return;
+          }
+          converted.resize(count * out);
+          convert(source, rtType(param->dtype), converted.data(),
+                  rtType(main.dtype), count);
+          store(s, main.arg, at * out, converted.data(), count * out);
+        });
+    if (status != DISTOPT_RT_OK)
+      return status;
+  }
+  return DISTOPT_RT_OK;
+}
+
 extern "C" {
 
 int64_t distopt_step_num_tensors(const distopt_step *step) {
@@ -190,6 +240,7 @@ void *distopt_session_tensor_data(distopt_session *session, int64_t index) {
                      "distopt_session_read_tensor)");
     return nullptr;
   }
+  session->programWrote[t->arg] = true; // it may write through the view
   return static_cast<char *>(session->data[t->arg]) +
          t->offset * t->dtype->bytes;
 }
@@ -212,6 +263,7 @@ distopt_rt_status distopt_session_write_tensor(distopt_session *session,
                            static_cast<const char *>(data) + first * element,
                            count * element);
                    });
+  session->programWrote[t->arg] = true;
   return DISTOPT_RT_OK;
 }
 
@@ -390,6 +442,8 @@ distopt_rt_status distopt_session_load(distopt_session *session,
     return session->invalid(error);
   if (any)
     return session->invalid("another rank could not load " + std::string(path));
+  // A checkpoint holds the main parameters it resumes.
+  session->mainParamsStarted = true;
   if ((status = restore(session, *ckpt, path, true)) != DISTOPT_RT_OK)
     return status;
   session->stepsDone = ckpt->step;

@@ -128,6 +128,11 @@ struct distopt_session {
   bool broken = false;
   /// Gradient accumulation: (accumulator argument, gradient argument).
   std::vector<std::pair<size_t, size_t>> accumulators;
+  /// Per argument: the program wrote it, or took a view or bound memory it
+  /// may write through (main parameters it did not write start from their
+  /// parameters at the first step).
+  std::vector<bool> programWrote;
+  bool mainParamsStarted = false;
 
   /// Records `message` as the last error, naming this rank once (as the
   /// runtime's own messages do), and returns `status`.
@@ -149,6 +154,10 @@ namespace distopt::rt {
 /// Sets the learning rate of the next steps: the `lr` argument's, and every
 /// group's rate among the hyperparameters (`<group>.lr`).
 void setSessionRate(distopt_session *session, double lr);
+/// Before the first step: each main parameter the program did not write is
+/// its parameter's value in f32, as torch's fp32 main copy is made from
+/// the model (never zero). Local: every rank fills the parts it holds.
+distopt_rt_status startMainParams(distopt_session *session);
 } // namespace distopt::rt
 
 #endif // DISTOPT_RT_STEP_H

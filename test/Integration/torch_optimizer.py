@@ -9,6 +9,8 @@ every check. Usage: torch_optimizer.py BUILD_PYTHON_DIR CACHE_DIR
   parameters are gathered after every step);
 - an LR schedule (LambdaLR) drives the compiled step's rate;
 - save_checkpoint / load_checkpoint continue bit for bit;
+- bf16 parameters' fp32 main copies start from the parameters the program
+  wrote (Session API, every layout);
 - errors: a binding of the wrong dtype or shape names the argument, a
   float64 parameter is refused by name, a
   spec the importer rejects raises CompileError with its message.
@@ -301,6 +303,38 @@ def load_torch_state():
         check("'momentum'" in str(e), f"another momentum: {e}")
 
 
+def main_params_start():
+    """bf16 parameters with fp32 main parameters through the Session API:
+    a main parameter the program does not write starts from its parameter
+    at the first step, under every layout (it used to start at zero and
+    wipe the model)."""
+    spec = {"model": "mp", "world_size": size, "main_params": True,
+            "optimizer": {"type": "sgd", "lr": 0.5},
+            "parameters": [{"name": "w", "shape": [37, 11], "dtype": "bf16"},
+                           {"name": "b", "shape": [37], "dtype": "bf16"}]}
+    torch.manual_seed(3)
+    values = {"w": torch.randn(37, 11).bfloat16(),
+              "b": torch.randn(37).bfloat16()}
+    for pipeline in ("", "zero-stage=2", "zero-stage=3",
+                     "zero-stage=2 zero-strategy=greedy"):
+        step = distopt.Step(distopt.compile(spec, pipeline=pipeline,
+                                            comm=comm, cache=CACHE))
+        session = distopt.Session(step, comm=comm)
+        for name, value in values.items():
+            if pipeline == "":  # through a view, as a training loop does
+                session.tensor(name, like="torch").copy_(value)
+            else:
+                session.write(name, value)
+        session.run()  # zero gradients: nothing moves
+        for name, value in values.items():
+            check(torch.equal(session.read(name, like="torch"), value),
+                  f"'{pipeline}': {name} after a step with zero gradients")
+            check(torch.equal(session.read(name, "main_param", like="torch"),
+                              value.float()),
+                  f"'{pipeline}': main {name} starts from the parameter")
+        session.close()
+
+
 hand_over({"type": "adamw", "lr": 0.01, "betas": (0.9, 0.99),
            "weight_decay": 0.05}, "")
 hand_over({"type": "adamw", "lr": 0.01, "weight_decay": 0.05}, "zero-stage=2")
@@ -313,6 +347,7 @@ errors()
 lifetimes(comm.bcast(CACHE if rank == 0 else None))
 zero3_in_place_edit()
 load_torch_state()
+main_params_start()
 print(f"torch_optimizer: rank {rank}: {checks} checks, {failures} failed",
       flush=True)
 sys.exit(1 if failures else 0)
