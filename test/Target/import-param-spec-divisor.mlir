@@ -11,6 +11,13 @@
 // RUN: distopt-translate --import-param-spec %t.2049.json | FileCheck %s --check-prefix=W2049
 // RUN: distopt-translate --import-param-spec %t.1048576.json | FileCheck %s --check-prefix=W2P20
 // RUN: distopt-translate --import-param-spec %S/Inputs/accumulation-divisor.json | FileCheck %s --check-prefix=ACCUM
+// The pipeline folds each of these divisions into the reduction as the
+// average (f16's split against overflow at 2^20), none as a premul_sum of
+// an inexact 1/N.
+// RUN: distopt-translate --import-param-spec %t.257.json | distopt-opt --distopt-pipeline=overlap=false | FileCheck %s --check-prefix=FUSED257
+// RUN: distopt-translate --import-param-spec %t.2049.json | distopt-opt --distopt-pipeline=overlap=false | FileCheck %s --check-prefix=FUSED2049
+// RUN: distopt-translate --import-param-spec %t.1048576.json | distopt-opt --distopt-pipeline=overlap=false | FileCheck %s --check-prefix=FUSED2P20
+// RUN: distopt-translate --import-param-spec %S/Inputs/accumulation-divisor.json | distopt-opt --distopt-pipeline=overlap=false | FileCheck %s --check-prefix=FUSEDACCUM
 
 // W257-LABEL: func.func @step
 // W257-SAME: %[[GB:[^:]*]]: tensor<4xbf16> {distopt.name = "b", distopt.role = "grad"}
@@ -72,3 +79,32 @@
 // ACCUM-NEXT: %[[K:.*]] = arith.constant dense<0x4170000010000000> : tensor<4xf64>
 // ACCUM-NEXT: %[[QB:.*]] = arith.divf %[[EB]], %[[K]] : tensor<4xf64>
 // ACCUM-NEXT: arith.truncf %[[QB]] : tensor<4xf64> to tensor<4xf32>
+
+// FUSED257-LABEL: func.func @step
+// FUSED257: distopt.all_reduce avg %{{.*}} on @world : tensor<4xbf16>
+// FUSED257-NEXT: distopt.all_reduce avg %{{.*}} on @world : tensor<4xf16>
+// FUSED257-NEXT: distopt.all_reduce avg %{{.*}} on @world : tensor<4xf32>
+// FUSED257-NOT: arith.divf
+// FUSED257-NOT: premul_sum
+
+// FUSED2049-LABEL: func.func @step
+// FUSED2049: distopt.all_reduce avg %{{.*}} on @world : tensor<4xbf16>
+// FUSED2049-NEXT: distopt.all_reduce avg %{{.*}} on @world : tensor<4xf16>
+// FUSED2049-NEXT: distopt.all_reduce avg %{{.*}} on @world : tensor<4xf32>
+// FUSED2049-NOT: arith.divf
+
+// 2^20 = 1024 x 1024: the f16 sum is pre-divided by 1024, then divided by
+// 1024 in f16.
+// FUSED2P20-LABEL: func.func @step
+// FUSED2P20: distopt.all_reduce avg %{{.*}} on @world : tensor<4xbf16>
+// FUSED2P20-NEXT: %[[H:.*]] = distopt.all_reduce premul_sum(9.765625E-4) %{{.*}} on @world : tensor<4xf16>
+// FUSED2P20-NEXT: %[[N:.*]] = arith.constant dense<1.024000e+03> : tensor<4xf16>
+// FUSED2P20-NEXT: arith.divf %[[H]], %[[N]] : tensor<4xf16>
+// FUSED2P20-NEXT: distopt.all_reduce avg %{{.*}} on @world : tensor<4xf32>
+
+// FUSEDACCUM-LABEL: func.func @step
+// FUSEDACCUM: %[[K:.*]] = arith.constant dense<0x4170000010000000> : tensor<4xf64>
+// FUSEDACCUM: %[[A:.*]] = distopt.all_reduce avg %{{.*}} on @world : tensor<4xf32>
+// FUSEDACCUM-NEXT: %[[E:.*]] = arith.extf %[[A]] : tensor<4xf32> to tensor<4xf64>
+// FUSEDACCUM-NEXT: %[[Q:.*]] = arith.divf %[[E]], %[[K]] : tensor<4xf64>
+// FUSEDACCUM-NEXT: arith.truncf %[[Q]] : tensor<4xf64> to tensor<4xf32>
