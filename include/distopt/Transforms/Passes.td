@@ -299,8 +299,11 @@ def WidenReductionsPass
     ```
 
     An f16 average that `--distopt-fuse-div-into-allreduce` split to keep
-    the sum from overflowing (`premul_sum(1/a)`, then a division by `b`)
-    becomes one `avg` again: the wide sum cannot overflow. Left as they
+    the sum from overflowing (`premul_sum(1/a)`, then a division by `b`,
+    in f16 or in f32) becomes one `avg` again: the wide sum cannot
+    overflow. Another `premul_sum(s)` followed by a division by `c` becomes
+    `premul_sum(s / c)` only where that factor is exact in `dtype`; else
+    the division stays. Left as they
     are: `max`/`min` (exact in any precision), integer data, and
     collectives with a `wire` type (a choice of bytes on the wire, warned
     about). Run it after `--distopt-fuse-div-into-allreduce` and before the
