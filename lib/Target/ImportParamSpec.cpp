@@ -16,6 +16,7 @@
 #include "distopt/Target/ParamSpec.h"
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Support/JSON.h"
 #include "distopt/Support/Limits.h"
@@ -274,24 +275,19 @@ OwningOpRef<ModuleOp> SpecReader::build() {
                                     body->getArgument(accumArg[i]), wide);
     }
     auto gradType = cast<RankedTensorType>(local.getType());
-    auto splat = [&](double value) {
-      return arith::ConstantOp::create(
-          builder, paramLoc,
-          DenseElementsAttr::get(
-              gradType,
-              builder.getFloatAttr(gradType.getElementType(), value)));
-    };
     Value sum = AllReduceOp::create(
         builder, paramLoc, gradType, local, groupRef,
         /*wire_type=*/nullptr,
         ReductionKindAttr::get(context, ReductionKind::Sum), /*scale=*/nullptr);
-    reduced[i] = arith::DivFOp::create(builder, paramLoc, sum,
-                                       splat(static_cast<double>(worldSize)));
-    // The mean over the micro-batches too.
+    // Divided by the world size in a type that holds it exactly (bf16
+    // rounds 257 to 256: a bf16 gradient on more than 256 ranks is divided
+    // in f32 and rounded once), then by the micro-batches (in f64 beyond
+    // 2^24).
+    reduced[i] =
+        createDivision(builder, paramLoc, sum, static_cast<double>(worldSize));
     if (accumulation > 1)
-      reduced[i] =
-          arith::DivFOp::create(builder, paramLoc, reduced[i],
-                                splat(static_cast<double>(accumulation)));
+      reduced[i] = createDivision(builder, paramLoc, reduced[i],
+                                  static_cast<double>(accumulation));
   }
 
   // Loss scaling: an overflow in any rank's gradient reaches every rank

@@ -9,6 +9,7 @@
 #include "MeshGroups.h"
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 #include "distopt/Support/Limits.h"
 #include "distopt/Transforms/Passes.h"
 
@@ -92,12 +93,10 @@ void splitAllReduce(AllReduceOp op, const NodeGroups &groups, int64_t world,
                               wire, kindAttr(stages.first), op.getScaleAttr());
   chunk = AllReduceOp::create(rewriter, loc, chunk, groups.inter, wire,
                               kindAttr(stages.second), FloatAttr());
-  if (stages.divide) {
-    auto divisor = DenseElementsAttr::get(
-        chunkType, rewriter.getFloatAttr(element, static_cast<double>(world)));
-    Value size = arith::ConstantOp::create(rewriter, loc, divisor);
-    chunk = arith::DivFOp::create(rewriter, loc, chunk, size);
-  }
+  // The world size is exact in the type the division is done in (f32 for
+  // a bf16 chunk on more than 256 ranks).
+  if (stages.divide)
+    chunk = createDivision(rewriter, loc, chunk, static_cast<double>(world));
   auto paddedType = RankedTensorType::get({padded}, element);
   Value result =
       AllGatherOp::create(rewriter, loc, paddedType, chunk, groups.intra, wire);

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Transforms/Bucketing.h"
 #include "distopt/Transforms/Passes.h"
@@ -72,7 +73,9 @@ struct StepReport {
 /// (hybrid sharding, the hierarchical all-reduce).
 CollectiveOpInterface reductionYielding(Value value) {
   Operation *def = value.getDefiningOp();
-  if (auto div = dyn_cast_or_null<arith::DivFOp>(def))
+  if (std::optional<ConstantDivision> division = matchConstantDivision(value))
+    def = division->dividend.getDefiningOp();
+  else if (auto div = dyn_cast_or_null<arith::DivFOp>(def))
     def = div.getLhs().getDefiningOp();
   if (auto wait = dyn_cast_or_null<WaitOp>(def))
     def = wait.getToken().getDefiningOp();

@@ -60,15 +60,9 @@ void Sharder::composeChunks(func::FuncOp func,
     Update &first = *group.front();
     Value &grad = grads[g];
     auto type = cast<RankedTensorType>(grad.getType());
-    if (first.divide) {
-      Value divisor = arith::ConstantOp::create(
-          builder, loc,
-          DenseElementsAttr::get(
-              type,
-              builder.getFloatAttr(type.getElementType(), first.divisor)));
+    if (first.divide)
       grad =
-          arith::DivFOp::create(builder, first.divide.getLoc(), grad, divisor);
-    }
+          createDivision(builder, first.divide->getLoc(), grad, first.divisor);
     if (first.convert)
       grad = convertGradient(builder, loc, grad,
                              type.clone(first.paramType().getElementType()));
@@ -116,8 +110,10 @@ void Sharder::eraseComposed(ArrayRef<SmallVector<Update *>> groups) {
   eraseEach([](Update &u) { return SmallVector<Operation *>{u.unscale}; });
   eraseEach([](Update &u) { return SmallVector<Operation *>{u.finiteCheck}; });
   eraseEach([&](Update &u) {
-    return SmallVector<Operation *>{
-        u.convert, u.divide, stage >= 2 ? u.reduction.getOperation() : nullptr};
+    SmallVector<Operation *> ops = {u.convert};
+    ops.append(u.divisionOps.begin(), u.divisionOps.end());
+    ops.push_back(stage >= 2 ? u.reduction.getOperation() : nullptr);
+    return ops;
   });
   toErase.append(erase.begin(), erase.end());
 }

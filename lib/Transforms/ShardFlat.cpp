@@ -82,12 +82,8 @@ Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
     if (stages.divide) {
       int64_t world =
           lookupProcessGroup(func, reduction.getGroupAttr()).getSize();
-      Value divisor = arith::ConstantOp::create(
-          builder, loc,
-          DenseElementsAttr::get(
-              shardType,
-              builder.getFloatAttr(gradElement, static_cast<double>(world))));
-      flat.grad = arith::DivFOp::create(builder, loc, flat.grad, divisor);
+      flat.grad =
+          createDivision(builder, loc, flat.grad, static_cast<double>(world));
     }
   } else {
     auto bucket =

@@ -220,7 +220,7 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   // (A division right after the reduction is checked with it.)
   auto onlyLink = [](Value v) {
     return v.hasOneUse() || v.getDefiningOp<AllReduceOp>() ||
-           v.getDefiningOp<arith::DivFOp>();
+           v.getDefiningOp<arith::DivFOp>() || matchConstantDivision(v);
   };
   if (!onlyLink(grad))
     return fail("its gradient has other uses than the update");
@@ -245,23 +245,24 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
     if (!onlyLink(grad))
       return fail("the gradient it unscales has other uses");
   }
-  if (isa_and_present<arith::ExtFOp, arith::TruncFOp>(grad.getDefiningOp())) {
+  // (A truncation that ends a division done in a wider type is the
+  // division's.)
+  if (isa_and_present<arith::ExtFOp, arith::TruncFOp>(grad.getDefiningOp()) &&
+      !(grad.getDefiningOp<arith::TruncFOp>() && matchConstantDivision(grad))) {
     u.convert = grad.getDefiningOp();
     grad = u.convert->getOperand(0);
     if (!onlyLink(grad))
       return fail("the gradient it converts has other uses");
   }
-  // A mean over micro-batches: a division by a splat constant.
-  if (auto divide = grad.getDefiningOp<arith::DivFOp>()) {
-    SplatElementsAttr divisor;
-    if (matchPattern(divide.getRhs(), m_Constant(&divisor)) &&
-        isa<FloatType>(divisor.getElementType())) {
-      u.divide = divide;
-      u.divisor = divisor.getSplatValue<APFloat>().convertToDouble();
-      grad = divide.getLhs();
-      if (!onlyLink(grad))
-        return fail("the gradient it divides has other uses");
-    }
+  // A mean over micro-batches: a division by a splat constant, possibly
+  // done in a wider type (ExactDivision.h).
+  if (std::optional<ConstantDivision> division = matchConstantDivision(grad)) {
+    u.divide = division->ops.front();
+    u.divisionOps.assign(division->ops.begin(), division->ops.end());
+    u.divisor = division->divisor;
+    grad = division->dividend;
+    if (!onlyLink(grad))
+      return fail("the gradient it divides has other uses");
   }
   u.reduction = grad.getDefiningOp<AllReduceOp>();
   if (!u.reduction)
@@ -287,7 +288,7 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
     llvm::append_range(readers, u.divide->getUsers());
   for (Operation *user : readers) {
     if (user == op || user == u.convert || user == u.unscale ||
-        user == u.clip || user == u.divide)
+        user == u.clip || llvm::is_contained(u.divisionOps, user))
       continue;
     auto check = dyn_cast<AllFiniteOp>(user);
     if (!check || (u.finiteCheck && u.finiteCheck != check))
@@ -411,7 +412,7 @@ ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
     if (u.finiteCheck)
       for (OpOperand &input : u.finiteCheck->getOpOperands())
         if (input.get() == u.reduction.getResult() ||
-            (u.divide && input.get() == u.divide.getResult()))
+            (u.divide && input.get() == u.divide->getResult(0)))
           if (failed(claim(u.finiteCheck, input.getOperandNumber(), u)))
             return failure();
     if (u.keep && (!u.finiteCheck || u.keep != u.finiteCheck->getResult(0)))

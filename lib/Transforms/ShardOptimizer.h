@@ -10,6 +10,7 @@
 #define DISTOPT_LIB_TRANSFORMS_SHARDOPTIMIZER_H
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -30,8 +31,11 @@ struct Update {
   /// widened by --distopt-widen-reductions).
   Operation *convert = nullptr;
   /// Optional, right after the reduction: a division by a constant (the
-  /// mean over accumulated micro-batches), and its divisor.
-  arith::DivFOp divide;
+  /// mean over accumulated micro-batches), the op yielding its quotient, all
+  /// its ops (that one first: a division in a wider type has three,
+  /// ExactDivision.h) and its divisor.
+  Operation *divide = nullptr;
+  SmallVector<Operation *, 3> divisionOps;
   double divisor = 1.0;
   /// Optional, between the reduction (and convert) and the update: the
   /// gradient unscaled by a loss scale, then clipped by the global norm of

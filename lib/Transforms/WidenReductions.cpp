@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 #include "distopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -13,6 +14,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_WIDENREDUCTIONSPASS
@@ -103,23 +106,33 @@ static void replaceWithWide(Value narrow, Value wide) {
 }
 
 /// The split f16 average of --distopt-fuse-div-into-allreduce:
-/// `premul_sum(scale)` whose only use divides it by a splat constant. Returns
-/// the division and the one factor that replaces both, when that factor is
-/// a valid premul_sum factor in the `wide` type.
-static std::optional<std::pair<arith::DivFOp, double>>
-matchSplitAverage(Value reduced, double scale, FloatType wide) {
-  if (!reduced.hasOneUse())
+/// `premul_sum(scale)` whose only use divides it by a constant (in the data's
+/// type, or in a wider one: ExactDivision.h). Returns the division and what
+/// replaces both: avg where scale / divisor is exactly 1/size, else a
+/// premul_sum factor where scale / divisor is exact in the `wide` type.
+/// Otherwise the division stays.
+static std::optional<std::pair<ConstantDivision, std::optional<double>>>
+matchSplitAverage(Value reduced, double scale, int64_t size, FloatType wide) {
+  std::optional<ConstantDivision> division = matchDivisionOf(reduced);
+  if (!division || !std::isfinite(division->divisor) || division->divisor == 0)
     return std::nullopt;
-  auto divide = dyn_cast<arith::DivFOp>(*reduced.getUsers().begin());
-  DenseFPElementsAttr divisor;
-  if (!divide || divide.getLhs() != reduced ||
-      !matchPattern(divide.getRhs(), m_Constant(&divisor)) ||
-      !divisor.isSplat())
+  // scale / divisor == 1 / size exactly (scale * size == divisor, computed
+  // without rounding), and avg divides by a size exact in `wide`.
+  APFloat product(scale);
+  if (isExactIn(static_cast<double>(size), wide) &&
+      static_cast<double>(size) <= 0x1p53 &&
+      product.multiply(APFloat(static_cast<double>(size)),
+                       APFloat::rmNearestTiesToEven) == APFloat::opOK &&
+      product.convertToDouble() == division->divisor)
+    return std::make_pair(*division, std::optional<double>());
+  APFloat factor(scale);
+  if (factor.divide(APFloat(division->divisor), APFloat::rmNearestTiesToEven) !=
+          APFloat::opOK ||
+      !isExactIn(factor.convertToDouble(), wide) ||
+      !isRepresentableScale(factor, wide))
     return std::nullopt;
-  double factor = scale / divisor.getSplatValue<APFloat>().convertToDouble();
-  if (!isRepresentableScale(APFloat(factor), wide))
-    return std::nullopt;
-  return std::make_pair(divide, factor);
+  return std::make_pair(*division,
+                        std::optional<double>(factor.convertToDouble()));
 }
 
 template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
@@ -162,20 +175,20 @@ template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
   // its other ranks keep their input, which the division still divides.
   constexpr bool toRoot =
       std::is_same_v<OpTy, ReduceOp> || std::is_same_v<OpTy, ReduceStartOp>;
-  arith::DivFOp split;
-  if (!toRoot && kind == ReductionKind::PremulSum && op.getScale())
+  std::optional<ConstantDivision> split;
+  ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+  if (!toRoot && kind == ReductionKind::PremulSum && op.getScale() && group)
     if (auto match = matchSplitAverage(
-            reduced, op.getScale()->convertToDouble(), wide)) {
-      auto [divide, factor] = *match;
-      ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
-      if (group && factor == 1.0 / static_cast<double>(group.getSize())) {
+            reduced, op.getScale()->convertToDouble(), group.getSize(), wide)) {
+      auto [division, factor] = *match;
+      if (!factor) {
         widened.setReduction(ReductionKind::Avg);
         widened.removeScaleAttr();
       } else {
-        widened.setScaleAttr(builder.getF64FloatAttr(factor));
+        widened.setScaleAttr(builder.getF64FloatAttr(*factor));
       }
-      split = divide;
-      reduced = divide.getResult();
+      split = division;
+      reduced = division.ops.front()->getResult(0);
     }
 
   Value wideResult = widened->getResult(0);
@@ -185,7 +198,8 @@ template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
   }
   replaceWithWide(reduced, wideResult);
   if (split)
-    split.erase();
+    for (Operation *divisionOp : split->ops)
+      divisionOp->erase();
   if (wait)
     wait->erase();
   op.erase();

@@ -233,3 +233,171 @@ func.func @integers(%g: tensor<8xi32>) -> tensor<8xi32> {
   %r = arith.divsi %s, %n : tensor<8xi32>
   return %r : tensor<8xi32>
 }
+
+// -----
+
+// Exact division at every size. The importer divides by a world size that
+// the gradient's type cannot hold in f32 and rounds once (bf16 at 257 and
+// 2049, f16 at 2049 and 2^20: ExactDivision.h); that division is the
+// average. f16 is split against overflow where N has a power-of-two factor
+// to pre-divide by (2^20 = 1024 x 1024, 4098 = 2 x 2049, the rest in f32);
+// an odd N is not split (3, 2049).
+distopt.process_group @w3 size 3
+distopt.process_group @w6 size 6
+distopt.process_group @w257 size 257
+distopt.process_group @w2049 size 2049
+distopt.process_group @w4098 size 4098
+distopt.process_group @w2p20 size 1048576
+
+// CHECK-LABEL: func.func @bf16_257
+// CHECK-SAME: (%[[G:.*]]: tensor<8xbf16>)
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce avg %[[G]] on @w257 : tensor<8xbf16>
+// CHECK-NEXT: return %[[R]]
+func.func @bf16_257(%g: tensor<8xbf16>) -> tensor<8xbf16> {
+  %s = distopt.all_reduce sum %g on @w257 : tensor<8xbf16>
+  %e = arith.extf %s : tensor<8xbf16> to tensor<8xf32>
+  %n = arith.constant dense<257.0> : tensor<8xf32>
+  %d = arith.divf %e, %n : tensor<8xf32>
+  %r = arith.truncf %d : tensor<8xf32> to tensor<8xbf16>
+  return %r : tensor<8xbf16>
+}
+
+// The same division producing the input.
+// CHECK-LABEL: func.func @bf16_2049_before
+// CHECK-SAME: (%[[G:.*]]: tensor<8xbf16>)
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce avg %[[G]] on @w2049 : tensor<8xbf16>
+// CHECK-NEXT: return %[[R]]
+func.func @bf16_2049_before(%g: tensor<8xbf16>) -> tensor<8xbf16> {
+  %e = arith.extf %g : tensor<8xbf16> to tensor<8xf32>
+  %n = arith.constant dense<2049.0> : tensor<8xf32>
+  %d = arith.divf %e, %n : tensor<8xf32>
+  %r = arith.truncf %d : tensor<8xf32> to tensor<8xbf16>
+  %s = distopt.all_reduce sum %r on @w2049 : tensor<8xbf16>
+  return %s : tensor<8xbf16>
+}
+
+// CHECK-LABEL: func.func @f16_2049
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce avg %{{.*}} on @w2049 : tensor<8xf16>
+// CHECK-NEXT: return %[[R]]
+func.func @f16_2049(%g: tensor<8xf16>) -> tensor<8xf16> {
+  %s = distopt.all_reduce sum %g on @w2049 : tensor<8xf16>
+  %e = arith.extf %s : tensor<8xf16> to tensor<8xf32>
+  %n = arith.constant dense<2049.0> : tensor<8xf32>
+  %d = arith.divf %e, %n : tensor<8xf32>
+  %r = arith.truncf %d : tensor<8xf32> to tensor<8xf16>
+  return %r : tensor<8xf16>
+}
+
+// CHECK-LABEL: func.func @f16_2p20
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce premul_sum(9.765625E-4) %{{.*}} on @w2p20 : tensor<8xf16>
+// CHECK-NEXT: %[[B:.*]] = arith.constant dense<1.024000e+03> : tensor<8xf16>
+// CHECK-NEXT: %[[D:.*]] = arith.divf %[[R]], %[[B]] : tensor<8xf16>
+// CHECK-NEXT: return %[[D]]
+func.func @f16_2p20(%g: tensor<8xf16>) -> tensor<8xf16> {
+  %s = distopt.all_reduce sum %g on @w2p20 : tensor<8xf16>
+  %e = arith.extf %s : tensor<8xf16> to tensor<8xf32>
+  %n = arith.constant dense<1048576.0> : tensor<8xf32>
+  %d = arith.divf %e, %n : tensor<8xf32>
+  %r = arith.truncf %d : tensor<8xf32> to tensor<8xf16>
+  return %r : tensor<8xf16>
+}
+
+// 4098 = 2 x 2049: 1/2 before, / 2049 after, in f32.
+// CHECK-LABEL: func.func @f16_4098
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce premul_sum(5.000000e-01) %{{.*}} on @w4098 : tensor<8xf16>
+// CHECK-NEXT: %[[E:.*]] = arith.extf %[[R]] : tensor<8xf16> to tensor<8xf32>
+// CHECK-NEXT: %[[B:.*]] = arith.constant dense<2.049000e+03> : tensor<8xf32>
+// CHECK-NEXT: %[[D:.*]] = arith.divf %[[E]], %[[B]] : tensor<8xf32>
+// CHECK-NEXT: %[[T:.*]] = arith.truncf %[[D]] : tensor<8xf32> to tensor<8xf16>
+// CHECK-NEXT: return %[[T]]
+func.func @f16_4098(%g: tensor<8xf16>) -> tensor<8xf16> {
+  %s = distopt.all_reduce sum %g on @w4098 : tensor<8xf16>
+  %e = arith.extf %s : tensor<8xf16> to tensor<8xf32>
+  %n = arith.constant dense<4098.0> : tensor<8xf32>
+  %d = arith.divf %e, %n : tensor<8xf32>
+  %r = arith.truncf %d : tensor<8xf32> to tensor<8xf16>
+  return %r : tensor<8xf16>
+}
+
+// An odd N has no power of two to pre-divide by: f16 on 3 ranks is an
+// average (not premul_sum(1/2) alone, a mean 50% too large); on 6 ranks
+// 1/2 before and / 3 after (not premul_sum(1/4) alone).
+// CHECK-LABEL: func.func @f16_three
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce avg %{{.*}} on @w3 : tensor<8xf16>
+// CHECK-NEXT: return %[[R]]
+func.func @f16_three(%g: tensor<8xf16>) -> tensor<8xf16> {
+  %s = distopt.all_reduce sum %g on @w3 : tensor<8xf16>
+  %n = arith.constant dense<3.0> : tensor<8xf16>
+  %r = arith.divf %s, %n : tensor<8xf16>
+  return %r : tensor<8xf16>
+}
+
+// CHECK-LABEL: func.func @f16_six
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce premul_sum(5.000000e-01) %{{.*}} on @w6 : tensor<8xf16>
+// CHECK-NEXT: %[[B:.*]] = arith.constant dense<3.000000e+00> : tensor<8xf16>
+// CHECK-NEXT: %[[D:.*]] = arith.divf %[[R]], %[[B]] : tensor<8xf16>
+// CHECK-NEXT: return %[[D]]
+func.func @f16_six(%g: tensor<8xf16>) -> tensor<8xf16> {
+  %s = distopt.all_reduce sum %g on @w6 : tensor<8xf16>
+  %n = arith.constant dense<6.0> : tensor<8xf16>
+  %r = arith.divf %s, %n : tensor<8xf16>
+  return %r : tensor<8xf16>
+}
+
+// A multiplication by 1/3 rounded to bf16 (0.333984375) is that product,
+// not the average: a premul_sum by exactly that factor.
+// CHECK-LABEL: func.func @bf16_rounded_third
+// CHECK-NEXT: %[[R:.*]] = distopt.all_reduce premul_sum(0.333984375) %{{.*}} on @w3 : tensor<8xbf16>
+// CHECK-NEXT: return %[[R]]
+func.func @bf16_rounded_third(%g: tensor<8xbf16>) -> tensor<8xbf16> {
+  %s = distopt.all_reduce sum %g on @w3 : tensor<8xbf16>
+  %n = arith.constant dense<0.333984375> : tensor<8xbf16>
+  %r = arith.mulf %s, %n : tensor<8xbf16>
+  return %r : tensor<8xbf16>
+}
+
+// -----
+
+distopt.process_group @dp size 4
+distopt.process_group @huge size 16777217
+
+// Left alone: a division by 3 that is not the group size (1/3 is exact in
+// no float type, so premul_sum(1/3) would scale by another number), a
+// factor exact in f32 but not in the wire type, and a group size that f32,
+// the type the runtime's avg divides f32 data in, cannot hold.
+// CHECK-LABEL: func.func @inexact_reciprocal
+// CHECK-NEXT: distopt.all_reduce sum
+// CHECK-NEXT: arith.constant
+// CHECK-NEXT: arith.divf
+func.func @inexact_reciprocal(%g: tensor<8xf32>) -> tensor<8xf32> {
+  %s = distopt.all_reduce sum %g on @dp : tensor<8xf32>
+  %n = arith.constant dense<3.0> : tensor<8xf32>
+  %r = arith.divf %s, %n : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// CHECK-LABEL: func.func @inexact_in_wire
+// CHECK-NEXT: distopt.all_reduce sum %{{.*}} on @dp wire bf16
+// CHECK-NEXT: arith.constant
+// CHECK-NEXT: arith.mulf
+func.func @inexact_in_wire(%g: tensor<8xf32>) -> tensor<8xf32> {
+  %s = distopt.all_reduce sum %g on @dp wire bf16 : tensor<8xf32>
+  %n = arith.constant dense<0.1> : tensor<8xf32>
+  %r = arith.mulf %s, %n : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// CHECK-LABEL: func.func @size_beyond_f32
+// CHECK-NEXT: distopt.all_reduce sum
+// CHECK-NEXT: arith.extf
+// CHECK-NEXT: arith.constant
+// CHECK-NEXT: arith.divf
+// CHECK-NEXT: arith.truncf
+func.func @size_beyond_f32(%g: tensor<8xf32>) -> tensor<8xf32> {
+  %s = distopt.all_reduce sum %g on @huge : tensor<8xf32>
+  %e = arith.extf %s : tensor<8xf32> to tensor<8xf64>
+  %n = arith.constant dense<16777217.0> : tensor<8xf64>
+  %d = arith.divf %e, %n : tensor<8xf64>
+  %r = arith.truncf %d : tensor<8xf64> to tensor<8xf32>
+  return %r : tensor<8xf32>
+}

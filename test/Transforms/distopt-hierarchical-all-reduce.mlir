@@ -2,6 +2,7 @@
 // RUN: distopt-opt %s -split-input-file --distopt-hierarchical-all-reduce | FileCheck %s --check-prefix=OFF
 // RUN: not distopt-opt %s -split-input-file --distopt-hierarchical-all-reduce=node-size=-2 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: distopt-opt %S/Inputs/hierarchical-report.mlir --distopt-hierarchical-all-reduce=node-size=2 --distopt-report -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: distopt-opt %S/Inputs/hierarchical-report-bf16.mlir --distopt-hierarchical-all-reduce=node-size=2 --distopt-report -o /dev/null | FileCheck %s --check-prefix=REPORT514
 
 // A 4 MiB average on 2 nodes of 2: 1/2 of it crosses the nodes (2 MiB sent
 // per rank on @inter_node), the rest stays inside (the report's bytes per
@@ -12,6 +13,10 @@
 // REPORT:      by process group:
 // REPORT-NEXT: @inter_node (2 ranks, axes [0] of @nodes [2, 2]) 1 2097152 2097152
 // REPORT-NEXT: @intra_node (2 ranks, axes [1] of @nodes [2, 2]) 2 8388608 4194304
+
+// The gradient bytes of a 2 MiB bf16 average on 514 ranks: those of one
+// reduction, though its chunk is divided in f32 between the stages.
+// REPORT514: gradients (after reduction) 2097152
 
 // NEGATIVE: node-size and min-bytes must not be negative, got -2 and 1048576
 // By default (node-size=0) nothing changes.
@@ -80,4 +85,21 @@ func.func private @nodes()
 func.func @taken(%x: tensor<64xf32>) -> tensor<64xf32> {
   %a = distopt.all_reduce sum %x on @dp : tensor<64xf32>
   return %a : tensor<64xf32>
+}
+
+// -----
+
+// bf16 on 514 ranks (257 nodes of 2): bf16 cannot hold 514 (it would divide
+// by 512), so the chunk is divided in f32 and rounded once.
+distopt.process_group @dp size 514
+// CHECK-LABEL: func.func @bf16_beyond_256
+// CHECK:       %[[A:.*]] = distopt.all_reduce sum %{{.*}} on @inter_node : tensor<32xbf16>
+// CHECK-NEXT:  %[[E:.*]] = arith.extf %[[A]] : tensor<32xbf16> to tensor<32xf32>
+// CHECK-NEXT:  %[[N:.*]] = arith.constant dense<5.140000e+02> : tensor<32xf32>
+// CHECK-NEXT:  %[[D:.*]] = arith.divf %[[E]], %[[N]] : tensor<32xf32>
+// CHECK-NEXT:  %[[T:.*]] = arith.truncf %[[D]] : tensor<32xf32> to tensor<32xbf16>
+// CHECK-NEXT:  distopt.all_gather %[[T]] on @intra_node
+func.func @bf16_beyond_256(%x: tensor<64xbf16>) -> tensor<64xbf16> {
+  %y = distopt.all_reduce avg %x on @dp : tensor<64xbf16>
+  return %y : tensor<64xbf16>
 }

@@ -16,6 +16,9 @@
 // RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=4 overlap=0" | FileCheck %s --check-prefix=WHOLE
 // RUN: distopt-translate --import-param-spec %S/../Integration/Inputs/composed-bf16.json \
 // RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=1 overlap=0" | FileCheck %s --check-prefix=COMPOSED
+// RUN: sed 's/"world_size": 4/"world_size": 514/' %S/Inputs/mixed.json > %t.514.json
+// RUN: distopt-translate --import-param-spec %t.514.json \
+// RUN:   | %{hybrid} --distopt-shard-optimizer="stage=2 %{groups}" --distopt-verify-collectives | FileCheck %s --check-prefix=W514
 // RUN: distopt-translate --import-param-spec %examples/specs/gpt2-small.json \
 // RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=4" --distopt-report -o /dev/null | FileCheck %s --check-prefix=REPORT
 //
@@ -43,6 +46,16 @@
 // STAGE2:      distopt.adamw_update
 // STAGE2:      distopt.all_gather %{{.*}} on @hybrid_shard : tensor<16xbf16> -> tensor<32xbf16>
 // STAGE2-NOT:  on @world
+
+// On 514 ranks the bf16 chunk is divided in f32 (bf16 would divide by
+// 512) and rounded once.
+// W514-LABEL: func.func @step
+// W514:      %[[C:.*]] = distopt.reduce_scatter sum %{{.*}} on @hybrid_shard : tensor<32xbf16> -> tensor<16xbf16>
+// W514-NEXT: %[[R:.*]] = distopt.all_reduce sum %[[C]] on @hybrid_replicate : tensor<16xbf16>
+// W514-NEXT: %[[E:.*]] = arith.extf %[[R]] : tensor<16xbf16> to tensor<16xf32>
+// W514-NEXT: %[[N:.*]] = arith.constant dense<5.140000e+02> : tensor<16xf32>
+// W514-NEXT: %[[D:.*]] = arith.divf %[[E]], %[[N]] : tensor<16xf32>
+// W514-NEXT: arith.truncf %[[D]] : tensor<16xf32> to tensor<16xbf16>
 
 // Stage 1: the world all-reduce stays; each rank slices its chunk by its
 // rank in the shard group.

@@ -78,6 +78,34 @@ func.func @split_average(%h: tensor<8xf16>) -> (tensor<8xf16>, tensor<8xf16>, te
 
 // -----
 
+// The split of an f16 average on 4098 = 2 x 2049 ranks divides by 2049 in
+// f32 (f16 cannot hold 2049): one avg in f32 too. A factor that is not
+// exact (1/2 then / 3 on 4 ranks: 1/6) is no premul_sum: the division
+// stays.
+// CHECK-LABEL: func.func @split_average_wide_division
+// CHECK: %[[A:.*]] = distopt.all_reduce avg %{{.*}} on @w4098 : tensor<8xf32>
+// CHECK-NOT: arith.divf
+// CHECK: %[[AH:.*]] = arith.truncf %[[A]] : tensor<8xf32> to tensor<8xf16>
+// CHECK: %[[P:.*]] = distopt.all_reduce premul_sum(5.000000e-01) %{{.*}} on @dp : tensor<8xf32>
+// CHECK: %[[PH:.*]] = arith.truncf %[[P]] : tensor<8xf32> to tensor<8xf16>
+// CHECK: %[[PD:.*]] = arith.divf %[[PH]], %{{.*}} : tensor<8xf16>
+// CHECK: return %[[AH]], %[[PD]]
+distopt.process_group @dp size 4
+distopt.process_group @w4098 size 4098
+func.func @split_average_wide_division(%h: tensor<8xf16>) -> (tensor<8xf16>, tensor<8xf16>) {
+  %s = distopt.all_reduce premul_sum(0.5) %h on @w4098 : tensor<8xf16>
+  %e = arith.extf %s : tensor<8xf16> to tensor<8xf32>
+  %n = arith.constant dense<2049.0> : tensor<8xf32>
+  %d = arith.divf %e, %n : tensor<8xf32>
+  %avg = arith.truncf %d : tensor<8xf32> to tensor<8xf16>
+  %three = arith.constant dense<3.0> : tensor<8xf16>
+  %t = distopt.all_reduce premul_sum(0.5) %h on @dp : tensor<8xf16>
+  %sixth = arith.divf %t, %three : tensor<8xf16>
+  return %avg, %sixth : tensor<8xf16>, tensor<8xf16>
+}
+
+// -----
+
 // reduce_scatter, reduce and the asynchronous form (the wait yields f32).
 // reduce keeps the division after it: its other ranks keep their input.
 // CHECK-LABEL: func.func @other_collectives

@@ -182,12 +182,25 @@ def FuseDivIntoAllReducePass
   let description = [{
     Folds a multiplication or division by a constant that follows a `sum`
     `all_reduce` or `reduce_scatter` (its only use), or that produces its
-    input, into the collective: a factor of exactly `1/N` (`N` the group
-    size) becomes `avg`, any other factor `premul_sum(factor)`.
+    input, into the collective, where the collective computes the same
+    quotient:
+    - a division by exactly `N` (the group size), or a multiplication by
+      exactly `1/N`, becomes `avg`, which divides the sum by `N` exactly
+      (`N` must be exact in the runtime's arithmetic type: f32 for data of
+      32 bits or fewer, f64 for f64);
+    - any other factor becomes `premul_sum(factor)` only where the factor
+      is exact in the element type and in the wire type (`1/c` for a
+      division by `c`: `c` a power of two). A backend multiplies in those
+      types (NCCL rounds the factor to the data's type): an inexact factor
+      would scale by another number. A division by 3 on 4 ranks stays a
+      division after the sum.
 
     Recognised scalings: `arith.divf` / `arith.mulf` by a splat constant
-    (either operand order for `mulf`), and `linalg.div` / `linalg.mul` whose
-    other input is a splat constant or a `linalg.fill` of a constant.
+    (either operand order for `mulf`), `linalg.div` / `linalg.mul` whose
+    other input is a splat constant or a `linalg.fill` of a constant, and a
+    division by a constant done in a wider type and rounded back
+    (`arith.truncf` of an `arith.divf` of an `arith.extf`), as the importer
+    divides a bf16 gradient by 257 (which bf16 rounds to 256) in f32.
 
     The element type and the backend decide the form:
     - `backend=nccl` and `backend=mpi` reduce with `avg` and `premul_sum`
@@ -195,14 +208,14 @@ def FuseDivIntoAllReducePass
     - `backend=sum-only` (gloo-like) has neither: the pass changes nothing.
     - For `f16`, an average is split as FSDP does, so that the sum cannot
       overflow: `premul_sum(1/a)` before the reduction and a division by `b`
-      after it, with `a * b = N` and `a` the largest power of two with
-      `a <= N / a`.
+      after it (in f32 where f16 cannot hold `b`), with `a * b = N` and `a`
+      FSDP's pre-divide factor (doubled from 1 while it is below `N / a`),
+      doubled only while it divides `N`: an odd `N` is not split.
 
     The scaling happens exactly once: the scaling op is replaced (after the
     collective) or bypassed (before it). Anything the pass cannot prove (a
     non-constant or non-splat factor, a result with several uses, a factor
-    that rounds to zero or infinity in the element type, integer data) is
-    left alone.
+    that is not exact, integer data) is left alone.
   }];
   let options = [
     Option<"backend", "backend", "CollectiveBackend",
@@ -286,8 +299,11 @@ def WidenReductionsPass
     ```
 
     An f16 average that `--distopt-fuse-div-into-allreduce` split to keep
-    the sum from overflowing (`premul_sum(1/a)`, then a division by `b`)
-    becomes one `avg` again: the wide sum cannot overflow. Left as they
+    the sum from overflowing (`premul_sum(1/a)`, then a division by `b`,
+    in f16 or in f32) becomes one `avg` again: the wide sum cannot
+    overflow. Another `premul_sum(s)` followed by a division by `c` becomes
+    `premul_sum(s / c)` only where that factor is exact in `dtype`; else
+    the division stays. Left as they
     are: `max`/`min` (exact in any precision), integer data, and
     collectives with a `wire` type (a choice of bytes on the wire, warned
     about). Run it after `--distopt-fuse-div-into-allreduce` and before the
