@@ -22,6 +22,7 @@ STATUS_NAMES = {
     5: "unavailable",
     6: "failed",
     7: "peer_died",
+    8: "mismatch",
 }
 
 _i64 = ctypes.c_int64

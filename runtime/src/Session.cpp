@@ -240,6 +240,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
                                          distopt_session **out) {
   if (!step || !out)
     return invalid("distopt_session_create: null step or output pointer");
+  OperationScope scope(Operation::Create);
   distopt_session_options options;
   distopt_session_default_options(&options);
   if (given)
@@ -497,10 +498,12 @@ double distopt_session_lr(const distopt_session *session) {
 distopt_rt_status distopt_session_run(distopt_session *session) {
   if (!session)
     return invalid("distopt_session_run: null session");
+  OperationScope scope(Operation::Step);
   if (session->broken)
     return session->error(DISTOPT_RT_FAILED,
-                          "an earlier step of this session failed part way; "
-                          "create a new session (and load a checkpoint)");
+                          "an earlier step or collective of this session "
+                          "failed part way; create a new session (and load a "
+                          "checkpoint)");
   const step::Interface &abi = session->step->abi;
   int64_t stepNumber = session->stepsDone + 1;
   size_t numArgs = abi.args.size();

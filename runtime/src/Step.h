@@ -123,7 +123,8 @@ struct distopt_session {
   /// Per argument: the value of scalar state (a loss scale, its growth
   /// tracker), fed back from the result of the same role and name.
   std::vector<double> scalarState;
-  /// A step failed part way: the communicator may be unusable.
+  /// A step, or a collective of a save, load or read, failed: the
+  /// communicator may be unusable, the buffers partly updated.
   bool broken = false;
   /// Gradient accumulation: (accumulator argument, gradient argument).
   std::vector<std::pair<size_t, size_t>> accumulators;
@@ -139,6 +140,14 @@ struct distopt_session {
   }
   distopt_rt_status invalid(const std::string &message) const {
     return error(DISTOPT_RT_INVALID_ARGUMENT, message);
+  }
+  /// The status of a collective the session ran: one that failed other
+  /// than for an argument (a timeout, a dead peer, a mismatch) breaks the
+  /// session, as a failed step does.
+  distopt_rt_status collective(distopt_rt_status status) {
+    if (status != DISTOPT_RT_OK && status != DISTOPT_RT_INVALID_ARGUMENT)
+      broken = true;
+    return status;
   }
 
   ~distopt_session();

@@ -12,6 +12,12 @@
  *                           comes back as a status
  *   step_test dead STEP     a peer exits before a step: the survivors' run
  *                           returns a status naming it, nothing aborts
+ *   step_test mismatch STEP save|read
+ *                           rank 1 saves a checkpoint (or reads a tensor
+ *                           held as shards) while the others run a step:
+ *                           every rank fails at once with
+ *                           DISTOPT_RT_MISMATCH naming both operations, no
+ *                           parameter changes, and the session is broken
  *
  * Prints "step_test: N passed, M failed"; exits non-zero on a failure.
  *
@@ -353,9 +359,89 @@ static int testDead(const char *path) {
   _exit(failed ? 1 : 0);
 }
 
+/* Rank 1 runs `other` (a save, or a read of a tensor held as shards) while
+ * the others run a step: each prints how its call failed. */
+static int testMismatch(const char *path, const char *other) {
+  int worldSize;
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  distopt_step *step = NULL;
+  REQUIRE_OK(distopt_step_open(path, &step));
+  distopt_session_options options;
+  distopt_session_default_options(&options);
+  options.timeout_seconds = 30;
+  MPI_Comm world = MPI_COMM_WORLD;
+  options.mpi_comm = &world;
+  distopt_session *session = NULL;
+  REQUIRE_OK(distopt_session_create(step, &options, &session));
+  if (fillTensors(session, step, "param", 0) || runSteps(session, step, 1) ||
+      fillTensors(session, step, "grad", 7))
+    return 1;
+  /* The parameters each rank holds whole, to compare after the failure. */
+  int64_t w = distopt_step_find_tensor(step, "param", "w");
+  distopt_step_tensor info;
+  REQUIRE_OK(distopt_step_tensor_info(step, w, &info));
+  float before[64];
+  CHECK(info.whole && info.bytes <= (int64_t)sizeof before, "w is whole");
+  memcpy(before, distopt_session_tensor_data(session, w), info.bytes);
+  /* A tensor no rank holds whole (ZeRO's state shards). */
+  int64_t sharded = -1;
+  for (int64_t i = 0; i < distopt_step_num_tensors(step) && sharded < 0; ++i) {
+    distopt_step_tensor t;
+    REQUIRE_OK(distopt_step_tensor_info(step, i, &t));
+    if (!t.whole)
+      sharded = i;
+  }
+  if (sharded < 0) {
+    fprintf(stderr, "step_test mismatch: compile the step with ZeRO\n");
+    return 1;
+  }
+  char ckpt[256];
+  snprintf(ckpt, sizeof ckpt, "%s.mismatch.ckpt", path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double start = MPI_Wtime();
+  distopt_rt_status status;
+  const char *what = "run";
+  if (worldRank != 1) {
+    status = distopt_session_run(session);
+  } else if (strcmp(other, "save") == 0) {
+    what = "save";
+    status = distopt_session_save(session, ckpt);
+  } else {
+    what = "read";
+    distopt_step_tensor t;
+    REQUIRE_OK(distopt_step_tensor_info(step, sharded, &t));
+    void *out = malloc((size_t)t.bytes);
+    status = distopt_session_read_tensor(session, sharded, out, t.bytes);
+    free(out);
+  }
+  double seconds = MPI_Wtime() - start;
+  /* Every rank's message names both operations. */
+  const char *others = strcmp(other, "save") == 0 ? "of a checkpoint save"
+                                                  : "of reading a tensor";
+  char me[64];
+  snprintf(me, sizeof me, "rank %d of %d", worldRank, worldSize);
+  const char *message = distopt_rt_last_error();
+  CHECK(status == DISTOPT_RT_MISMATCH && strstr(message, me) &&
+            strstr(message, "of a step") && strstr(message, others),
+        "status %d", (int)status);
+  CHECK(seconds < 10, "failed after %.1f s, not at once", seconds);
+  printf("rank %d: %s failed with status %d: %s\n", worldRank, what,
+         (int)status, message);
+  CHECK(memcmp(before, distopt_session_tensor_data(session, w), info.bytes) ==
+            0,
+        "w changed");
+  CHECK(distopt_session_run(session) == DISTOPT_RT_FAILED,
+        "the session is broken");
+  distopt_session_destroy(session);
+  distopt_step_close(step);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: step_test api|comm|dead STEP.so\n");
+  if (argc != 3 && !(argc == 4 && strcmp(argv[1], "mismatch") == 0)) {
+    fprintf(stderr,
+            "usage: step_test api|comm|dead STEP.so\n"
+            "       step_test mismatch STEP.so save|read\n");
     return 2;
   }
   int provided;
@@ -368,6 +454,8 @@ int main(int argc, char **argv) {
     error = testComm(argv[2]);
   else if (strcmp(argv[1], "dead") == 0)
     error = testDead(argv[2]);
+  else if (strcmp(argv[1], "mismatch") == 0)
+    error = testMismatch(argv[2], argv[3]);
   else {
     fprintf(stderr, "step_test: unknown mode '%s'\n", argv[1]);
     error = 2;
