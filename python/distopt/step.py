@@ -7,8 +7,11 @@
     ...backward writes grad...
     scalars = session.run()
 
-Views share memory with the session's buffers: they stay valid while the
-session is open (keep a reference to it) and the argument is not bound again.
+Views share memory with the session's buffers while it is open and the
+argument is not bound again; a view keeps its session alive. A view
+outlives close() safely: the buffers it shows stay allocated until the last
+view of them goes (detached from the session, whose step no longer reads
+or writes them).
 """
 
 import ctypes
@@ -146,6 +149,20 @@ class _CudaBuffer:
             "version": 2}
 
 
+class _Buffers:
+    """The session's buffers as its views hold them: allocated until the
+    session is closed and the last view is gone
+    (distopt_session_retain_buffers)."""
+
+    def __init__(self, session_handle):
+        self._handle = lib.distopt_session_retain_buffers(session_handle)
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            lib.distopt_session_release_buffers(self._handle)
+            self._handle = None
+
+
 class Session:
     """A step on a communicator: collective to create, run and checkpoint.
 
@@ -190,6 +207,7 @@ class Session:
         self.size = lib.distopt_session_size(handle)
         self.threads = lib.distopt_session_threads(handle)
         self._bound = {}
+        self._buffers = None
         self._scalar_results = [
             r for r in step.results if not r.is_tensor and r.in_place_arg < 0]
 
@@ -200,11 +218,16 @@ class Session:
             raise DistoptError("the session is closed")
         return self._handle
 
-    def _view(self, pointer, dtype, shape, like):
+    def _view(self, pointer, dtype, shape, like, arg):
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(
             _NUMPY_DTYPES[dtype]).itemsize
-        # A view keeps the session (and so its buffers) alive: each holds
-        # the object it was made from, which holds the session.
+        # A view keeps the session alive until close(), and the memory it
+        # shows after: each holds the object it was made from, which holds
+        # the session, its buffers (kept past close() while a view lives)
+        # and the caller's array bound to the argument, if any.
+        if self._buffers is None:
+            self._buffers = _Buffers(self._live())
+        owner = (self, self._buffers, self._bound.get(arg))
         if self.step.device == "cuda":
             torch = _torch()
             if like != "torch":
@@ -213,7 +236,7 @@ class Session:
             raw = {2: "<i2", 4: "<i4", 8: "<i8", 1: "|b1"}[
                 np.dtype(_NUMPY_DTYPES[dtype]).itemsize]
             source = _CudaBuffer(pointer, tuple(shape), raw)
-            source.owner = self
+            source.owner = owner
             view = torch.as_tensor(source, device="cuda")
             return view.view(getattr(torch, _TORCH_DTYPE_NAMES[dtype]))
         count = nbytes // np.dtype(_NUMPY_DTYPES[dtype]).itemsize
@@ -221,7 +244,7 @@ class Session:
             empty = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
             return _numpy_to_torch(empty, dtype) if like == "torch" else empty
         buffer = (ctypes.c_char * nbytes).from_address(pointer)
-        buffer.owner = self
+        buffer.owner = owner
         if like == "torch":
             torch = _torch()
             flat = torch.frombuffer(buffer, dtype=getattr(
@@ -239,7 +262,7 @@ class Session:
         pointer = lib.distopt_session_tensor_data(self._live(), info.index)
         if not pointer:
             raise DistoptError(last_error())
-        return self._view(pointer, info.dtype, info.shape, like)
+        return self._view(pointer, info.dtype, info.shape, like, info.arg)
 
     def arg(self, index, like="numpy"):
         """A view of argument `index`'s whole buffer (a bucket, a shard)."""
@@ -248,7 +271,7 @@ class Session:
         if not value.is_tensor or not pointer:
             raise DistoptError(f"argument #{index} ('{value.name}') has no "
                                "buffer: it is a scalar")
-        return self._view(pointer, value.dtype, value.shape, like)
+        return self._view(pointer, value.dtype, value.shape, like, index)
 
     def bind(self, name, array, role="param"):
         """Makes the caller's `array` (numpy or torch, contiguous, of the
@@ -370,10 +393,14 @@ class Session:
         return saved.value
 
     def close(self):
+        """Frees the session and its communicator. Views of its buffers
+        stay usable (their memory is kept until the last goes) but are no
+        longer the session's."""
         if getattr(self, "_handle", None):
             lib.distopt_session_destroy(self._handle)
             self._handle = None
             self._bound.clear()
+            self._buffers = None
 
     __del__ = close
 

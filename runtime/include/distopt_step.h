@@ -204,6 +204,19 @@ DISTOPT_RT_API void *distopt_session_arg_data(distopt_session *session,
 DISTOPT_RT_API distopt_rt_status distopt_session_bind(distopt_session *session,
                                                       int64_t arg, void *data,
                                                       int64_t bytes);
+/* Views that outlive their session: a host that hands out views of the
+ * session's buffers (distopt_session_arg_data, distopt_session_tensor_data;
+ * Python's numpy and torch views) retains the buffers, and every buffer the
+ * session gives up while a reference is held -- when it is destroyed, or an
+ * argument is bound again -- stays allocated until the last reference is
+ * released (it is then no longer the session's: writing to it changes
+ * nothing the session reads). Buffers the caller bound are the caller's.
+ * Null, with an error, for a null session. */
+typedef struct distopt_session_buffers distopt_session_buffers;
+DISTOPT_RT_API distopt_session_buffers *
+distopt_session_retain_buffers(distopt_session *session);
+DISTOPT_RT_API void
+distopt_session_release_buffers(distopt_session_buffers *buffers);
 /* Where tensor `index` (distopt_step_tensor_info) lies in this rank's
  * buffers when this rank holds all of it (`whole`): an argument of its own,
  * or its entry in a gradient bucket or flat parameter. A view the caller

@@ -211,14 +211,34 @@ distopt_rt_status matchResults(const step::Interface &abi,
 
 } // namespace
 
+namespace {
+void freeBuffer(bool device, void *buffer) {
+  if (device)
+    distopt_rt_cuda_free(buffer);
+  else
+    _mlir_memref_to_llvm_free(buffer);
+}
+} // namespace
+
+BufferKeeper::~BufferKeeper() {
+  for (void *buffer : kept)
+    freeBuffer(device, buffer);
+}
+
+void BufferKeeper::release(const std::shared_ptr<BufferKeeper> &keeper,
+                           void *buffer) {
+  // Only the session and the references it handed out share the keeper: a
+  // count of one is the session's alone, which no other thread can raise.
+  if (keeper.use_count() > 1)
+    keeper->kept.push_back(buffer);
+  else
+    freeBuffer(keeper->device, buffer);
+}
+
 distopt_session::~distopt_session() {
   for (size_t i = 0; i < data.size(); ++i)
-    if (owned[i] && data[i]) {
-      if (device)
-        distopt_rt_cuda_free(data[i]);
-      else
-        _mlir_memref_to_llvm_free(data[i]);
-    }
+    if (owned[i] && data[i])
+      BufferKeeper::release(keeper, data[i]);
   if (ownsComm && comm)
     distopt_rt_comm_destroy(comm);
   if (step)
@@ -257,6 +277,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   session->threads = threads;
   retainStep(step);
   session->device = abi.device == "cuda";
+  session->keeper = std::make_shared<BufferKeeper>(session->device);
   session->seed = options.seed != DISTOPT_SEED_OF_STEP
                       ? options.seed
                       : step->abi.seed.value_or(42);
@@ -382,6 +403,19 @@ distopt_rt_status distopt_session_create(distopt_step *step,
 
 void distopt_session_destroy(distopt_session *session) { delete session; }
 
+distopt_session_buffers *
+distopt_session_retain_buffers(distopt_session *session) {
+  if (!session) {
+    invalid("distopt_session_retain_buffers: null session");
+    return nullptr;
+  }
+  return new distopt_session_buffers{session->keeper};
+}
+
+void distopt_session_release_buffers(distopt_session_buffers *buffers) {
+  delete buffers;
+}
+
 int64_t distopt_session_rank(const distopt_session *session) {
   return session ? session->rank : -1;
 }
@@ -435,12 +469,8 @@ distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
     return session->error(DISTOPT_RT_BACKEND_ERROR,
                           "out of memory for " + what);
   }
-  if (session->owned[arg]) {
-    if (session->device)
-      distopt_rt_cuda_free(session->data[arg]);
-    else
-      _mlir_memref_to_llvm_free(session->data[arg]);
-  }
+  if (session->owned[arg])
+    BufferKeeper::release(session->keeper, session->data[arg]);
   session->data[arg] = fresh;
   session->owned[arg] = data == nullptr;
   return DISTOPT_RT_OK;

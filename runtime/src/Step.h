@@ -18,6 +18,7 @@
 #include "distopt_step.h"
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -80,7 +81,29 @@ void forEachLocalPart(const LogicalTensor &t, const step::Value &arg,
     fn(lo - t.offset, lo - begin, hi - lo);
 }
 
+/// The buffers a session gave up (destroyed, or an argument bound again)
+/// while a host still holds views of them (distopt_session_retain_buffers):
+/// freed with the last reference.
+class BufferKeeper {
+public:
+  explicit BufferKeeper(bool device) : device(device) {}
+  ~BufferKeeper();
+  BufferKeeper(const BufferKeeper &) = delete;
+  BufferKeeper &operator=(const BufferKeeper &) = delete;
+  /// Frees `buffer` now, or with the last reference when one is held.
+  static void release(const std::shared_ptr<BufferKeeper> &keeper,
+                      void *buffer);
+
+private:
+  bool device;
+  std::vector<void *> kept;
+};
+
 } // namespace distopt::rt
+
+struct distopt_session_buffers {
+  std::shared_ptr<distopt::rt::BufferKeeper> keeper;
+};
 
 struct distopt_step {
   void *handle = nullptr;
@@ -118,6 +141,8 @@ struct distopt_session {
   /// session allocated it.
   std::vector<void *> data;
   std::vector<bool> owned;
+  /// Where the owned buffers go when the session gives them up.
+  std::shared_ptr<distopt::rt::BufferKeeper> keeper;
   /// Per result: its value as a double, for scalars.
   std::vector<double> scalars;
   /// Per argument: the value of scalar state (a loss scale, its growth
