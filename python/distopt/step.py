@@ -16,6 +16,7 @@ or writes them).
 
 import ctypes
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,41 @@ def _check(status):
 
 def _text(value):
     return value.decode() if value else ""
+
+
+def _number(value, name, what, ok):
+    """`value` as a float, or DistoptError naming the argument `name` when
+    it is no real number or `ok(value)` is false (`what` says what it must
+    be)."""
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise DistoptError(f"{name} must be {what}, not {value!r}") from None
+    if not ok(number):
+        raise DistoptError(f"{name} must be {what}, not {number!r}")
+    return number
+
+
+def _integer(value, name, low, high, what=None):
+    """`value` as an int from `low` to `high`, or DistoptError naming the
+    argument `name`."""
+    what = what or f"an integer from {low} to {high}"
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise DistoptError(f"{name} must be {what}, not {value!r}")
+    number = value.__index__()
+    if not low <= number <= high:
+        raise DistoptError(f"{name} must be {what}, not {number}")
+    return number
+
+
+def _rate(value, name="lr"):
+    return _number(value, name, "a finite number >= 0",
+                   lambda x: math.isfinite(x) and x >= 0)
+
+
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -170,13 +206,17 @@ class Session:
       None: backend.
     backend: "mpi", "single", or None for the process's default world
       (DISTOPT_RT_BACKEND, else MPI under mpirun, else one process).
-    timeout: seconds a collective waits for its peers (default:
-      DISTOPT_RT_TIMEOUT, else 300).
-    lr: the learning rate to start with (default: the compiled one).
-    seed: the seed of the draws the interface asks for (PowerSGD's Q);
-      None: the step's compiled seed, else 42.
-    threads: threads of a CPU step's parallel loops; None: DISTOPT_THREADS,
-      else this process's cores divided among the ranks on its node.
+    timeout: seconds a collective waits for its peers, at most 1e9
+      (default: DISTOPT_RT_TIMEOUT, else 300).
+    lr: the learning rate to start with, finite and >= 0 (default: the
+      compiled one).
+    seed: the seed of the draws the interface asks for (PowerSGD's Q), 0 to
+      2**64 - 2; None: the step's compiled seed, else 42.
+    threads: threads of a CPU step's parallel loops, 1 to 1024; None:
+      DISTOPT_THREADS, else this process's cores divided among the ranks on
+      its node.
+    A value out of range (NaN, negative, too large, not a number) raises
+    DistoptError naming the argument.
     """
 
     def __init__(self, step, comm=None, backend=None, timeout=None, lr=None,
@@ -191,14 +231,21 @@ class Session:
             options.mpi_comm = self._comm_handle
         elif backend:
             options.backend = backend.encode()
+        # Every value is checked here, naming the argument, before the ranks
+        # meet (the library checks them again).
         if timeout is not None:
-            options.timeout_seconds = float(timeout)
+            options.timeout_seconds = _number(
+                timeout, "timeout", "a positive number of seconds, at most "
+                "1e9 (None: DISTOPT_RT_TIMEOUT, else 300)",
+                lambda x: 0 < x <= 1e9)
         if lr is not None:
-            options.lr = float(lr)
+            options.lr = _rate(lr)
         if seed is not None:
-            options.seed = seed
+            options.seed = _integer(seed, "seed", 0, 2**64 - 2)
         if threads is not None:
-            options.threads = int(threads)
+            options.threads = _integer(
+                threads, "threads", 1, 1024,
+                "an integer from 1 to 1024 (None: the default)")
         handle = ctypes.c_void_p()
         _check(lib.distopt_session_create(step._handle, ctypes.byref(options),
                                           ctypes.byref(handle)))
@@ -343,7 +390,7 @@ class Session:
 
     @lr.setter
     def lr(self, value):
-        _check(lib.distopt_session_set_lr(self._live(), float(value)))
+        _check(lib.distopt_session_set_lr(self._live(), _rate(value)))
 
     @property
     def steps_done(self):
@@ -351,7 +398,8 @@ class Session:
 
     @steps_done.setter
     def steps_done(self, steps):
-        _check(lib.distopt_session_set_steps_done(self._live(), int(steps)))
+        _check(lib.distopt_session_set_steps_done(
+            self._live(), _integer(steps, "steps_done", 0, _INT64_MAX - 1)))
 
     def run(self):
         """Runs one step on every rank (collective). Returns the step's
@@ -364,7 +412,8 @@ class Session:
         """Adds this micro-batch's gradients into the step's f32
         accumulators and zeroes the gradient buffers, with no communication
         (DDP's no_sync): after each of the first grad_accumulation - 1
-        micro-batches; run() takes the last one's."""
+        micro-batches; run() takes the last one's. Another count (a call
+        too many, a run() too early) raises DistoptError naming it."""
         _check(lib.distopt_session_accumulate(self._live()))
 
     def scalars(self):

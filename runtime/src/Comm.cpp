@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -33,6 +34,19 @@ distopt_rt_status fail(distopt_rt_status status, std::string message) {
 }
 
 const std::string &lastError() { return lastErrorMessage; }
+
+std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+std::string checkTimeout(double seconds, const std::string &what) {
+  if (seconds > 0 && seconds <= kMaxTimeoutSeconds)
+    return "";
+  return what + " must be a positive number of seconds, at most 1e9, not " +
+         formatNumber(seconds);
+}
 
 const char *name(Collective::Kind kind) {
   switch (kind) {

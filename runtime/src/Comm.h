@@ -26,6 +26,13 @@ namespace distopt::rt {
 
 /// DISTOPT_RT_TIMEOUT seconds, or 300.
 double defaultTimeout();
+/// The longest timeout (about 31 years): a deadline further away would
+/// overflow the clock's nanoseconds.
+constexpr double kMaxTimeoutSeconds = 1e9;
+/// "" if `seconds` is a valid timeout, else why not (naming `what`).
+std::string checkTimeout(double seconds, const std::string &what);
+/// `value` as %g prints it ("nan", "-0.5", "inf", "1e+300").
+std::string formatNumber(double value);
 
 /// Records `message` as this thread's last error and returns `status`.
 distopt_rt_status fail(distopt_rt_status status, std::string message);

@@ -136,6 +136,11 @@ struct distopt_session {
   uint64_t seed = 42;
   int64_t threads = 1; // of the step's parallel loops (CPU)
   int64_t stepsDone = 0;
+  /// A step has run (skipped or not): its scalars can be read.
+  bool ran = false;
+  /// accumulate() calls since the last step (a step compiled with
+  /// grad_accumulation K takes exactly K - 1).
+  int64_t accumulated = 0;
   double lastSeconds = 0;
   /// Per argument: the buffer the step reads and updates, and whether the
   /// session allocated it.
