@@ -123,6 +123,18 @@ void HierarchicalAllReducePass::runOnOperation() {
         << static_cast<int64_t>(minBytes);
     return signalPassFailure();
   }
+  // A node size that does not cut the world into whole nodes is an error,
+  // as the hybrid shard size's is, whether or not an all_reduce is large
+  // enough to split.
+  Operation *source;
+  FailureOr<int64_t> worldSize =
+      worldSizeOf(getOperation(), "distopt-hierarchical-all-reduce",
+                  /*required=*/false, source);
+  if (failed(worldSize) ||
+      (*worldSize != 0 &&
+       failed(checkDividesWorld(source, "distopt-hierarchical-all-reduce",
+                                "node-size", nodeSize, *worldSize, "nodes"))))
+    return signalPassFailure();
   SmallVector<AllReduceOp> candidates;
   int64_t world = 0;
   getOperation().walk([&](AllReduceOp op) {

@@ -2,6 +2,8 @@
 
 #include "MeshGroups.h"
 
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -23,6 +25,45 @@ static FailureOr<OpTy> declare(ModuleOp module, StringRef pass, StringRef name,
   found->emitError() << "--" << pass << " declares @" << name
                      << ", but the module has another symbol of that name";
   return failure();
+}
+
+FailureOr<int64_t> mlir::distopt::worldSizeOf(ModuleOp module, StringRef pass,
+                                              bool required,
+                                              Operation *&source) {
+  source = module;
+  if (auto attr = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
+    return attr.getInt();
+  int64_t world = 0;
+  for (auto group : module.getOps<ProcessGroupOp>()) {
+    if (!group.isWorld())
+      continue;
+    if (world != 0 && world != group.getSize()) {
+      group.emitError() << "--" << pass
+                        << ": process groups spanning worlds of " << world
+                        << " and " << group.getSize() << " ranks";
+      return failure();
+    }
+    world = group.getSize();
+    source = group;
+  }
+  if (world == 0 && required) {
+    module.emitError() << "--" << pass << ": the module has neither "
+                       << abi::kWorldSize
+                       << " nor a process group spanning the world";
+    return failure();
+  }
+  return world;
+}
+
+LogicalResult mlir::distopt::checkDividesWorld(Operation *source,
+                                               StringRef pass, StringRef option,
+                                               int64_t size, int64_t world,
+                                               StringRef parts) {
+  if (size > 0 && world % size == 0)
+    return success();
+  return source->emitError() << "--" << pass << ": " << option << "=" << size
+                             << " does not divide the world of " << world
+                             << " ranks into " << parts;
 }
 
 FailureOr<SmallVector<FlatSymbolRefAttr>>

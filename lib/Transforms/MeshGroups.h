@@ -16,6 +16,21 @@
 
 namespace mlir::distopt {
 
+/// The world `module`'s step runs on: its distopt.world_size, else the size
+/// of its process groups spanning the world, with `source` what it was read
+/// from. 0 when it has neither (an error naming `pass` when `required`),
+/// failure when those groups disagree (an error).
+FailureOr<int64_t> worldSizeOf(ModuleOp module, StringRef pass, bool required,
+                               Operation *&source);
+
+/// Whether `size` ranks per part cut the world of `world` ranks into whole
+/// parts (`parts`: "shard groups", "nodes"), else an error at `source`
+/// naming `pass` and its option: the one rule of every option that cuts
+/// the world (hybrid-shard-size, hierarchical-node-size).
+LogicalResult checkDividesWorld(Operation *source, StringRef pass,
+                                StringRef option, int64_t size, int64_t world,
+                                StringRef parts);
+
 /// A process group to declare over some axes of a mesh.
 struct GroupOverAxes {
   StringRef name;

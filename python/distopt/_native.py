@@ -22,6 +22,7 @@ STATUS_NAMES = {
     5: "unavailable",
     6: "failed",
     7: "peer_died",
+    8: "mismatch",
 }
 
 _i64 = ctypes.c_int64
@@ -82,6 +83,8 @@ def _load():
         "distopt_session_create": (status, [_p, ctypes.POINTER(SessionOptions),
                                             ctypes.POINTER(_p)]),
         "distopt_session_destroy": (None, [_p]),
+        "distopt_session_retain_buffers": (_p, [_p]),
+        "distopt_session_release_buffers": (None, [_p]),
         "distopt_session_rank": (_i64, [_p]),
         "distopt_session_size": (_i64, [_p]),
         "distopt_session_threads": (_i64, [_p]),

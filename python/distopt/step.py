@@ -7,12 +7,16 @@
     ...backward writes grad...
     scalars = session.run()
 
-Views share memory with the session's buffers: they stay valid while the
-session is open (keep a reference to it) and the argument is not bound again.
+Views share memory with the session's buffers while it is open and the
+argument is not bound again; a view keeps its session alive. A view
+outlives close() safely: the buffers it shows stay allocated until the last
+view of them goes (detached from the session, whose step no longer reads
+or writes them).
 """
 
 import ctypes
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +41,41 @@ def _check(status):
 
 def _text(value):
     return value.decode() if value else ""
+
+
+def _number(value, name, what, ok):
+    """`value` as a float, or DistoptError naming the argument `name` when
+    it is no real number or `ok(value)` is false (`what` says what it must
+    be)."""
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise DistoptError(f"{name} must be {what}, not {value!r}") from None
+    if not ok(number):
+        raise DistoptError(f"{name} must be {what}, not {number!r}")
+    return number
+
+
+def _integer(value, name, low, high, what=None):
+    """`value` as an int from `low` to `high`, or DistoptError naming the
+    argument `name`."""
+    what = what or f"an integer from {low} to {high}"
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise DistoptError(f"{name} must be {what}, not {value!r}")
+    number = value.__index__()
+    if not low <= number <= high:
+        raise DistoptError(f"{name} must be {what}, not {number}")
+    return number
+
+
+def _rate(value, name="lr"):
+    return _number(value, name, "a finite number >= 0",
+                   lambda x: math.isfinite(x) and x >= 0)
+
+
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -156,6 +195,20 @@ class _CudaBuffer:
             "version": 2}
 
 
+class _Buffers:
+    """The session's buffers as its views hold them: allocated until the
+    session is closed and the last view is gone
+    (distopt_session_retain_buffers)."""
+
+    def __init__(self, session_handle):
+        self._handle = lib.distopt_session_retain_buffers(session_handle)
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            lib.distopt_session_release_buffers(self._handle)
+            self._handle = None
+
+
 class Session:
     """A step on a communicator: collective to create, run and checkpoint.
 
@@ -163,13 +216,17 @@ class Session:
       None: backend.
     backend: "mpi", "single", or None for the process's default world
       (DISTOPT_RT_BACKEND, else MPI under mpirun, else one process).
-    timeout: seconds a collective waits for its peers (default:
-      DISTOPT_RT_TIMEOUT, else 300).
-    lr: the learning rate to start with (default: the compiled one).
-    seed: the seed of the draws the interface asks for (PowerSGD's Q);
-      None: the step's compiled seed, else 42.
-    threads: threads of a CPU step's parallel loops; None: DISTOPT_THREADS,
-      else this process's cores divided among the ranks on its node.
+    timeout: seconds a collective waits for its peers, at most 1e9
+      (default: DISTOPT_RT_TIMEOUT, else 300).
+    lr: the learning rate to start with, finite and >= 0 (default: the
+      compiled one).
+    seed: the seed of the draws the interface asks for (PowerSGD's Q), 0 to
+      2**64 - 2; None: the step's compiled seed, else 42.
+    threads: threads of a CPU step's parallel loops, 1 to 1024; None:
+      DISTOPT_THREADS, else this process's cores divided among the ranks on
+      its node.
+    A value out of range (NaN, negative, too large, not a number) raises
+    DistoptError naming the argument.
     """
 
     def __init__(self, step, comm=None, backend=None, timeout=None, lr=None,
@@ -184,14 +241,21 @@ class Session:
             options.mpi_comm = self._comm_handle
         elif backend:
             options.backend = backend.encode()
+        # Every value is checked here, naming the argument, before the ranks
+        # meet (the library checks them again).
         if timeout is not None:
-            options.timeout_seconds = float(timeout)
+            options.timeout_seconds = _number(
+                timeout, "timeout", "a positive number of seconds, at most "
+                "1e9 (None: DISTOPT_RT_TIMEOUT, else 300)",
+                lambda x: 0 < x <= 1e9)
         if lr is not None:
-            options.lr = float(lr)
+            options.lr = _rate(lr)
         if seed is not None:
-            options.seed = seed
+            options.seed = _integer(seed, "seed", 0, 2**64 - 2)
         if threads is not None:
-            options.threads = int(threads)
+            options.threads = _integer(
+                threads, "threads", 1, 1024,
+                "an integer from 1 to 1024 (None: the default)")
         handle = ctypes.c_void_p()
         _check(lib.distopt_session_create(step._handle, ctypes.byref(options),
                                           ctypes.byref(handle)))
@@ -200,6 +264,7 @@ class Session:
         self.size = lib.distopt_session_size(handle)
         self.threads = lib.distopt_session_threads(handle)
         self._bound = {}
+        self._buffers = None
         self._scalar_results = [
             r for r in step.results if not r.is_tensor and r.in_place_arg < 0]
 
@@ -210,11 +275,16 @@ class Session:
             raise DistoptError("the session is closed")
         return self._handle
 
-    def _view(self, pointer, dtype, shape, like):
+    def _view(self, pointer, dtype, shape, like, arg):
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(
             _NUMPY_DTYPES[dtype]).itemsize
-        # A view keeps the session (and so its buffers) alive: each holds
-        # the object it was made from, which holds the session.
+        # A view keeps the session alive until close(), and the memory it
+        # shows after: each holds the object it was made from, which holds
+        # the session, its buffers (kept past close() while a view lives)
+        # and the caller's array bound to the argument, if any.
+        if self._buffers is None:
+            self._buffers = _Buffers(self._live())
+        owner = (self, self._buffers, self._bound.get(arg))
         if self.step.device == "cuda":
             torch = _torch()
             if like != "torch":
@@ -223,7 +293,7 @@ class Session:
             raw = {2: "<i2", 4: "<i4", 8: "<i8", 1: "|b1"}[
                 np.dtype(_NUMPY_DTYPES[dtype]).itemsize]
             source = _CudaBuffer(pointer, tuple(shape), raw)
-            source.owner = self
+            source.owner = owner
             view = torch.as_tensor(source, device="cuda")
             return view.view(getattr(torch, _TORCH_DTYPE_NAMES[dtype]))
         count = nbytes // np.dtype(_NUMPY_DTYPES[dtype]).itemsize
@@ -231,7 +301,7 @@ class Session:
             empty = np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
             return _numpy_to_torch(empty, dtype) if like == "torch" else empty
         buffer = (ctypes.c_char * nbytes).from_address(pointer)
-        buffer.owner = self
+        buffer.owner = owner
         if like == "torch":
             torch = _torch()
             flat = torch.frombuffer(buffer, dtype=getattr(
@@ -249,7 +319,7 @@ class Session:
         pointer = lib.distopt_session_tensor_data(self._live(), info.index)
         if not pointer:
             raise DistoptError(last_error())
-        return self._view(pointer, info.dtype, info.shape, like)
+        return self._view(pointer, info.dtype, info.shape, like, info.arg)
 
     def arg(self, index, like="numpy"):
         """A view of argument `index`'s whole buffer (a bucket, a shard)."""
@@ -258,7 +328,7 @@ class Session:
         if not value.is_tensor or not pointer:
             raise DistoptError(f"argument #{index} ('{value.name}') has no "
                                "buffer: it is a scalar")
-        return self._view(pointer, value.dtype, value.shape, like)
+        return self._view(pointer, value.dtype, value.shape, like, index)
 
     def bind(self, name, array, role="param"):
         """Makes the caller's `array` (numpy or torch, contiguous, of the
@@ -330,7 +400,7 @@ class Session:
 
     @lr.setter
     def lr(self, value):
-        _check(lib.distopt_session_set_lr(self._live(), float(value)))
+        _check(lib.distopt_session_set_lr(self._live(), _rate(value)))
 
     @property
     def hyperparameters(self):
@@ -359,7 +429,8 @@ class Session:
 
     @steps_done.setter
     def steps_done(self, steps):
-        _check(lib.distopt_session_set_steps_done(self._live(), int(steps)))
+        _check(lib.distopt_session_set_steps_done(
+            self._live(), _integer(steps, "steps_done", 0, _INT64_MAX - 1)))
 
     def run(self):
         """Runs one step on every rank (collective). Returns the step's
@@ -372,7 +443,8 @@ class Session:
         """Adds this micro-batch's gradients into the step's f32
         accumulators and zeroes the gradient buffers, with no communication
         (DDP's no_sync): after each of the first grad_accumulation - 1
-        micro-batches; run() takes the last one's."""
+        micro-batches; run() takes the last one's. Another count (a call
+        too many, a run() too early) raises DistoptError naming it."""
         _check(lib.distopt_session_accumulate(self._live()))
 
     def scalars(self):
@@ -401,10 +473,14 @@ class Session:
         return saved.value
 
     def close(self):
+        """Frees the session and its communicator. Views of its buffers
+        stay usable (their memory is kept until the last goes) but are no
+        longer the session's."""
         if getattr(self, "_handle", None):
             lib.distopt_session_destroy(self._handle)
             self._handle = None
             self._bound.clear()
+            self._buffers = None
 
     __del__ = close
 

@@ -33,6 +33,9 @@ typedef enum distopt_rt_status {
   DISTOPT_RT_UNAVAILABLE = 5,         /* backend not built in */
   DISTOPT_RT_FAILED = 6, /* the communicator failed earlier and is unusable */
   DISTOPT_RT_PEER_DIED = 7, /* a peer process on this machine has exited */
+  DISTOPT_RT_MISMATCH = 8,  /* the ranks ran different collectives (one a
+                               step, another a save): every rank involved
+                               fails, and the communicator is unusable */
 } distopt_rt_status;
 
 typedef enum distopt_rt_dtype {

@@ -149,11 +149,13 @@ typedef struct distopt_session_options {
    *     (DISTOPT_RT_BACKEND, else "mpi" under mpirun, else "single"). */
   const void *mpi_comm;
   const char *backend;
-  /* How long a collective may wait for its peers, in seconds; 0: the
-   * DISTOPT_RT_TIMEOUT environment variable, else 300. */
+  /* How long a collective may wait for its peers, in seconds (at most
+   * 1e9); 0: the DISTOPT_RT_TIMEOUT environment variable, else 300. NaN,
+   * a negative or a larger value is refused. */
   double timeout_seconds;
-  /* The learning rate the steps start with; a negative value: the one the
-   * step was compiled with (its spec's), else 1e-3. */
+  /* The learning rate the steps start with (finite, >= 0);
+   * DISTOPT_LR_OF_STEP: the one the step was compiled with (its spec's),
+   * else 1e-3. NaN, infinities and other negative values are refused. */
   double lr;
   /* Seed of the draws the step's interface asks for (PowerSGD's initial Q;
    * init "randn"): the same on every rank. DISTOPT_SEED_OF_STEP: the one
@@ -170,6 +172,7 @@ typedef struct distopt_session_options {
 } distopt_session_options;
 
 #define DISTOPT_SEED_OF_STEP UINT64_MAX
+#define DISTOPT_LR_OF_STEP (-1.0)
 
 /* The defaults: the process's default world, DISTOPT_RT_TIMEOUT, the
  * compiled learning rate, the compiled seed (else 42), the default
@@ -204,6 +207,19 @@ DISTOPT_RT_API void *distopt_session_arg_data(distopt_session *session,
 DISTOPT_RT_API distopt_rt_status distopt_session_bind(distopt_session *session,
                                                       int64_t arg, void *data,
                                                       int64_t bytes);
+/* Views that outlive their session: a host that hands out views of the
+ * session's buffers (distopt_session_arg_data, distopt_session_tensor_data;
+ * Python's numpy and torch views) retains the buffers, and every buffer the
+ * session gives up while a reference is held -- when it is destroyed, or an
+ * argument is bound again -- stays allocated until the last reference is
+ * released (it is then no longer the session's: writing to it changes
+ * nothing the session reads). Buffers the caller bound are the caller's.
+ * Null, with an error, for a null session. */
+typedef struct distopt_session_buffers distopt_session_buffers;
+DISTOPT_RT_API distopt_session_buffers *
+distopt_session_retain_buffers(distopt_session *session);
+DISTOPT_RT_API void
+distopt_session_release_buffers(distopt_session_buffers *buffers);
 /* Where tensor `index` (distopt_step_tensor_info) lies in this rank's
  * buffers when this rank holds all of it (`whole`): an argument of its own,
  * or its entry in a gradient bucket or flat parameter. A view the caller
@@ -256,12 +272,16 @@ DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
  * under DDP's no_sync. Call it after each of the first K - 1 micro-batches'
  * backward; the K-th backward's gradients go to distopt_session_run, which
  * reduces the sum once, divided by N * K, and zeroes the accumulators.
- * Host buffers only (not yet for a step compiled for cuda). */
+ * The count is enforced: a K-th call before the run, or a run after fewer
+ * than K - 1 calls, is DISTOPT_RT_INVALID_ARGUMENT naming the count, and
+ * changes nothing. Host buffers only (not yet for a step compiled for
+ * cuda). */
 DISTOPT_RT_API distopt_rt_status
 distopt_session_accumulate(distopt_session *session);
 /* Micro-batches per step the step was compiled for (1: no accumulation). */
 DISTOPT_RT_API int64_t distopt_step_grad_accumulation(const distopt_step *step);
-/* Steps done: run, or restored from a checkpoint. */
+/* Steps done: run, or restored from a checkpoint. At most INT64_MAX - 1
+ * (the step numbers are int64): a run after that many is refused. */
 DISTOPT_RT_API int64_t
 distopt_session_steps_done(const distopt_session *session);
 /* Sets the steps done, for a program that restores the optimizer's state
@@ -270,7 +290,8 @@ distopt_session_steps_done(const distopt_session *session);
 DISTOPT_RT_API distopt_rt_status
 distopt_session_set_steps_done(distopt_session *session, int64_t steps);
 /* A scalar result of the last step (its loss, gradient norm, loss scale,
- * whether it was skipped), as a double. */
+ * whether it was skipped), as a double; an error before the first step
+ * (skipped or not) has run. */
 DISTOPT_RT_API distopt_rt_status distopt_session_scalar(
     const distopt_session *session, int64_t result, double *value);
 /* Seconds the last step took (the step itself: its collectives and math). */

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -20,6 +21,7 @@ namespace distopt::rt {
 
 namespace {
 thread_local std::string lastErrorMessage;
+thread_local Operation threadOperation = Operation::Direct;
 
 /// All-reduces at most this large use recursive doubling: log2(n) exchanges
 /// of the whole buffer instead of the ring's 2(n-1) of a chunk.
@@ -32,6 +34,19 @@ distopt_rt_status fail(distopt_rt_status status, std::string message) {
 }
 
 const std::string &lastError() { return lastErrorMessage; }
+
+std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+std::string checkTimeout(double seconds, const std::string &what) {
+  if (seconds > 0 && seconds <= kMaxTimeoutSeconds)
+    return "";
+  return what + " must be a positive number of seconds, at most 1e9, not " +
+         formatNumber(seconds);
+}
 
 const char *name(Collective::Kind kind) {
   switch (kind) {
@@ -47,6 +62,48 @@ const char *name(Collective::Kind kind) {
     return "reduce";
   }
   return "collective";
+}
+
+const char *name(Operation operation) {
+  switch (operation) {
+  case Operation::Direct:
+    return "";
+  case Operation::Create:
+    return "creating a session";
+  case Operation::Step:
+    return "a step";
+  case Operation::Save:
+    return "a checkpoint save";
+  case Operation::Load:
+    return "a checkpoint load";
+  case Operation::Read:
+    return "reading a tensor";
+  }
+  return "an unknown operation";
+}
+
+Operation currentOperation() { return threadOperation; }
+
+OperationScope::OperationScope(Operation operation) : saved(threadOperation) {
+  threadOperation = operation;
+}
+
+OperationScope::~OperationScope() { threadOperation = saved; }
+
+std::string Stamp::str() const {
+  std::string text;
+  if (kind < kSplitAgreement)
+    text = name(static_cast<Collective::Kind>(kind));
+  else if (kind == kSplitAgreement)
+    text = "the agreement to split";
+  else if (kind == kBootstrap)
+    text = "a bootstrap exchange";
+  else
+    text = "a collective of kind " + std::to_string(kind);
+  text += " #" + std::to_string(sequence);
+  if (operation != Operation::Direct)
+    text += std::string(" of ") + name(operation);
+  return text;
 }
 
 Communicator::Communicator(std::unique_ptr<Transport> transport,
@@ -95,6 +152,7 @@ std::unique_ptr<Communicator> Communicator::split(int64_t color, int64_t key,
          << ": agreeing to split off group " << name;
     return what.str();
   };
+  transport->stamp = {sequence++, Stamp::kSplitAgreement, currentOperation()};
   *status = allReduce(vote, What(describe));
   if (*status != DISTOPT_RT_OK) {
     failed = true;
@@ -146,8 +204,10 @@ distopt_rt_status Communicator::run(const Collective &c) {
       return wait(start(c)); // after what was started before
     }
   }
+  Collective stamped = c;
+  stamped.operation = currentOperation();
   std::lock_guard<std::mutex> lock(executeMutex);
-  return execute(c);
+  return execute(stamped);
 }
 
 std::shared_ptr<Request> Communicator::start(const Collective &c) {
@@ -158,6 +218,7 @@ std::shared_ptr<Request> Communicator::start(const Collective &c) {
       worker = std::thread([this] { workerLoop(); });
     queue.emplace_back(c, request);
     queue.back().first.threads = currentThreads();
+    queue.back().first.operation = currentOperation();
   }
   queueChanged.notify_all();
   return request;
@@ -235,6 +296,8 @@ distopt_rt_status Communicator::execute(const Collective &c) {
     return what.str();
   };
   What what(describe);
+  // Every rank numbers its collectives here alike; their messages carry it.
+  transport->stamp = {sequence++, static_cast<uint8_t>(c.kind), c.operation};
   distopt_rt_status status = DISTOPT_RT_OK;
   if (device)
     status = device->execute(c, what);

@@ -26,6 +26,13 @@ namespace distopt::rt {
 
 /// DISTOPT_RT_TIMEOUT seconds, or 300.
 double defaultTimeout();
+/// The longest timeout (about 31 years): a deadline further away would
+/// overflow the clock's nanoseconds.
+constexpr double kMaxTimeoutSeconds = 1e9;
+/// "" if `seconds` is a valid timeout, else why not (naming `what`).
+std::string checkTimeout(double seconds, const std::string &what);
+/// `value` as %g prints it ("nan", "-0.5", "inf", "1e+300").
+std::string formatNumber(double value);
 
 /// Records `message` as this thread's last error and returns `status`.
 distopt_rt_status fail(distopt_rt_status status, std::string message);
@@ -47,6 +54,48 @@ public:
 private:
   const void *object;
   std::string (*call)(const void *);
+};
+
+/// The host library's operation a collective belongs to: a rank that runs
+/// a step while another saves a checkpoint is an error, not mixed data.
+enum class Operation : uint8_t {
+  Direct, // called through distopt_rt.h, outside any session operation
+  Create, // distopt_session_create: its checks and groups
+  Step,   // distopt_session_run
+  Save,
+  Load,
+  Read, // distopt_session_read_tensor of a tensor no rank holds whole
+};
+const char *name(Operation operation);
+
+/// The operation this thread's collectives belong to.
+Operation currentOperation();
+/// Makes `operation` this thread's for the scope's life (the session's
+/// entry points open one).
+class OperationScope {
+public:
+  explicit OperationScope(Operation operation);
+  ~OperationScope();
+  OperationScope(const OperationScope &) = delete;
+  OperationScope &operator=(const OperationScope &) = delete;
+
+private:
+  Operation saved;
+};
+
+/// What every message of a collective belongs to: its sequence number on
+/// its communicator, its kind and its operation. MpiTransport puts it in
+/// the MPI tag, so that a message of another collective is never taken for
+/// this one's, and a rank that receives one fails at once.
+struct Stamp {
+  /// Kinds beyond Collective::Kind: a split's agreement, and the exchanges
+  /// of a transport before its first collective (NCCL's bootstrap).
+  enum : uint8_t { kSplitAgreement = 5, kBootstrap = 6 };
+  uint64_t sequence = 0;
+  uint8_t kind = kBootstrap;
+  Operation operation = Operation::Direct;
+  /// "all_reduce #12 of a step".
+  std::string str() const;
 };
 
 /// Point-to-point messages between the ranks of a run.
@@ -72,6 +121,9 @@ public:
   /// world: errors name a peer both ways.
   std::string peer(int64_t rank) const;
   double timeout = 60;
+  /// The collective the next exchanges belong to (set by the Communicator
+  /// before each): every rank's messages of one collective carry the same.
+  Stamp stamp;
   /// The world rank of each rank of a split transport (empty: the world).
   std::vector<int64_t> worldRanks;
 };
@@ -101,6 +153,8 @@ struct Collective {
   /// Threads for its element-wise passes when the worker thread runs it:
   /// the share of the thread that started it (set by Communicator::start).
   int64_t threads = 1;
+  /// The operation of the thread that started it (set by run and start).
+  Operation operation = Operation::Direct;
 };
 
 const char *name(Collective::Kind kind);
@@ -183,6 +237,9 @@ private:
   /// The group's name for messages ("" for the world).
   std::string groupName;
   std::vector<char> scratchBuffers[3];
+  /// Collectives run here so far, splits' agreements included (each
+  /// rank's count: the Stamp of the next one). 0 is the bootstrap's.
+  uint64_t sequence = 1;
   bool failed = false;
   std::string failure;
 

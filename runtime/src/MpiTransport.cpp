@@ -5,7 +5,13 @@
 // the same machine that has exited (killed, crashed) fails the collective
 // within milliseconds: while it waits, the transport checks that the
 // processes of its local peers still run. A peer on another machine, or one
-// alive but stuck, is caught by the deadline. MPI is initialised
+// alive but stuck, is caught by the deadline. Every message carries the
+// collective it belongs to in its tag (Stamp: its sequence number on the
+// communicator, kind and operation): a message of another collective never
+// completes this one's receive, and a rank that finds one waiting (its peer
+// runs another operation: a step against a save) fails at once and tells
+// every peer, which fail too, rather than compute on foreign data or wait
+// for the timeout. MPI is initialised
 // (MPI_THREAD_SERIALIZED: one collective at a time, from the caller or the
 // communicator's worker thread) unless the application already did.
 //
@@ -118,6 +124,15 @@ public:
       std::lock_guard<std::mutex> lock(callMutex);
       MPI_Allgather(&me, sizeof(me), MPI_BYTE, all.data(), sizeof(me), MPI_BYTE,
                     comm);
+      // A stamp's kind and operation take 6 bits of the tag, its sequence
+      // number as many as the largest tag leaves (24 on OpenMPI; MPI
+      // promises 32767, which leaves 8).
+      int *tagUpperBound = nullptr, flag = 0;
+      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUpperBound, &flag);
+      int64_t bound = flag && tagUpperBound ? *tagUpperBound : 32767;
+      while (sequenceBits < 32 &&
+             (int64_t(1) << (sequenceBits + 1 + kStampBits)) <= bound)
+        ++sequenceBits;
     }
     for (int r = 0; r < size; ++r)
       if (r != rank && me.bootId[0] && me.startTime &&
@@ -132,6 +147,10 @@ public:
     MPI_Finalized(&finalized);
     if (!finalized) {
       std::lock_guard<std::mutex> lock(callMutex);
+      // Notices of a mismatch to peers that never took them (small: sent
+      // eagerly, so that their buffer may go).
+      for (MPI_Request &request : stopRequests)
+        MPI_Request_free(&request);
       MPI_Comm_free(&comm);
     }
     std::lock_guard<std::mutex> lock(initMutex);
@@ -144,8 +163,8 @@ public:
   distopt_rt_status exchange(const void *send, size_t sendBytes, int64_t to,
                              void *recv, size_t recvBytes, int64_t from,
                              const What &what) override {
-    std::vector<MPI_Request> requests;
-    size_t numSends = 0;
+    requests.clear();
+    int tag = tagOf(stamp);
     std::unique_lock<std::mutex> lock(callMutex);
     auto post = [&](bool isSend, void *data, size_t bytes, int64_t peer) {
       for (size_t offset = 0; offset < bytes; offset += kMaxMessageBytes) {
@@ -154,8 +173,8 @@ public:
         MPI_Request request;
         char *p = static_cast<char *>(data) + offset;
         int code =
-            isSend ? MPI_Isend(p, piece, MPI_BYTE, peer, kTag, comm, &request)
-                   : MPI_Irecv(p, piece, MPI_BYTE, peer, kTag, comm, &request);
+            isSend ? MPI_Isend(p, piece, MPI_BYTE, peer, tag, comm, &request)
+                   : MPI_Irecv(p, piece, MPI_BYTE, peer, tag, comm, &request);
         if (code != MPI_SUCCESS)
           return code;
         requests.push_back(request);
@@ -167,14 +186,12 @@ public:
     if (recvBytes > 0)
       code = post(false, recv, recvBytes, from);
     size_t numRecvs = requests.size();
-    if (code == MPI_SUCCESS && sendBytes > 0) {
+    if (code == MPI_SUCCESS && sendBytes > 0)
       code = post(true, const_cast<void *>(send), sendBytes, to);
-      numSends = requests.size() - numRecvs;
-    }
     lock.unlock();
     if (code != MPI_SUCCESS)
       return fail(DISTOPT_RT_BACKEND_ERROR, what.str() + ": " + mpiError(code));
-    return complete(requests, numRecvs, numSends, from, to, what);
+    return complete(numRecvs, recvBytes, from, to, what);
   }
 
   std::unique_ptr<Transport> split(int64_t color, int64_t key,
@@ -222,9 +239,33 @@ public:
   }
 
 private:
-  static constexpr int kTag = 7117;
+  /// Tag 0 carries a notice that a rank found a mismatch; the others a
+  /// stamp: 1 + (sequence bits, operation in 3 bits, kind in 3 bits).
+  static constexpr int kStopTag = 0;
+  static constexpr int kStampBits = 6;
   /// How often a waiting rank checks that its local peers still run.
   static constexpr std::chrono::milliseconds kLivenessPeriod{20};
+
+  int tagOf(const Stamp &s) const {
+    uint64_t sequence = s.sequence & ((uint64_t(1) << sequenceBits) - 1);
+    return 1 + static_cast<int>(sequence << kStampBits |
+                                static_cast<uint64_t>(s.operation) << 3 |
+                                s.kind);
+  }
+  /// The stamp of a message's tag, its sequence number the one nearest
+  /// this rank's that has the tag's bits; `behind`: before this rank's.
+  Stamp stampOf(int tag, bool &behind) const {
+    uint64_t bits = static_cast<uint64_t>(tag - 1);
+    Stamp s;
+    s.kind = bits & 7;
+    s.operation = static_cast<Operation>(bits >> 3 & 7);
+    uint64_t modulus = uint64_t(1) << sequenceBits;
+    uint64_t ahead = ((bits >> kStampBits) - stamp.sequence) & (modulus - 1);
+    behind = ahead >= modulus / 2;
+    s.sequence =
+        behind ? stamp.sequence - (modulus - ahead) : stamp.sequence + ahead;
+    return s;
+  }
 
   struct LocalPeer {
     int rank;
@@ -244,26 +285,30 @@ private:
     return nullptr;
   }
 
-  /// Polls until every request completes or the deadline passes.
-  distopt_rt_status complete(std::vector<MPI_Request> &requests,
-                             size_t numRecvs, size_t numSends, int64_t from,
+  /// Polls until every request completes or the deadline passes, a peer
+  /// dies, or a message of another collective arrives.
+  distopt_rt_status complete(size_t numRecvs, size_t recvBytes, int64_t from,
                              int64_t to, const What &what) {
     auto now = std::chrono::steady_clock::now();
     auto deadline = now + std::chrono::duration<double>(timeout);
     auto nextLivenessCheck = now + kLivenessPeriod;
-    auto cancelAll = [&] {
-      std::lock_guard<std::mutex> lock(callMutex);
-      for (MPI_Request &request : requests)
-        if (request != MPI_REQUEST_NULL)
-          MPI_Cancel(&request);
-    };
+    statuses.resize(requests.size());
     for (unsigned spins = 0;; ++spins) {
       int done = 0;
       int code;
+      std::string misfit;
       {
         std::lock_guard<std::mutex> lock(callMutex);
         code = MPI_Testall(static_cast<int>(requests.size()), requests.data(),
-                           &done, MPI_STATUSES_IGNORE);
+                           &done, statuses.data());
+        if (done || code != MPI_SUCCESS)
+          misfit = receivedMisfit(code, numRecvs, recvBytes);
+      }
+      if (!misfit.empty()) {
+        std::ostringstream message;
+        message << what.str() << ": " << peer(from) << " sent " << misfit
+                << " of " << stamp.str() << kSameOrder;
+        return stopAll(message.str());
       }
       if (code != MPI_SUCCESS)
         return fail(DISTOPT_RT_BACKEND_ERROR,
@@ -271,6 +316,8 @@ private:
       if (done)
         return DISTOPT_RT_OK;
       if ((spins & 1023) == 1023) {
+        if (distopt_rt_status status = checkForeign(what))
+          return status;
         now = std::chrono::steady_clock::now();
         if (now > deadline)
           break;
@@ -278,7 +325,7 @@ private:
           nextLivenessCheck = now + kLivenessPeriod;
           // Any dead rank stops the collective: the others wait on it too.
           if (const LocalPeer *dead = deadPeer()) {
-            cancelAll();
+            cancelRequests();
             std::ostringstream message;
             message << what.str() << ": " << peer(dead->rank) << " (process "
                     << dead->pid << " on this machine) has exited";
@@ -298,13 +345,120 @@ private:
       message << "waiting for data from " << peer(from);
     else
       message << "waiting for " << peer(to) << " to receive";
-    cancelAll();
+    cancelRequests();
     return fail(DISTOPT_RT_TIMEOUT, message.str());
   }
 
+  void cancelRequests() {
+    std::lock_guard<std::mutex> lock(callMutex);
+    for (MPI_Request &request : requests)
+      if (request != MPI_REQUEST_NULL)
+        MPI_Cancel(&request);
+  }
+
+  /// After MPI_Testall returned `code` (under callMutex): how a receive
+  /// differs from this rank's, or "". A message of this collective's
+  /// stamp but of another size (the ranks disagree on its sizes), or one
+  /// longer than the receive, is a mismatch.
+  std::string receivedMisfit(int code, size_t numRecvs, size_t recvBytes) {
+    for (size_t i = 0; i < numRecvs; ++i) {
+      size_t expected =
+          std::min(kMaxMessageBytes, recvBytes - i * kMaxMessageBytes);
+      int errorClass = MPI_SUCCESS;
+      if (code == MPI_ERR_IN_STATUS)
+        MPI_Error_class(statuses[i].MPI_ERROR, &errorClass);
+      if (errorClass == MPI_ERR_TRUNCATE)
+        return "more than the " + std::to_string(expected) +
+               " bytes this rank receives in a message";
+      if (code != MPI_SUCCESS)
+        continue;
+      int count = 0;
+      MPI_Get_count(&statuses[i], MPI_BYTE, &count);
+      if (static_cast<size_t>(count) != expected)
+        return std::to_string(count) + " bytes where this rank receives " +
+               std::to_string(expected) + " in a message";
+    }
+    return "";
+  }
+
+  /// A peer's notice that it found a mismatch, or a message that belongs
+  /// to another collective than this rank's: DISTOPT_RT_MISMATCH, with the
+  /// requests cancelled (and, found here, every peer told). A message of a
+  /// later collective is no mismatch: a peer that finished this one may
+  /// have sent it before this rank's last receive completed.
+  distopt_rt_status checkForeign(const What &what) {
+    MPI_Status probed;
+    int found = 0;
+    std::string notice;
+    {
+      std::lock_guard<std::mutex> lock(callMutex);
+      MPI_Iprobe(MPI_ANY_SOURCE, kStopTag, comm, &found, &probed);
+      if (found) {
+        int length = 0;
+        MPI_Get_count(&probed, MPI_CHAR, &length);
+        notice.resize(std::max(length, 0));
+        MPI_Recv(notice.data(), length, MPI_CHAR, probed.MPI_SOURCE, kStopTag,
+                 comm, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &found, &probed);
+      }
+    }
+    if (!notice.empty()) {
+      cancelRequests();
+      return fail(DISTOPT_RT_MISMATCH, what.str() + ": stopped by " +
+                                           peer(probed.MPI_SOURCE) +
+                                           ", which found: " + notice);
+    }
+    if (!found || probed.MPI_TAG == tagOf(stamp) || probed.MPI_TAG == kStopTag)
+      return DISTOPT_RT_OK;
+    bool behind = false;
+    Stamp theirs = stampOf(probed.MPI_TAG, behind);
+    if (!behind && theirs.sequence != stamp.sequence)
+      return DISTOPT_RT_OK;
+    std::ostringstream message;
+    message << what.str() << ": " << peer(probed.MPI_SOURCE)
+            << " sent a message of " << theirs.str()
+            << (behind ? ", a collective this rank has finished," : "")
+            << " while this rank runs " << stamp.str() << kSameOrder;
+    return stopAll(message.str());
+  }
+
+  /// Fails with `message` (DISTOPT_RT_MISMATCH) after cancelling this
+  /// rank's requests and telling every peer, so that none waits for the
+  /// timeout.
+  distopt_rt_status stopAll(const std::string &message) {
+    cancelRequests();
+    std::lock_guard<std::mutex> lock(callMutex);
+    if (stopNotice.empty()) {
+      stopNotice = message.substr(0, 2048);
+      for (int r = 0; r < mySize; ++r) {
+        MPI_Request request;
+        if (r != myRank &&
+            MPI_Isend(stopNotice.data(), static_cast<int>(stopNotice.size()),
+                      MPI_CHAR, r, kStopTag, comm, &request) == MPI_SUCCESS)
+          stopRequests.push_back(request);
+      }
+    }
+    return fail(DISTOPT_RT_MISMATCH, message);
+  }
+
+  static constexpr const char *kSameOrder =
+      ": the ranks run different collectives (every rank must run the "
+      "collective operations -- steps, checkpoint saves and loads, reads of "
+      "tensors held as shards -- in the same order)";
+
   MPI_Comm comm;
   int myRank, mySize;
+  /// Bits of a stamp's sequence number in a tag.
+  int sequenceBits = 0;
+  /// The requests of the exchange in progress (one at a time: the
+  /// communicator runs one collective at a time), kept for their capacity.
+  std::vector<MPI_Request> requests;
+  std::vector<MPI_Status> statuses;
   std::vector<LocalPeer> localPeers;
+  /// The notice of a mismatch this rank sent its peers, and its sends.
+  std::string stopNotice;
+  std::vector<MPI_Request> stopRequests;
 };
 
 } // namespace

@@ -153,8 +153,9 @@ distopt_rt_status distopt_rt_comm_create(const char *backend,
   return guarded(call, [&] {
     if (!comm || !backend)
       return invalid(call, "null backend or output pointer");
-    if (!(timeoutSeconds > 0))
-      return invalid(call, "the timeout must be positive");
+    if (std::string bad = checkTimeout(timeoutSeconds, "the timeout");
+        !bad.empty())
+      return invalid(call, bad);
     if (expectedSize < 0)
       return invalid(call, "negative expected world size");
     std::unique_ptr<Transport> transport;
@@ -336,8 +337,9 @@ distopt_rt_status distopt_rt_comm_create_mpi(const void *mpiComm,
   return guarded(call, [&] {
     if (!comm || !mpiComm)
       return invalid(call, "null MPI communicator or output pointer");
-    if (!(timeoutSeconds > 0))
-      return invalid(call, "the timeout must be positive");
+    if (std::string bad = checkTimeout(timeoutSeconds, "the timeout");
+        !bad.empty())
+      return invalid(call, bad);
     if (expectedSize < 0)
       return invalid(call, "negative expected world size");
     distopt_rt_status status = DISTOPT_RT_OK;

@@ -211,14 +211,34 @@ distopt_rt_status matchResults(const step::Interface &abi,
 
 } // namespace
 
+namespace {
+void freeBuffer(bool device, void *buffer) {
+  if (device)
+    distopt_rt_cuda_free(buffer);
+  else
+    _mlir_memref_to_llvm_free(buffer);
+}
+} // namespace
+
+BufferKeeper::~BufferKeeper() {
+  for (void *buffer : kept)
+    freeBuffer(device, buffer);
+}
+
+void BufferKeeper::release(const std::shared_ptr<BufferKeeper> &keeper,
+                           void *buffer) {
+  // Only the session and the references it handed out share the keeper: a
+  // count of one is the session's alone, which no other thread can raise.
+  if (keeper.use_count() > 1)
+    keeper->kept.push_back(buffer);
+  else
+    freeBuffer(keeper->device, buffer);
+}
+
 distopt_session::~distopt_session() {
   for (size_t i = 0; i < data.size(); ++i)
-    if (owned[i] && data[i]) {
-      if (device)
-        distopt_rt_cuda_free(data[i]);
-      else
-        _mlir_memref_to_llvm_free(data[i]);
-    }
+    if (owned[i] && data[i])
+      BufferKeeper::release(keeper, data[i]);
   if (ownsComm && comm)
     distopt_rt_comm_destroy(comm);
   if (step)
@@ -240,15 +260,28 @@ distopt_rt_status distopt_session_create(distopt_step *step,
                                          distopt_session **out) {
   if (!step || !out)
     return invalid("distopt_session_create: null step or output pointer");
+  OperationScope scope(Operation::Create);
   distopt_session_options options;
   distopt_session_default_options(&options);
   if (given)
     options = *given;
   const step::Interface &abi = step->abi;
+  // Every value is checked before the ranks meet: each rank refuses alone.
   int64_t threads = 0;
   std::string badThreads = resolveThreads(options.threads, threads);
   if (!badThreads.empty())
     return invalid("distopt_session_create: " + badThreads);
+  if (options.timeout_seconds != 0)
+    if (std::string bad = checkTimeout(options.timeout_seconds,
+                                       "timeout_seconds (0: the default)");
+        !bad.empty())
+      return invalid("distopt_session_create: " + bad);
+  if (options.lr != DISTOPT_LR_OF_STEP &&
+      !(options.lr >= 0 && std::isfinite(options.lr)))
+    return invalid("distopt_session_create: lr must be finite and "
+                   "non-negative (DISTOPT_LR_OF_STEP: the compiled rate), "
+                   "not " +
+                   formatNumber(options.lr));
   double timeout =
       options.timeout_seconds > 0 ? options.timeout_seconds : defaultTimeout();
   auto session = std::make_unique<distopt_session>();
@@ -256,6 +289,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   session->threads = threads;
   retainStep(step);
   session->device = abi.device == "cuda";
+  session->keeper = std::make_shared<BufferKeeper>(session->device);
   session->seed = options.seed != DISTOPT_SEED_OF_STEP
                       ? options.seed
                       : step->abi.seed.value_or(42);
@@ -304,9 +338,6 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   if ((status = matchResults(abi, resultArg)) != DISTOPT_RT_OK)
     return session->error(status, lastError());
   session->lr = options.lr >= 0 ? options.lr : abi.lr.value_or(1e-3);
-  if (!std::isfinite(session->lr))
-    return session->invalid("the learning rate must be finite and "
-                            "non-negative");
   // Accumulators: each adds the gradient argument of its name and shape,
   // on the host.
   for (size_t i = 0; i < abi.args.size(); ++i) {
@@ -387,6 +418,19 @@ distopt_rt_status distopt_session_create(distopt_step *step,
 
 void distopt_session_destroy(distopt_session *session) { delete session; }
 
+distopt_session_buffers *
+distopt_session_retain_buffers(distopt_session *session) {
+  if (!session) {
+    invalid("distopt_session_retain_buffers: null session");
+    return nullptr;
+  }
+  return new distopt_session_buffers{session->keeper};
+}
+
+void distopt_session_release_buffers(distopt_session_buffers *buffers) {
+  delete buffers;
+}
+
 int64_t distopt_session_rank(const distopt_session *session) {
   return session ? session->rank : -1;
 }
@@ -441,12 +485,8 @@ distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
     return session->error(DISTOPT_RT_BACKEND_ERROR,
                           "out of memory for " + what);
   }
-  if (session->owned[arg]) {
-    if (session->device)
-      distopt_rt_cuda_free(session->data[arg]);
-    else
-      _mlir_memref_to_llvm_free(session->data[arg]);
-  }
+  if (session->owned[arg])
+    BufferKeeper::release(session->keeper, session->data[arg]);
   session->data[arg] = fresh;
   session->owned[arg] = data == nullptr;
   session->programWrote[arg] = data != nullptr;
@@ -460,6 +500,13 @@ distopt_rt_status distopt_session_accumulate(distopt_session *session) {
     return session->invalid("the step does not accumulate gradients (give "
                             "its spec grad_accumulation)");
   const step::Interface &abi = session->step->abi;
+  if (session->accumulated == abi.gradAccumulation - 1)
+    return session->invalid(
+        "accumulate() was called " + std::to_string(session->accumulated) +
+        " times since the last step, and the step accumulates " +
+        std::to_string(abi.gradAccumulation) +
+        " micro-batches (grad_accumulation): the next micro-batch's "
+        "gradients go to run()");
   // acc += gradient, converted to f32 a block at a time; then the gradient
   // buffer is zero for the next micro-batch's backward.
   constexpr int64_t kBlock = 4096;
@@ -479,6 +526,7 @@ distopt_rt_status distopt_session_accumulate(distopt_session *session) {
     }
     std::memset(session->data[grad], 0, g.bytes());
   }
+  ++session->accumulated;
   return DISTOPT_RT_OK;
 }
 
@@ -489,11 +537,25 @@ int64_t distopt_step_grad_accumulation(const distopt_step *step) {
 distopt_rt_status distopt_session_run(distopt_session *session) {
   if (!session)
     return invalid("distopt_session_run: null session");
+  OperationScope scope(Operation::Step);
   if (session->broken)
     return session->error(DISTOPT_RT_FAILED,
-                          "an earlier step of this session failed part way; "
-                          "create a new session (and load a checkpoint)");
+                          "an earlier step or collective of this session "
+                          "failed part way; create a new session (and load a "
+                          "checkpoint)");
   const step::Interface &abi = session->step->abi;
+  if (!session->accumulators.empty() &&
+      session->accumulated != abi.gradAccumulation - 1)
+    return session->invalid(
+        "the step accumulates " + std::to_string(abi.gradAccumulation) +
+        " micro-batches (grad_accumulation): run() takes the last one's "
+        "gradients after accumulate() has taken each of the " +
+        std::to_string(abi.gradAccumulation - 1) +
+        " before it, and accumulate() was called " +
+        std::to_string(session->accumulated) + " times since the last step");
+  if (session->stepsDone == INT64_MAX)
+    return session->invalid("the session has done INT64_MAX steps: no step "
+                            "number is left");
   if (distopt_rt_status status = startMainParams(session);
       status != DISTOPT_RT_OK)
     return status;
@@ -553,7 +615,9 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
       doubles[i] = value;
       packed[1 + i] = &doubles[i];
     } else if (type == "i64") {
-      ints[i] = static_cast<int64_t>(value);
+      // The step number exactly (a double holds 53 bits of it).
+      ints[i] =
+          v.role == step::Role::Step ? stepNumber : static_cast<int64_t>(value);
       packed[1 + i] = &ints[i];
     } else if (type == "i32") {
       int32s[i] = static_cast<int32_t>(value);
@@ -645,6 +709,8 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
   // loop zeroes them after scaler.step either way).
   for (auto [acc, grad] : session->accumulators)
     std::memset(session->data[acc], 0, abi.args[acc].bytes());
+  session->accumulated = 0;
+  session->ran = true;
   // A skipped step (an overflow under loss scaling) is not counted, as
   // torch's GradScaler does not call optimizer.step(): the next step takes
   // the same step number.
@@ -665,9 +731,11 @@ distopt_rt_status distopt_session_set_steps_done(distopt_session *session,
                                                  int64_t steps) {
   if (!session)
     return invalid("distopt_session_set_steps_done: null session");
-  if (steps < 0)
-    return session->invalid("the steps done must be >= 0, not " +
-                            std::to_string(steps));
+  if (steps < 0 || steps == INT64_MAX)
+    return session->invalid(
+        "the steps done must be from 0 to INT64_MAX - 1 (the next step's "
+        "number is one more), not " +
+        std::to_string(steps));
   session->stepsDone = steps;
   return DISTOPT_RT_OK;
 }
@@ -678,7 +746,10 @@ distopt_rt_status distopt_session_scalar(const distopt_session *session,
       result >= static_cast<int64_t>(session->scalars.size()))
     return invalid("distopt_session_scalar: no result #" +
                    std::to_string(result));
-  if (std::isnan(session->scalars[result]) && session->stepsDone == 0)
+  // A skipped step (an overflow) has run, and its scalars say so, even
+  // when it was the first and no step is counted as done. (A session that
+  // resumed from a checkpoint reads NaN until its first step.)
+  if (!session->ran && session->stepsDone == 0)
     return invalid("distopt_session_scalar: no step has run yet");
   *value = session->scalars[result];
   return DISTOPT_RT_OK;

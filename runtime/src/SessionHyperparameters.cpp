@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Comm.h"
 #include "Step.h"
 
 #include <cmath>
@@ -59,8 +60,8 @@ distopt_rt_status distopt_session_set_lr(distopt_session *session, double lr) {
   // torch.optim's rule: a learning rate is a finite, non-negative number.
   if (!std::isfinite(lr) || lr < 0)
     return session->invalid(
-        "the learning rate must be finite and non-negative, got " +
-        std::to_string(lr));
+        "the learning rate must be finite and non-negative, not " +
+        rt::formatNumber(lr));
   rt::setSessionRate(session, lr);
   return DISTOPT_RT_OK;
 }

@@ -281,6 +281,7 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
   const step::Value &arg = session->step->abi.args[t->arg];
   std::vector<char> scratch;
   const char *local = hostBytes(session, t->arg, scratch);
+  OperationScope scope(Operation::Read);
   size_t element = t->dtype->bytes;
   char *to = static_cast<char *>(out);
   if (isWhole(*t, arg)) {
@@ -288,9 +289,9 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
     return DISTOPT_RT_OK;
   }
   if (!arg.shardOf) // greedy: whole on its owner
-    return distopt_rt_broadcast(session->comm, local + t->offset * element, to,
-                                t->numel, rtType(t->dtype), t->owner,
-                                rtType(t->dtype));
+    return session->collective(distopt_rt_broadcast(
+        session->comm, local + t->offset * element, to, t->numel,
+        rtType(t->dtype), t->owner, rtType(t->dtype)));
   // A flat shard: each of the ranks 0..K-1, whose shards are the K parts,
   // sends what its part holds of it.
   int64_t shard = arg.numel();
@@ -301,9 +302,9 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
     char *part = to + (lo - t->offset) * element;
     const char *send =
         r == session->rank ? local + (lo - r * shard) * element : part;
-    distopt_rt_status status =
+    distopt_rt_status status = session->collective(
         distopt_rt_broadcast(session->comm, send, part, hi - lo,
-                             rtType(t->dtype), r, rtType(t->dtype));
+                             rtType(t->dtype), r, rtType(t->dtype)));
     if (status != DISTOPT_RT_OK)
       return status;
   }
@@ -314,6 +315,7 @@ distopt_rt_status distopt_session_save(distopt_session *session,
                                        const char *path) {
   if (!session || !path)
     return invalid("distopt_session_save: null session or path");
+  OperationScope scope(Operation::Save);
   checkpoint::Checkpoint ckpt;
   ckpt.worldSize = session->size;
   ckpt.step = session->stepsDone;
@@ -331,9 +333,9 @@ distopt_rt_status distopt_session_save(distopt_session *session,
     std::vector<char> all;
     if (v.perRank || v.shardOf) {
       all.resize(v.bytes() * session->size);
-      distopt_rt_status status =
+      distopt_rt_status status = session->collective(
           distopt_rt_all_gather(session->comm, local, all.data(), v.numel(),
-                                rtType(v.dtype), rtType(v.dtype));
+                                rtType(v.dtype), rtType(v.dtype)));
       if (status != DISTOPT_RT_OK)
         return status;
     }
@@ -362,9 +364,9 @@ distopt_rt_status distopt_session_save(distopt_session *session,
                                    : local + e.offset * element;
       if (e.owner) {
         owned.resize(bytes);
-        distopt_rt_status status =
+        distopt_rt_status status = session->collective(
             distopt_rt_broadcast(session->comm, data, owned.data(), e.numel(),
-                                 rtType(v.dtype), *e.owner, rtType(v.dtype));
+                                 rtType(v.dtype), *e.owner, rtType(v.dtype)));
         if (status != DISTOPT_RT_OK)
           return status;
         data = owned.data();
@@ -398,8 +400,8 @@ distopt_rt_status distopt_session_save(distopt_session *session,
         checkpoint::write(path, ckpt, killAfter ? std::atoll(killAfter) : -1);
     failed = !error.empty();
   }
-  distopt_rt_status status = distopt_rt_broadcast(
-      session->comm, &failed, &failed, 1, DISTOPT_RT_I64, 0, DISTOPT_RT_I64);
+  distopt_rt_status status = session->collective(distopt_rt_broadcast(
+      session->comm, &failed, &failed, 1, DISTOPT_RT_I64, 0, DISTOPT_RT_I64));
   if (status != DISTOPT_RT_OK)
     return status;
   if (failed)
@@ -416,6 +418,7 @@ distopt_rt_status distopt_session_load(distopt_session *session,
                                        int64_t *savedWorldSize) {
   if (!session || !path)
     return invalid("distopt_session_load: null session or path");
+  OperationScope scope(Operation::Load);
   std::string error;
   json::Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(path);
   if (!ckpt)
@@ -425,8 +428,8 @@ distopt_rt_status distopt_session_load(distopt_session *session,
            !misfit.empty())
     error = std::string(path) + ": " + misfit;
   if (error.empty() && session->broken)
-    error = "an earlier step of this session failed part way; create a new "
-            "session to load into";
+    error = "an earlier step or collective of this session failed part way; "
+            "create a new session to load into";
   if (error.empty() && restore(session, *ckpt, path, false) != DISTOPT_RT_OK)
     error = lastError();
   // Every rank resumes, or none (and none changes a buffer before all
@@ -434,8 +437,9 @@ distopt_rt_status distopt_session_load(distopt_session *session,
   // its peers.
   distopt_rt_status status;
   int64_t mine = !error.empty(), any = 0;
-  status = distopt_rt_all_reduce(session->comm, &mine, &any, 1, DISTOPT_RT_I64,
-                                 DISTOPT_RT_MAX, 1, DISTOPT_RT_I64);
+  status = session->collective(
+      distopt_rt_all_reduce(session->comm, &mine, &any, 1, DISTOPT_RT_I64,
+                            DISTOPT_RT_MAX, 1, DISTOPT_RT_I64));
   if (status != DISTOPT_RT_OK)
     return status;
   if (!error.empty())

@@ -18,6 +18,7 @@
 #include "distopt_step.h"
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -80,7 +81,29 @@ void forEachLocalPart(const LogicalTensor &t, const step::Value &arg,
     fn(lo - t.offset, lo - begin, hi - lo);
 }
 
+/// The buffers a session gave up (destroyed, or an argument bound again)
+/// while a host still holds views of them (distopt_session_retain_buffers):
+/// freed with the last reference.
+class BufferKeeper {
+public:
+  explicit BufferKeeper(bool device) : device(device) {}
+  ~BufferKeeper();
+  BufferKeeper(const BufferKeeper &) = delete;
+  BufferKeeper &operator=(const BufferKeeper &) = delete;
+  /// Frees `buffer` now, or with the last reference when one is held.
+  static void release(const std::shared_ptr<BufferKeeper> &keeper,
+                      void *buffer);
+
+private:
+  bool device;
+  std::vector<void *> kept;
+};
+
 } // namespace distopt::rt
+
+struct distopt_session_buffers {
+  std::shared_ptr<distopt::rt::BufferKeeper> keeper;
+};
 
 struct distopt_step {
   void *handle = nullptr;
@@ -113,18 +136,26 @@ struct distopt_session {
   uint64_t seed = 42;
   int64_t threads = 1; // of the step's parallel loops (CPU)
   int64_t stepsDone = 0;
+  /// A step has run (skipped or not): its scalars can be read.
+  bool ran = false;
+  /// accumulate() calls since the last step (a step compiled with
+  /// grad_accumulation K takes exactly K - 1).
+  int64_t accumulated = 0;
   double lastSeconds = 0;
   /// Per argument: the buffer the step reads and updates, and whether the
   /// session allocated it.
   std::vector<void *> data;
   std::vector<bool> owned;
+  /// Where the owned buffers go when the session gives them up.
+  std::shared_ptr<distopt::rt::BufferKeeper> keeper;
   /// Per result: its value as a double, for scalars.
   std::vector<double> scalars;
   /// Per argument: the value of scalar state (a loss scale, its growth
   /// tracker), fed back from the result of the same role and name, and of
   /// each hyperparameter.
   std::vector<double> scalarState;
-  /// A step failed part way: the communicator may be unusable.
+  /// A step, or a collective of a save, load or read, failed: the
+  /// communicator may be unusable, the buffers partly updated.
   bool broken = false;
   /// Gradient accumulation: (accumulator argument, gradient argument).
   std::vector<std::pair<size_t, size_t>> accumulators;
@@ -145,6 +176,14 @@ struct distopt_session {
   }
   distopt_rt_status invalid(const std::string &message) const {
     return error(DISTOPT_RT_INVALID_ARGUMENT, message);
+  }
+  /// The status of a collective the session ran: one that failed other
+  /// than for an argument (a timeout, a dead peer, a mismatch) breaks the
+  /// session, as a failed step does.
+  distopt_rt_status collective(distopt_rt_status status) {
+    if (status != DISTOPT_RT_OK && status != DISTOPT_RT_INVALID_ARGUMENT)
+      broken = true;
+    return status;
   }
 
   ~distopt_session();

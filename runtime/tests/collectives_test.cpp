@@ -492,7 +492,12 @@ void invalidMode(distopt_rt_comm *comm) {
   invalid(distopt_rt_comm_create("tcp", 0, 1, &other), "unknown backend",
           "unknown backend 'tcp'");
   invalid(distopt_rt_comm_create("single", 0, 0, &other), "zero timeout",
-          "the timeout must be positive");
+          "the timeout must be a positive number of seconds, at most 1e9, "
+          "not 0");
+  invalid(distopt_rt_comm_create("single", 0, std::nan(""), &other),
+          "NaN timeout", "not nan");
+  invalid(distopt_rt_comm_create("single", 0, HUGE_VAL, &other),
+          "infinite timeout", "not inf");
 }
 
 } // namespace

@@ -12,6 +12,18 @@
  *                           comes back as a status
  *   step_test dead STEP     a peer exits before a step: the survivors' run
  *                           returns a status naming it, nothing aborts
+ *   step_test values STEP   every numeric value of the API checked: NaN,
+ *                           negative, out of range refused naming the
+ *                           argument; the accumulation count enforced; a
+ *                           first step skipped on NaN gradients runs on
+ *                           (one process; STEP compiled with loss scaling,
+ *                           clipping and grad_accumulation 3)
+ *   step_test mismatch STEP save|read
+ *                           rank 1 saves a checkpoint (or reads a tensor
+ *                           held as shards) while the others run a step:
+ *                           every rank fails at once with
+ *                           DISTOPT_RT_MISMATCH naming both operations, no
+ *                           parameter changes, and the session is broken
  *
  * Prints "step_test: N passed, M failed"; exits non-zero on a failure.
  *
@@ -21,6 +33,7 @@
 
 #include <mpi.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,9 +366,230 @@ static int testDead(const char *path) {
   _exit(failed ? 1 : 0);
 }
 
+/* Whether `call` returned DISTOPT_RT_INVALID_ARGUMENT with a message
+ * holding `needle`. */
+static int refused(distopt_rt_status status, const char *needle) {
+  return status == DISTOPT_RT_INVALID_ARGUMENT &&
+         strstr(distopt_rt_last_error(), needle) != NULL;
+}
+
+/* Sets every gradient to `value`. */
+static void fillGradients(distopt_session *session, const distopt_step *step,
+                          float value) {
+  for (int64_t i = 0; i < distopt_step_num_tensors(step); ++i) {
+    distopt_step_tensor t;
+    distopt_step_tensor_info(step, i, &t);
+    if (strcmp(t.role, "grad") != 0)
+      continue;
+    float *g = distopt_session_tensor_data(session, i);
+    for (int64_t e = 0; e < t.numel; ++e)
+      g[e] = value;
+  }
+}
+
+static int testValues(const char *path) {
+  distopt_step *step = NULL;
+  REQUIRE_OK(distopt_step_open(path, &step));
+  int64_t k = distopt_step_grad_accumulation(step);
+  if (k != 3 || distopt_step_world_size(step) != 1) {
+    fprintf(stderr, "step_test values: compile a 1-rank step with "
+                    "grad_accumulation 3\n");
+    return 1;
+  }
+  distopt_session_options options;
+  distopt_session_default_options(&options);
+  options.backend = "single";
+  distopt_session *session = NULL;
+
+  /* Session options: each bad value refused, naming it, before anything. */
+  double badLr[] = {NAN, -0.5, INFINITY, -INFINITY, -1e-300};
+  for (int i = 0; i < 5; ++i) {
+    distopt_session_options o = options;
+    o.lr = badLr[i];
+    CHECK(refused(distopt_session_create(step, &o, &session), "lr must be") &&
+              session == NULL,
+          "lr %g", badLr[i]);
+  }
+  double badTimeout[] = {NAN, -1, INFINITY, 2e9};
+  for (int i = 0; i < 4; ++i) {
+    distopt_session_options o = options;
+    o.timeout_seconds = badTimeout[i];
+    CHECK(refused(distopt_session_create(step, &o, &session),
+                  "timeout_seconds"),
+          "timeout %g", badTimeout[i]);
+  }
+  int64_t badThreads[] = {-1, 1025, INT64_MIN};
+  for (int i = 0; i < 3; ++i) {
+    distopt_session_options o = options;
+    o.threads = badThreads[i];
+    CHECK(refused(distopt_session_create(step, &o, &session), "threads"),
+          "threads %lld", (long long)badThreads[i]);
+  }
+  distopt_session_options o = options;
+  o.lr = DISTOPT_LR_OF_STEP;
+  REQUIRE_OK(distopt_session_create(step, &o, &session));
+  CHECK(distopt_session_lr(session) == 0.01, "the compiled rate");
+  distopt_session_destroy(session);
+  options.lr = 0.5;
+  REQUIRE_OK(distopt_session_create(step, &options, &session));
+
+  for (int i = 0; i < 5; ++i)
+    CHECK(refused(distopt_session_set_lr(session, badLr[i]), "learning rate") &&
+              distopt_session_lr(session) == 0.5,
+          "set_lr %g", badLr[i]);
+  CHECK(refused(distopt_session_set_steps_done(session, -1), "steps done"),
+        "negative steps done");
+  CHECK(refused(distopt_session_set_steps_done(session, INT64_MAX),
+                "steps done"),
+        "INT64_MAX steps done");
+
+  /* The accumulation protocol: exactly K - 1 accumulate() before run(). */
+  fillGradients(session, step, 0.25f);
+  CHECK(refused(distopt_session_run(session), "accumulate() was called 0 "
+                                              "times"),
+        "a run without accumulating");
+  REQUIRE_OK(distopt_session_accumulate(session));
+  CHECK(refused(distopt_session_run(session), "accumulate() was called 1 "
+                                              "times"),
+        "a run after one micro-batch of three");
+  REQUIRE_OK(distopt_session_accumulate(session));
+  CHECK(refused(distopt_session_accumulate(session), "called 2 times"),
+        "a third accumulate()");
+  CHECK(distopt_session_steps_done(session) == 0, "no step ran");
+
+  /* A first step skipped on NaN gradients: its scalars read, and the next
+   * step runs. */
+  int64_t skipped = -1;
+  for (int64_t r = 0; r < distopt_step_num_results(step); ++r) {
+    distopt_step_value v;
+    distopt_step_result(step, r, &v);
+    if (strcmp(v.role, "skipped") == 0)
+      skipped = r;
+  }
+  fillGradients(session, step, NAN);
+  REQUIRE_OK(distopt_session_run(session));
+  double value = 0;
+  CHECK(distopt_session_scalar(session, skipped, &value) == DISTOPT_RT_OK &&
+            value == 1 && distopt_session_steps_done(session) == 0,
+        "the first step was skipped and says so");
+  for (int m = 0; m < 3; ++m) {
+    fillGradients(session, step, 0.25f);
+    if (m < 2)
+      REQUIRE_OK(distopt_session_accumulate(session));
+  }
+  CHECK(distopt_session_run(session) == DISTOPT_RT_OK &&
+            distopt_session_scalar(session, skipped, &value) ==
+                DISTOPT_RT_OK &&
+            value == 0 && distopt_session_steps_done(session) == 1,
+        "the step after the skipped one [%s]", distopt_rt_last_error());
+
+  /* The last step numbers: INT64_MAX - 1 steps done runs once, finite. */
+  REQUIRE_OK(distopt_session_set_steps_done(session, INT64_MAX - 1));
+  for (int m = 0; m < 3; ++m) {
+    fillGradients(session, step, 0.25f);
+    if (m < 2)
+      REQUIRE_OK(distopt_session_accumulate(session));
+  }
+  REQUIRE_OK(distopt_session_run(session));
+  int64_t w = distopt_step_find_tensor(step, "param", "w");
+  const float *weight = distopt_session_tensor_data(session, w);
+  int finite = 1;
+  for (int e = 0; e < 32; ++e)
+    finite &= isfinite(weight[e]) != 0;
+  CHECK(finite && distopt_session_steps_done(session) == INT64_MAX,
+        "step INT64_MAX: finite parameters");
+  for (int m = 0; m < 2; ++m)
+    REQUIRE_OK(distopt_session_accumulate(session));
+  CHECK(refused(distopt_session_run(session), "no step number is left"),
+        "a step after INT64_MAX");
+  distopt_session_destroy(session);
+  distopt_step_close(step);
+  return 0;
+}
+
+/* Rank 1 runs `other` (a save, or a read of a tensor held as shards) while
+ * the others run a step: each prints how its call failed. */
+static int testMismatch(const char *path, const char *other) {
+  int worldSize;
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  distopt_step *step = NULL;
+  REQUIRE_OK(distopt_step_open(path, &step));
+  distopt_session_options options;
+  distopt_session_default_options(&options);
+  options.timeout_seconds = 30;
+  MPI_Comm world = MPI_COMM_WORLD;
+  options.mpi_comm = &world;
+  distopt_session *session = NULL;
+  REQUIRE_OK(distopt_session_create(step, &options, &session));
+  if (fillTensors(session, step, "param", 0) || runSteps(session, step, 1) ||
+      fillTensors(session, step, "grad", 7))
+    return 1;
+  /* The parameters each rank holds whole, to compare after the failure. */
+  int64_t w = distopt_step_find_tensor(step, "param", "w");
+  distopt_step_tensor info;
+  REQUIRE_OK(distopt_step_tensor_info(step, w, &info));
+  float before[64];
+  CHECK(info.whole && info.bytes <= (int64_t)sizeof before, "w is whole");
+  memcpy(before, distopt_session_tensor_data(session, w), info.bytes);
+  /* A tensor no rank holds whole (ZeRO's state shards). */
+  int64_t sharded = -1;
+  for (int64_t i = 0; i < distopt_step_num_tensors(step) && sharded < 0; ++i) {
+    distopt_step_tensor t;
+    REQUIRE_OK(distopt_step_tensor_info(step, i, &t));
+    if (!t.whole)
+      sharded = i;
+  }
+  if (sharded < 0) {
+    fprintf(stderr, "step_test mismatch: compile the step with ZeRO\n");
+    return 1;
+  }
+  char ckpt[256];
+  snprintf(ckpt, sizeof ckpt, "%s.mismatch.ckpt", path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double start = MPI_Wtime();
+  distopt_rt_status status;
+  const char *what = "run";
+  if (worldRank != 1) {
+    status = distopt_session_run(session);
+  } else if (strcmp(other, "save") == 0) {
+    what = "save";
+    status = distopt_session_save(session, ckpt);
+  } else {
+    what = "read";
+    distopt_step_tensor t;
+    REQUIRE_OK(distopt_step_tensor_info(step, sharded, &t));
+    void *out = malloc((size_t)t.bytes);
+    status = distopt_session_read_tensor(session, sharded, out, t.bytes);
+    free(out);
+  }
+  double seconds = MPI_Wtime() - start;
+  /* Every rank's message names both operations. */
+  const char *others = strcmp(other, "save") == 0 ? "of a checkpoint save"
+                                                  : "of reading a tensor";
+  char me[64];
+  snprintf(me, sizeof me, "rank %d of %d", worldRank, worldSize);
+  const char *message = distopt_rt_last_error();
+  CHECK(status == DISTOPT_RT_MISMATCH && strstr(message, me) &&
+            strstr(message, "of a step") && strstr(message, others),
+        "status %d", (int)status);
+  CHECK(seconds < 10, "failed after %.1f s, not at once", seconds);
+  printf("rank %d: %s failed with status %d: %s\n", worldRank, what,
+         (int)status, message);
+  CHECK(memcmp(before, distopt_session_tensor_data(session, w), info.bytes) ==
+            0,
+        "w changed");
+  CHECK(distopt_session_run(session) == DISTOPT_RT_FAILED,
+        "the session is broken");
+  distopt_session_destroy(session);
+  distopt_step_close(step);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: step_test api|comm|dead STEP.so\n");
+  if (argc != 3 && !(argc == 4 && strcmp(argv[1], "mismatch") == 0)) {
+    fprintf(stderr,
+            "usage: step_test api|comm|dead|values STEP.so\n"
+            "       step_test mismatch STEP.so save|read\n");
     return 2;
   }
   int provided;
@@ -368,6 +602,10 @@ int main(int argc, char **argv) {
     error = testComm(argv[2]);
   else if (strcmp(argv[1], "dead") == 0)
     error = testDead(argv[2]);
+  else if (strcmp(argv[1], "values") == 0)
+    error = testValues(argv[2]);
+  else if (strcmp(argv[1], "mismatch") == 0)
+    error = testMismatch(argv[2], argv[3]);
   else {
     fprintf(stderr, "step_test: unknown mode '%s'\n", argv[1]);
     error = 2;

@@ -74,6 +74,15 @@ if MODE == "kill":
               f"after {seconds:.1f} s: {e}", flush=True)
     # The interpreter is alive; MPI_Finalize would wait for the dead rank.
     print(f"rank {rank}: still running", flush=True)
+    # mpirun ends the job when the first survivor exits without
+    # MPI_Finalize: each waits (30 s at most) until every survivor has
+    # reported, through files, as MPI cannot be used with a dead rank.
+    open(os.path.join(WORK, f"reported.{rank}"), "w").close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(
+            os.path.exists(os.path.join(WORK, f"reported.{r}"))
+            for r in range(size - 1)) < size - 1:
+        time.sleep(0.05)
     os._exit(0)
 
 names = None

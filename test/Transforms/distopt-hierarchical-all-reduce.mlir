@@ -61,9 +61,9 @@ func.func @kinds(%x: tensor<32xf32>, %m: tensor<32xi32>, %s: tensor<4xf32>) -> (
 
 // -----
 
-// A world of 3 has no nodes of 2, and a sub-group is left alone.
-distopt.process_group @dp size 3
-distopt.mesh @m shape [3, 2]
+// A world of one node stays flat, and a sub-group is left alone.
+distopt.process_group @dp size 2
+distopt.mesh @m shape [1, 2]
 distopt.process_group @rows size 2 over @m axes [1]
 // CHECK-LABEL: func.func @flat
 // CHECK-NOT:   distopt.mesh @nodes
@@ -73,6 +73,17 @@ func.func @flat(%x: tensor<64xf32>, %y: tensor<64xf32>) -> (tensor<64xf32>, tens
   %a = distopt.all_reduce sum %x on @dp : tensor<64xf32>
   %b = distopt.all_reduce sum %y on @rows : tensor<64xf32>
   return %a, %b : tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// A node size that does not divide the world is an error, as
+// hybrid-shard-size's is (it was ignored).
+// expected-error @+1 {{--distopt-hierarchical-all-reduce: node-size=2 does not divide the world of 3 ranks into nodes}}
+distopt.process_group @dp size 3
+func.func @uneven(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %a = distopt.all_reduce sum %x on @dp : tensor<64xf32>
+  return %a : tensor<64xf32>
 }
 
 // -----

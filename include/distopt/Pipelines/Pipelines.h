@@ -105,10 +105,10 @@ struct DistOptPipelineOptions
       llvm::cl::init(false)};
   Option<int64_t> hierarchicalNodeSize{
       *this, "hierarchical-node-size",
-      llvm::cl::desc("Ranks per node: all-reduces of at least "
-                     "hierarchical-min-bytes run inside each node, then "
-                     "across nodes (--distopt-hierarchical-all-reduce; 0: "
-                     "flat)"),
+      llvm::cl::desc("Ranks per node, dividing the world: all-reduces of "
+                     "at least hierarchical-min-bytes run inside each node, "
+                     "then across nodes (--distopt-hierarchical-all-reduce; "
+                     "0: flat)"),
       llvm::cl::init(0)};
   Option<int64_t> hierarchicalMinBytes{
       *this, "hierarchical-min-bytes",

@@ -255,8 +255,11 @@ def HierarchicalAllReducePass
     The pass declares `distopt.mesh @nodes` of shape `[W/S, S]` and the
     groups `@intra_node` (axis 1) and `@inter_node` (axis 0), or reuses
     them. Smaller all-reduces, asynchronous ones, sub-group ones, 0-d
-    tensors and worlds that `node-size` does not divide into two or more
-    nodes are left flat. `node-size=0` (the default) changes nothing.
+    tensors and a world of one node (or nodes of one rank) are left flat.
+    A `node-size` that does not divide the world (the module's
+    `distopt.world_size`, or its groups spanning the world) into whole
+    nodes is an error, as `--distopt-hybrid-mesh`'s `shard-size` is.
+    `node-size=0` (the default) changes nothing.
   }];
   let options = [
     Option<"nodeSize", "node-size", "int64_t", "0",
