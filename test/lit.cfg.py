@@ -14,7 +14,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.distopt_obj_root, "test")
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "optimizers_vs_torch.py",
                    "step_harness.py", "passes_preserve_step.py", "compiled_step.py",
-                   "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py", "snippets.py", "overflow_skip.py", "checkpoint_corruption.py", "clip_sharded_vs_torch.py", "interface_errors.py", "runtime_hyperparameters.py", "torch_ddp_parity.py"]
+                   "amp_clip_vs_torch.py", "mlir_exec.py", "shard_to_distopt.py", "snippets.py", "overflow_skip.py", "checkpoint_corruption.py", "clip_sharded_vs_torch.py", "interface_errors.py", "runtime_hyperparameters.py", "torch_ddp_parity.py", "split_step.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%distopt_obj_root", config.distopt_obj_root))

@@ -114,6 +114,9 @@ void mlir::distopt::buildDistOptPipeline(
     late->addPass(createOverlapCollectivesPass());
   if (options.verify)
     pm.addPass(createVerifyCollectivesPass());
+  // After the checks: they hold for @step, which the entries split.
+  if (options.splitStep)
+    pm.addPass(createSplitStepPass());
 }
 
 void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,

@@ -35,6 +35,7 @@ constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::Skipped, "skipped"},
     {Role::GradAccum, "grad_accum"},
     {Role::Hyperparameter, "hyperparameter"},
+    {Role::ReducedGrad, "reduced_grad"},
 };
 
 constexpr DType kDTypes[] = {
@@ -245,7 +246,7 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
     r.fail(path + ".shape",
            "the " + std::string(roleName(v.role)) + " is a scalar");
   if (v.shardOf) {
-    if (v.layout.empty())
+    if (v.layout.empty() && v.role != Role::ReducedGrad)
       r.fail(path + ".shard_of", "a flat shard needs its layout");
     else if (v.numel() == 0 || v.shardOf % v.numel() != 0 ||
              worldSize % (v.shardOf / v.numel()) != 0)
@@ -276,6 +277,45 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
       r.fail(path + ".layout",
              "two entries overlap at element " + str(std::get<1>(spans[i])));
   return v;
+}
+
+Entry readEntry(Reader &r, const json::Value &json, const std::string &path,
+                const Interface &interface) {
+  Entry e;
+  const json::Value *o = r.object(&json, path);
+  if (!o)
+    return e;
+  e.name = r.string(*o, "name", path);
+  if (!r.failed() &&
+      (e.name.empty() ||
+       e.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") !=
+           std::string::npos))
+    r.fail(path + ".name", "expected a name of [a-z0-9_]");
+  std::string kind = r.string(*o, "kind", path);
+  if (kind == "reduce")
+    e.kind = Entry::Kind::Reduce;
+  else if (kind == "update")
+    e.kind = Entry::Kind::Update;
+  else if (!r.failed())
+    r.fail(path + ".kind", "expected reduce or update, got '" + kind + "'");
+  int64_t numArgs = static_cast<int64_t>(interface.args.size());
+  if (e.kind == Entry::Kind::Reduce) {
+    const json::Array *reduces = r.array(*o, "reduces", path);
+    for (size_t i = 0; reduces && i < reduces->size() && !r.failed(); ++i) {
+      std::string at = path + ".reduces[" + str(i) + "]";
+      e.reduces.push_back(r.integer((*reduces)[i], at, 0, numArgs - 1));
+      if (!r.failed() && interface.args[e.reduces.back()].role != Role::Grad)
+        r.fail(at, "argument #" + str(e.reduces.back()) + " is not a gradient");
+    }
+    if (!r.failed() && e.reduces.empty())
+      r.fail(path + ".reduces", "a reduce entry reduces some gradient");
+  }
+  if (const json::Array *results = r.array(*o, "results", path))
+    for (size_t i = 0; i < results->size() && !r.failed(); ++i)
+      e.results.push_back(readValue(r, (*results)[i],
+                                    path + ".results[" + str(i) + "]",
+                                    interface.worldSize, numArgs, true));
+  return e;
 }
 
 ProcessGroup readGroup(Reader &r, const json::Value &json,
@@ -424,9 +464,20 @@ json::Expected<Interface> parseInterface(std::string_view text) {
     result.results.push_back(readValue(r, (*results)[i],
                                        "results[" + str(i) + "]",
                                        result.worldSize, args->size(), true));
+  if (const json::Array *entries = r.array(*root, "entries", "", false))
+    for (size_t i = 0; i < entries->size() && !r.failed(); ++i)
+      result.entries.push_back(
+          readEntry(r, (*entries)[i], "entries[" + str(i) + "]", result));
   if (r.failed())
     return Result::failure(r.takeError());
   size_t offender = 0;
+  for (size_t i = 0; i < result.entries.size(); ++i)
+    if (std::string error =
+            checkResults(result, result.entries[i].results, &offender);
+        !error.empty()) {
+      r.fail("entries[" + str(i) + "].results[" + str(offender) + "]", error);
+      return Result::failure(r.takeError());
+    }
   if (std::string error = checkStateArguments(result, &offender);
       !error.empty()) {
     r.fail("args[" + str(offender) + "]", error);
@@ -440,6 +491,11 @@ json::Expected<Interface> parseInterface(std::string_view text) {
 }
 
 std::string checkResults(const Interface &interface, size_t *result) {
+  return checkResults(interface, interface.results, result);
+}
+
+std::string checkResults(const Interface &interface,
+                         const std::vector<Value> &results, size_t *result) {
   auto describe = [](const Value &v) {
     std::string text(v.dtype ? v.dtype->name : "?");
     if (!v.isTensor())
@@ -449,8 +505,8 @@ std::string checkResults(const Interface &interface, size_t *result) {
       text += (d ? "x" : "") + str((*v.shape)[d]);
     return text + "]";
   };
-  for (size_t k = 0; k < interface.results.size(); ++k) {
-    const Value &r = interface.results[k];
+  for (size_t k = 0; k < results.size(); ++k) {
+    const Value &r = results[k];
     if (r.role == Role::None)
       continue;
     for (size_t i = 0; i < interface.args.size(); ++i) {
@@ -551,11 +607,12 @@ json::Value toJSON(const Interface &interface) {
     }
     return o;
   };
-  json::Array args, results;
-  for (const Value &v : interface.args)
-    args.push_back(value(v));
-  for (const Value &v : interface.results)
-    results.push_back(value(v));
+  auto values = [&](const std::vector<Value> &list) {
+    json::Array out;
+    for (const Value &v : list)
+      out.push_back(value(v));
+    return out;
+  };
   char fingerprint[24];
   std::snprintf(fingerprint, sizeof(fingerprint), "0x%016" PRIx64,
                 interface.collectiveFingerprint);
@@ -573,8 +630,21 @@ json::Value toJSON(const Interface &interface) {
   root.set("collectives",
            json::Object{{"count", interface.collectiveCount},
                         {"fingerprint", std::string(fingerprint)}});
-  root.set("args", std::move(args));
-  root.set("results", std::move(results));
+  root.set("args", values(interface.args));
+  root.set("results", values(interface.results));
+  if (!interface.entries.empty()) {
+    json::Array entries;
+    for (const Entry &e : interface.entries) {
+      json::Value entry = json::Object{
+          {"name", e.name},
+          {"kind", e.kind == Entry::Kind::Reduce ? "reduce" : "update"},
+          {"results", values(e.results)}};
+      if (e.kind == Entry::Kind::Reduce)
+        entry.set("reduces", e.reduces);
+      entries.push_back(std::move(entry));
+    }
+    root.set("entries", std::move(entries));
+  }
   if (!interface.groups.empty()) {
     json::Array groups;
     for (const ProcessGroup &g : interface.groups) {

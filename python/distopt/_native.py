@@ -47,6 +47,11 @@ class StepTensor(ctypes.Structure):
                 ("bytes", _i64), ("arg", _i64), ("whole", _i32)]
 
 
+class StepEntry(ctypes.Structure):
+    _fields_ = [("name", _s), ("kind", _s), ("num_reduces", _i64),
+                ("reduces", ctypes.POINTER(_i64))]
+
+
 class SessionOptions(ctypes.Structure):
     _fields_ = [("mpi_comm", _p), ("backend", _s),
                 ("timeout_seconds", ctypes.c_double), ("lr", ctypes.c_double),
@@ -101,6 +106,12 @@ def _load():
             status, [_p, _i64, ctypes.POINTER(ctypes.c_double)]),
         "distopt_session_run": (status, [_p]),
         "distopt_session_accumulate": (status, [_p]),
+        "distopt_step_num_entries": (_i64, [_p]),
+        "distopt_step_entry_info": (status,
+                                    [_p, _i64, ctypes.POINTER(StepEntry)]),
+        "distopt_session_run_entry": (status, [_p, _i64]),
+        "distopt_session_start_entry": (status, [_p, _i64]),
+        "distopt_session_wait": (status, [_p]),
         "distopt_step_grad_accumulation": (_i64, [_p]),
         "distopt_session_steps_done": (_i64, [_p]),
         "distopt_session_set_steps_done": (status, [_p, _i64]),

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._native import STATUS_NAMES, SessionOptions, StepTensor, StepValue
+from ._native import STATUS_NAMES, SessionOptions, StepEntry, StepTensor
+from ._native import StepValue
 from ._native import last_error, lib
 from .errors import DistoptError
 
@@ -110,6 +111,16 @@ class TensorInfo:
     per_rank: bool
 
 
+@dataclass(frozen=True)
+class Entry:
+    """An entry point of a split step (split-step): a reduction of one
+    gradient argument, or the update."""
+    index: int
+    name: str     # "reduce0", ..., "update"
+    kind: str     # "reduce" or "update"
+    reduces: tuple  # reduce: the gradient arguments it reduces
+
+
 def _value(index, v):
     return Value(index, _text(v.role), _text(v.name), _text(v.dtype),
                  tuple(v.shape[i] for i in range(v.ndim)), bool(v.is_tensor),
@@ -149,6 +160,13 @@ class Step:
                 tuple(t.shape[d] for d in range(t.ndim)), t.numel, t.bytes,
                 t.arg, bool(t.whole), bool(t.per_rank)))
         self._by_name = {(t.role, t.name): t for t in self.tensors}
+        self.entries = []
+        for k in range(lib.distopt_step_num_entries(handle)):
+            e = StepEntry()
+            _check(lib.distopt_step_entry_info(handle, k, ctypes.byref(e)))
+            self.entries.append(Entry(
+                k, _text(e.name), _text(e.kind),
+                tuple(e.reduces[i] for i in range(e.num_reduces))))
 
     def tensor(self, name, role="param"):
         """The TensorInfo of `name` with `role`; KeyError naming both."""
@@ -438,6 +456,23 @@ class Session:
         gradient norm, loss scale."""
         _check(lib.distopt_session_run(self._live()))
         return self.scalars()
+
+    def run_entry(self, k):
+        """Runs entry point k of a split step (collective); the update is a
+        step, as run() is, and returns its scalars."""
+        _check(lib.distopt_session_run_entry(self._live(), int(k)))
+        if self.step.entries[k].kind == "update":
+            return self.scalars()
+        return None
+
+    def start_entry(self, k):
+        """Starts reduce entry k on the session's communication thread and
+        returns at once; wait() waits for all started."""
+        _check(lib.distopt_session_start_entry(self._live(), int(k)))
+
+    def wait(self):
+        """Waits for the entries started (their failure raises here)."""
+        _check(lib.distopt_session_wait(self._live()))
 
     def accumulate(self):
         """Adds this micro-batch's gradients into the step's f32

@@ -24,6 +24,8 @@ torch lets a program or a scheduler change is a runtime value of the
 compiled step, read from param_groups at every step().
 """
 
+import contextlib
+
 import torch
 
 from .compiler import compile
@@ -127,6 +129,114 @@ def _runtime_values(kind, group):
         else:
             out[key] = group[key]
     return out
+
+
+def _split_pipeline(pipeline):
+    """The pipeline with what DDP's semantics need: gradients as views of
+    their buckets, and the reductions as entry points of their own."""
+    options = pipeline.split()
+    keys = {o.split("=", 1)[0] for o in options}
+    if "grad-as-bucket-view" not in keys:
+        options.append("grad-as-bucket-view")
+    if "split-step" not in keys:
+        options.append("split-step")
+    return " ".join(options)
+
+
+class _Reducer:
+    """DDP's reducer over a split step's reduce entry points: a hook on each
+    parameter's gradient accumulator marks it ready; a bucket whose
+    parameters are all ready is reduced at once on the session's
+    communication thread (in bucket order, as every rank issues them alike);
+    the autograd engine's final callback starts the buckets left (parameters
+    that got no gradient) and waits, so that when backward() returns the
+    gradients are averaged over the ranks (all-reduced buckets), or this
+    rank's shards are reduced (reduce-scattered buckets)."""
+
+    def __init__(self, optimizer):
+        self.opt = optimizer
+        session, step = optimizer.session, optimizer.compiled
+        self.entries = [e for e in step.entries if e.kind == "reduce"]
+        self.update = next((e.index for e in step.entries
+                            if e.kind == "update"), None)
+        entry_of_arg = {arg: k for k, e in enumerate(self.entries)
+                        for arg in e.reduces}
+        self.bucket_of = {}  # parameter index -> bucket
+        self.size = [0] * len(self.entries)
+        for index, (name, _) in enumerate(optimizer._named):
+            bucket = entry_of_arg.get(step.tensor(name, "grad").arg)
+            if bucket is not None:
+                self.bucket_of[index] = bucket
+                self.size[bucket] += 1
+        # Buckets reduced in place leave the averaged gradient in the
+        # model's .grad (as DDP); the others leave it (this rank's shard
+        # under ZeRO-2/3, as FSDP; or the bucket reduced in a wider type) in
+        # an argument of role reduced_grad.
+        reduced = {a.name: a for a in step.args if a.role == "reduced_grad"}
+        results = [step.interface["entries"][e.index]["results"][0]
+                   for e in self.entries]
+        self.in_place = [r["role"] == "grad" for r in results]
+        self.left_in = [None if r["role"] == "grad" else reduced[r["name"]]
+                        for r in results]
+        # Whether backward leaves every gradient averaged in .grad.
+        self.averages = (len(self.bucket_of) == len(optimizer._named) and
+                         all(self.in_place))
+        self.enabled = True  # no_sync() turns it off
+        self.session = session
+        self._hooks = []
+        self._reset()
+        if not self.entries:
+            return
+        for index, (_, p) in enumerate(optimizer._named):
+            if index not in self.bucket_of:
+                continue
+            # The AccumulateGrad node of p: its hook runs once p.grad holds
+            # this backward's gradient.
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._ready_hook(index, p))
+            self._hooks.append(accumulator)  # keeps the node (and hook)
+
+    def _reset(self):
+        self.pending = list(self.size)
+        self.next = 0
+        self.active = False
+        self.reduced = False
+
+    def _ready_hook(self, index, p):
+        def hook(*_):
+            if not self.enabled:
+                return
+            if not self.active:  # the first gradient of this backward
+                self._reset()
+                self.active = True
+                torch.autograd.Variable._execution_engine.queue_callback(
+                    self._finish)
+            self.opt._adopt_grad(index, p)
+            bucket = self.bucket_of[index]
+            self.pending[bucket] -= 1
+            self._launch()
+        return hook
+
+    def _launch(self, everything=False):
+        """Starts the buckets ready, in order (a bucket waits for the ones
+        before it, so every rank issues them alike)."""
+        while self.next < len(self.entries) and (
+                everything or self.pending[self.next] <= 0):
+            self.session.start_entry(self.entries[self.next].index)
+            self.next += 1
+
+    def _finish(self):
+        self._launch(everything=True)
+        self.session.wait()
+        self.active = False
+        self.reduced = True
+        self.opt._grads_reduced()
+
+    def run_all(self):
+        """Every reduction now (no backward ran since the last step)."""
+        for e in self.entries:
+            self.session.run_entry(e.index)
+        self.reduced = True
 
 
 def _named_groups(params):
@@ -256,8 +366,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                      "param_groups": [
                          self._spec_group(i, members, extra, defaults)
                          for i, (members, extra) in enumerate(groups)]}
-        self.library = compile(self.spec, pipeline=pipeline, target=target,
-                               cache=cache, comm=self.comm)
+        self.library = compile(self.spec, pipeline=_split_pipeline(pipeline),
+                               target=target, cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
         self.session = Session(self.compiled, comm=self.comm, timeout=timeout,
                                seed=seed, threads=threads)
@@ -268,6 +378,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, p in named:
                 self._adopt(name, p)
+        self._reducer = _Reducer(self)
+        self._versions = None
         self._constructed = False
         super().__init__([dict(extra, params=[p for _, p in members])
                           for members, extra in groups], defaults)
@@ -371,6 +483,108 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     group[key] = got[key]
             self._pushed.update({(i, k): v for k, v in got.items()})
 
+    # --- the gradients --------------------------------------------------------
+
+    def _adopt_grad(self, index, p):
+        """p.grad as the view of its bucket the step reads (backward made
+        a tensor of its own after zero_grad(set_to_none=True), or the
+        program set one)."""
+        grad = self._grad_views[index]
+        if p.grad is None:
+            grad.zero_()  # no gradient this step (an unused parameter)
+        elif p.grad.data_ptr() != grad.data_ptr():
+            grad.copy_(p.grad)
+        p.grad = grad
+
+    def _grads_reduced(self):
+        """After backward's reductions: what the update will not read again
+        (a gradient whose reduction left a shard, or that the update
+        reduces itself) must not change before step()."""
+        self._versions = [g._version for g in self._grad_views]
+
+    def _check_unchanged(self):
+        for index, (name, p) in enumerate(self._named):
+            bucket = self._reducer.bucket_of.get(index)
+            if bucket is not None and self._reducer.in_place[bucket]:
+                continue  # the update reads the averaged .grad
+            if (p.grad is not None and
+                p.grad.data_ptr() != self._grad_views[index].data_ptr()) or \
+                    self._grad_views[index]._version != self._versions[index]:
+                raise DistoptError(
+                    f"the gradient of '{name}' changed after backward(): "
+                    "this step reduces it during backward (a shard per "
+                    "rank under ZeRO-2/3, compressed under PowerSGD) and "
+                    "updates from that, not from .grad; clip with "
+                    "opt.clip_grad_norm_(max_norm), not "
+                    "torch.nn.utils.clip_grad_norm_ on the model (which "
+                    "would clip this rank's own gradient)")
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """DDP's no_sync: backward inside it accumulates this rank's
+        gradients in .grad with no communication; the first backward after
+        it reduces the sum."""
+        enabled = self._reducer.enabled
+        self._reducer.enabled = False
+        try:
+            yield
+        finally:
+            self._reducer.enabled = enabled
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """Clips the gradients the next step() takes by their global norm
+        (torch.nn.utils.clip_grad_norm_'s rule: times max_norm / (norm +
+        1e-6) where that is below 1) and returns the norm, as FSDP's
+        clip_grad_norm_ does: call it after backward(), before step().
+        Under ZeRO-2/3 it clips this rank's reduced shards (the norm is
+        summed over the ranks in f64: collective); without sharding it is
+        torch's clip_grad_norm_ on the averaged gradients."""
+        max_norm, norm_type = float(max_norm), float(norm_type)
+        world = self.comm.Get_size() if self.comm is not None else 1
+        if self._reducer.averages or world == 1:
+            return torch.nn.utils.clip_grad_norm_(
+                [p for _, p in self._named], max_norm, norm_type)
+        if len(self._reducer.bucket_of) != len(self._named):
+            raise DistoptError("clip_grad_norm_: some gradients are reduced "
+                               "inside step() (PowerSGD): not supported yet")
+        if not self._reducer.reduced:
+            raise DistoptError("clip_grad_norm_ clips the gradients reduced "
+                               "by backward(): call it after backward()")
+        # Each reduced buffer with the number of ranks holding each of its
+        # elements: all of them for an all-reduced one, the replicas of a
+        # shard's part (shard_of / its length parts) for a reduce-scattered.
+        shards = []
+        for e, left in zip(self._reducer.entries, self._reducer.left_in):
+            if left is None:
+                shards.append((self.session.arg(e.reduces[0], like="torch"),
+                               world))
+            else:
+                parts = (left.shard_of // left.numel if left.shard_of
+                         else 1)
+                shards.append((self.session.arg(left.index, like="torch"),
+                               world // parts))
+        if norm_type == float("inf"):
+            local = max((s.abs().max().item() for s, _ in shards), default=0)
+            total = self._allreduce(local, "max")
+        else:
+            local = sum(float((s.double().abs() ** norm_type).sum()) / copies
+                        for s, copies in shards)
+            total = self._allreduce(local, "sum") ** (1.0 / norm_type)
+        coef = torch.tensor(max_norm, dtype=torch.float32) / (
+            torch.tensor(total, dtype=torch.float32) + 1e-6)
+        if coef < 1:
+            for s, _ in shards:
+                s.mul_(coef)
+        return torch.tensor(total, dtype=torch.float32)
+
+    def _allreduce(self, value, op):
+        if self.comm is None or self.comm.Get_size() == 1:
+            return value
+        from mpi4py import MPI
+        return self.comm.allreduce(value, op=MPI.MAX if op == "max"
+                                   else MPI.SUM)
+
     # --- the step ------------------------------------------------------------
 
     @torch.no_grad()
@@ -386,18 +600,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
             name, p, version = entry
             if p._version != version:
                 self.session.write(name, p.detach(), "param")
-        for (name, p), view, grad in zip(self._named, self._param_views,
-                                         self._grad_views):
+        reducer = self._reducer
+        if reducer.reduced:
+            self._check_unchanged()
+        for index, ((name, p), view) in enumerate(zip(self._named,
+                                                     self._param_views)):
             if view is not None and p.data.data_ptr() != view.data_ptr():
                 view.copy_(p.data)  # the program replaced .data: adopt it
                 p.data = view
-            if p.grad is None:
-                grad.zero_()  # no gradient this step (an unused parameter)
-                p.grad = grad
-            elif p.grad.data_ptr() != grad.data_ptr():
-                grad.copy_(p.grad)
-                p.grad = grad
-        self.scalars = self.session.run()
+            self._adopt_grad(index, p)
+        if reducer.reduced:
+            # Backward reduced the buckets: the update takes it from there.
+            self.scalars = self.session.run_entry(reducer.update)
+        else:
+            self.scalars = self.session.run()
+        reducer._reset()
         self._gather()
         return loss
 
@@ -408,12 +625,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
             entry[2] = p._version
 
     def zero_grad(self, set_to_none=False):
-        """Zeroes the gradients in place: they stay views of the step's
-        buffers (with set_to_none, a gradient the next backward does not
-        write is a zero gradient at step(), not a skipped parameter)."""
+        """Zeroes the gradients in the step's buffers; with set_to_none,
+        p.grad is None until the next backward gives it a gradient (which
+        lands in the step's buffer again). A parameter that gets none is
+        updated with a zero gradient, not skipped as torch.optim would."""
         for (_, p), grad in zip(self._named, self._grad_views):
             grad.zero_()
-            p.grad = grad
+            p.grad = None if set_to_none else grad
 
     # --- torch.optim's state_dict ------------------------------------------
 

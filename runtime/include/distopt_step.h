@@ -266,6 +266,44 @@ DISTOPT_RT_API distopt_rt_status distopt_session_hyperparameter(
  * write (distopt_session_write_tensor, a view or bound memory, a
  * checkpoint) starts as its parameter's value. */
 DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
+/*--- Split steps -----------------------------------------------------------*/
+/* A step compiled with split-step (--distopt-split-step) has entry points
+ * besides the whole step, for a driver that reduces each gradient bucket as
+ * soon as its backward pass has produced it (DDP's reducer): one "reduce"
+ * entry per gradient argument, which reduces it (the averaged gradient,
+ * left in the gradient argument; or this rank's shard, left in an argument
+ * of role "reduced_grad"), and the "update", which updates from what the
+ * reductions left. Running every reduce entry, then the update, computes
+ * what distopt_session_run computes. Every rank runs them in the same
+ * order (their collectives are matched). */
+typedef struct distopt_step_entry {
+  const char *name;       /* "reduce0", ..., "update" */
+  const char *kind;       /* "reduce" or "update" */
+  int64_t num_reduces;    /* reduce: the gradient arguments it reduces */
+  const int64_t *reduces; /* (their indices); update: 0, null */
+} distopt_step_entry;
+
+DISTOPT_RT_API int64_t distopt_step_num_entries(const distopt_step *step);
+DISTOPT_RT_API distopt_rt_status
+distopt_step_entry_info(const distopt_step *step, int64_t k,
+                        distopt_step_entry *entry);
+/* Runs entry point k on this thread (collective). The update is a step:
+ * it takes the next step number and counts as distopt_session_run does. */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_run_entry(distopt_session *session, int64_t k);
+/* Starts reduce entry k on the session's communication thread and returns
+ * (the driver's backward pass goes on meanwhile); entries started run one
+ * after another in the order started. The buffers they reduce must not be
+ * written until distopt_session_wait returns, and the program must not
+ * use the communicator meanwhile. */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_start_entry(distopt_session *session, int64_t k);
+/* Waits for every entry started; returns the first failure's status (and
+ * message), after which the session is broken as after a failed step.
+ * Every other call that communicates (run, run_entry, save, load, read)
+ * waits first. */
+DISTOPT_RT_API distopt_rt_status distopt_session_wait(distopt_session *session);
+
 /* Gradient accumulation (a step compiled with grad_accumulation K): adds
  * this micro-batch's gradients (the gradient arguments) into the step's f32
  * accumulators and zeroes the gradient buffers, with no communication, as

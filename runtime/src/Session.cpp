@@ -28,9 +28,6 @@ using namespace distopt::rt;
 
 namespace {
 
-/// MLIR marks the buffers of constant globals with this allocated pointer.
-constexpr uintptr_t kGlobalMarker = 0xdeadbeef;
-
 std::string describe(const step::Value &v, size_t index, const char *kind) {
   std::string text = std::string(kind) + " #" + std::to_string(index);
   if (v.role != step::Role::None || !v.name.empty())
@@ -51,86 +48,6 @@ void *allocateHost(size_t bytes) {
   if (p)
     std::memset(p, 0, rounded);
   return p;
-}
-
-/// A standard normal draw from a seeded generator, the same on every rank
-/// (PowerSGD's initial Q): a linear congruential generator and Box-Muller.
-void drawNormal(const step::Value &v, void *out, uint64_t seed) {
-  uint64_t state = seed;
-  for (char c : v.name)
-    state = state * 31 + static_cast<unsigned char>(c);
-  auto uniform = [&] {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
-  };
-  std::vector<double> values(v.numel());
-  for (double &x : values)
-    x = std::sqrt(-2 * std::log(uniform())) *
-        std::cos(6.283185307179586 * uniform());
-  convert(values.data(), DISTOPT_RT_F64, out,
-          static_cast<distopt_rt_dtype>(v.dtype->runtimeCode),
-          static_cast<int64_t>(values.size()));
-}
-
-/// Where each result the step returns (not in place) lies in the storage
-/// the packed entry point writes: an LLVM struct of memref descriptors
-/// ({allocated, aligned, offset, sizes, strides}) and scalars, each at its
-/// natural alignment.
-std::vector<int64_t> resultOffsets(const step::Interface &abi,
-                                   size_t &totalBytes) {
-  std::vector<int64_t> offsets(abi.results.size(), -1);
-  size_t at = 0;
-  for (size_t k = 0; k < abi.results.size(); ++k) {
-    const step::Value &r = abi.results[k];
-    if (r.inPlaceArg)
-      continue;
-    size_t size = r.isTensor() ? 8 * (3 + 2 * r.shape->size())
-                               : std::max<size_t>(1, r.dtype->bytes);
-    size_t align = r.isTensor() ? 8 : size;
-    at = (at + align - 1) / align * align;
-    offsets[k] = static_cast<int64_t>(at);
-    at += size;
-  }
-  totalBytes = at;
-  return offsets;
-}
-
-/// A scalar of `dtype` at `p` as a double.
-double scalarValue(const step::DType &dtype, const void *p) {
-  double value = 0;
-  if (dtype.name == "i1")
-    return *static_cast<const uint8_t *>(p) & 1;
-  if (dtype.runtimeCode >= 0)
-    convert(p, static_cast<distopt_rt_dtype>(dtype.runtimeCode), &value,
-            DISTOPT_RT_F64, 1);
-  return value;
-}
-
-/// How the runtime's fatal handler reaches back into distopt_session_run.
-struct Unwind {
-  std::jmp_buf jump;
-  distopt_rt_status status = DISTOPT_RT_OK;
-};
-
-void unwindToSession(distopt_rt_status status, void *context) {
-  auto *unwind = static_cast<Unwind *>(context);
-  unwind->status = status;
-  std::longjmp(unwind->jump, 1);
-}
-
-/// Calls the entry point with the runtime's fatal errors unwinding to here;
-/// kept out of line so that nothing of the caller's frame is live across
-/// the jump.
-[[gnu::noinline]] distopt_rt_status
-callStep(void (*entry)(void **), void **args, distopt_rt_comm *world) {
-  Unwind unwind;
-  distopt_rt_bind_world(world);
-  distopt_rt_set_fatal_handler(unwindToSession, &unwind);
-  if (setjmp(unwind.jump) == 0)
-    entry(args);
-  distopt_rt_set_fatal_handler(nullptr, nullptr);
-  distopt_rt_bind_world(nullptr);
-  return unwind.status;
 }
 
 distopt_rt_status checkSameStep(distopt_rt_comm *comm,
@@ -181,13 +98,36 @@ distopt_rt_status splitGroups(distopt_rt_comm *world,
   return status;
 }
 
+} // namespace
+
+/// A standard normal draw from a seeded generator, the same on every rank
+/// (PowerSGD's initial Q): a linear congruential generator and Box-Muller.
+void distopt::rt::drawNormal(const step::Value &v, void *out, uint64_t seed) {
+  uint64_t state = seed;
+  for (char c : v.name)
+    state = state * 31 + static_cast<unsigned char>(c);
+  auto uniform = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (static_cast<double>(state >> 11) + 0.5) / 9007199254740992.0;
+  };
+  std::vector<double> values(v.numel());
+  for (double &x : values)
+    x = std::sqrt(-2 * std::log(uniform())) *
+        std::cos(6.283185307179586 * uniform());
+  convert(values.data(), DISTOPT_RT_F64, out,
+          static_cast<distopt_rt_dtype>(v.dtype->runtimeCode),
+          static_cast<int64_t>(values.size()));
+}
+
 /// Which argument each result updates: the one of the same role and name
 /// (a loss, or another scalar the step reports, updates none: SIZE_MAX).
-distopt_rt_status matchResults(const step::Interface &abi,
-                               std::vector<size_t> &resultArg) {
-  resultArg.assign(abi.results.size(), SIZE_MAX);
-  for (size_t k = 0; k < abi.results.size(); ++k) {
-    const step::Value &r = abi.results[k];
+distopt_rt_status
+distopt::rt::matchResults(const step::Interface &abi,
+                          const std::vector<step::Value> &results,
+                          std::vector<size_t> &resultArg) {
+  resultArg.assign(results.size(), SIZE_MAX);
+  for (size_t k = 0; k < results.size(); ++k) {
+    const step::Value &r = results[k];
     for (size_t i = 0; i < abi.args.size(); ++i)
       if (abi.args[i].isTensor() && r.isTensor() &&
           abi.args[i].role == r.role && abi.args[i].name == r.name &&
@@ -208,8 +148,6 @@ distopt_rt_status matchResults(const step::Interface &abi,
   }
   return DISTOPT_RT_OK;
 }
-
-} // namespace
 
 namespace {
 void freeBuffer(bool device, void *buffer) {
@@ -236,6 +174,8 @@ void BufferKeeper::release(const std::shared_ptr<BufferKeeper> &keeper,
 }
 
 distopt_session::~distopt_session() {
+  // Nothing may run on the buffers once they are freed.
+  comms.wait();
   for (size_t i = 0; i < data.size(); ++i)
     if (owned[i] && data[i])
       BufferKeeper::release(keeper, data[i]);
@@ -335,7 +275,7 @@ distopt_rt_status distopt_session_create(distopt_step *step,
     return status;
 
   std::vector<size_t> resultArg;
-  if ((status = matchResults(abi, resultArg)) != DISTOPT_RT_OK)
+  if ((status = matchResults(abi, abi.results, resultArg)) != DISTOPT_RT_OK)
     return session->error(status, lastError());
   session->lr = options.lr >= 0 ? options.lr : abi.lr.value_or(1e-3);
   // Accumulators: each adds the gradient argument of its name and shape,
@@ -532,195 +472,6 @@ distopt_rt_status distopt_session_accumulate(distopt_session *session) {
 
 int64_t distopt_step_grad_accumulation(const distopt_step *step) {
   return step ? step->abi.gradAccumulation : 0;
-}
-
-distopt_rt_status distopt_session_run(distopt_session *session) {
-  if (!session)
-    return invalid("distopt_session_run: null session");
-  OperationScope scope(Operation::Step);
-  if (session->broken)
-    return session->error(DISTOPT_RT_FAILED,
-                          "an earlier step or collective of this session "
-                          "failed part way; create a new session (and load a "
-                          "checkpoint)");
-  const step::Interface &abi = session->step->abi;
-  if (!session->accumulators.empty() &&
-      session->accumulated != abi.gradAccumulation - 1)
-    return session->invalid(
-        "the step accumulates " + std::to_string(abi.gradAccumulation) +
-        " micro-batches (grad_accumulation): run() takes the last one's "
-        "gradients after accumulate() has taken each of the " +
-        std::to_string(abi.gradAccumulation - 1) +
-        " before it, and accumulate() was called " +
-        std::to_string(session->accumulated) + " times since the last step");
-  if (session->stepsDone == INT64_MAX)
-    return session->invalid("the session has done INT64_MAX steps: no step "
-                            "number is left");
-  if (distopt_rt_status status = startMainParams(session);
-      status != DISTOPT_RT_OK)
-    return status;
-  int64_t stepNumber = session->stepsDone + 1;
-  size_t numArgs = abi.args.size();
-  for (size_t i = 0; i < numArgs; ++i)
-    if (abi.args[i].isTensor() &&
-        abi.args[i].init == step::Init::RandnEachStep) {
-      const step::Value &v = abi.args[i];
-      std::vector<char> host(session->device ? v.bytes() : 0);
-      drawNormal(v, session->device ? host.data() : session->data[i],
-                 session->seed + stepNumber);
-      if (session->device)
-        distopt_rt_cuda_copy(session->data[i], host.data(), v.bytes());
-    }
-  // Descriptors and scalars, then one pointer to each for the entry point.
-  std::vector<std::vector<int64_t>> descriptors(numArgs);
-  std::vector<void *> descriptorPtrs(numArgs);
-  std::vector<float> floats(numArgs);
-  std::vector<double> doubles(numArgs);
-  std::vector<int64_t> ints(numArgs);
-  std::vector<int32_t> int32s(numArgs);
-  std::vector<uint8_t> bits(numArgs);
-  std::vector<uint16_t> halves(numArgs);
-  std::vector<void *> packed(1 + numArgs);
-  size_t resultBytes = 0;
-  std::vector<int64_t> offsets = resultOffsets(abi, resultBytes);
-  std::vector<int64_t> storage((resultBytes + 7) / 8 + 1);
-  void *resultPtr = storage.data();
-  packed[0] = &resultPtr;
-  for (size_t i = 0; i < numArgs; ++i) {
-    const step::Value &v = abi.args[i];
-    if (v.isTensor()) {
-      auto address = reinterpret_cast<int64_t>(session->data[i]);
-      std::vector<int64_t> &d = descriptors[i];
-      d = {address, address, 0};
-      d.insert(d.end(), v.shape->begin(), v.shape->end());
-      int64_t stride = 1;
-      std::vector<int64_t> strides(v.shape->size());
-      for (size_t k = strides.size(); k-- > 0;) {
-        strides[k] = stride;
-        stride *= (*v.shape)[k];
-      }
-      d.insert(d.end(), strides.begin(), strides.end());
-      descriptorPtrs[i] = d.data();
-      packed[1 + i] = &descriptorPtrs[i];
-      continue;
-    }
-    // A scalar (the learning rate, the step number, a loss scale), as its
-    // type holds it.
-    double value = v.role == step::Role::LearningRate ? session->lr
-                   : v.role == step::Role::Step
-                       ? static_cast<double>(stepNumber)
-                       : session->scalarState[i];
-    std::string_view type = v.dtype->name;
-    if (type == "f64") {
-      doubles[i] = value;
-      packed[1 + i] = &doubles[i];
-    } else if (type == "i64") {
-      // The step number exactly (a double holds 53 bits of it).
-      ints[i] =
-          v.role == step::Role::Step ? stepNumber : static_cast<int64_t>(value);
-      packed[1 + i] = &ints[i];
-    } else if (type == "i32") {
-      int32s[i] = static_cast<int32_t>(value);
-      packed[1 + i] = &int32s[i];
-    } else if (type == "i1") {
-      bits[i] = value != 0;
-      packed[1 + i] = &bits[i];
-    } else if (type == "f32") {
-      floats[i] = static_cast<float>(value);
-      packed[1 + i] = &floats[i];
-    } else { // bf16, f16: rounded from the double
-      convert(&value, DISTOPT_RT_F64, &halves[i],
-              static_cast<distopt_rt_dtype>(v.dtype->runtimeCode), 1);
-      packed[1 + i] = &halves[i];
-    }
-  }
-
-  if (!session->device)
-    useThreads(session->threads);
-  auto begin = std::chrono::steady_clock::now();
-  distopt_rt_status status =
-      callStep(session->step->entry, packed.data(), session->stepComm);
-  if (status == DISTOPT_RT_OK && session->device)
-    status = distopt_rt_cuda_synchronize();
-  session->lastSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
-          .count();
-  if (status != DISTOPT_RT_OK) {
-    // What the step allocated before it failed is lost with its frames.
-    session->broken = true;
-    return status;
-  }
-
-  // Each returned result into the buffer of the argument it updates (the
-  // caller's views stay valid); then what the step allocated is freed,
-  // once (a bucket's results are views of one allocation).
-  std::vector<size_t> resultArg;
-  matchResults(abi, resultArg);
-  std::set<void *> allocations;
-  const char *base = reinterpret_cast<const char *>(storage.data());
-  for (size_t k = 0; k < abi.results.size(); ++k) {
-    const step::Value &r = abi.results[k];
-    if (offsets[k] < 0)
-      continue;
-    const char *at = base + offsets[k];
-    if (!r.isTensor()) {
-      session->scalars[k] = scalarValue(*r.dtype, at);
-      // The next value of the scalar state of the same role and name.
-      if (r.role == step::Role::State)
-        for (size_t i = 0; i < numArgs; ++i)
-          if (!abi.args[i].isTensor() && abi.args[i].role == r.role &&
-              abi.args[i].name == r.name)
-            session->scalarState[i] = session->scalars[k];
-      continue;
-    }
-    int64_t d[3];
-    std::memcpy(d, at, sizeof(d));
-    const char *returned =
-        reinterpret_cast<const char *>(d[1]) + d[2] * r.dtype->bytes;
-    size_t target = resultArg[k];
-    if (target != SIZE_MAX && returned != session->data[target]) {
-      if (session->device)
-        distopt_rt_cuda_copy(session->data[target], returned, r.bytes());
-      else
-        std::memcpy(session->data[target], returned, r.bytes());
-    }
-    if (target == SIZE_MAX && r.numel() > 0) {
-      // A loss: its first element is the step's scalar.
-      char first[8] = {};
-      if (session->device)
-        distopt_rt_cuda_copy(first, returned, r.dtype->bytes);
-      else
-        std::memcpy(first, returned, r.dtype->bytes);
-      session->scalars[k] = scalarValue(*r.dtype, first);
-    }
-    allocations.insert(reinterpret_cast<void *>(d[0]));
-  }
-  for (void *allocation : allocations) {
-    bool isArgument = std::find(session->data.begin(), session->data.end(),
-                                allocation) != session->data.end();
-    if (isArgument || reinterpret_cast<uintptr_t>(allocation) == kGlobalMarker)
-      continue;
-    if (session->device)
-      distopt_rt_cuda_free(allocation);
-    else
-      _mlir_memref_to_llvm_free(allocation);
-  }
-  // The accumulated gradients are consumed, a skipped step's too (torch's
-  // loop zeroes them after scaler.step either way).
-  for (auto [acc, grad] : session->accumulators)
-    std::memset(session->data[acc], 0, abi.args[acc].bytes());
-  session->accumulated = 0;
-  session->ran = true;
-  // A skipped step (an overflow under loss scaling) is not counted, as
-  // torch's GradScaler does not call optimizer.step(): the next step takes
-  // the same step number.
-  bool skipped = false;
-  for (size_t k = 0; k < abi.results.size(); ++k)
-    if (abi.results[k].role == step::Role::Skipped && session->scalars[k] != 0)
-      skipped = true;
-  if (!skipped)
-    ++session->stepsDone;
-  return DISTOPT_RT_OK;
 }
 
 int64_t distopt_session_steps_done(const distopt_session *session) {

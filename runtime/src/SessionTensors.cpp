@@ -278,6 +278,8 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
     return session->invalid(
         "cannot read '" + t->name + "': " + std::to_string(bytes) +
         " bytes given, it has " + std::to_string(t->bytes()));
+  if (distopt_rt_status status = session->comms.wait(); status != DISTOPT_RT_OK)
+    return status;
   const step::Value &arg = session->step->abi.args[t->arg];
   std::vector<char> scratch;
   const char *local = hostBytes(session, t->arg, scratch);
@@ -315,6 +317,8 @@ distopt_rt_status distopt_session_save(distopt_session *session,
                                        const char *path) {
   if (!session || !path)
     return invalid("distopt_session_save: null session or path");
+  if (distopt_rt_status status = session->comms.wait(); status != DISTOPT_RT_OK)
+    return status;
   OperationScope scope(Operation::Save);
   checkpoint::Checkpoint ckpt;
   ckpt.worldSize = session->size;
@@ -418,6 +422,8 @@ distopt_rt_status distopt_session_load(distopt_session *session,
                                        int64_t *savedWorldSize) {
   if (!session || !path)
     return invalid("distopt_session_load: null session or path");
+  if (distopt_rt_status status = session->comms.wait(); status != DISTOPT_RT_OK)
+    return status;
   OperationScope scope(Operation::Load);
   std::string error;
   json::Expected<checkpoint::Checkpoint> ckpt = checkpoint::read(path);

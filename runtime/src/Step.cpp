@@ -129,6 +129,17 @@ distopt_rt_status distopt_step_open(const char *path, distopt_step **out) {
                 std::string(path) + ": " + abi.error());
   }
   auto step = std::make_unique<distopt_step>();
+  for (const step::Entry &e : abi->entries) {
+    auto point = reinterpret_cast<void (*)(void **)>(
+        dlsym(handle, ("distopt_step_packed_" + e.name).c_str()));
+    if (!point) {
+      dlclose(handle);
+      return fail(DISTOPT_RT_INVALID_ARGUMENT,
+                  std::string(path) + ": its interface lists entry point '" +
+                      e.name + "', which it does not export");
+    }
+    step->entries.push_back(point);
+  }
   step->handle = handle;
   step->entry = entry;
   step->json = text;

@@ -17,10 +17,13 @@
 #include "distopt/StepInterface/StepInterface.h"
 #include "distopt_step.h"
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace distopt::rt {
@@ -99,6 +102,31 @@ private:
   std::vector<void *> kept;
 };
 
+/// A session's communication thread: it runs the reduce entry points of a
+/// split step a driver starts (distopt_session_start_entry) in order, while
+/// the driver's thread goes on with its backward pass; wait() returns when
+/// all have run, with the first failure's status and message.
+class CommThread {
+public:
+  CommThread() = default;
+  CommThread(const CommThread &) = delete;
+  CommThread &operator=(const CommThread &) = delete;
+  ~CommThread();
+  void start(distopt_session *session, size_t entry);
+  distopt_rt_status wait();
+
+private:
+  void serve(distopt_session *session);
+  std::mutex mutex;
+  std::condition_variable wake, done;
+  std::deque<size_t> queue;
+  size_t pending = 0; // started and not finished
+  bool stopping = false;
+  distopt_rt_status status = DISTOPT_RT_OK;
+  std::string error;
+  std::thread worker;
+};
+
 } // namespace distopt::rt
 
 struct distopt_session_buffers {
@@ -108,6 +136,9 @@ struct distopt_session_buffers {
 struct distopt_step {
   void *handle = nullptr;
   void (*entry)(void **) = nullptr; // distopt_step_packed
+  /// A split step's entry points, as abi.entries lists them
+  /// (distopt_step_packed_<name>).
+  std::vector<void (*)(void **)> entries;
   std::string json;
   distopt::step::Interface abi;
   std::vector<distopt::rt::LogicalTensor> tensors;
@@ -164,6 +195,8 @@ struct distopt_session {
   /// parameters at the first step).
   std::vector<bool> programWrote;
   bool mainParamsStarted = false;
+  /// The reduce entry points started and not yet waited for.
+  distopt::rt::CommThread comms;
 
   /// Records `message` as the last error, naming this rank once (as the
   /// runtime's own messages do), and returns `status`.
@@ -197,6 +230,14 @@ void setSessionRate(distopt_session *session, double lr);
 /// its parameter's value in f32, as torch's fp32 main copy is made from
 /// the model (never zero). Local: every rank fills the parts it holds.
 distopt_rt_status startMainParams(distopt_session *session);
+/// Which argument each of `results` (the step's, or an entry's) updates:
+/// the one of the same role and name (SIZE_MAX: none, as for a loss).
+distopt_rt_status matchResults(const step::Interface &abi,
+                               const std::vector<step::Value> &results,
+                               std::vector<size_t> &resultArg);
+/// A standard normal draw for `v` from `seed`, the same on every rank
+/// (PowerSGD's Q).
+void drawNormal(const step::Value &v, void *out, uint64_t seed);
 } // namespace distopt::rt
 
 #endif // DISTOPT_RT_STEP_H

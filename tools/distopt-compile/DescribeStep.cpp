@@ -137,6 +137,49 @@ static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
   return {hash, count};
 }
 
+/// A split step's entry points (--distopt-split-step): each takes @step's
+/// arguments; their results, as @step's.
+static LogicalResult describeEntries(ModuleOp module, func::FuncOp step,
+                                     si::Interface &abiInfo) {
+  for (auto func : module.getOps<func::FuncOp>()) {
+    auto kind = func->getAttrOfType<StringAttr>(abi::kEntry);
+    if (!kind)
+      continue;
+    StringRef symbol = func.getSymName();
+    if (!symbol.consume_front("step_") || func.isExternal() ||
+        (kind.getValue() != "reduce" && kind.getValue() != "update"))
+      return func.emitError() << "an entry point of a split step is a "
+                                 "@step_<name> with distopt.entry \"reduce\" "
+                                 "or \"update\"";
+    if (func.getArgumentTypes() != step.getArgumentTypes() ||
+        func.getAllArgAttrs() != step.getAllArgAttrs())
+      return func.emitError() << "an entry point takes @step's arguments, "
+                                 "with their attributes";
+    si::Entry entry;
+    entry.name = symbol.str();
+    entry.kind = kind.getValue() == "reduce" ? si::Entry::Kind::Reduce
+                                             : si::Entry::Kind::Update;
+    if (entry.kind == si::Entry::Kind::Reduce) {
+      auto reduces = func->getAttrOfType<DenseI64ArrayAttr>(abi::kReduces);
+      if (!reduces || reduces.empty())
+        return func.emitError() << "a reduce entry needs distopt.reduces, "
+                                   "the gradient arguments it reduces";
+      entry.reduces.assign(reduces.asArrayRef().begin(),
+                           reduces.asArrayRef().end());
+    }
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      FailureOr<si::Value> value =
+          describeValue(func, "result #" + std::to_string(i),
+                        func.getResultTypes()[i], func.getResultAttrDict(i));
+      if (failed(value))
+        return failure();
+      entry.results.push_back(std::move(*value));
+    }
+    abiInfo.entries.push_back(std::move(entry));
+  }
+  return success();
+}
+
 FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
                                       StringRef device) {
   si::Interface abiInfo;
@@ -197,6 +240,8 @@ FailureOr<si::Interface> describeStep(ModuleOp module, func::FuncOp step,
     return step.emitError() << "result #" << offender << ": " << error;
   std::tie(abiInfo.collectiveFingerprint, abiInfo.collectiveCount) =
       collectiveFingerprint(step);
+  if (failed(describeEntries(module, step, abiInfo)))
+    return failure();
   // The groups the step communicates on, other than the world: a session
   // splits them when it starts.
   for (auto group : module.getOps<mlir::distopt::ProcessGroupOp>()) {

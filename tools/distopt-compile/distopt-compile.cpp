@@ -12,7 +12,9 @@
 //       buffer are not returned (in_place_arg in the interface);
 //   const char distopt_step_abi[]          - the step's interface as JSON:
 //       each argument's and result's role, name, dtype, shape and sharded
-//       layout (docs/step-abi.md), and the world size.
+//       layout (docs/step-abi.md), and the world size;
+//   void distopt_step_packed_<name>(void **args) - for a split step
+//       (--distopt-split-step), each entry point @step_<name> the same way.
 // distopt-run loads it and runs it on N ranks.
 //
 //===----------------------------------------------------------------------===//
@@ -43,6 +45,7 @@
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "lld/Common/Driver.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -132,11 +135,13 @@ static cl::opt<unsigned> elementwiseVectorBits(
     cl::init(mlir::distopt::kDefaultElementwiseVectorBits),
     cl::cat(compileCategory));
 
-/// Adds `distopt_step_packed(void **args)`, which loads each parameter of
-/// the C interface wrapper from args[i] and calls it.
-static LogicalResult addPackedEntry(llvm::Module &module,
+/// Adds `packedName(void **args)`, which loads each parameter of the C
+/// interface wrapper of `function` from args[i] and calls it.
+static LogicalResult addPackedEntry(llvm::Module &module, StringRef function,
+                                    StringRef packedName,
                                     unsigned numStepArgs) {
-  llvm::Function *ciface = module.getFunction("_mlir_ciface_step");
+  llvm::Function *ciface =
+      module.getFunction(("_mlir_ciface_" + function).str());
   if (!ciface)
     return failure();
   llvm::LLVMContext &context = module.getContext();
@@ -144,7 +149,7 @@ static LogicalResult addPackedEntry(llvm::Module &module,
   auto *type =
       llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr}, false);
   auto *packed = llvm::Function::Create(
-      type, llvm::GlobalValue::ExternalLinkage, "distopt_step_packed", module);
+      type, llvm::GlobalValue::ExternalLinkage, packedName, module);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", packed));
   auto load = [&](llvm::Type *type, unsigned i) {
     llvm::Value *slot =
@@ -295,21 +300,31 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
   }
   if (failed(pm.run(module)))
     return failure();
-  // Which results the step updated in its arguments' buffers (and no longer
-  // returns): the driver needs to know.
-  auto lowered = module.lookupSymbol<LLVM::LLVMFuncOp>("step");
-  auto inPlace = lowered ? lowered->getAttrOfType<DenseI64ArrayAttr>(
-                               "distopt.in_place_results")
-                         : DenseI64ArrayAttr();
-  if (!inPlace)
-    return fail("@step is called inside the module: distopt-compile needs it "
-                "to be the entry point that the driver calls");
-  if (inPlace.size() != static_cast<int64_t>(abiInfo.results.size()))
-    return fail("the step's results do not match its interface");
-  for (auto [result, arg] :
-       llvm::zip_equal(abiInfo.results, inPlace.asArrayRef()))
-    if (arg >= 0)
-      result.inPlaceArg = arg;
+  // Which results each entry point updated in its arguments' buffers (and
+  // no longer returns): the driver needs to know.
+  auto markInPlace = [&](StringRef function,
+                         std::vector<si::Value> &results) -> LogicalResult {
+    auto lowered = module.lookupSymbol<LLVM::LLVMFuncOp>(function);
+    auto inPlace = lowered ? lowered->getAttrOfType<DenseI64ArrayAttr>(
+                                 "distopt.in_place_results")
+                           : DenseI64ArrayAttr();
+    if (!inPlace)
+      return fail("@" + function +
+                  " is called inside the module: distopt-compile needs it "
+                  "to be an entry point that the driver calls");
+    if (inPlace.size() != static_cast<int64_t>(results.size()))
+      return fail("the results of @" + function +
+                  " do not match its interface");
+    for (auto [result, arg] : llvm::zip_equal(results, inPlace.asArrayRef()))
+      if (arg >= 0)
+        result.inPlaceArg = arg;
+    return success();
+  };
+  if (failed(markInPlace("step", abiInfo.results)))
+    return failure();
+  for (si::Entry &entry : abiInfo.entries)
+    if (failed(markInPlace("step_" + entry.name, entry.results)))
+      return failure();
   std::string abiText = si::toJSON(abiInfo).str();
   // What distopt-run reads back must be valid: a check of the writer.
   if (auto reread = si::parseInterface(abiText); !reread)
@@ -335,23 +350,33 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
 static std::unique_ptr<llvm::Module>
 translateStep(ModuleOp module, llvm::LLVMContext &llvmContext,
               llvm::TargetMachine &machine, unsigned numStepArgs,
-              StringRef abiText) {
+              const si::Interface &abiInfo, StringRef abiText) {
   std::unique_ptr<llvm::Module> llvmModule =
       translateModuleToLLVMIR(module, llvmContext);
   if (!llvmModule) {
     (void)fail("translation to LLVM IR failed");
     return nullptr;
   }
-  if (failed(addPackedEntry(*llvmModule, numStepArgs))) {
+  llvm::StringSet<> exported = {"distopt_step_packed"};
+  if (failed(addPackedEntry(*llvmModule, "step", "distopt_step_packed",
+                            numStepArgs))) {
     (void)fail("no C interface for @step was generated");
     return nullptr;
   }
+  for (const si::Entry &entry : abiInfo.entries) {
+    std::string packed = "distopt_step_packed_" + entry.name;
+    if (failed(addPackedEntry(*llvmModule, "step_" + entry.name, packed,
+                              numStepArgs))) {
+      (void)fail("no C interface for @step_" + entry.name + " was generated");
+      return nullptr;
+    }
+    exported.insert(packed);
+  }
   addAbiString(*llvmModule, abiText);
-  // Only the entry point and the interface are exported: an exported `step`
-  // would be preempted by libc's legacy regexp step() when loaded.
+  // Only the entry points and the interface are exported: an exported
+  // `step` would be preempted by libc's legacy regexp step() when loaded.
   for (llvm::Function &function : *llvmModule)
-    if (!function.isDeclaration() &&
-        function.getName() != "distopt_step_packed")
+    if (!function.isDeclaration() && !exported.contains(function.getName()))
       function.setLinkage(llvm::GlobalValue::InternalLinkage);
   llvmModule->setTargetTriple(machine.getTargetTriple());
   llvmModule->setDataLayout(machine.createDataLayout());
@@ -504,14 +529,17 @@ int main(int argc, char **argv) {
     return 1;
   unsigned numStepArgs = step.getNumArguments();
   step->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
+  for (const si::Entry &entry : abiInfo->entries)
+    module->lookupSymbol(StringAttr::get(&context, "step_" + entry.name))
+        ->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
   FailureOr<std::string> abiText =
       lowerStep(*module, *abiInfo, cuda ? &gpu : nullptr);
   if (failed(abiText))
     return 1;
 
   llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateStep(*module, llvmContext, *machine, numStepArgs, *abiText);
+  std::unique_ptr<llvm::Module> llvmModule = translateStep(
+      *module, llvmContext, *machine, numStepArgs, *abiInfo, *abiText);
   if (!llvmModule || failed(emit(*llvmModule, *machine)))
     return 1;
   return 0;

@@ -120,6 +120,13 @@ struct DistOptPipelineOptions
   Option<bool> verify{*this, "verify",
                       llvm::cl::desc("Run --distopt-verify-collectives last"),
                       llvm::cl::init(true)};
+  Option<bool> splitStep{
+      *this, "split-step",
+      llvm::cl::desc("Also export each gradient bucket's reduction and the "
+                     "update as entry points of their own "
+                     "(--distopt-split-step: a driver reduces buckets "
+                     "during backward, as DDP does)"),
+      llvm::cl::init(false)};
 };
 
 /// Adds canonicalization, division fusion, wider reductions, ZeRO sharding,

@@ -44,6 +44,9 @@ enum class Role {
   Hyperparameter, // an f64 scalar the step reads (`group0.beta1`): the
                   // driver keeps it, starting from its value, and a program
                   // may change it between steps
+  ReducedGrad,    // a gradient's shard as a split step's reduce entry
+                  // leaves it for its update entry (a buffer of the
+                  // driver's, not checkpointed)
 };
 
 /// The spelling of `role` in IR attributes and the interface ("param", ...);
@@ -120,6 +123,18 @@ struct ProcessGroup {
   std::vector<int64_t> color, key;
 };
 
+/// An entry point of a split step (--distopt-split-step) besides the whole
+/// step: the reduction of one gradient argument, or the update that reads
+/// what the reductions left. Entries take the step's arguments.
+struct Entry {
+  enum class Kind { Reduce, Update };
+  std::string name; // "reduce0", "update": the library exports
+                    // distopt_step_packed_<name>
+  Kind kind = Kind::Update;
+  std::vector<int64_t> reduces; // Reduce: the gradient arguments it reduces
+  std::vector<Value> results;
+};
+
 struct Interface {
   static constexpr int64_t kVersion = 1;
   std::string device = "cpu"; // where its buffers live: cpu or cuda
@@ -133,6 +148,8 @@ struct Interface {
   std::string model;
   std::vector<Value> args, results;
   std::vector<ProcessGroup> groups;
+  /// A split step's entry points: its reductions, then its update.
+  std::vector<Entry> entries;
   /// Every rank compares these before the first step: ranks running
   /// different steps would issue different collectives.
   int64_t collectiveCount = 0;
@@ -158,6 +175,9 @@ std::string checkStateArguments(const Interface &interface, size_t *arg);
 /// Returns "" or, for the first offender, its result index in `*result`
 /// and what is wrong.
 std::string checkResults(const Interface &interface, size_t *result);
+/// The same for the results of one of its entries.
+std::string checkResults(const Interface &interface,
+                         const std::vector<Value> &results, size_t *result);
 
 /// The interface as JSON (what parseInterface reads).
 json::Value toJSON(const Interface &interface);

@@ -566,6 +566,39 @@ def InferStepRolesPass
   let dependentDialects = ["::mlir::distopt::DistOptDialect"];
 }
 
+def SplitStepPass : Pass<"distopt-split-step", "::mlir::ModuleOp"> {
+  let summary = "Export a step's gradient reductions and its update as "
+                "entry points of their own";
+  let description = [{
+    For a training loop that reduces each gradient bucket as soon as
+    backward has produced it (DDP's reducer), adds beside `@step`, which
+    stays whole:
+
+    - `@step_reduce<k>` for each reduction (all-reduce or reduce-scatter,
+      synchronous or started and waited) of gradient arguments, packed into
+      a bucket, cast or scaled first, with the collectives that go on with
+      its result (a hierarchical all-reduce's parts) and the scalings that
+      make the mean: it returns a lone gradient reduced in its own type and
+      shape as that argument (an all-reduce: the averaged gradient, in
+      place), anything else (a reduce-scatter's shard, a bucket reduced in
+      f32) as a new argument of role `reduced_grad` named `reduced<k>`
+      (with `distopt.shard_of` for a shard);
+    - `@step_update`: `@step` reading what the reduce entries left instead
+      of reducing.
+
+    Every entry takes the same arguments as `@step` (which gains the
+    `reduced_grad` ones), so a driver passes one set of buffers to all.
+    Gradients reduced otherwise (PowerSGD's compressed ones, reductions to
+    one owner) are reduced in `@step_update`. The entries are marked
+    `distopt.entry = "reduce"` (with `distopt.reduces`, the gradient
+    arguments' indices) or `"update"`; `distopt-compile` exports each
+    (docs/step-abi.md). Running the reduce entries then the update computes
+    what `@step` computes.
+  }];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 def VerifyCollectivesPass
     : Pass<"distopt-verify-collectives", "::mlir::ModuleOp"> {
   let summary = "Static cross-rank checks of the collectives of a step";

@@ -52,6 +52,13 @@ constexpr llvm::StringLiteral kStep = "step";
 /// driver keeps it from step to step and a program may change it between
 /// steps (a scheduler's rate, momentum or betas).
 constexpr llvm::StringLiteral kHyperparameter = "hyperparameter";
+/// A gradient reduced to this rank's shard by a reduce entry of a split
+/// step (--distopt-split-step), for its update entry to read.
+constexpr llvm::StringLiteral kReducedGrad = "reduced_grad";
+/// On the entry functions of a split step: "reduce" (with distopt.reduces,
+/// the gradient argument it reduces) or "update".
+constexpr llvm::StringLiteral kEntry = "distopt.entry";
+constexpr llvm::StringLiteral kReduces = "distopt.reduces";
 /// On a scalar state or hyperparameter argument: the value it starts from.
 constexpr llvm::StringLiteral kValue = "distopt.value";
 /// Results only: a gradient norm the step reports, and whether it skipped

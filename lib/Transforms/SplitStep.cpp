@@ -1,0 +1,273 @@
+//===- SplitStep.cpp - a step's reductions as entry points of their own ---===//
+//
+// --distopt-split-step: a training loop that reduces each gradient bucket as
+// soon as backward has produced it (DDP's reducer, FSDP's reduce-scatter
+// per unit) needs the step in pieces: one function per bucket that reduces
+// it, and one that updates from the reduced gradients. This pass adds them
+// beside @step, which stays whole:
+//
+//   @step_reduce<k>: the reduction chain of gradient argument k (its
+//     collectives, synchronous or started and waited, and the division
+//     that makes the mean), returning the reduced gradient: as the
+//     gradient argument itself when it keeps its type (an all-reduce, the
+//     averaged gradient a DDP loop sees after backward), else as an
+//     argument of role reduced_grad (a reduce-scatter's shard);
+//   @step_update: @step with each such chain replaced by what it left.
+//
+// Every entry takes @step's arguments (the new reduced_grad ones included),
+// so a driver passes the same buffers to each. Gradients whose reduction is
+// not such a chain (PowerSGD's compressed ones) are reduced in
+// @step_update. Entries carry distopt.entry ("reduce" with
+// distopt.reduces = the gradient argument, or "update").
+//
+//===----------------------------------------------------------------------===//
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace mlir::distopt {
+#define GEN_PASS_DEF_SPLITSTEPPASS
+#include "distopt/Transforms/Passes.h.inc"
+} // namespace mlir::distopt
+
+using namespace mlir;
+using namespace mlir::distopt;
+
+namespace {
+
+/// The ops that reduce a bucket of gradient arguments, in order, and what
+/// they leave.
+struct Chain {
+  SmallVector<unsigned> args; // the gradient arguments it reduces
+  SmallVector<Operation *> ops;
+  Value reduced;
+  /// A reduce-scatter's whole length (the shard is one of its parts).
+  int64_t shardOf = 0;
+};
+
+/// A division or multiplication by a constant: what makes a sum a mean.
+bool isScaling(Operation *op) {
+  return isa<arith::DivFOp, arith::MulFOp>(op) &&
+         matchPattern(op->getOperand(1), m_Constant());
+}
+
+/// The single user of `v`, or null.
+Operation *soleUser(Value v) {
+  return v.hasOneUse() ? *v.user_begin() : nullptr;
+}
+
+/// Whether `op` may come before a reduction in its chain: packing
+/// gradients into a bucket, casting them (a reduction in a wider type),
+/// scaling them.
+bool mayPrepare(Operation *op) {
+  return isa<BucketPackOp, arith::ExtFOp, arith::TruncFOp>(op) || isScaling(op);
+}
+
+/// Gathers into `chain` what `v` (the input of the chain's first
+/// collective) is made of: gradient arguments, through ops that only
+/// prepare them for the reduction and have no other use. False when it is
+/// made of anything else.
+bool collectInputs(Value v, func::FuncOp step, Chain &chain,
+                   SetVector<Operation *> &prepared) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    if (arg.getOwner() != &step.getBody().front() ||
+        abi::getArgRole(step, arg.getArgNumber()) != abi::kGrad ||
+        !arg.hasOneUse())
+      return false;
+    chain.args.push_back(arg.getArgNumber());
+    return true;
+  }
+  Operation *op = v.getDefiningOp();
+  if (op->hasTrait<OpTrait::ConstantLike>())
+    return true;
+  if (!mayPrepare(op) || !v.hasOneUse() ||
+      op->getBlock() != &step.getBody().front())
+    return false;
+  for (Value operand : op->getOperands())
+    if (!collectInputs(operand, step, chain, prepared))
+      return false;
+  prepared.insert(op);
+  return true;
+}
+
+/// A collective that reduces gradients: its own or started.
+bool isReduction(Operation *op) {
+  auto c = dyn_cast<CollectiveOpInterface>(op);
+  return c && c.reduces() &&
+         (c.getCollectiveKind() == CollectiveKind::AllReduce ||
+          c.getCollectiveKind() == CollectiveKind::ReduceScatter);
+}
+
+/// The reduction chain that starts at `first`: the gradients it reduces
+/// (packed, cast, scaled), it, and after it the collectives that go on
+/// with its result whole (a hierarchical all-reduce's parts), each
+/// synchronous or started and waited, and the scalings that make the mean.
+std::optional<Chain> findChain(func::FuncOp step, Operation *first) {
+  Chain chain;
+  SetVector<Operation *> prepared;
+  if (!collectInputs(cast<CollectiveOpInterface>(first).getInput(), step, chain,
+                     prepared))
+    return std::nullopt;
+  // The operands of what prepares them come first.
+  chain.ops.assign(prepared.begin(), prepared.end());
+  llvm::sort(chain.ops,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  Value v = cast<CollectiveOpInterface>(first).getInput();
+  while (Operation *user = soleUser(v)) {
+    auto c = dyn_cast<CollectiveOpInterface>(user);
+    if (c && c.getInput() == v &&
+        (isReduction(user) ||
+         c.getCollectiveKind() == CollectiveKind::AllGather)) {
+      if (c.getCollectiveKind() == CollectiveKind::ReduceScatter)
+        chain.shardOf = cast<ShapedType>(v.getType()).getNumElements();
+      chain.ops.push_back(user);
+      v = user->getResult(0);
+      if (c.isAsync()) {
+        auto wait = dyn_cast_if_present<WaitOp>(soleUser(v));
+        if (!wait) // a token waited on more than once, or in a region
+          return std::nullopt;
+        chain.ops.push_back(wait);
+        v = wait.getResult();
+      }
+      if (!c.keepsShape() && c.getCollectiveKind() == CollectiveKind::AllGather)
+        chain.shardOf = 0; // gathered whole again
+    } else if ((isScaling(user) || isa<arith::TruncFOp>(user)) &&
+               user->getOperand(0) == v &&
+               user->getBlock() == first->getBlock()) {
+      chain.ops.push_back(user);
+      v = user->getResult(0);
+    } else {
+      break;
+    }
+  }
+  chain.reduced = v;
+  return chain;
+}
+
+struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto step = module.lookupSymbol<func::FuncOp>("step");
+    if (!step || step.isExternal()) {
+      module.emitError() << "--distopt-split-step: the module has no @step "
+                            "to split";
+      return signalPassFailure();
+    }
+    for (StringRef name : {"step_update", "step_reduce0"})
+      if (module.lookupSymbol(name)) {
+        module.emitError() << "--distopt-split-step: @" << name
+                           << " exists already (the step is split)";
+        return signalPassFailure();
+      }
+    if (!step.getBody().hasOneBlock()) {
+      step.emitError() << "--distopt-split-step: @step has several blocks";
+      return signalPassFailure();
+    }
+
+    SmallVector<Chain> chains;
+    DenseSet<Operation *> chained;
+    for (Operation &op : step.getBody().front().getOperations())
+      if (isReduction(&op) && !chained.contains(&op))
+        if (std::optional<Chain> chain = findChain(step, &op)) {
+          chained.insert(chain->ops.begin(), chain->ops.end());
+          chains.push_back(std::move(*chain));
+        }
+
+    // A reduction that leaves the gradient in another type or shape (a
+    // reduce-scatter's shard, a bucket reduced in a wider type) leaves it
+    // in an argument of its own, added to @step too so that every entry
+    // takes the same arguments; one of a lone gradient's type is left in
+    // that gradient.
+    MLIRContext *context = module.getContext();
+    SmallVector<std::optional<unsigned>> leftIn;
+    for (auto [k, chain] : llvm::enumerate(chains)) {
+      if (chain.args.size() == 1 &&
+          chain.reduced.getType() ==
+              step.getArgument(chain.args[0]).getType()) {
+        leftIn.push_back(std::nullopt);
+        continue;
+      }
+      NamedAttrList attrs;
+      attrs.set(abi::kRole, StringAttr::get(context, abi::kReducedGrad));
+      attrs.set(abi::kName,
+                StringAttr::get(context, "reduced" + std::to_string(k)));
+      if (chain.shardOf)
+        attrs.set(
+            "distopt.shard_of",
+            IntegerAttr::get(IntegerType::get(context, 64), chain.shardOf));
+      unsigned index = step.getNumArguments();
+      if (failed(step.insertArgument(index, chain.reduced.getType(),
+                                     attrs.getDictionary(context),
+                                     chain.reduced.getLoc())))
+        return signalPassFailure();
+      leftIn.push_back(index);
+    }
+
+    OpBuilder builder(context);
+    builder.setInsertionPointAfter(step);
+    for (auto [k, chain] : llvm::enumerate(chains))
+      addReduceEntry(builder, step, chain, k, leftIn[k]);
+    addUpdateEntry(builder, step, chains, leftIn);
+  }
+
+  /// @step_reduce<k>: the chain, returning what it leaves.
+  void addReduceEntry(OpBuilder &builder, func::FuncOp step, const Chain &chain,
+                      size_t k, std::optional<unsigned> leftIn) {
+    MLIRContext *context = step.getContext();
+    Type reducedType = chain.reduced.getType();
+    auto func = func::FuncOp::create(
+        builder, step.getLoc(), ("step_reduce" + Twine(k)).str(),
+        FunctionType::get(context, step.getArgumentTypes(), {reducedType}));
+    func.setAllArgAttrs(step.getAllArgAttrs());
+    // The result replaces the argument it is left in: its attributes.
+    unsigned target = leftIn.value_or(chain.args.front());
+    func.setResultAttrs(0, step.getArgAttrDict(target));
+    func->setAttr(abi::kEntry, StringAttr::get(context, "reduce"));
+    func->setAttr(abi::kReduces,
+                  DenseI64ArrayAttr::get(
+                      context, SmallVector<int64_t>(chain.args.begin(),
+                                                    chain.args.end())));
+    Block *body = func.addEntryBlock();
+    OpBuilder inner = OpBuilder::atBlockEnd(body);
+    IRMapping mapping;
+    mapping.map(step.getArguments(), body->getArguments());
+    for (Operation *op : chain.ops) {
+      // Constants the scalings read are cloned with them.
+      for (Value operand : op->getOperands())
+        if (!mapping.contains(operand))
+          if (Operation *def = operand.getDefiningOp();
+              def && def->hasTrait<OpTrait::ConstantLike>())
+            inner.clone(*def, mapping);
+      inner.clone(*op, mapping);
+    }
+    func::ReturnOp::create(inner, step.getLoc(), mapping.lookup(chain.reduced));
+  }
+
+  /// @step_update: @step reading what the reduce entries left.
+  void addUpdateEntry(OpBuilder &builder, func::FuncOp step,
+                      ArrayRef<Chain> chains,
+                      ArrayRef<std::optional<unsigned>> leftIn) {
+    IRMapping mapping;
+    auto update = cast<func::FuncOp>(builder.clone(*step, mapping));
+    MLIRContext *context = step.getContext();
+    update.setSymName("step_update");
+    update->setAttr(abi::kEntry, StringAttr::get(context, "update"));
+    for (auto [chain, left] : llvm::zip_equal(chains, leftIn)) {
+      Value reduced = mapping.lookup(chain.reduced);
+      reduced.replaceAllUsesWith(
+          update.getArgument(left.value_or(chain.args.front())));
+      for (Operation *op : llvm::reverse(chain.ops))
+        mapping.lookup(op)->erase();
+    }
+  }
+};
+
+} // namespace

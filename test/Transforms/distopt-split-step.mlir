@@ -1,0 +1,79 @@
+// --distopt-split-step: each gradient's reduction chain (its collectives,
+// synchronous or started and waited, and the scaling that makes the mean)
+// becomes an entry point of its own; @step_update reads what they left;
+// @step stays whole. Every entry takes @step's arguments.
+// RUN: distopt-opt %s --distopt-split-step -split-input-file -verify-diagnostics | FileCheck %s
+
+distopt.process_group @world size 4
+
+// An all-reduced bucket is left in its argument (role grad); a
+// reduce-scattered one in a new argument of role reduced_grad; a gradient
+// whose reduction is not such a chain (a product first, as PowerSGD's) is
+// reduced in the update.
+// CHECK-LABEL: func.func @step(
+// CHECK-SAME: %[[G0:[^:]*]]: tensor<8xf32> {distopt.name = "b0", distopt.role = "grad"}
+// CHECK-SAME: %[[G1:[^:]*]]: tensor<8xf32> {distopt.name = "b1", distopt.role = "grad"}
+// CHECK-SAME: {distopt.name = "m", distopt.role = "grad"}
+// CHECK-SAME: %[[SHARD:[^:]*]]: tensor<2xf32> {distopt.name = "reduced1", distopt.role = "reduced_grad", distopt.shard_of = 8 : i64}
+// CHECK: distopt.all_reduce_start sum %[[G0]]
+// CHECK: distopt.reduce_scatter avg %[[G1]]
+
+// CHECK-LABEL: func.func @step_reduce0(
+// CHECK-SAME: -> (tensor<8xf32> {distopt.name = "b0", distopt.role = "grad"})
+// CHECK-SAME: attributes {distopt.entry = "reduce", distopt.reduces = array<i64: 0>}
+// CHECK-NEXT: %[[T:.*]] = distopt.all_reduce_start sum %arg0
+// CHECK-NEXT: %[[W:.*]] = distopt.wait %[[T]]
+// CHECK-NEXT: %[[C:.*]] = arith.constant dense<4.000000e+00>
+// CHECK-NEXT: %[[M:.*]] = arith.divf %[[W]], %[[C]]
+// CHECK-NEXT: return %[[M]]
+
+// CHECK-LABEL: func.func @step_reduce1(
+// CHECK-SAME: -> (tensor<2xf32> {distopt.name = "reduced1", distopt.role = "reduced_grad", distopt.shard_of = 8 : i64})
+// CHECK-SAME: attributes {distopt.entry = "reduce", distopt.reduces = array<i64: 1>}
+// CHECK-NEXT: distopt.reduce_scatter avg %arg1
+// CHECK-NEXT: return
+
+// CHECK-LABEL: func.func @step_update(
+// CHECK-SAME: %[[UG0:[^:]*]]: tensor<8xf32> {distopt.name = "b0", distopt.role = "grad"}
+// CHECK-SAME: %[[UM:[^:]*]]: tensor<4x4xf32> {distopt.name = "m", distopt.role = "grad"}
+// CHECK-SAME: %[[USHARD:[^:]*]]: tensor<2xf32> {distopt.name = "reduced1", distopt.role = "reduced_grad", distopt.shard_of = 8 : i64}
+// CHECK-SAME: attributes {distopt.entry = "update"}
+// CHECK-NOT: all_reduce_start
+// CHECK-NOT: reduce_scatter
+// CHECK: arith.mulf %[[UM]], %[[UM]]
+// CHECK: distopt.all_reduce sum
+// CHECK: return %[[UG0]], %[[USHARD]]
+func.func @step(%g0: tensor<8xf32> {distopt.role = "grad", distopt.name = "b0"},
+                %g1: tensor<8xf32> {distopt.role = "grad", distopt.name = "b1"},
+                %m: tensor<4x4xf32> {distopt.role = "grad", distopt.name = "m"})
+    -> (tensor<8xf32>, tensor<2xf32>, tensor<4x4xf32>) {
+  %t = distopt.all_reduce_start sum %g0 on @world : tensor<8xf32> -> !distopt.token<tensor<8xf32>>
+  %s = distopt.wait %t : !distopt.token<tensor<8xf32>>
+  %n = arith.constant dense<4.0> : tensor<8xf32>
+  %mean = arith.divf %s, %n : tensor<8xf32>
+  %shard = distopt.reduce_scatter avg %g1 on @world : tensor<8xf32> -> tensor<2xf32>
+  %sq = arith.mulf %m, %m : tensor<4x4xf32>
+  %r = distopt.all_reduce sum %sq on @world : tensor<4x4xf32>
+  return %mean, %shard, %r : tensor<8xf32>, tensor<2xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{--distopt-split-step: the module has no @step to split}}
+module {
+  func.func @train(%g: tensor<8xf32>) -> tensor<8xf32> {
+    return %g : tensor<8xf32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{--distopt-split-step: @step_update exists already (the step is split)}}
+module {
+  func.func @step(%g: tensor<8xf32>) -> tensor<8xf32> {
+    return %g : tensor<8xf32>
+  }
+  func.func @step_update(%g: tensor<8xf32>) -> tensor<8xf32> {
+    return %g : tensor<8xf32>
+  }
+}
