@@ -469,6 +469,18 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
   int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalized);
+  // MPI starts once per process: after MPI_Finalize (the runtime's, when
+  // the last communicator it made over a world it initialised went) it
+  // cannot, and MPI would abort the process.
+  if (!parent && finalized) {
+    *status = fail(DISTOPT_RT_UNAVAILABLE,
+                   "MPI was finalised in this process (by the runtime when "
+                   "the last of its communicators went, if it had initialised "
+                   "MPI) and cannot start again: keep one communicator for "
+                   "the run, or initialise MPI in the program and pass its "
+                   "communicator");
+    return nullptr;
+  }
   if (parent && (!initialised || finalized)) {
     *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
                    "an MPI communicator was given but MPI is not initialised "
