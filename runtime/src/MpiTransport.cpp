@@ -484,7 +484,8 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
   if (parent && (!initialised || finalized)) {
     *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
                    "an MPI communicator was given but MPI is not initialised "
-                   "(or already finalised)");
+                   "(or already finalised): call MPI_Init_thread(&argc, "
+                   "&argv, MPI_THREAD_SERIALIZED, &provided) first");
     return nullptr;
   }
   if (parent) {
@@ -492,8 +493,11 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_SERIALIZED) {
       *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
-                     "MPI was initialised without MPI_THREAD_SERIALIZED; the "
-                     "runtime's worker thread needs it");
+                     "MPI was initialised without MPI_THREAD_SERIALIZED, "
+                     "which the runtime's worker thread needs: initialise it "
+                     "with MPI_Init_thread(&argc, &argv, "
+                     "MPI_THREAD_SERIALIZED, &provided) rather than MPI_Init "
+                     "(mpi4py does by default)");
       return nullptr;
     }
   }
