@@ -32,6 +32,14 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+/// "[8, 4]", "[]" for a 0-d tensor.
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? ", " : "") + str(shape[i]);
+  return text + "]";
+}
+
 uint64_t alignTo(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
@@ -321,8 +329,14 @@ json::Expected<Checkpoint> decode(std::string_view bytes,
     return v ? v->getArray() : nullptr;
   };
   Checkpoint checkpoint;
-  int64_t dataBytes = 0;
+  int64_t dataBytes = 0, headerVersion = 0;
   std::string format;
+  // The header repeats the preamble's version: both must be this reader's.
+  if (!integer(header, "version", headerVersion))
+    return fail("malformed header: no version");
+  if (headerVersion != kVersion)
+    return fail("header format version " + str(headerVersion) +
+                "; this distopt reads version " + str(kVersion));
   if (!string(header, "format", format) || format != "distopt-checkpoint" ||
       !integer(header, "world_size", checkpoint.worldSize) ||
       !integer(header, "step", checkpoint.step) ||
@@ -447,12 +461,9 @@ std::string checkFits(const Checkpoint &checkpoint,
     if (it == index.end())
       return "has no " + what + " for this step";
     const Tensor &t = *it->second;
-    // Both shapes were checked when read (checkedNumElements >= 0).
     if (t.dtype != dtype || t.shape != shape)
-      return what + " is " + t.dtype + " of " + str(t.shape.size()) +
-             " dims / " + str(checkedNumElements(t.shape)) +
-             " elements, the step wants " + std::string(dtype) + " of " +
-             str(checkedNumElements(shape)) + " elements";
+      return what + " is " + t.dtype + shapeText(t.shape) +
+             ", the step wants " + std::string(dtype) + shapeText(shape);
     used.insert(&t);
     return "";
   };

@@ -127,6 +127,11 @@ public:
     const std::string *s = value->getString();
     if (!s)
       fail(child(path, key), "expected a string");
+    // Every string of the interface reaches the host as a C string, where
+    // "w\0a" and "w\0b" would both read "w".
+    else if (s->find('\0') != std::string::npos)
+      fail(child(path, key), "holds a NUL character (the host library hands "
+                             "it out as a C string)");
     return s ? *s : std::string();
   }
   bool boolean(const json::Value &o, std::string_view key,

@@ -449,6 +449,9 @@ LogicalResult SpecReader::readParameter(const json::Value &value,
   std::optional<StringRef> name = object->getString("name");
   if (!name || name->empty())
     return error(path + ".name") << "expected a non-empty string";
+  // Names reach the host library as C strings: "w\0a" would read "w".
+  if (name->contains('\0'))
+    return error(path + ".name") << "holds a NUL character";
   param.name = name->str();
   const json::Array *shape = object->getArray("shape");
   if (!shape)
@@ -497,6 +500,13 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (const json::Value *scaling = root->get("loss_scaling"))
     if (failed(readLossScaling(*scaling)))
       return nullptr;
+  if (const json::Value *model = root->get("model")) {
+    std::optional<StringRef> name = model->getAsString();
+    if (!name || name->empty() || name->contains('\0')) {
+      error("model") << "expected a non-empty string without NUL characters";
+      return nullptr;
+    }
+  }
   modelName = root->getString("model").value_or("model").str();
   std::optional<int64_t> world = root->getInteger("world_size");
   if (!world || *world < 1 || *world > ::distopt::kMaxWorldSize) {

@@ -189,6 +189,31 @@ static bool onlyReturned(Value value) {
   });
 }
 
+/// Why a gradient that reaches its update from `grad` cannot be sharded:
+/// what the step lacks (the pipeline has run the passes before this one).
+static std::string unreducedGradient(Value grad) {
+  std::string from;
+  std::string advice = "reduce it with a distopt.all_reduce of its own "
+                       "before its update";
+  if (auto arg = dyn_cast<BlockArgument>(grad)) {
+    from = "the step's argument #" + std::to_string(arg.getArgNumber()) +
+           ", never reduced";
+  } else if (isa<BucketUnpackOp>(grad.getDefiningOp())) {
+    from = "a distopt.bucket_unpack (a bucket packed by hand)";
+    advice = "reduce each gradient with a distopt.all_reduce of its own and "
+             "let the pipeline bucket them (--distopt-bucketize runs after "
+             "sharding)";
+  } else {
+    from = "'" + grad.getDefiningOp()->getName().getStringRef().str() + "'";
+  }
+  return "its gradient comes from " + from +
+         ", not from a distopt.all_reduce of its own (which ZeRO splits into "
+         "a reduce_scatter; between the two only arith.extf or arith.truncf, "
+         "a division by a constant, distopt.unscale and "
+         "distopt.clip_grad_norm may come): " +
+         advice;
+}
+
 FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
                                               Operation *op) {
   Update u;
@@ -266,11 +291,7 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   }
   u.reduction = grad.getDefiningOp<AllReduceOp>();
   if (!u.reduction)
-    return fail("its gradient must come from a distopt.all_reduce, possibly "
-                "through arith.extf or arith.truncf, distopt.unscale and "
-                "distopt.clip_grad_norm: run "
-                "--distopt-fuse-div-into-allreduce before this pass and "
-                "--distopt-bucketize after it");
+    return fail(unreducedGradient(grad));
   // Shards are laid out over the world's ranks (layouts, checkpoints): a
   // reduction over part of the world would be hybrid sharding.
   ProcessGroupOp group =

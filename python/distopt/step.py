@@ -17,6 +17,7 @@ or writes them).
 import ctypes
 import json
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,28 @@ def _integer(value, name, low, high, what=None):
     if not low <= number <= high:
         raise DistoptError(f"{name} must be {what}, not {number}")
     return number
+
+
+def _path(value, name="path"):
+    """`value` (a str or os.PathLike) as bytes for the library, or
+    DistoptError naming the argument: a NUL would end it early there."""
+    try:
+        text = os.fspath(value)
+    except TypeError:
+        raise DistoptError(f"{name} must be a str or os.PathLike, not "
+                           f"{type(value).__name__}") from None
+    if isinstance(text, str):
+        text = text.encode()
+    if not text or b"\0" in text:
+        raise DistoptError(f"{name} must be a non-empty path without NUL "
+                           f"characters, not {value!r}")
+    return text
+
+
+def _like(value):
+    if value not in ("numpy", "torch"):
+        raise DistoptError(f"like must be 'numpy' or 'torch', not {value!r}")
+    return value
 
 
 def _rate(value, name="lr"):
@@ -132,9 +155,10 @@ class Step:
     """A step compiled by distopt-compile (or distopt.compile), loaded."""
 
     def __init__(self, path):
-        self.path = str(path)
+        encoded = _path(path)
+        self.path = encoded.decode(errors="replace")
         handle = ctypes.c_void_p()
-        _check(lib.distopt_step_open(self.path.encode(), ctypes.byref(handle)))
+        _check(lib.distopt_step_open(encoded, ctypes.byref(handle)))
         self._handle = handle
         self.interface = json.loads(lib.distopt_step_interface(handle))
         self.world_size = lib.distopt_step_world_size(handle)
@@ -172,7 +196,7 @@ class Step:
         """The TensorInfo of `name` with `role`; KeyError naming both."""
         try:
             return self._by_name[(role, name)]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable name
             raise KeyError(f"the step has no {role} tensor '{name}'") from None
 
     def hyperparameter_arg(self, name):
@@ -249,6 +273,14 @@ class Session:
 
     def __init__(self, step, comm=None, backend=None, timeout=None, lr=None,
                  seed=None, threads=None):
+        if not isinstance(step, Step):
+            raise DistoptError("step must be a distopt.Step (a compiled step, "
+                               f"loaded), not {type(step).__name__}")
+        if not getattr(step, "_handle", None):
+            raise DistoptError(f"{step!r} is closed")
+        if backend is not None and not isinstance(backend, str):
+            raise DistoptError("backend must be 'mpi', 'single' or None, not "
+                               f"{backend!r}")
         self.step = step
         options = SessionOptions()
         lib.distopt_session_default_options(ctypes.byref(options))
@@ -334,6 +366,7 @@ class Session:
         tensor. Only for a tensor this rank holds whole (not a ZeRO shard):
         read() gathers the others."""
         info = self.step.tensor(name, role)
+        like = _like(like)
         pointer = lib.distopt_session_tensor_data(self._live(), info.index)
         if not pointer:
             raise DistoptError(last_error())
@@ -341,6 +374,13 @@ class Session:
 
     def arg(self, index, like="numpy"):
         """A view of argument `index`'s whole buffer (a bucket, a shard)."""
+        count = len(self.step.args)
+        if isinstance(index, bool) or not hasattr(index, "__index__") or \
+                not 0 <= index.__index__() < count:
+            raise DistoptError(f"index must be an argument's, 0 to "
+                               f"{count - 1}, not {index!r}")
+        index = index.__index__()
+        like = _like(like)
         value = self.step.args[index]
         pointer = lib.distopt_session_arg_data(self._live(), index)
         if not value.is_tensor or not pointer:
@@ -389,7 +429,11 @@ class Session:
         into the parts of it this rank holds. Every rank passes the same
         values for a tensor that is not per rank."""
         info = self.step.tensor(name, role)
-        host = _to_numpy(value, info.dtype)
+        try:
+            host = _to_numpy(value, info.dtype)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise DistoptError(f"cannot write {role} '{name}': the value is "
+                               f"not {info.dtype} numbers ({e})") from None
         if host.shape != info.shape and host.size != info.numel:
             raise DistoptError(f"cannot write {role} '{name}': shape "
                                f"{list(host.shape)}, the step's is "
@@ -402,6 +446,7 @@ class Session:
         """A copy of a whole tensor. Collective for a tensor this rank does
         not hold whole (every rank reads it, in the same order)."""
         info = self.step.tensor(name, role)
+        like = _like(like)
         out = np.empty(info.shape, dtype=_NUMPY_DTYPES[info.dtype])
         _check(lib.distopt_session_read_tensor(
             self._live(), info.index, out.ctypes.data, info.nbytes))
@@ -497,13 +542,13 @@ class Session:
 
     def save(self, path):
         """Saves parameters and state (collective; rank 0 writes)."""
-        _check(lib.distopt_session_save(self._live(), str(path).encode()))
+        _check(lib.distopt_session_save(self._live(), _path(path)))
 
     def load(self, path):
         """Loads a checkpoint saved at any world size (collective); returns
         the world size it was saved at."""
         saved = ctypes.c_int64()
-        _check(lib.distopt_session_load(self._live(), str(path).encode(),
+        _check(lib.distopt_session_load(self._live(), _path(path),
                                         ctypes.byref(saved)))
         return saved.value
 

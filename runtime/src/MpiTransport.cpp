@@ -469,10 +469,23 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
   int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalized);
+  // MPI starts once per process: after MPI_Finalize (the runtime's, when
+  // the last communicator it made over a world it initialised went) it
+  // cannot, and MPI would abort the process.
+  if (!parent && finalized) {
+    *status = fail(DISTOPT_RT_UNAVAILABLE,
+                   "MPI was finalised in this process (by the runtime when "
+                   "the last of its communicators went, if it had initialised "
+                   "MPI) and cannot start again: keep one communicator for "
+                   "the run, or initialise MPI in the program and pass its "
+                   "communicator");
+    return nullptr;
+  }
   if (parent && (!initialised || finalized)) {
     *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
                    "an MPI communicator was given but MPI is not initialised "
-                   "(or already finalised)");
+                   "(or already finalised): call MPI_Init_thread(&argc, "
+                   "&argv, MPI_THREAD_SERIALIZED, &provided) first");
     return nullptr;
   }
   if (parent) {
@@ -480,8 +493,11 @@ std::unique_ptr<Transport> createMpiTransport(distopt_rt_status *status,
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_SERIALIZED) {
       *status = fail(DISTOPT_RT_INVALID_ARGUMENT,
-                     "MPI was initialised without MPI_THREAD_SERIALIZED; the "
-                     "runtime's worker thread needs it");
+                     "MPI was initialised without MPI_THREAD_SERIALIZED, "
+                     "which the runtime's worker thread needs: initialise it "
+                     "with MPI_Init_thread(&argc, &argv, "
+                     "MPI_THREAD_SERIALIZED, &provided) rather than MPI_Init "
+                     "(mpi4py does by default)");
       return nullptr;
     }
   }

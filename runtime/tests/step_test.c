@@ -18,6 +18,10 @@
  *                           first step skipped on NaN gradients runs on
  *                           (one process; STEP compiled with loss scaling,
  *                           clipping and grad_accumulation 3)
+ *   step_test mpi-init STEP a program that initialised MPI with MPI_Init
+ *                           (MPI_THREAD_SINGLE): its communicator is
+ *                           refused, the message saying to call
+ *                           MPI_Init_thread with MPI_THREAD_SERIALIZED
  *   step_test mismatch STEP save|read
  *                           rank 1 saves a checkpoint (or reads a tensor
  *                           held as shards) while the others run a step:
@@ -507,6 +511,26 @@ static int testValues(const char *path) {
   return 0;
 }
 
+/* MPI initialised with MPI_Init (by main): the session says what to call. */
+static int testMpiInit(const char *path) {
+  distopt_step *step = NULL;
+  REQUIRE_OK(distopt_step_open(path, &step));
+  distopt_session_options options;
+  distopt_session_default_options(&options);
+  MPI_Comm world = MPI_COMM_WORLD;
+  options.mpi_comm = &world;
+  distopt_session *session = NULL;
+  distopt_rt_status status = distopt_session_create(step, &options, &session);
+  CHECK(status == DISTOPT_RT_INVALID_ARGUMENT && session == NULL &&
+            strstr(distopt_rt_last_error(),
+                   "MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, "
+                   "&provided)"),
+        "status %d", (int)status);
+  printf("step_test: %s\n", distopt_rt_last_error());
+  distopt_step_close(step);
+  return 0;
+}
+
 /* Rank 1 runs `other` (a save, or a read of a tensor held as shards) while
  * the others run a step: each prints how its call failed. */
 static int testMismatch(const char *path, const char *other) {
@@ -588,12 +612,15 @@ static int testMismatch(const char *path, const char *other) {
 int main(int argc, char **argv) {
   if (argc != 3 && !(argc == 4 && strcmp(argv[1], "mismatch") == 0)) {
     fprintf(stderr,
-            "usage: step_test api|comm|dead|values STEP.so\n"
+            "usage: step_test api|comm|dead|values|mpi-init STEP.so\n"
             "       step_test mismatch STEP.so save|read\n");
     return 2;
   }
   int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  if (strcmp(argv[1], "mpi-init") == 0)
+    MPI_Init(&argc, &argv); /* what the test is about */
+  else
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
   int error;
   if (strcmp(argv[1], "api") == 0)
@@ -602,6 +629,8 @@ int main(int argc, char **argv) {
     error = testComm(argv[2]);
   else if (strcmp(argv[1], "dead") == 0)
     error = testDead(argv[2]);
+  else if (strcmp(argv[1], "mpi-init") == 0)
+    error = testMpiInit(argv[2]);
   else if (strcmp(argv[1], "values") == 0)
     error = testValues(argv[2]);
   else if (strcmp(argv[1], "mismatch") == 0)

@@ -10,7 +10,9 @@ lr, seed, threads and steps_done raise DistoptError naming the argument
 timeout=nan and timeout=-1 became 300 s, steps_done = 2**63 - 1 made the
 parameters NaN); accumulate() must be called exactly twice before each
 run(); a first step skipped on NaN gradients returns its scalars and the
-next run goes on (before, it raised "no step has run yet").
+next run goes on (before, it raised "no step has run yet"); a second
+session on the runtime's MPI world after MPI was finalised raises (before,
+MPI aborted the process).
 """
 
 import math
@@ -118,6 +120,13 @@ check("step 2**63 - 1: finite parameters",
 micro_batches(0.25)
 raises("a step after 2**63 - 1", "no step number is left", s.run)
 s.close()
+
+# MPI starts once per process: a second session on the runtime's own MPI
+# world, after the first (whose communicator finalised MPI) is closed, is an
+# error, not an MPI abort of the process.
+distopt.Session(step, backend="mpi").close()
+raises("a second MPI world", "MPI was finalised",
+       lambda: distopt.Session(step, backend="mpi"))
 
 print(f"python_values: {checks} checks, {len(failures)} failed")
 for f in failures:

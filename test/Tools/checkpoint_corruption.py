@@ -11,7 +11,8 @@ negative dimension, an overflowing shape, a duplicate tensor, a world size
 or rank out of range, per-rank copies that do not match the world size, a
 header nested 100000 levels deep. Each variant
 goes through `distopt-checkpoint info`, which must exit 1 with a message
-naming the file; the original must still read.
+naming the file; the original must still read. It also writes WORKDIR/
+transposed.ckpt, valid but with the first tensor's shape reversed.
 
 usage: checkpoint_corruption.py DISTOPT_CHECKPOINT CKPT WORKDIR
 """
@@ -89,6 +90,9 @@ def main():
         ("per-rank copies for another world size", tensor_edit("rank", 0)),
         ("no tensors list", lambda h: h.pop("tensors")),
         ("another format", lambda h: h.__setitem__("format", "safetensors")),
+        # The header repeats the preamble's version; it was not read.
+        ("header version 2", lambda h: h.__setitem__("version", 2)),
+        ("no header version", lambda h: h.pop("version")),
     ]
     for name, edit in lies:
         variants.append((f"header lies: {name}", with_header(original, edit)))
@@ -116,6 +120,12 @@ def main():
             print(f"FAIL: {name}: exit {code}: {message}")
         passed += ok
         failed += not ok
+    # Not damaged but of another shape: the first tensor transposed (a
+    # valid file; loading it into the step must name both shapes).
+    def transpose(header):
+        header["tensors"][0]["shape"] = header["tensors"][0]["shape"][::-1]
+    with open(os.path.join(workdir, "transposed.ckpt"), "wb") as f:
+        f.write(with_header(original, transpose))
     code, _ = run(tool, source)
     print(f"{len(variants)} damaged variants: {passed} rejected with a clear error, {failed} not;"
           f" original still reads: {code == 0}")

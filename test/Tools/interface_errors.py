@@ -145,6 +145,9 @@ def main():
     case("a result of another dtype", "results[0]: result 'w' (f64[4x4]) replaces argument #0",
          lambda d: d["results"][0].update(dtype="f64"))
     case("nested 100000 deep", "nested deeper than 64", lambda d: d.update(model=None))
+    # Names reach the host as C strings: "w\0a" would read "w".
+    case("a name holding NUL", "args[0].name", lambda d: d["args"][0].update(name="w\0a"))
+    case("a model holding NUL", "model", lambda d: d.update(model="m\0"))
     # Optimizer state that would be saved as if whole: a ZeRO shard stripped
     # of its layout and shard_of, and a parameter's state of another size.
     case("a shard without its layout", "args[2]: state argument 'flat0.exp_avg' (8 elements) belongs to no parameter",
