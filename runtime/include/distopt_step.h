@@ -284,9 +284,8 @@ typedef struct distopt_step_entry {
 } distopt_step_entry;
 
 DISTOPT_RT_API int64_t distopt_step_num_entries(const distopt_step *step);
-DISTOPT_RT_API distopt_rt_status
-distopt_step_entry_info(const distopt_step *step, int64_t k,
-                        distopt_step_entry *entry);
+DISTOPT_RT_API distopt_rt_status distopt_step_entry_info(
+    const distopt_step *step, int64_t k, distopt_step_entry *entry);
 /* Runs entry point k on this thread (collective). The update is a step:
  * it takes the next step number and counts as distopt_session_run does. */
 DISTOPT_RT_API distopt_rt_status
