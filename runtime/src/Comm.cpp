@@ -22,6 +22,7 @@ namespace distopt::rt {
 namespace {
 thread_local std::string lastErrorMessage;
 thread_local Operation threadOperation = Operation::Direct;
+thread_local bool threadWaitsInBackground = false;
 
 /// All-reduces at most this large use recursive doubling: log2(n) exchanges
 /// of the whole buffer instead of the ring's 2(n-1) of a chunk.
@@ -34,6 +35,14 @@ distopt_rt_status fail(distopt_rt_status status, std::string message) {
 }
 
 const std::string &lastError() { return lastErrorMessage; }
+
+bool backgroundWaits() { return threadWaitsInBackground; }
+
+BackgroundWaitScope::BackgroundWaitScope() : saved(threadWaitsInBackground) {
+  threadWaitsInBackground = true;
+}
+
+BackgroundWaitScope::~BackgroundWaitScope() { threadWaitsInBackground = saved; }
 
 std::string formatNumber(double value) {
   char text[32];

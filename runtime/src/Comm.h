@@ -83,6 +83,22 @@ private:
   Operation saved;
 };
 
+/// Whether this thread's waits for collectives should let others run between
+/// polls (the session's communication thread, while the program's backward
+/// pass computes).
+bool backgroundWaits();
+/// Makes this thread's waits background ones for the scope's life.
+class BackgroundWaitScope {
+public:
+  BackgroundWaitScope();
+  ~BackgroundWaitScope();
+  BackgroundWaitScope(const BackgroundWaitScope &) = delete;
+  BackgroundWaitScope &operator=(const BackgroundWaitScope &) = delete;
+
+private:
+  bool saved;
+};
+
 /// What every message of a collective belongs to: its sequence number on
 /// its communicator, its kind and its operation. MpiTransport puts it in
 /// the MPI tag, so that a message of another collective is never taken for

@@ -360,6 +360,7 @@ void CommThread::serve(distopt_session *s) {
     // no longer match.
     if (!failedBefore) {
       OperationScope scope(Operation::Step);
+      BackgroundWaitScope background;
       result = invoke(s, s->step->entries[k], abi.entries[k].results,
                       s->stepsDone + 1, nullptr);
       if (result != DISTOPT_RT_OK)
