@@ -153,8 +153,9 @@ class _Reducer:
     gradients are averaged over the ranks (all-reduced buckets), or this
     rank's shards are reduced (reduce-scattered buckets)."""
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer, overlap):
         self.opt = optimizer
+        self.overlap = overlap
         session, step = optimizer.session, optimizer.compiled
         self.entries = [e for e in step.entries if e.kind == "reduce"]
         self.update = next((e.index for e in step.entries
@@ -219,7 +220,14 @@ class _Reducer:
 
     def _launch(self, everything=False):
         """Starts the buckets ready, in order (a bucket waits for the ones
-        before it, so every rank issues them alike)."""
+        before it, so every rank issues them alike); without overlap, all
+        of them at the end of backward, on this thread."""
+        if not self.overlap:
+            if everything:
+                for e in self.entries:
+                    self.session.run_entry(e.index)
+                self.next = len(self.entries)
+            return
         while self.next < len(self.entries) and (
                 everything or self.pending[self.next] <= 0):
             self.session.start_entry(self.entries[self.next].index)
@@ -320,6 +328,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
     target: "cpu" or "cuda"; timeout: seconds a collective may wait;
     cache: the directory of compiled steps; seed: PowerSGD's draws;
     threads: threads of the step's parallel loops (Session's threads).
+    overlap: reduce each bucket as soon as backward has produced it, on the
+      session's communication thread, while backward goes on (DDP's way);
+      False: reduce them all when backward ends, on its thread (for
+      machines whose cores the backward pass needs, where the polling of a
+      communication thread slows it). Either way the gradients are reduced
+      when backward() returns.
 
     Each group's hyperparameters (lr, betas, momentum, dampening,
     weight_decay, eps, alpha, lr_decay, initial_accumulator_value) are
@@ -339,7 +353,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
-                 cache=None, seed=None, threads=None):
+                 cache=None, seed=None, threads=None, overlap=True):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (sgd, adam, adamw, "
                              "rmsprop, adagrad)")
@@ -378,7 +392,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, p in named:
                 self._adopt(name, p)
-        self._reducer = _Reducer(self)
+        self._reducer = _Reducer(self, bool(overlap))
         self._versions = None
         self._constructed = False
         super().__init__([dict(extra, params=[p for _, p in members])

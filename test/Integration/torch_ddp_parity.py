@@ -17,6 +17,9 @@ the runs agree bit for bit):
 - resuming from save_checkpoint with a decayed rate equals the unbroken
   run bit for bit;
 - state_dict with two groups into torch.optim and on;
+- clipping (torch's after backward; opt.clip_grad_norm_ under ZeRO-2/3),
+  .grad after backward with no_sync micro-batches, buckets reduced during
+  backward or at its end;
 - what the step cannot do is refused by name: a momentum a scheduler
   turns on where none was compiled, add_param_group, a parameter in two
   groups, toggling nesterov.
@@ -304,13 +307,16 @@ def clipping():
             check("opt.clip_grad_norm_" in str(e), f"torch's clip: {e}")
 
 
-def averaged_after_backward():
-    """When backward() returns, .grad holds DDP's averaged gradient (plain
-    and ZeRO-1); no_sync accumulates as DDP's does; zero_grad(set_to_none)
-    leaves .grad None until backward."""
+def averaged_after_backward(overlap):
+    """When backward() returns, .grad holds DDP's averaged gradient, whether
+    the buckets were reduced during backward or at its end (overlap);
+    no_sync accumulates as DDP's does; zero_grad(set_to_none) leaves .grad
+    None until backward."""
     reference, ours = net(), net()
     ddp = torch.nn.parallel.DistributedDataParallel(reference)
-    opt = adamw(None, ours)
+    opt = DistributedOptimizer(groups_of(ours), {
+        "type": "adamw", "lr": 1e-3, "weight_decay": 0.1}, comm=comm,
+        cache=CACHE, overlap=overlap)
     theirs = adamw(torch.optim, reference)
     for step in range(4):
         for model, o in ((ddp, theirs), (ours, opt)):
@@ -324,13 +330,13 @@ def averaged_after_backward():
         diff = max((a.grad - b.grad).abs().max().item() /
                    max(b.grad.abs().max().item(), 1e-12)
                    for a, b in zip(ours.parameters(), reference.parameters()))
-        check(diff <= TOLERANCE, f"step {step}: .grad after backward (two "
-              f"micro-batches, no_sync on the first) differs from DDP's by "
-              f"{diff:.2e}")
+        check(diff <= TOLERANCE, f"overlap={overlap}, step {step}: .grad "
+              f"after backward (two micro-batches, no_sync on the first) "
+              f"differs from DDP's by {diff:.2e}")
         opt.step()
         theirs.step()
     check(relative(ours, reference) <= TOLERANCE,
-          f"no_sync: {relative(ours, reference):.2e}")
+          f"overlap={overlap}, no_sync: {relative(ours, reference):.2e}")
 
 
 def train_pair(make_opt, pipeline, loop, reference, ours, steps=STEPS):
@@ -389,7 +395,8 @@ try:
     resume(comm.bcast(f"{CACHE}/parity.ckpt" if rank == 0 else None))
     hand_over()
     clipping()
-    averaged_after_backward()
+    averaged_after_backward(overlap=True)
+    averaged_after_backward(overlap=False)
     refusals()
 finally:
     dist.destroy_process_group()
