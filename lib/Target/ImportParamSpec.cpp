@@ -30,6 +30,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/GlobPattern.h"
@@ -257,6 +258,53 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   for (auto [i, arg] : llvm::enumerate(body->getArguments()))
     updated[i] = arg;
 
+  Value step = body->getArgument(stepArg);
+  Value lambda =
+      schedule ? buildSchedule(body->getArgument(*epochArg)) : Value();
+  if (epochArg)
+    updated[*epochArg] = arith::AddIOp::create(
+        builder, loc, body->getArgument(*epochArg),
+        arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(1)));
+  // A group's rate: the step's times its lr_scale (or, with runtime
+  // hyperparameters, its own), times the schedule's factor (in that order,
+  // as LambdaLR multiplies a group's initial rate), computed once.
+  llvm::DenseMap<int64_t, Value> rates;
+  auto lrOf = [&](int64_t g) {
+    Value &rate = rates[g];
+    if (rate)
+      return rate;
+    const Optimizer &opt = g < 0 ? optimizer : groups[g];
+    if (runtimeHyperparameters) {
+      rate = body->getArgument(hyperArgs[g].front());
+      if (lambda)
+        rate = arith::MulFOp::create(builder, loc, rate, lambda);
+      return rate;
+    }
+    rate = body->getArgument(*lrArg);
+    if (opt.lrScale != 1.0)
+      rate = arith::MulFOp::create(
+          builder, loc, rate,
+          arith::ConstantOp::create(builder, loc,
+                                    builder.getF64FloatAttr(opt.lrScale)));
+    if (lambda)
+      rate = arith::MulFOp::create(builder, loc, rate, lambda);
+    return rate;
+  };
+  // Each group's rate, checked before anything runs: one that reached
+  // infinity or NaN (a rate times lr_scale, a growing schedule) fails the
+  // step before any collective and any update.
+  // Groups that share a rate (no lr_scale) share its check, which names the
+  // first of them.
+  {
+    llvm::SmallSetVector<int64_t, 4> used;
+    for (size_t i = 0; i < n; ++i)
+      used.insert(groupKey(i));
+    llvm::SmallPtrSet<Value, 4> checked;
+    for (int64_t g : used)
+      if (Value rate = lrOf(g); checked.insert(rate).second)
+        CheckRateOp::create(builder, loc, rate, g);
+  }
+
   // First every gradient is reduced (in a training step this happens during
   // the backward pass), then the optimizer updates every parameter.
   SmallVector<Value> reduced(n);
@@ -341,38 +389,6 @@ OwningOpRef<ModuleOp> SpecReader::build() {
                                    updatedValue, old);
   };
 
-  Value step = body->getArgument(stepArg);
-  Value lambda =
-      schedule ? buildSchedule(body->getArgument(*epochArg)) : Value();
-  if (epochArg)
-    updated[*epochArg] = arith::AddIOp::create(
-        builder, loc, body->getArgument(*epochArg),
-        arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(1)));
-  // A group's rate: the step's times its lr_scale (or, with runtime
-  // hyperparameters, its own), times the schedule's factor (in that order,
-  // as LambdaLR multiplies a group's initial rate), computed once.
-  llvm::DenseMap<int64_t, Value> rates;
-  auto lrOf = [&](int64_t g) {
-    Value &rate = rates[g];
-    if (rate)
-      return rate;
-    const Optimizer &opt = g < 0 ? optimizer : groups[g];
-    if (runtimeHyperparameters) {
-      rate = body->getArgument(hyperArgs[g].front());
-      if (lambda)
-        rate = arith::MulFOp::create(builder, loc, rate, lambda);
-      return rate;
-    }
-    rate = body->getArgument(*lrArg);
-    if (opt.lrScale != 1.0)
-      rate = arith::MulFOp::create(
-          builder, loc, rate,
-          arith::ConstantOp::create(builder, loc,
-                                    builder.getF64FloatAttr(opt.lrScale)));
-    if (lambda)
-      rate = arith::MulFOp::create(builder, loc, rate, lambda);
-    return rate;
-  };
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Location paramLoc = paramLocs[i];
     const Optimizer &opt = optimizerOf(i);

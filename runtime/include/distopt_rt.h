@@ -248,6 +248,16 @@ typedef void (*distopt_rt_fatal_handler)(distopt_rt_status status,
 /* Sets (or, with null, clears) this thread's fatal handler. */
 DISTOPT_RT_API void
 distopt_rt_set_fatal_handler(distopt_rt_fatal_handler handler, void *context);
+/* For compiled steps, at their start: INVALID_ARGUMENT, naming parameter
+ * group `group` (-1: the optimizer's defaults) and the rate, when `rate` is
+ * not finite and non-negative (a rate times lr_scale times a schedule's
+ * factor that reached infinity or NaN). The host step library then returns
+ * that status with the step undone: nothing has run yet. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_check_rate(double rate,
+                                                       int64_t group);
+/* Whether this thread's last step failure was distopt_rt_check_rate's (and
+ * forgets it): the step changed nothing. */
+DISTOPT_RT_API int distopt_rt_take_rate_refusal(void);
 /* Ends the run like distopt_rt_fatal, for a driver that has printed its own
  * message: prints nothing. */
 DISTOPT_RT_API void distopt_rt_abort(void);

@@ -129,6 +129,9 @@ Collective make(Collective::Kind kind, const void *send, void *recv,
 thread_local distopt_rt_comm *boundWorld = nullptr;
 thread_local distopt_rt_fatal_handler fatalHandler = nullptr;
 thread_local void *fatalContext = nullptr;
+/// distopt_rt_check_rate failed on this thread (before the step did
+/// anything).
+thread_local bool rateRefused = false;
 
 /// The error for a step compiled for `expected` ranks on `actual`.
 distopt_rt_status worldSizeMismatch(int64_t rank, int64_t expected,
@@ -484,6 +487,27 @@ void distopt_rt_fatal(distopt_rt_status status) {
 }
 
 void distopt_rt_abort(void) { abortRun(); }
+
+distopt_rt_status distopt_rt_check_rate(double rate, int64_t group) {
+  if (std::isfinite(rate) && rate >= 0)
+    return DISTOPT_RT_OK;
+  rateRefused = true;
+  std::string which = group < 0
+                          ? std::string("the optimizer's")
+                          : "param_groups[" + std::to_string(group) + "]'s";
+  return fail(DISTOPT_RT_INVALID_ARGUMENT,
+              "the step's learning rate for " + which + " parameters is " +
+                  formatNumber(rate) +
+                  " (the rate times lr_scale times the schedule's factor "
+                  "must be finite and non-negative): the step changed "
+                  "nothing");
+}
+
+int distopt_rt_take_rate_refusal(void) {
+  bool refused = rateRefused;
+  rateRefused = false;
+  return refused;
+}
 
 const char *distopt_rt_host_backend(void) {
   return launchedByMpi() ? "mpi" : "single";

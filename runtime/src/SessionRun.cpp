@@ -182,6 +182,9 @@ distopt_rt_status invoke(distopt_session *s, void (*entry)(void **),
   if (status == DISTOPT_RT_OK && s->device)
     status = distopt_rt_cuda_synchronize();
   if (status != DISTOPT_RT_OK) {
+    // A rate refused at the step's start: nothing ran, nothing changed.
+    if (distopt_rt_take_rate_refusal())
+      return status;
     // What the step allocated before it failed is lost with its frames.
     s->broken = true;
     return status;

@@ -9,7 +9,9 @@ eps and alpha of both groups changed before step 3. The gradients of the
 ranks are the same tensor times 1..N, so their mean is exact at 1 and 2
 ranks: parameters and state must equal torch's bit for bit. Then a
 checkpoint restores the hyperparameters a program had set, and bad values
-are refused by name.
+are refused by name. Last, a compiled-in rate that becomes infinite (the
+step's rate times a group's lr_scale, a growing schedule) fails the step by
+the group's name and changes nothing.
 """
 
 import sys
@@ -156,12 +158,61 @@ def checkpoint(session):
         check("no runtime hyperparameter 'group7.lr'" in str(e), str(e))
 
 
+def rate_guard(pipeline):
+    """An effective rate that reaches infinity (a rate times lr_scale, a
+    growing schedule) fails the step by name before it changes anything;
+    the session stays usable."""
+    spec = {"model": "guard", "world_size": size,
+            "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9},
+            "lr_schedule": {"type": "step", "step_size": 1, "gamma": 1e200},
+            "parameters": [{"name": n, "shape": s, "dtype": "f32"}
+                           for n, s in SHAPES.items()],
+            "param_groups": [{"params": ["b"], "lr_scale": 1e10}]}
+    step = distopt.Step(distopt.compile(spec, pipeline=pipeline, cache=CACHE,
+                                        comm=comm))
+    session = distopt.Session(step, comm=comm)
+    what = f"rate guard '{pipeline}'"
+    torch.manual_seed(1)
+    for n, s in SHAPES.items():
+        session.write(n, torch.randn(s))
+
+    def attempt(message):
+        before = {n: session.read(n).copy() for n in SHAPES}
+        momenta = {n: session.read(f"{n}.momentum_buffer", "state").copy()
+                   for n in SHAPES}
+        steps = session.steps_done
+        try:
+            session.run()
+            check(False, f"{what}: a rate of {message} ran")
+        except distopt.DistoptError as e:
+            check(f"learning rate for {message}" in str(e), str(e))
+        for n in SHAPES:
+            check(np.array_equal(session.read(n), before[n]),
+                  f"{what}: a refused step changed {n}")
+            check(np.array_equal(session.read(f"{n}.momentum_buffer",
+                                              "state"), momenta[n]),
+                  f"{what}: a refused step changed {n}'s momentum")
+        check(session.steps_done == steps, f"{what}: a refused step counted")
+
+    for n, s in SHAPES.items():
+        session.write(n, torch.ones(s), "grad")
+    session.lr = 1e300  # times lr_scale 1e10: infinity, for group 1 only
+    attempt("param_groups[0]'s parameters is inf")
+    session.lr = 1e-3  # the session is usable again: step 0, factor 1
+    session.run()
+    check(np.isfinite(session.read("b")).all(), f"{what}: step after refusal")
+    session.run()  # step 1: factor 1e200, the rate 1e187, finite
+    attempt("the optimizer's parameters is inf")  # step 2: factor 1e400
+
+
 for kind in RECIPES:
     run(kind, "")
 for kind in ("sgd", "adamw"):
     run(kind, "zero-stage=2")
     run(kind, "zero-stage=1 zero-strategy=greedy")
 checkpoint(run("adam", "zero-stage=3"))
+rate_guard("")
+rate_guard("zero-stage=2")
 print(f"runtime_hyperparameters: rank {rank}: {checks} checks, "
       f"{failures} failed", flush=True)
 sys.exit(1 if failures else 0)

@@ -23,11 +23,15 @@
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: {distopt.name = "head.weight.max_exp_avg_sq", distopt.role = "state"}
 // CHECK-SAME: %[[LR:[^:]*]]: f64 {distopt.role = "lr"}
+// Each distinct rate is checked (finite, non-negative) before anything runs.
+// CHECK-NEXT: distopt.check_rate %[[LR]] param_group -1
+// CHECK-NEXT: %[[HALF:.*]] = arith.constant 5.000000e-01 : f64
+// CHECK-NEXT: %[[SCALED:.*]] = arith.mulf %[[LR]], %[[HALF]] : f64
+// CHECK-NEXT: distopt.check_rate %[[SCALED]] param_group 1
+// CHECK-NEXT: distopt.all_reduce
 // CHECK: distopt.adamw_update {{.*}} lr(%[[LR]]) {{.*}} {weight_decay = 1.000000e-01 : f64} : tensor<4x3xf32>
 // CHECK: distopt.adamw_update {{.*}} lr(%[[LR]]) {{.*}} {weight_decay = 0.000000e+00 : f64} : tensor<4xf32>
 // CHECK: distopt.adamw_update {{.*}} lr(%[[LR]]) {{.*}} {weight_decay = 0.000000e+00 : f64} : tensor<4xf32>
-// CHECK: %[[HALF:.*]] = arith.constant 5.000000e-01 : f64
-// CHECK: %[[SCALED:.*]] = arith.mulf %[[LR]], %[[HALF]] : f64
 // CHECK: distopt.adamw_update {{.*}} lr(%[[SCALED]]) {{.*}} {amsgrad, weight_decay = 1.000000e-01 : f64} : tensor<2x4xf32>
 // CHECK: distopt.adamw_update {{.*}} lr(%[[LR]]) {{.*}} {weight_decay = 0.000000e+00 : f64} : tensor<2xf32>
 //

@@ -327,6 +327,16 @@ static void lowerRank(RewriterBase &rewriter, RankOp op) {
   rewriter.replaceOp(op, rankOf(rewriter, op.getLoc(), op, op.getGroupAttr()));
 }
 
+/// distopt_rt_check_rate(rate, group): a status the runtime turns into the
+/// step's failure.
+static void lowerCheckRate(RewriterBase &rewriter, CheckRateOp op) {
+  OpBuilder::InsertionGuard guard(rewriter);
+  rewriter.setInsertionPoint(op);
+  RuntimeCalls rt(rewriter, op.getLoc(), op);
+  rt.call("distopt_rt_check_rate", {op.getRate(), rt.i64(op.getParamGroup())});
+  rewriter.eraseOp(op);
+}
+
 static void lowerGroupSize(RewriterBase &rewriter, GroupSizeOp op) {
   int64_t size = lookupProcessGroup(op, op.getGroupAttr()).getSize();
   rewriter.replaceOpWithNewOp<arith::ConstantIndexOp>(op, size);
@@ -366,7 +376,8 @@ void populateLowerBucketsPatterns(RewritePatternSet &patterns,
                                   int64_t maxShardCases) {
   patterns.add<LowerPack, LowerWith<BucketUnpackOp, lowerUnpack>,
                LowerWith<OwnedByOp, lowerOwnedBy>, LowerWith<RankOp, lowerRank>,
-               LowerWith<GroupSizeOp, lowerGroupSize>>(patterns.getContext());
+               LowerWith<GroupSizeOp, lowerGroupSize>,
+               LowerWith<CheckRateOp, lowerCheckRate>>(patterns.getContext());
   patterns.add<LowerShardSlice>(patterns.getContext(), maxShardCases);
 }
 

@@ -168,6 +168,16 @@ func.func @runtime_hyperparameters(%p: tensor<1024xf32>, %g: tensor<1024xf32>, %
   return
 }
 
+// A rate checked before the step does anything.
+// CHECK-LABEL: func.func @check_rate
+func.func @check_rate(%lr: f64) {
+  // CHECK: distopt.check_rate %{{.*}} param_group -1
+  distopt.check_rate %lr param_group -1
+  // CHECK: distopt.check_rate %{{.*}} param_group 2
+  distopt.check_rate %lr param_group 2
+  return
+}
+
 // CHECK-LABEL: func.func @mixed_precision
 func.func @mixed_precision(%g0: tensor<1024xbf16>, %g1: tensor<64xbf16>, %g: tensor<1024xf32>, %s: f32, %n: i64) -> (i1, i1, tensor<1024xf32>, f32, i64) {
   // CHECK: distopt.all_finite %{{.*}}, %{{.*}} on @dp : tensor<1024xbf16>, tensor<64xbf16>

@@ -800,6 +800,29 @@ def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", (ins
   }];
 }
 
+def DistOpt_CheckRateOp : DistOpt_Op<"check_rate",
+    [MemoryEffects<[MemWrite]>]> {
+  let summary = "fail the step, before it changes anything, on a learning "
+                "rate that is not finite and non-negative";
+  let description = [{
+    A parameter group's effective rate (the step's rate times the group's
+    `lr_scale` times a schedule's factor, or the group's own rate) can reach
+    infinity or NaN at run time, and every parameter of the group with it.
+    This op makes the step fail instead, with an error naming the group
+    (`param_group`: its index in the spec's `param_groups`, -1 for the
+    optimizer's defaults) and the rate, before any collective and any
+    update: it stands at the start of the step, and the runtime reports the
+    failure as an invalid argument that leaves the session usable. It has
+    a write effect so that it is neither removed nor moved.
+
+    ```mlir
+    distopt.check_rate %rate param_group -1
+    ```
+  }];
+  let arguments = (ins F64:$rate, I64Attr:$param_group);
+  let assemblyFormat = "$rate `param_group` $param_group attr-dict";
+}
+
 //===----------------------------------------------------------------------===//
 // Mixed precision
 //===----------------------------------------------------------------------===//
