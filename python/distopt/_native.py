@@ -104,6 +104,10 @@ def _load():
                                                [_p, _i64, ctypes.c_double]),
         "distopt_session_hyperparameter": (
             status, [_p, _i64, ctypes.POINTER(ctypes.c_double)]),
+        "distopt_session_set_scalar_state": (status,
+                                             [_p, _i64, ctypes.c_double]),
+        "distopt_session_scalar_state": (
+            status, [_p, _i64, ctypes.POINTER(ctypes.c_double)]),
         "distopt_session_run": (status, [_p]),
         "distopt_session_accumulate": (status, [_p]),
         "distopt_step_num_entries": (_i64, [_p]),

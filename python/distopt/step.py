@@ -486,6 +486,31 @@ class Session:
         _check(lib.distopt_session_set_hyperparameter(self._live(), arg,
                                                       float(value)))
 
+    def _scalar_state_arg(self, name):
+        for v in self.step.args:
+            if v.role == "state" and not v.is_tensor and v.name == name:
+                return v.index
+        known = [v.name for v in self.step.args
+                 if v.role == "state" and not v.is_tensor]
+        raise KeyError(f"the step keeps no scalar state '{name}' (it keeps "
+                       f"{known or 'none'})")
+
+    def scalar_state(self, name):
+        """Scalar state the next step takes ("loss_scale",
+        "loss_scale_growth_tracker", "lr_schedule.last_epoch"), as a
+        float."""
+        value = ctypes.c_double()
+        _check(lib.distopt_session_scalar_state(
+            self._live(), self._scalar_state_arg(name), ctypes.byref(value)))
+        return value.value
+
+    def set_scalar_state(self, name, value):
+        """Sets scalar state `name` for the next step (the same on every
+        rank): restoring a loss scaler or a schedule."""
+        arg = self._scalar_state_arg(name)
+        _check(lib.distopt_session_set_scalar_state(self._live(), arg,
+                                                    float(value)))
+
     @property
     def steps_done(self):
         return lib.distopt_session_steps_done(self._live())

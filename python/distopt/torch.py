@@ -29,8 +29,12 @@ import contextlib
 import torch
 
 from .compiler import compile
+from ._reducer import Reducer
+from ._scaler import GradScaler
 from .errors import DistoptError
 from .step import Session, Step
+
+__all__ = ["DistributedOptimizer", "GradScaler"]
 
 _SPEC_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",
                 torch.float16: "f16"}
@@ -143,110 +147,6 @@ def _split_pipeline(pipeline):
     return " ".join(options)
 
 
-class _Reducer:
-    """DDP's reducer over a split step's reduce entry points: a hook on each
-    parameter's gradient accumulator marks it ready; a bucket whose
-    parameters are all ready is reduced at once on the session's
-    communication thread (in bucket order, as every rank issues them alike);
-    the autograd engine's final callback starts the buckets left (parameters
-    that got no gradient) and waits, so that when backward() returns the
-    gradients are averaged over the ranks (all-reduced buckets), or this
-    rank's shards are reduced (reduce-scattered buckets)."""
-
-    def __init__(self, optimizer, overlap):
-        self.opt = optimizer
-        self.overlap = overlap
-        session, step = optimizer.session, optimizer.compiled
-        self.entries = [e for e in step.entries if e.kind == "reduce"]
-        self.update = next((e.index for e in step.entries
-                            if e.kind == "update"), None)
-        entry_of_arg = {arg: k for k, e in enumerate(self.entries)
-                        for arg in e.reduces}
-        self.bucket_of = {}  # parameter index -> bucket
-        self.size = [0] * len(self.entries)
-        for index, (name, _) in enumerate(optimizer._named):
-            bucket = entry_of_arg.get(step.tensor(name, "grad").arg)
-            if bucket is not None:
-                self.bucket_of[index] = bucket
-                self.size[bucket] += 1
-        # Buckets reduced in place leave the averaged gradient in the
-        # model's .grad (as DDP); the others leave it (this rank's shard
-        # under ZeRO-2/3, as FSDP; or the bucket reduced in a wider type) in
-        # an argument of role reduced_grad.
-        reduced = {a.name: a for a in step.args if a.role == "reduced_grad"}
-        results = [step.interface["entries"][e.index]["results"][0]
-                   for e in self.entries]
-        self.in_place = [r["role"] == "grad" for r in results]
-        self.left_in = [None if r["role"] == "grad" else reduced[r["name"]]
-                        for r in results]
-        # Whether backward leaves every gradient averaged in .grad.
-        self.averages = (len(self.bucket_of) == len(optimizer._named) and
-                         all(self.in_place))
-        self.enabled = True  # no_sync() turns it off
-        self.session = session
-        self._hooks = []
-        self._reset()
-        if not self.entries:
-            return
-        for index, (_, p) in enumerate(optimizer._named):
-            if index not in self.bucket_of:
-                continue
-            # The AccumulateGrad node of p: its hook runs once p.grad holds
-            # this backward's gradient.
-            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_hook(self._ready_hook(index, p))
-            self._hooks.append(accumulator)  # keeps the node (and hook)
-
-    def _reset(self):
-        self.pending = list(self.size)
-        self.next = 0
-        self.active = False
-        self.reduced = False
-
-    def _ready_hook(self, index, p):
-        def hook(*_):
-            if not self.enabled:
-                return
-            if not self.active:  # the first gradient of this backward
-                self._reset()
-                self.active = True
-                torch.autograd.Variable._execution_engine.queue_callback(
-                    self._finish)
-            self.opt._adopt_grad(index, p)
-            bucket = self.bucket_of[index]
-            self.pending[bucket] -= 1
-            self._launch()
-        return hook
-
-    def _launch(self, everything=False):
-        """Starts the buckets ready, in order (a bucket waits for the ones
-        before it, so every rank issues them alike); without overlap, all
-        of them at the end of backward, on this thread."""
-        if not self.overlap:
-            if everything:
-                for e in self.entries:
-                    self.session.run_entry(e.index)
-                self.next = len(self.entries)
-            return
-        while self.next < len(self.entries) and (
-                everything or self.pending[self.next] <= 0):
-            self.session.start_entry(self.entries[self.next].index)
-            self.next += 1
-
-    def _finish(self):
-        self._launch(everything=True)
-        self.session.wait()
-        self.active = False
-        self.reduced = True
-        self.opt._grads_reduced()
-
-    def run_all(self):
-        """Every reduction now (no backward ran since the last step)."""
-        for e in self.entries:
-            self.session.run_entry(e.index)
-        self.reduced = True
-
-
 def _named_groups(params):
     """torch.optim's `params` as groups of (name, parameter): an iterable of
     parameters, of (name, parameter) pairs, or of group dicts whose
@@ -325,6 +225,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
       installed, else one process).
     main_params: bf16/f16 parameters get an fp32 main copy that the
       optimizer updates.
+    loss_scaling: dynamic loss scaling compiled into the step, with
+      torch's GradScaler rule: True (GradScaler's defaults) or the spec's
+      {"type": "dynamic", "init_scale": ..., "growth_factor": ...,
+      "backoff_factor": ..., "growth_interval": ...} (or {"type":
+      "static", "scale": S}). The loss is multiplied by `opt.scale`
+      (GradScaler(opt).scale(loss) does it); the step checks the reduced
+      gradients on every rank, skips the update on an inf or NaN
+      (`opt.skipped`), unscales, and grows or backs off the scale.
     target: "cpu" or "cuda"; timeout: seconds a collective may wait;
     cache: the directory of compiled steps; seed: PowerSGD's draws;
     threads: threads of the step's parallel loops (Session's threads).
@@ -353,7 +261,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
-                 cache=None, seed=None, threads=None, overlap=True):
+                 cache=None, seed=None, threads=None, overlap=True,
+                 loss_scaling=None):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (sgd, adam, adamw, "
                              "rmsprop, adagrad)")
@@ -380,6 +289,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                      "param_groups": [
                          self._spec_group(i, members, extra, defaults)
                          for i, (members, extra) in enumerate(groups)]}
+        if loss_scaling is True:
+            loss_scaling = {"type": "dynamic"}
+        if loss_scaling:
+            self.spec["loss_scaling"] = dict(loss_scaling)
+        self.loss_scaling = self.spec.get("loss_scaling")
         self.library = compile(self.spec, pipeline=_split_pipeline(pipeline),
                                target=target, cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
@@ -392,7 +306,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, p in named:
                 self._adopt(name, p)
-        self._reducer = _Reducer(self, bool(overlap))
+        self._reducer = Reducer(self, bool(overlap))
         self._versions = None
         self._constructed = False
         super().__init__([dict(extra, params=[p for _, p in members])
@@ -403,6 +317,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._pushed = {}
         self._push_hyperparameters()
         self.scalars = {}
+        self._unscaled = False
 
     def _spec_group(self, index, members, extra, defaults):
         """A torch group as the spec's: its parameters by exact name and
@@ -545,17 +460,88 @@ class DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._reducer.enabled = enabled
 
+    def _update_reads(self):
+        """The gradient buffers the next update reads, each with the number
+        of ranks holding each of its elements: a bucket reduced in place
+        (.grad averaged: every rank), the argument a reduction left its
+        result in (a shard's part: the shard's replicas), and the
+        gradients the update reduces itself (PowerSGD's: this rank's)."""
+        reducer = self._reducer
+        world = self.comm.Get_size() if self.comm is not None else 1
+        if not reducer.reduced:  # the whole step reduces them
+            return [(self.session.arg(a.index, like="torch"), 1)
+                    for a in self.compiled.args if a.role == "grad"]
+        reads = []
+        for e, left in zip(reducer.entries, reducer.left_in):
+            if left is None:
+                reads += [(self.session.arg(a, like="torch"), world)
+                          for a in e.reduces]
+            else:
+                parts = (left.shard_of // left.numel if left.shard_of
+                         else 1)
+                reads.append((self.session.arg(left.index, like="torch"),
+                              world // parts))
+        reads += [(grad, 1) for index, grad in enumerate(self._grad_views)
+                  if index not in reducer.bucket_of]
+        return reads
+
+    # --- loss scaling --------------------------------------------------------
+
+    @property
+    def scale(self):
+        """The loss scale the next step unscales by (1.0 without
+        loss_scaling): multiply the loss by it before backward()."""
+        if not self.loss_scaling:
+            return 1.0
+        if self.loss_scaling.get("type") == "static":
+            return float(self.loss_scaling["scale"])
+        return self.session.scalar_state("loss_scale")
+
+    @property
+    def skipped(self):
+        """Whether the last step() was skipped for an inf or NaN gradient
+        on some rank (under loss_scaling): no parameter or state changed,
+        and the step was not counted."""
+        return bool(self.scalars.get("skipped", 0))
+
+    @torch.no_grad()
+    def unscale_(self):
+        """GradScaler.unscale_: divides the gradients the update reads by
+        the loss scale (times its f32 reciprocal, as torch), so that a
+        clip or a look at .grad between backward() and step() sees
+        unscaled values; step() then scales them back first (exactly, for
+        a power-of-two scale), as the compiled step unscales itself."""
+        if self._unscaled is not False:
+            raise RuntimeError("unscale_() has already been called on this "
+                               "optimizer since the last step()")
+        if not self.loss_scaling:
+            return
+        world = self.comm.Get_size() if self.comm is not None else 1
+        if not self._reducer.reduced and world > 1:
+            raise DistoptError("unscale_ takes the gradients backward() "
+                               "reduced: call it after backward()")
+        scale = torch.tensor(self.scale, dtype=torch.float32)
+        inverse = scale.double().reciprocal().float()
+        for buffer, _ in self._update_reads():
+            buffer.mul_(inverse.to(buffer.dtype))
+        self._unscaled = scale
+        if self._reducer.reduced:
+            self._grads_reduced()
+
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm, norm_type=2.0):
         """Clips the gradients the next step() takes by their global norm
         (torch.nn.utils.clip_grad_norm_'s rule: times max_norm / (norm +
         1e-6) where that is below 1) and returns the norm, as FSDP's
         clip_grad_norm_ does: call it after backward(), before step().
-        Under ZeRO-2/3 it clips this rank's reduced shards (the norm is
-        summed over the ranks in f64: collective); without sharding it is
-        torch's clip_grad_norm_ on the averaged gradients."""
+        Under loss_scaling it unscales first (unscale_). Under ZeRO-2/3 it
+        clips this rank's reduced shards (the norm is summed over the ranks
+        in f64: collective); without sharding it is torch's
+        clip_grad_norm_ on the averaged gradients."""
         max_norm, norm_type = float(max_norm), float(norm_type)
         world = self.comm.Get_size() if self.comm is not None else 1
+        if self.loss_scaling and self._unscaled is False:
+            self.unscale_()
         if self._reducer.averages or world == 1:
             return torch.nn.utils.clip_grad_norm_(
                 [p for _, p in self._named], max_norm, norm_type)
@@ -565,19 +551,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if not self._reducer.reduced:
             raise DistoptError("clip_grad_norm_ clips the gradients reduced "
                                "by backward(): call it after backward()")
-        # Each reduced buffer with the number of ranks holding each of its
-        # elements: all of them for an all-reduced one, the replicas of a
-        # shard's part (shard_of / its length parts) for a reduce-scattered.
-        shards = []
-        for e, left in zip(self._reducer.entries, self._reducer.left_in):
-            if left is None:
-                shards.append((self.session.arg(e.reduces[0], like="torch"),
-                               world))
-            else:
-                parts = (left.shard_of // left.numel if left.shard_of
-                         else 1)
-                shards.append((self.session.arg(left.index, like="torch"),
-                               world // parts))
+        shards = self._update_reads()
         if norm_type == float("inf"):
             local = max((s.abs().max().item() for s, _ in shards), default=0)
             total = self._allreduce(local, "max")
@@ -623,6 +597,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 view.copy_(p.data)  # the program replaced .data: adopt it
                 p.data = view
             self._adopt_grad(index, p)
+        if self._unscaled is not False:
+            # unscale_() divided by the scale the step divides by itself.
+            for buffer, _ in self._update_reads():
+                buffer.mul_(self._unscaled.to(buffer.dtype))
+            self._unscaled = False
         if reducer.reduced:
             # Backward reduced the buckets: the update takes it from there.
             self.scalars = self.session.run_entry(reducer.update)
@@ -643,6 +622,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         p.grad is None until the next backward gives it a gradient (which
         lands in the step's buffer again). A parameter that gets none is
         updated with a zero gradient, not skipped as torch.optim would."""
+        self._unscaled = False  # the gradients to come are scaled
         for (_, p), grad in zip(self._named, self._grad_views):
             grad.zero_()
             p.grad = None if set_to_none else grad

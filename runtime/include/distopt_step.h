@@ -258,6 +258,19 @@ DISTOPT_RT_API distopt_rt_status distopt_session_set_hyperparameter(
     distopt_session *session, int64_t arg, double value);
 DISTOPT_RT_API distopt_rt_status distopt_session_hyperparameter(
     const distopt_session *session, int64_t arg, double *value);
+/* Scalar state a step keeps from step to step (scalar arguments of role
+ * "state": the dynamic loss scale "loss_scale" and its growth tracker
+ * "loss_scale_growth_tracker", a schedule's "lr_schedule.last_epoch"): the
+ * value the next step takes, and setting it, for a program that restores a
+ * scaler or a schedule itself (torch's GradScaler.load_state_dict).
+ * Checkpoints keep them. An integer must be a whole number from 0 to
+ * 2^53 (i64) or 2^31 - 1 (i32); the loss scale finite and positive;
+ * another float finite. The same
+ * on every rank. */
+DISTOPT_RT_API distopt_rt_status distopt_session_set_scalar_state(
+    distopt_session *session, int64_t arg, double value);
+DISTOPT_RT_API distopt_rt_status distopt_session_scalar_state(
+    const distopt_session *session, int64_t arg, double *value);
 /* Runs one step on every rank (collective): the step number is one more
  * than the steps done (1 for the first). Gradients must be in place
  * (backward wrote them into the gradient arguments); results go back into

@@ -30,6 +30,10 @@ bool isRate(const step::Value &v) {
          name.substr(name.size() - 3) == ".lr";
 }
 
+bool isScalarState(const step::Value &v) {
+  return !v.isTensor() && v.role == step::Role::State;
+}
+
 bool hasLearningRateArgument(const step::Interface &abi) {
   for (const step::Value &v : abi.args)
     if (v.role == step::Role::LearningRate)
@@ -106,6 +110,48 @@ distopt_rt_status distopt_session_hyperparameter(const distopt_session *session,
     return rt::fail(DISTOPT_RT_INVALID_ARGUMENT,
                     "distopt_session_hyperparameter: argument #" +
                         std::to_string(arg) + " is not a hyperparameter");
+  *value = session->scalarState[arg];
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_session_set_scalar_state(distopt_session *session,
+                                                   int64_t arg, double value) {
+  if (!session || arg < 0 ||
+      arg >= static_cast<int64_t>(session->step->abi.args.size()))
+    return rt::fail(DISTOPT_RT_INVALID_ARGUMENT,
+                    "distopt_session_set_scalar_state: no argument #" +
+                        std::to_string(arg));
+  const step::Value &v = session->step->abi.args[arg];
+  if (!isScalarState(v))
+    return session->invalid("argument #" + std::to_string(arg) + " ('" +
+                            v.name + "') is not scalar state");
+  std::string_view type = v.dtype->name;
+  bool integer = type == "i64" || type == "i32";
+  double most = type == "i32" ? 2147483647.0 : 0x1p53;
+  std::string what;
+  if (integer && !(value >= 0 && value <= most && std::floor(value) == value))
+    what = std::string("a whole number from 0 to ") +
+           (type == "i32" ? "2^31 - 1" : "2^53");
+  else if (!integer && v.name == "loss_scale" &&
+           !(std::isfinite(value) && value > 0))
+    what = "finite and positive";
+  else if (!integer && !std::isfinite(value))
+    what = "finite";
+  if (!what.empty())
+    return session->invalid("state '" + v.name + "' must be " + what +
+                            ", got " + rt::formatNumber(value));
+  session->scalarState[arg] = value;
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt_session_scalar_state(const distopt_session *session,
+                                               int64_t arg, double *value) {
+  if (!session || !value || arg < 0 ||
+      arg >= static_cast<int64_t>(session->step->abi.args.size()) ||
+      !isScalarState(session->step->abi.args[arg]))
+    return rt::fail(DISTOPT_RT_INVALID_ARGUMENT,
+                    "distopt_session_scalar_state: argument #" +
+                        std::to_string(arg) + " is not scalar state");
   *value = session->scalarState[arg];
   return DISTOPT_RT_OK;
 }

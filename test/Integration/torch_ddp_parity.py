@@ -20,6 +20,9 @@ the runs agree bit for bit):
 - clipping (torch's after backward; opt.clip_grad_norm_ under ZeRO-2/3),
   .grad after backward with no_sync micro-batches, buckets reduced during
   backward or at its end;
+- a torch AMP loop on distopt.torch.GradScaler against GradScaler's rule:
+  overflows on one rank skip the step on all, the scale backs off and
+  grows, clipping after unscale_;
 - what the step cannot do is refused by name: a momentum a scheduler
   turns on where none was compiled, add_param_group, a parameter in two
   groups, toggling nesterov.
@@ -353,6 +356,139 @@ def train_pair(make_opt, pipeline, loop, reference, ours, steps=STEPS):
     return ours, mine, reference, relative(ours, reference)
 
 
+class HandScaler:
+    """torch's GradScaler rule by hand (torch 1.13's disables itself
+    without CUDA): the loss times the f32 scale, unscale_ times its f32
+    reciprocal noting an inf or NaN, the step only without one, then the
+    scale backed off, or grown after `interval` clean steps."""
+
+    def __init__(self, init, interval):
+        self.scale, self.tracker, self.interval = torch.tensor(init), 0, interval
+
+    def unscale_(self, params):
+        inverse = self.scale.double().reciprocal().float()
+        self.found_inf = False
+        for p in params:
+            self.found_inf |= not bool(torch.isfinite(p.grad).all())
+            p.grad.mul_(inverse)
+
+    def update(self):
+        if self.found_inf:
+            self.scale, self.tracker = self.scale * 0.5, 0
+            return
+        self.tracker += 1
+        if self.tracker == self.interval:
+            self.scale, self.tracker = self.scale * 2.0, 0
+
+
+def amp():
+    """A torch AMP loop as written (scaler.scale(loss).backward(),
+    unscale_, clip, scaler.step, scaler.update) on distopt.torch.GradScaler
+    against DDP + AdamW with GradScaler's rule applied by hand: rank
+    size-1's batch has a NaN at steps 5 and 13, so every rank skips those
+    steps and backs off; the scale grows every 4 clean steps. Plain
+    (torch's clip after unscale_), and ZeRO-2 (opt.clip_grad_norm_)."""
+    from distopt.torch import GradScaler
+    poisoned = (5, 13)
+
+    def loss_at(model, step):
+        x, y = batch(step)
+        if step in poisoned and rank == size - 1:
+            x = x.clone()
+            x[0, 3] = float("nan")
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    for pipeline in ("", "zero-stage=2"):
+        reference, ours = net(), net()
+        ddp = torch.nn.parallel.DistributedDataParallel(reference)
+        theirs = adamw(torch.optim, reference)
+        hand = HandScaler(2.0 ** 14, 4)
+        opt = DistributedOptimizer(groups_of(ours), {
+            "type": "adamw", "lr": 1e-3, "weight_decay": 0.1},
+            pipeline=pipeline, comm=comm, cache=CACHE, loss_scaling={
+                "type": "dynamic", "init_scale": 2.0 ** 14,
+                "growth_interval": 4})
+        scaler = GradScaler(opt)
+        what = f"amp '{pipeline}'"
+        worst_norm = 0.0
+        for step in range(STEPS):
+            theirs.zero_grad()
+            (loss_at(ddp, step) * hand.scale).backward()
+            hand.unscale_(reference.parameters())
+            norm = torch.nn.utils.clip_grad_norm_(reference.parameters(),
+                                                  0.05)
+            if not hand.found_inf:
+                theirs.step()
+            hand.update()
+
+            opt.zero_grad()
+            scaler.scale(loss_at(ours, step)).backward()
+            scaler.unscale_(opt)
+            if pipeline:
+                our_norm = opt.clip_grad_norm_(0.05)
+            else:
+                our_norm = torch.nn.utils.clip_grad_norm_(ours.parameters(),
+                                                          0.05)
+            # The closure's value comes back unless the step was skipped.
+            returned = scaler.step(opt, lambda: "ran")
+            scaler.update()
+            check(opt.skipped == hand.found_inf == (step in poisoned),
+                  f"{what}, step {step}: skipped {opt.skipped}, torch's "
+                  f"rule {hand.found_inf}")
+            check(returned == (None if opt.skipped else "ran"),
+                  f"{what}: scaler.step returns None exactly when skipped")
+            check(scaler.get_scale() == float(hand.scale) and
+                  scaler.state_dict()["_growth_tracker"] == hand.tracker,
+                  f"{what}, step {step}: scale {scaler.get_scale()} "
+                  f"tracker {scaler.state_dict()['_growth_tracker']}, "
+                  f"torch's {float(hand.scale)} {hand.tracker}")
+            if not hand.found_inf:
+                worst_norm = max(worst_norm, abs(float(our_norm) -
+                                                 float(norm)) / float(norm))
+        # Plain: torch's own clip on the same unscaled averages (the scale
+        # is a power of two: unscaling and scaling back are exact). ZeRO-2:
+        # the norm summed in f64 from shards (see clipping()).
+        bound = TOLERANCE if not pipeline else 1e-5
+        diff = relative(ours, reference)
+        check(diff <= bound, f"{what}: parameters {diff:.2e} from DDP's")
+        check(worst_norm <= (TOLERANCE if not pipeline else 1e-6),
+              f"{what}: clip norms {worst_norm:.2e} from torch's")
+        check(opt.session.steps_done == STEPS - len(poisoned),
+              f"{what}: {opt.session.steps_done} steps counted")
+    # A resumed scaler: torch's state_dict format in and out.
+    scaler.load_state_dict({"scale": 256.0, "growth_factor": 2.0,
+                            "backoff_factor": 0.5, "growth_interval": 4,
+                            "_growth_tracker": 3})
+    check(scaler.state_dict()["scale"] == 256.0 and
+          scaler.state_dict()["_growth_tracker"] == 3,
+          f"GradScaler.load_state_dict: {scaler.state_dict()}")
+    try:
+        scaler.load_state_dict({"scale": 1.0, "growth_interval": 2000})
+        check(False, "a scaler state of another growth_interval was taken")
+    except ValueError as e:
+        check("growth_interval" in str(e), str(e))
+    for name, value, words in [
+            ("loss_scale_growth_tracker", 1.5, "a whole number"),
+            ("loss_scale_growth_tracker", -1, "a whole number"),
+            ("loss_scale", 0.0, "finite and positive")]:
+        try:
+            opt.session.set_scalar_state(name, value)
+            check(False, f"state {name} = {value} was taken")
+        except DistoptError as e:
+            check(f"state '{name}' must be {words}" in str(e), str(e))
+    try:
+        opt.session.scalar_state("lr_schedule.last_epoch")
+        check(False, "a scalar state the step lacks was read")
+    except KeyError as e:
+        check("loss_scale_growth_tracker" in str(e), str(e))
+    try:
+        scaler.update(float("inf"))
+        check(False, "an infinite scale was taken")
+    except DistoptError as e:
+        check("loss_scale" in str(e) and "finite and positive" in str(e),
+              str(e))
+
+
 def refusals():
     def refused(what, words, action, error=DistoptError):
         try:
@@ -397,6 +533,7 @@ try:
     clipping()
     averaged_after_backward(overlap=True)
     averaged_after_backward(overlap=False)
+    amp()
     refusals()
 finally:
     dist.destroy_process_group()
