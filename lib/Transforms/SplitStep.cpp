@@ -6,9 +6,11 @@
 // it, and one that updates from the reduced gradients. This pass adds them
 // beside @step, which stays whole:
 //
-//   @step_reduce<k>: the reduction chain of gradient argument k (its
-//     collectives, synchronous or started and waited, and the division
-//     that makes the mean), returning the reduced gradient: as the
+//   @step_reduce<k>: the reduction chain of gradient argument k (what
+//     prepares it: a bucket's packing, a cast, a scaling, the sum with the
+//     micro-batches accumulated before; its collectives, synchronous or
+//     started and waited; the division that makes the mean), returning
+//     the reduced gradient: as the
 //     gradient argument itself when it keeps its type (an all-reduce, the
 //     averaged gradient a DDP loop sees after backward), else as an
 //     argument of role reduced_grad (a reduce-scatter's shard);
@@ -66,9 +68,10 @@ Operation *soleUser(Value v) {
 
 /// Whether `op` may come before a reduction in its chain: packing
 /// gradients into a bucket, casting them (a reduction in a wider type),
-/// scaling them.
+/// scaling them, adding them to the micro-batches accumulated before.
 bool mayPrepare(Operation *op) {
-  return isa<BucketPackOp, arith::ExtFOp, arith::TruncFOp>(op) || isScaling(op);
+  return isa<BucketPackOp, arith::ExtFOp, arith::TruncFOp, arith::AddFOp>(op) ||
+         isScaling(op);
 }
 
 /// Gathers into `chain` what `v` (the input of the chain's first
@@ -78,9 +81,14 @@ bool mayPrepare(Operation *op) {
 bool collectInputs(Value v, func::FuncOp step, Chain &chain,
                    SetVector<Operation *> &prepared) {
   if (auto arg = dyn_cast<BlockArgument>(v)) {
-    if (arg.getOwner() != &step.getBody().front() ||
-        abi::getArgRole(step, arg.getArgNumber()) != abi::kGrad ||
-        !arg.hasOneUse())
+    if (arg.getOwner() != &step.getBody().front() || !arg.hasOneUse())
+      return false;
+    StringRef role = abi::getArgRole(step, arg.getArgNumber());
+    // The f32 sum of the micro-batches before this one (grad_accumulation):
+    // read by the reduction, zeroed by the driver after the step.
+    if (role == abi::kGradAccum)
+      return true;
+    if (role != abi::kGrad)
       return false;
     chain.args.push_back(arg.getArgNumber());
     return true;

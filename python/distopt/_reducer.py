@@ -12,7 +12,12 @@ class Reducer:
     the autograd engine's final callback starts the buckets left (parameters
     that got no gradient) and waits, so that when backward() returns the
     gradients are averaged over the ranks (all-reduced buckets), or this
-    rank's shards are reduced (reduce-scattered buckets)."""
+    rank's shards are reduced (reduce-scattered buckets).
+
+    Under no_sync, a step compiled with grad_accumulation K takes each
+    backward's gradients into its f32 accumulators when that backward
+    ends (Session.accumulate(), which zeroes .grad); the reductions of the
+    next backward outside no_sync add them."""
 
     def __init__(self, optimizer, overlap):
         self.opt = optimizer
@@ -44,13 +49,14 @@ class Reducer:
         self.averages = (len(self.bucket_of) == len(optimizer._named) and
                          all(self.in_place))
         self.enabled = True  # no_sync() turns it off
+        self.accumulates = step.grad_accumulation > 1
         self.session = session
         self._hooks = []
         self._reset()
-        if not self.entries:
+        if not self.entries and not self.accumulates:
             return
         for index, (_, p) in enumerate(optimizer._named):
-            if index not in self.bucket_of:
+            if index not in self.bucket_of and not self.accumulates:
                 continue
             # The AccumulateGrad node of p: its hook runs once p.grad holds
             # this backward's gradient.
@@ -67,7 +73,13 @@ class Reducer:
     def _ready_hook(self, index, p):
         def hook(*_):
             if not self.enabled:
+                if self.accumulates and not self.active:
+                    self.active = True
+                    torch.autograd.Variable._execution_engine.queue_callback(
+                        self._accumulate)
                 return
+            if index not in self.bucket_of:
+                return  # reduced by the update (hooked for no_sync)
             if not self.active:  # the first gradient of this backward
                 self._reset()
                 self.active = True
@@ -100,6 +112,14 @@ class Reducer:
         self.active = False
         self.reduced = True
         self.opt._grads_reduced()
+
+    def _accumulate(self):
+        """The end of a backward under no_sync: its gradients into the f32
+        accumulators (the program's .grad included), .grad zeroed."""
+        for index, (_, p) in enumerate(self.opt._named):
+            self.opt._adopt_grad(index, p)
+        self.session.accumulate()
+        self.active = False
 
     def run_all(self):
         """Every reduction now (no backward ran since the last step)."""

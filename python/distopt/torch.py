@@ -233,6 +233,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
       (GradScaler(opt).scale(loss) does it); the step checks the reduced
       gradients on every rank, skips the update on an inf or NaN
       (`opt.skipped`), unscales, and grows or backs off the scale.
+    grad_accumulation: K micro-batches per step, accumulated in f32 (also
+      for bf16/f16 gradients, NeMo's way): run the first K - 1 backward
+      passes under `with opt.no_sync():` (each adds its gradients into the
+      step's f32 accumulators and zeroes .grad) and the K-th outside it;
+      the step reduces the f32 sum once and divides it by K: the loss is
+      the micro-batch's mean, not divided by K as a DDP loop divides it.
+      Exactly K - 1 no_sync passes come before each step() (another count
+      raises, naming it).
     target: "cpu" or "cuda"; timeout: seconds a collective may wait;
     cache: the directory of compiled steps; seed: PowerSGD's draws;
     threads: threads of the step's parallel loops (Session's threads).
@@ -262,7 +270,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
                  cache=None, seed=None, threads=None, overlap=True,
-                 loss_scaling=None):
+                 loss_scaling=None, grad_accumulation=1):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (sgd, adam, adamw, "
                              "rmsprop, adagrad)")
@@ -289,6 +297,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                      "param_groups": [
                          self._spec_group(i, members, extra, defaults)
                          for i, (members, extra) in enumerate(groups)]}
+        if grad_accumulation != 1:
+            self.spec["grad_accumulation"] = grad_accumulation
         if loss_scaling is True:
             loss_scaling = {"type": "dynamic"}
         if loss_scaling:
@@ -451,8 +461,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     @contextlib.contextmanager
     def no_sync(self):
         """DDP's no_sync: backward inside it accumulates this rank's
-        gradients in .grad with no communication; the first backward after
-        it reduces the sum."""
+        gradients with no communication (in .grad; with grad_accumulation,
+        in the step's f32 accumulators, .grad zeroed); the first backward
+        after it reduces the sum."""
         enabled = self._reducer.enabled
         self._reducer.enabled = False
         try:

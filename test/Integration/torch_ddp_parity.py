@@ -20,6 +20,8 @@ the runs agree bit for bit):
 - clipping (torch's after backward; opt.clip_grad_norm_ under ZeRO-2/3),
   .grad after backward with no_sync micro-batches, buckets reduced during
   backward or at its end;
+- grad_accumulation with no_sync micro-batches (f32 against DDP; bf16
+  with fp32 main parameters against the Session API's accumulation);
 - a torch AMP loop on distopt.torch.GradScaler against GradScaler's rule:
   overflows on one rank skip the step on all, the scale backs off and
   grows, clipping after unscale_;
@@ -28,6 +30,7 @@ the runs agree bit for bit):
   groups, toggling nesterov.
 """
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -38,6 +41,7 @@ import torch.distributed as dist
 sys.path.insert(0, sys.argv[1])
 CACHE = sys.argv[2]
 
+import distopt  # noqa: E402
 from distopt import DistoptError  # noqa: E402
 from distopt.torch import DistributedOptimizer  # noqa: E402
 from mpi4py import MPI  # noqa: E402
@@ -356,6 +360,108 @@ def train_pair(make_opt, pipeline, loop, reference, ours, steps=STEPS):
     return ours, mine, reference, relative(ours, reference)
 
 
+def accumulation():
+    """grad_accumulation K = 4 with DDP's no_sync spelling: the first three
+    backward passes of a step under opt.no_sync() go into f32
+    accumulators, the fourth reduces. f32 against DDP + AdamW dividing
+    each micro-batch's loss by K (the step divides the sum; K is a power
+    of two, so bit for bit at 1 and 2 ranks), plain with the reductions
+    overlapped and under ZeRO-2; bf16 parameters with fp32 main parameters
+    against the Session API running the step compiled with
+    grad_accumulation (write, accumulate(), run()), bit for bit at every
+    world size; a wrong count of no_sync passes raises naming it."""
+    k = 4
+
+    def micro_loss(model, step, micro):
+        return loss_of(model, 1000 + k * step + micro)
+
+    def bf16_loss(model, step, micro):
+        x, y = batch(1000 + k * step + micro)
+        out = model(x.to(torch.bfloat16)).float()
+        return torch.nn.functional.mse_loss(out, y)
+
+    for pipeline in ("", "zero-stage=2"):
+        reference, ours = net(), net()
+        ddp = torch.nn.parallel.DistributedDataParallel(reference)
+        theirs = adamw(torch.optim, reference)
+        opt = DistributedOptimizer(groups_of(ours), {
+            "type": "adamw", "lr": 1e-3, "weight_decay": 0.1},
+            pipeline=pipeline, comm=comm, cache=CACHE, grad_accumulation=k)
+        for step in range(STEPS // 2):
+            theirs.zero_grad()
+            opt.zero_grad(set_to_none=True)
+            for micro in range(k):
+                last = micro == k - 1
+                with (contextlib.nullcontext() if last else ddp.no_sync()):
+                    (micro_loss(ddp, step, micro) / k).backward()
+                with (contextlib.nullcontext() if last else opt.no_sync()):
+                    micro_loss(ours, step, micro).backward()
+            theirs.step()
+            opt.step()
+        diff = relative(ours, reference)
+        check(diff <= TOLERANCE, f"accumulation '{pipeline}': parameters "
+              f"{diff:.2e} from DDP's")
+
+        # bf16 with fp32 main parameters: the Session API's accumulation.
+        model = net().to(torch.bfloat16)
+        twin = net().to(torch.bfloat16)
+        opt = DistributedOptimizer(model.named_parameters(), {
+            "type": "adamw", "lr": 1e-3, "weight_decay": 0.1},
+            pipeline=pipeline, comm=comm, cache=CACHE, main_params=True,
+            grad_accumulation=k)
+        session = distopt.Session(distopt.Step(distopt.compile(
+            opt.spec, pipeline=pipeline, comm=comm, cache=CACHE)), comm=comm)
+        for name, p in twin.named_parameters():
+            session.write(name, p.detach())
+        for step in range(6):
+            for micro in range(k):
+                with (contextlib.nullcontext() if micro == k - 1
+                      else opt.no_sync()):
+                    bf16_loss(model, step, micro).backward()
+                twin.zero_grad()
+                bf16_loss(twin, step, micro).backward()
+                for name, p in twin.named_parameters():
+                    session.write(name, p.grad, "grad")
+                if micro < k - 1:
+                    session.accumulate()
+            opt.step()
+            opt.zero_grad()
+            session.run()
+            with torch.no_grad():
+                for name, p in twin.named_parameters():
+                    p.copy_(session.read(name, like="torch"))
+        same = all(torch.equal(a, b) for a, b in zip(model.parameters(),
+                                                      twin.parameters()))
+        check(same, f"bf16 accumulation '{pipeline}': parameters differ "
+              "from the Session API's step")
+        session.close()
+
+    # One no_sync pass too many, and one too few.
+    model = net()
+    opt = DistributedOptimizer(model.parameters(), {"type": "sgd",
+                                                    "lr": 0.1},
+                               comm=comm, cache=CACHE, grad_accumulation=2)
+    with opt.no_sync():
+        loss_of(model, 0).backward()
+    try:
+        with opt.no_sync():
+            loss_of(model, 1).backward()
+        check(False, "a second no_sync pass at grad_accumulation 2 ran")
+    except DistoptError as e:  # raised in autograd's final callback
+        check("accumulate() was called 1 times" in str(e) or
+              "accumulates 2 micro-batches" in str(e), str(e))
+    model = net()
+    opt = DistributedOptimizer(model.parameters(), {"type": "sgd",
+                                                    "lr": 0.1},
+                               comm=comm, cache=CACHE, grad_accumulation=2)
+    loss_of(model, 0).backward()
+    try:
+        opt.step()
+        check(False, "a step after no no_sync pass ran")
+    except DistoptError as e:
+        check("accumulates 2 micro-batches" in str(e), str(e))
+
+
 class HandScaler:
     """torch's GradScaler rule by hand (torch 1.13's disables itself
     without CUDA): the loss times the f32 scale, unscale_ times its f32
@@ -534,6 +640,7 @@ try:
     averaged_after_backward(overlap=True)
     averaged_after_backward(overlap=False)
     amp()
+    accumulation()
     refusals()
 finally:
     dist.destroy_process_group()

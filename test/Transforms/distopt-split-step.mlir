@@ -1,5 +1,6 @@
-// --distopt-split-step: each gradient's reduction chain (its collectives,
-// synchronous or started and waited, and the scaling that makes the mean)
+// --distopt-split-step: each gradient's reduction chain (what prepares it,
+// its collectives, synchronous or started and waited, and the scaling that
+// makes the mean)
 // becomes an entry point of its own; @step_update reads what they left;
 // @step stays whole. Every entry takes @step's arguments.
 // RUN: distopt-opt %s --distopt-split-step -split-input-file -verify-diagnostics | FileCheck %s
@@ -55,6 +56,37 @@ func.func @step(%g0: tensor<8xf32> {distopt.role = "grad", distopt.name = "b0"},
   %sq = arith.mulf %m, %m : tensor<4x4xf32>
   %r = distopt.all_reduce sum %sq on @world : tensor<4x4xf32>
   return %mean, %shard, %r : tensor<8xf32>, tensor<2xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+distopt.process_group @world size 4
+
+// grad_accumulation: a bf16 gradient widened and added to its f32
+// accumulator is part of its chain (the reduce entry reads the accumulator);
+// a sum with anything else (a parameter) is not.
+// CHECK-LABEL: func.func @step_reduce0(
+// CHECK-SAME: %[[G:[^:]*]]: tensor<8xbf16> {distopt.name = "w", distopt.role = "grad"}
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<8xf32> {distopt.name = "w", distopt.role = "grad_accum"}
+// CHECK-SAME: attributes {distopt.entry = "reduce", distopt.reduces = array<i64: 0>}
+// CHECK: %[[WIDE:.*]] = arith.extf %[[G]]
+// CHECK: %[[SUM:.*]] = arith.addf %[[ACC]], %[[WIDE]]
+// CHECK: distopt.all_reduce sum %[[SUM]]
+// CHECK-NOT: func.func @step_reduce1
+// CHECK-LABEL: func.func @step_update(
+// CHECK: arith.addf %{{.*}}, %{{.*}} : tensor<4xf32>
+// CHECK: distopt.all_reduce sum
+func.func @step(%g: tensor<8xbf16> {distopt.role = "grad", distopt.name = "w"},
+                %acc: tensor<8xf32> {distopt.role = "grad_accum", distopt.name = "w"},
+                %h: tensor<4xf32> {distopt.role = "grad", distopt.name = "v"},
+                %p: tensor<4xf32> {distopt.role = "param", distopt.name = "v"})
+    -> (tensor<8xf32>, tensor<4xf32>) {
+  %wide = arith.extf %g : tensor<8xbf16> to tensor<8xf32>
+  %sum = arith.addf %acc, %wide : tensor<8xf32>
+  %r = distopt.all_reduce sum %sum on @world : tensor<8xf32>
+  %mixed = arith.addf %h, %p : tensor<4xf32>
+  %s = distopt.all_reduce sum %mixed on @world : tensor<4xf32>
+  return %r, %s : tensor<8xf32>, tensor<4xf32>
 }
 
 // -----

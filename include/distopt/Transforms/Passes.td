@@ -576,7 +576,8 @@ def SplitStepPass : Pass<"distopt-split-step", "::mlir::ModuleOp"> {
 
     - `@step_reduce<k>` for each reduction (all-reduce or reduce-scatter,
       synchronous or started and waited) of gradient arguments, packed into
-      a bucket, cast or scaled first, with the collectives that go on with
+      a bucket, cast, scaled or added to their `grad_accum` accumulators
+      first, with the collectives that go on with
       its result (a hierarchical all-reduce's parts) and the scalings that
       make the mean: it returns a lone gradient reduced in its own type and
       shape as that argument (an all-reduce: the averaged gradient, in
