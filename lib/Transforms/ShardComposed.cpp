@@ -44,6 +44,17 @@ void Sharder::composeChunks(func::FuncOp func,
     if (group.front()->clip)
       clips.insert(group.front()->clip);
   }
+  // Divided (a mean no collective took), then checked, converted and
+  // unscaled, like the updates' gradients: the check reads the divided parts
+  // as it reads the divided gradients unsharded (a division by K >= 1 keeps
+  // a finite value finite), so a split step's reduction of a part ends with
+  // its division.
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    Update &first = *group.front();
+    if (first.divide)
+      grads[g] = createDivision(builder, first.divide->getLoc(), grads[g],
+                                first.divisor);
+  }
   // The overflow check of the reduced parts, agreed over the group (only
   // the rank holding a poisoned part sees the inf).
   for (Operation *op : finiteChecks) {
@@ -55,14 +66,10 @@ void Sharder::composeChunks(func::FuncOp func,
           u->keep = ok;
     op->getResult(0).replaceAllUsesWith(ok);
   }
-  // Divided, converted and unscaled, like the updates' gradients.
   for (auto [g, group] : llvm::enumerate(groups)) {
     Update &first = *group.front();
     Value &grad = grads[g];
     auto type = cast<RankedTensorType>(grad.getType());
-    if (first.divide)
-      grad =
-          createDivision(builder, first.divide->getLoc(), grad, first.divisor);
     if (first.convert)
       grad = convertGradient(builder, loc, grad,
                              type.clone(first.paramType().getElementType()));

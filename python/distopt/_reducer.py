@@ -69,6 +69,7 @@ class Reducer:
         self.next = 0
         self.active = False
         self.reduced = False
+        self.ended = False  # a backward with nothing to reduce ended
 
     def _ready_hook(self, index, p):
         def hook(*_):
@@ -79,7 +80,15 @@ class Reducer:
                         self._accumulate)
                 return
             if index not in self.bucket_of:
-                return  # reduced by the update (hooked for no_sync)
+                # Reduced by the update (hooked for no_sync). With no
+                # reduction at all (one rank), what .grad holds after
+                # backward must reach step() unchanged: the micro-batches
+                # accumulated before are added there.
+                if not self.entries and not self.active:
+                    self.active = True
+                    torch.autograd.Variable._execution_engine.queue_callback(
+                        self._ended)
+                return
             if not self.active:  # the first gradient of this backward
                 self._reset()
                 self.active = True
@@ -111,6 +120,13 @@ class Reducer:
         self.session.wait()
         self.active = False
         self.reduced = True
+        self.opt._grads_reduced()
+
+    def _ended(self):
+        for index, (_, p) in enumerate(self.opt._named):
+            self.opt._adopt_grad(index, p)
+        self.active = False
+        self.ended = True
         self.opt._grads_reduced()
 
     def _accumulate(self):

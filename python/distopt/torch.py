@@ -441,7 +441,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         reduces itself) must not change before step()."""
         self._versions = [g._version for g in self._grad_views]
 
-    def _check_unchanged(self):
+    def _check_unchanged(self, why="this step reduces it during backward "
+                         "(a shard per rank under ZeRO-2/3, compressed "
+                         "under PowerSGD) and updates from that, not from "
+                         ".grad"):
         for index, (name, p) in enumerate(self._named):
             bucket = self._reducer.bucket_of.get(index)
             if bucket is not None and self._reducer.in_place[bucket]:
@@ -451,10 +454,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._grad_views[index]._version != self._versions[index]:
                 raise DistoptError(
                     f"the gradient of '{name}' changed after backward(): "
-                    "this step reduces it during backward (a shard per "
-                    "rank under ZeRO-2/3, compressed under PowerSGD) and "
-                    "updates from that, not from .grad; clip with "
-                    "opt.clip_grad_norm_(max_norm), not "
+                    f"{why}; clip with opt.clip_grad_norm_(max_norm), not "
                     "torch.nn.utils.clip_grad_norm_ on the model (which "
                     "would clip this rank's own gradient)")
 
@@ -479,6 +479,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         gradients the update reduces itself (PowerSGD's: this rank's)."""
         reducer = self._reducer
         world = self.comm.Get_size() if self.comm is not None else 1
+        if not reducer.reduced and reducer.accumulates:
+            return [(acc, 1) for acc in self._fold_accumulated()]
         if not reducer.reduced:  # the whole step reduces them
             return [(self.session.arg(a.index, like="torch"), 1)
                     for a in self.compiled.args if a.role == "grad"]
@@ -495,6 +497,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         reads += [(grad, 1) for index, grad in enumerate(self._grad_views)
                   if index not in reducer.bucket_of]
         return reads
+
+    def _fold_accumulated(self):
+        """With grad_accumulation and no reduction yet (one rank: the step
+        has no reduce entry points), the last micro-batch's gradients are
+        added into the f32 accumulators, as the step would add them, and
+        zeroed (the step then adds zero): the accumulators are what the
+        update reads, the sum of the micro-batches. Returns them."""
+        accumulators = []
+        for a in self.compiled.args:
+            if a.role != "grad_accum":
+                continue
+            acc = self.session.arg(a.index, like="torch")
+            grad = self.session.tensor(a.name, "grad", like="torch")
+            acc.add_(grad.to(acc.dtype))
+            grad.zero_()
+            accumulators.append(acc)
+        self._grads_reduced()
+        return accumulators
 
     # --- loss scaling --------------------------------------------------------
 
@@ -553,23 +573,30 @@ class DistributedOptimizer(torch.optim.Optimizer):
         world = self.comm.Get_size() if self.comm is not None else 1
         if self.loss_scaling and self._unscaled is False:
             self.unscale_()
-        if self._reducer.averages or world == 1:
+        reducer = self._reducer
+        if reducer.accumulates and not reducer.reduced and world == 1:
+            # One rank's step has no reduce entry points: the clip is by
+            # the norm of the mean the step takes, the f32 sum of the
+            # micro-batches divided by K.
+            shards, k = self._update_reads(), self.compiled.grad_accumulation
+        elif reducer.averages or world == 1:
             return torch.nn.utils.clip_grad_norm_(
                 [p for _, p in self._named], max_norm, norm_type)
-        if len(self._reducer.bucket_of) != len(self._named):
+        elif len(reducer.bucket_of) != len(self._named):
             raise DistoptError("clip_grad_norm_: some gradients are reduced "
                                "inside step() (PowerSGD): not supported yet")
-        if not self._reducer.reduced:
+        elif not reducer.reduced:
             raise DistoptError("clip_grad_norm_ clips the gradients reduced "
                                "by backward(): call it after backward()")
-        shards = self._update_reads()
+        else:
+            shards, k = self._update_reads(), 1
         if norm_type == float("inf"):
             local = max((s.abs().max().item() for s, _ in shards), default=0)
-            total = self._allreduce(local, "max")
+            total = self._allreduce(local, "max") / k
         else:
             local = sum(float((s.double().abs() ** norm_type).sum()) / copies
                         for s, copies in shards)
-            total = self._allreduce(local, "sum") ** (1.0 / norm_type)
+            total = self._allreduce(local, "sum") ** (1.0 / norm_type) / k
         coef = torch.tensor(max_norm, dtype=torch.float32) / (
             torch.tensor(total, dtype=torch.float32) + 1e-6)
         if coef < 1:
@@ -602,6 +629,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         reducer = self._reducer
         if reducer.reduced:
             self._check_unchanged()
+        elif reducer.ended:
+            self._check_unchanged(
+                "the step adds it to the micro-batches accumulated before "
+                "(grad_accumulation), inside step(): .grad holds the last "
+                "micro-batch's only")
         for index, ((name, p), view) in enumerate(zip(self._named,
                                                      self._param_views)):
             if view is not None and p.data.data_ptr() != view.data_ptr():

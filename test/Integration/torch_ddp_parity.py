@@ -22,6 +22,7 @@ the runs agree bit for bit):
   backward or at its end;
 - grad_accumulation with no_sync micro-batches (f32 against DDP; bf16
   with fp32 main parameters against the Session API's accumulation);
+- GPT-2's loop shape: loss scaling, accumulation and clipping together;
 - a torch AMP loop on distopt.torch.GradScaler against GradScaler's rule:
   overflows on one rank skip the step on all, the scale backs off and
   grows, clipping after unscale_;
@@ -462,6 +463,79 @@ def accumulation():
         check("accumulates 2 micro-batches" in str(e), str(e))
 
 
+def amp_accumulation():
+    """GPT-2's loop shape: loss scaling, accumulation of 4 micro-batches
+    under no_sync, opt.clip_grad_norm_ at 1.0, against DDP + AdamW with
+    GradScaler's rule by hand on loss / K (poisoned micro-batches skip the
+    step on every rank). The clip's norm is summed in f64 over what the
+    update reads (the f32 accumulators at one rank): within 1e-5. At one
+    rank, torch's clip on the model (which holds the last micro-batch
+    only) is refused at step()."""
+    from distopt.torch import GradScaler
+    k = 4
+    for pipeline in ("", "zero-stage=2"):
+        reference, ours = net(), net()
+        ddp = torch.nn.parallel.DistributedDataParallel(reference)
+        theirs = adamw(torch.optim, reference)
+        hand = HandScaler(2.0 ** 12, 3)
+        opt = DistributedOptimizer(groups_of(ours), {
+            "type": "adamw", "lr": 1e-3, "weight_decay": 0.1},
+            pipeline=pipeline, comm=comm, cache=CACHE, grad_accumulation=k,
+            loss_scaling={"type": "dynamic", "init_scale": 2.0 ** 12,
+                          "growth_interval": 3})
+        scaler = GradScaler(opt)
+        skips = 0
+        for step in range(12):
+            for micro in range(k):
+                x, y = batch(2000 + k * step + micro)
+                if step in (4, 9) and micro == 2 and rank == size - 1:
+                    x = x.clone()
+                    x[1, 2] = float("inf")
+                last = micro == k - 1
+                with (contextlib.nullcontext() if last else ddp.no_sync()):
+                    loss = torch.nn.functional.mse_loss(ddp(x), y)
+                    (loss / k * hand.scale).backward()
+                with (contextlib.nullcontext() if last else opt.no_sync()):
+                    loss = torch.nn.functional.mse_loss(ours(x), y)
+                    scaler.scale(loss).backward()
+            hand.unscale_(reference.parameters())
+            torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
+            if not hand.found_inf:
+                theirs.step()
+            hand.update()
+            theirs.zero_grad()
+            opt.clip_grad_norm_(0.05)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            skips += opt.skipped
+            check(opt.skipped == hand.found_inf and
+                  scaler.get_scale() == float(hand.scale),
+                  f"amp + accumulation '{pipeline}', step {step}: skipped "
+                  f"{opt.skipped}, scale {scaler.get_scale()}; torch's rule "
+                  f"{hand.found_inf}, {float(hand.scale)}")
+        diff = relative(ours, reference)
+        check(skips == 2 and diff <= 1e-5, f"amp + accumulation "
+              f"'{pipeline}': {skips} skipped, parameters {diff:.2e} from "
+              "DDP's")
+    if size == 1:
+        model = net()
+        opt = DistributedOptimizer(model.parameters(), {"type": "sgd",
+                                                        "lr": 0.1},
+                                   comm=comm, cache=CACHE,
+                                   grad_accumulation=2)
+        with opt.no_sync():
+            loss_of(model, 0).backward()
+        loss_of(model, 1).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+        try:
+            opt.step()
+            check(False, "torch's clip of the last micro-batch was taken")
+        except DistoptError as e:
+            check("opt.clip_grad_norm_" in str(e) and
+                  "last micro-batch" in str(e), str(e))
+
+
 class HandScaler:
     """torch's GradScaler rule by hand (torch 1.13's disables itself
     without CUDA): the loss times the f32 scale, unscale_ times its f32
@@ -641,6 +715,7 @@ try:
     averaged_after_backward(overlap=False)
     amp()
     accumulation()
+    amp_accumulation()
     refusals()
 finally:
     dist.destroy_process_group()

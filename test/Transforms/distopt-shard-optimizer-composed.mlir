@@ -19,7 +19,7 @@
 // RUN:   | distopt-opt --distopt-pipeline=zero-stage=2 | FileCheck %s --check-prefix=OVERLAP
 // A bf16 gradient on 257 ranks is divided in f32 (257 is not a bf16
 // number) and rounded back; left unfused, that division is rebuilt on the
-// chunk as it was.
+// chunk as it was, and the check reads the divided chunk, as unsharded.
 // RUN: sed 's/"world_size": 4/"world_size": 257/' %S/Inputs/composed.json > %t.257.json
 // RUN: distopt-translate --import-param-spec %t.257.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer=stage=2 --distopt-verify-collectives \
@@ -30,11 +30,11 @@
 //
 // W257-LABEL: func.func @step
 // W257:      %[[C:.*]] = distopt.reduce_scatter sum %{{.*}} on @world : tensor<4112xbf16> -> tensor<16xbf16>
-// W257:      distopt.all_finite %[[C]], %{{.*}} on @world
-// W257-NEXT: %[[E:.*]] = arith.extf %[[C]] : tensor<16xbf16> to tensor<16xf32>
+// W257:      %[[E:.*]] = arith.extf %[[C]] : tensor<16xbf16> to tensor<16xf32>
 // W257-NEXT: %[[N:.*]] = arith.constant dense<2.570000e+02> : tensor<16xf32>
 // W257-NEXT: %[[D:.*]] = arith.divf %[[E]], %[[N]] : tensor<16xf32>
 // W257-NEXT: %[[T:.*]] = arith.truncf %[[D]] : tensor<16xf32> to tensor<16xbf16>
+// W257:      distopt.all_finite %[[T]], %{{.*}} on @world
 // W257-NEXT: %[[M:.*]] = arith.extf %[[T]] : tensor<16xbf16> to tensor<16xf32>
 // W257-NEXT: distopt.unscale %[[M]]
 //
