@@ -1,0 +1,178 @@
+"""What distopt.torch.DistributedOptimizer takes from torch: parameters and
+groups as torch.optim takes them, and which of a group's hyperparameters
+the compiled step reads at run time or is built on."""
+
+import torch
+
+from .errors import DistoptError
+
+_SPEC_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",
+                torch.float16: "f16"}
+
+_TORCH_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW",
+                     "rmsprop": "RMSprop", "adagrad": "Adagrad"}
+
+# What the compiled step takes at run time, by torch's group keys ("betas"
+# is two values), and what decides its structure: the state tensors it
+# keeps and the terms it computes, compiled in.
+_RUNTIME_KEYS = {
+    "sgd": ("lr", "momentum", "dampening", "weight_decay"),
+    "adam": ("lr", "betas", "eps", "weight_decay"),
+    "adamw": ("lr", "betas", "eps", "weight_decay"),
+    "rmsprop": ("lr", "alpha", "eps", "weight_decay", "momentum"),
+    "adagrad": ("lr", "lr_decay", "weight_decay", "eps",
+                "initial_accumulator_value"),
+}
+_STRUCTURAL_KEYS = ("nesterov", "amsgrad", "centered", "maximize")
+# How torch runs an update, not what it computes.
+_EXECUTION_KEYS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _torch_defaults(recipe):
+    """The hyperparameters of the recipe as torch.optim's class of the same
+    type keeps them in param_groups, every key included, so that
+    state_dict() loads into it."""
+    kind = recipe["type"]
+    if kind not in _TORCH_OPTIMIZERS:
+        raise ValueError(f"unknown optimizer type '{kind}' (expected one of "
+                         f"{', '.join(_TORCH_OPTIMIZERS)})")
+    kwargs = {k: tuple(v) if k == "betas" else v
+              for k, v in recipe.items() if k != "type"}
+    cls = getattr(torch.optim, _TORCH_OPTIMIZERS[kind])
+    try:
+        return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
+    except TypeError as e:  # an unknown keyword: torch names it
+        raise ValueError(f"the recipe: {e}") from None
+
+
+def _default_comm():
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD
+
+
+def _glob_literal(name):
+    """`name` as a spec glob pattern that matches only itself."""
+    return "".join("\\" + c if c in "\\*?[]{}" else c for c in name)
+
+
+def _structure(kind, group):
+    """What of a group's hyperparameters the compiled step is built on, as
+    {key: what it is}: the flags, and whether there is a momentum buffer."""
+    out = {k: bool(group.get(k, False)) for k in _STRUCTURAL_KEYS}
+    if kind == "sgd":
+        out["momentum"] = "0" if group["momentum"] == 0 else "non-zero"
+    if kind == "rmsprop":
+        out["momentum"] = "positive" if group["momentum"] > 0 else "0"
+    return out
+
+
+def _check_value(where, key, value):
+    """torch.optim's constructor rules, for a value set at any step: a
+    value the step cannot honour is an error naming it."""
+    if isinstance(value, torch.Tensor):
+        raise DistoptError(f"{where}: '{key}' is a tensor; the step takes "
+                           "a float")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise DistoptError(f"{where}: '{key}' is {value!r}, not a "
+                           "number") from None
+    if x != x or abs(x) == float("inf"):
+        raise DistoptError(f"{where}: '{key}' is {x}; it must be finite")
+    if key in ("beta1", "beta2") and not 0.0 <= x < 1.0:
+        raise DistoptError(f"{where}: '{key}' is {x}; it must be in [0, 1)")
+    if key != "dampening" and x < 0:
+        raise DistoptError(f"{where}: '{key}' is {x}; it must be "
+                           "non-negative")
+    return x
+
+
+def _runtime_values(kind, group):
+    """The group's runtime hyperparameters by the step's keys."""
+    out = {}
+    for key in _RUNTIME_KEYS[kind]:
+        if key == "betas":
+            betas = tuple(group["betas"])
+            if len(betas) != 2:
+                raise DistoptError(f"'betas' is {group['betas']!r}; it "
+                                   "must be a pair")
+            out["beta1"], out["beta2"] = betas
+        else:
+            out[key] = group[key]
+    return out
+
+
+def _split_pipeline(pipeline):
+    """The pipeline with what DDP's semantics need: gradients as views of
+    their buckets, and the reductions as entry points of their own."""
+    options = pipeline.split()
+    keys = {o.split("=", 1)[0] for o in options}
+    if "grad-as-bucket-view" not in keys:
+        options.append("grad-as-bucket-view")
+    if "split-step" not in keys:
+        options.append("split-step")
+    return " ".join(options)
+
+
+def _named_groups(params):
+    """torch.optim's `params` as groups of (name, parameter): an iterable of
+    parameters, of (name, parameter) pairs, or of group dicts whose
+    "params" are either. Unnamed parameters are named by position."""
+    if isinstance(params, torch.Tensor):
+        raise TypeError("params must be an iterable of parameters, (name, "
+                        "parameter) pairs or group dicts, not a tensor")
+    entries = list(params)
+    if not entries:
+        raise ValueError("DistributedOptimizer got an empty parameter list")
+    if isinstance(entries[0], dict):
+        raw = [dict(g) for g in entries]
+        for i, g in enumerate(raw):
+            if not isinstance(g, dict) or "params" not in g:
+                raise TypeError(f"param_groups[{i}] is not a dict with "
+                                "'params'")
+            g["params"] = ([g["params"]] if isinstance(
+                g["params"], torch.Tensor) else list(g["params"]))
+    else:
+        raw = [{"params": entries}]
+    groups, seen = [], set()
+    for i, g in enumerate(raw):
+        named = []
+        for entry in g["params"]:
+            if isinstance(entry, (tuple, list)) and len(entry) == 2 and \
+                    isinstance(entry[0], str):
+                name, p = entry
+            elif isinstance(entry, torch.Tensor):
+                name, p = None, entry
+            else:
+                raise TypeError(f"param_groups[{i}]: {type(entry).__name__}"
+                                " is neither a parameter nor a (name, "
+                                "parameter) pair")
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"param_groups[{i}]: '{name}' is a "
+                                f"{type(p).__name__}, not a tensor")
+            if id(p) in seen:
+                raise ValueError(f"param_groups[{i}]: a parameter"
+                                 f"{' ' + repr(name) if name else ''} is "
+                                 "in more than one group")
+            seen.add(id(p))
+            if p.requires_grad:
+                named.append([name, p])
+        if not named:
+            raise ValueError(f"param_groups[{i}] has no parameter that "
+                             "requires a gradient")
+        groups.append((named, {k: v for k, v in g.items() if k != "params"}))
+    taken = {n for named, _ in groups for n, _ in named if n}
+    if len(taken) != sum(1 for named, _ in groups for n, _ in named if n):
+        raise ValueError("two parameters have the same name")
+    k = 0
+    for named, _ in groups:
+        for entry in named:
+            while entry[0] is None:
+                candidate = f"param{k}"
+                k += 1
+                if candidate not in taken:
+                    entry[0] = candidate
+    return [([tuple(e) for e in named], extra) for named, extra in groups]
