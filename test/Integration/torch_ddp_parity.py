@@ -16,7 +16,8 @@ the runs agree bit for bit):
   under ZeRO-1; ReduceLROnPlateau on RMSprop;
 - resuming from save_checkpoint with a decayed rate equals the unbroken
   run bit for bit;
-- state_dict with two groups into torch.optim and on;
+- state_dict with two groups into torch.optim and on; opt.state as
+  torch.optim's (views of the step's state);
 - clipping (torch's after backward; opt.clip_grad_norm_ under ZeRO-2/3),
   .grad after backward with no_sync micro-batches, buckets reduced during
   backward or at its end;
@@ -669,6 +670,49 @@ def amp():
               str(e))
 
 
+def state_view():
+    """opt.state as torch.optim's: empty before the first step, then each
+    parameter's step and state tensors by torch's names, equal to
+    torch.optim's and views of the step's buffers; a ZeRO-sharded tensor
+    is refused by name."""
+    reference, ours = net(), net()
+    ddp = torch.nn.parallel.DistributedDataParallel(reference)
+    theirs = adamw(torch.optim, reference)
+    opt = adamw(None, ours)
+    check(len(opt.state) == 0 and next(ours.parameters()) not in opt.state,
+          "opt.state is empty before the first step")
+    for step in range(3):
+        for model, o in ((ddp, theirs), (ours, opt)):
+            o.zero_grad()
+            loss_of(model, step).backward()
+            o.step()
+    for (name, p), q in zip(ours.named_parameters(), reference.parameters()):
+        mine, torchs = opt.state[p], theirs.state[q]
+        check(sorted(mine) == sorted(torchs), f"state keys of {name}: "
+              f"{sorted(mine)}, torch's {sorted(torchs)}")
+        for key, value in torchs.items():
+            diff = (mine[key] - value).abs().max().item() / max(
+                value.abs().max().item(), 1e-30)
+            check(diff <= TOLERANCE, f"opt.state[{name}][{key}]: {diff:.2e} "
+                  "from torch's")
+    p = next(ours.parameters())
+    opt.state[p]["exp_avg"].zero_()  # a view: the step's own state
+    check(float(opt.state[p]["exp_avg"].abs().sum()) == 0.0,
+          "opt.state's tensors are views of the step's state")
+    if size > 1:
+        model = net()
+        sharded = adamw(None, model, "zero-stage=2")
+        check(len(sharded.state) == 0, "sharded state before a step")
+        loss_of(model, 0).backward()
+        sharded.step()
+        try:
+            sharded.state[next(model.parameters())]
+            check(False, "a sharded state tensor had a view")
+        except DistoptError as e:
+            check("sharded over the ranks" in str(e) and
+                  "state_dict()" in str(e), str(e))
+
+
 def refusals():
     def refused(what, words, action, error=DistoptError):
         try:
@@ -716,6 +760,7 @@ try:
     amp()
     accumulation()
     amp_accumulation()
+    state_view()
     refusals()
 finally:
     dist.destroy_process_group()
