@@ -32,7 +32,7 @@ SmallVector<Value> collectiveArgs(RuntimeCalls &rt, CollectiveOpInterface op,
                              rt.i32(RuntimeCalls::dtypeCode(element))};
   if (std::optional<ReductionKind> reduction = op.getReductionKind()) {
     std::optional<APFloat> scale = op.getScale();
-    args.push_back(rt.i32(static_cast<int64_t>(*reduction)));
+    args.push_back(rt.i32(RuntimeCalls::reductionCode(*reduction)));
     args.push_back(rt.f64(scale ? scale->convertToDouble() : 1.0));
   }
   if (std::optional<int64_t> root = op.getRootRank())

@@ -4,6 +4,7 @@
 
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/StepInterface/StepInterface.h"
+#include "distopt_rt.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -27,6 +28,21 @@ Value RuntimeCalls::i64(int64_t v) {
 }
 Value RuntimeCalls::f64(double v) {
   return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
+}
+
+// The dialect's reduction kinds are the runtime's codes (distopt_rt.h): a
+// collective passes its kind to the runtime as is.
+static_assert(static_cast<int>(ReductionKind::Sum) == DISTOPT_RT_SUM &&
+                  static_cast<int>(ReductionKind::Avg) == DISTOPT_RT_AVG &&
+                  static_cast<int>(ReductionKind::Min) == DISTOPT_RT_MIN &&
+                  static_cast<int>(ReductionKind::Max) == DISTOPT_RT_MAX &&
+                  static_cast<int>(ReductionKind::Prod) == DISTOPT_RT_PROD &&
+                  static_cast<int>(ReductionKind::PremulSum) ==
+                      DISTOPT_RT_PREMUL_SUM,
+              "ReductionKind must match distopt_rt_reduction");
+
+int64_t RuntimeCalls::reductionCode(ReductionKind kind) {
+  return static_cast<int64_t>(kind);
 }
 
 int64_t RuntimeCalls::dtypeCode(Type type) {

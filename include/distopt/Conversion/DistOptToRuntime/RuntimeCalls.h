@@ -47,6 +47,8 @@ public:
 
   /// The runtime's code for an element type (distopt_rt_dtype), or -1.
   static int64_t dtypeCode(Type type);
+  /// The runtime's code for a reduction (distopt_rt_reduction).
+  static int64_t reductionCode(ReductionKind kind);
   /// Whether `type` is a buffer the runtime can address with one pointer.
   static bool isContiguous(MemRefType type);
 
