@@ -51,13 +51,10 @@ class Reducer:
         self.enabled = True  # no_sync() turns it off
         self.accumulates = step.grad_accumulation > 1
         self.session = session
+        self.got = set()  # parameters given a gradient since the last step
         self._hooks = []
         self._reset()
-        if not self.entries and not self.accumulates:
-            return
         for index, (_, p) in enumerate(optimizer._named):
-            if index not in self.bucket_of and not self.accumulates:
-                continue
             # The AccumulateGrad node of p: its hook runs once p.grad holds
             # this backward's gradient.
             accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -65,6 +62,7 @@ class Reducer:
             self._hooks.append(accumulator)  # keeps the node (and hook)
 
     def _reset(self):
+        self.adopted = set()  # parameters whose gradient is in its bucket
         self.pending = list(self.size)
         self.next = 0
         self.active = False
@@ -73,6 +71,7 @@ class Reducer:
 
     def _ready_hook(self, index, p):
         def hook(*_):
+            self.got.add(index)
             if not self.enabled:
                 if self.accumulates and not self.active:
                     self.active = True
@@ -84,7 +83,8 @@ class Reducer:
                 # reduction at all (one rank), what .grad holds after
                 # backward must reach step() unchanged: the micro-batches
                 # accumulated before are added there.
-                if not self.entries and not self.active:
+                if self.accumulates and not self.entries and \
+                        not self.active:
                     self.active = True
                     torch.autograd.Variable._execution_engine.queue_callback(
                         self._ended)
@@ -95,6 +95,7 @@ class Reducer:
                 torch.autograd.Variable._execution_engine.queue_callback(
                     self._finish)
             self.opt._adopt_grad(index, p)
+            self.adopted.add(index)
             bucket = self.bucket_of[index]
             self.pending[bucket] -= 1
             self._launch()
@@ -116,6 +117,13 @@ class Reducer:
             self.next += 1
 
     def _finish(self):
+        # A parameter this backward gave no gradient still goes into its
+        # bucket: the gradient an earlier backward under no_sync left in a
+        # tensor of its own, or zero for None (its rank adds nothing, and
+        # .grad then holds the reduced value on every rank).
+        for index, (_, p) in enumerate(self.opt._named):
+            if index in self.bucket_of and index not in self.adopted:
+                self.opt._adopt_grad(index, p)
         self._launch(everything=True)
         self.session.wait()
         self.active = False

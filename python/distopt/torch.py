@@ -207,6 +207,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.scalars = {}
         self.state = _StateView(self)
         self._unscaled = False
+        self._set_to_none = False
+        self._ever = [False] * len(named)  # given a gradient on some rank
+        self._seen_versions()
 
     def _spec_group(self, index, members, extra, defaults):
         """A torch group as the spec's: its parameters by exact name and
@@ -310,6 +313,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         grad = self._grad_views[index]
         if p.grad is None:
             grad.zero_()  # no gradient this step (an unused parameter)
+            self._seen[index] = grad._version
         elif p.grad.data_ptr() != grad.data_ptr():
             grad.copy_(p.grad)
         p.grad = grad
@@ -506,6 +510,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if p._version != version:
                 self.session.write(name, p.detach(), "param")
         reducer = self._reducer
+        if self._set_to_none or not all(self._ever):
+            self._refuse_unused()
         if reducer.reduced:
             self._check_unchanged()
         elif reducer.ended:
@@ -530,8 +536,52 @@ class DistributedOptimizer(torch.optim.Optimizer):
         else:
             self.scalars = self.session.run()
         reducer._reset()
+        reducer.got.clear()
+        self._seen_versions()
         self._gather()
         return loss
+
+    def _seen_versions(self):
+        """The gradient views' versions now: a write since is a gradient
+        the program gave."""
+        self._seen = [g._version for g in self._grad_views]
+
+    def _refuse_unused(self):
+        """torch.optim skips a parameter whose .grad is None: one never
+        given a gradient, or none since zero_grad(set_to_none=True) (DDP
+        leaves None the gradient of a parameter no rank used). The compiled
+        step updates every parameter (weight decay and momentum apply): such
+        a parameter is refused by name. Collective while some parameter
+        has never had a gradient, and after set_to_none (every rank
+        decides alike). A gradient is given by backward, by setting .grad
+        to a tensor, or by writing into .grad."""
+        views = self._grad_views
+        got = [index in self._reducer.got or (
+            p.grad is not None and (
+                p.grad.data_ptr() != views[index].data_ptr() or
+                views[index]._version != self._seen[index]))
+            for index, (_, p) in enumerate(self._named)]
+        if self.comm is not None and self.comm.Get_size() > 1:
+            import numpy as np
+            from mpi4py import MPI
+            local = np.array(got, dtype=np.uint8)
+            anywhere = np.empty_like(local)
+            self.comm.Allreduce(local, anywhere, op=MPI.MAX)
+            got = anywhere.astype(bool).tolist()
+        unused = [name for (name, _), g, ever in zip(self._named, got,
+                                                     self._ever)
+                  if not g and (self._set_to_none or not ever)]
+        self._ever = [a or b for a, b in zip(self._ever, got)]
+        if unused:
+            shown = ", ".join(f"'{n}'" for n in unused[:5]) + (
+                f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+            raise DistoptError(
+                f"{shown} got no gradient on any rank"
+                f"{' since zero_grad(set_to_none=True)' if self._set_to_none else ''}"
+                ": torch.optim would skip them (their .grad is None), the "
+                "compiled step updates every parameter; leave them out of "
+                "the optimizer (requires_grad=False before constructing "
+                "it)")
 
     def _gather(self):
         for entry in self._gathered:
@@ -542,12 +592,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients in the step's buffers; with set_to_none,
         p.grad is None until the next backward gives it a gradient (which
-        lands in the step's buffer again). A parameter that gets none is
-        updated with a zero gradient, not skipped as torch.optim would."""
+        lands in the step's buffer again). A parameter that gets none on
+        some ranks takes the others' average, as under DDP; one that gets
+        none on any rank is updated with a zero gradient, or, after
+        set_to_none=True, refused at step() (torch.optim would skip it)."""
         self._unscaled = False  # the gradients to come are scaled
+        self._set_to_none = set_to_none
+        self._reducer.got.clear()
         for (_, p), grad in zip(self._named, self._grad_views):
             grad.zero_()
             p.grad = None if set_to_none else grad
+        self._seen_versions()
 
     # --- torch.optim's state_dict ------------------------------------------
 

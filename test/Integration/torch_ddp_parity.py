@@ -27,6 +27,9 @@ the runs agree bit for bit):
 - a torch AMP loop on distopt.torch.GradScaler against GradScaler's rule:
   overflows on one rank skip the step on all, the scale backs off and
   grows, clipping after unscale_;
+- parameters some ranks leave without a gradient (DDP's
+  find_unused_parameters); one no rank used refused after
+  zero_grad(set_to_none=True);
 - what the step cannot do is refused by name: a momentum a scheduler
   turns on where none was compiled, add_param_group, a parameter in two
   groups, toggling nesterov.
@@ -713,6 +716,70 @@ def state_view():
                   "state_dict()" in str(e), str(e))
 
 
+class Branchy(torch.nn.Module):
+    """net() and a layer a forward pass may leave out."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = net()
+        torch.manual_seed(2)
+        self.extra = torch.nn.Linear(10, 10)
+
+    def forward(self, x, use_extra):
+        y = self.trunk(x)
+        return self.extra(y) if use_extra else y
+
+
+def unused_parameters():
+    """Parameters a backward pass leaves without a gradient, against DDP
+    (find_unused_parameters=True) + AdamW: a layer only rank 0 uses takes
+    the average with the other ranks' zeros and stays equal on every rank
+    (with zero_grad(set_to_none=True) and without); a layer used once and
+    then not is updated with its zeroed gradient (set_to_none=False) as
+    torch.optim does; one no rank used (ever, or since set_to_none) is
+    refused at step() by name (torch.optim would skip it)."""
+    def run(use, set_to_none, steps=8):
+        reference, ours = Branchy(), Branchy()
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            reference, find_unused_parameters=True)
+        theirs = adamw(torch.optim, reference)
+        opt = adamw(None, ours)
+        for step in range(steps):
+            x, y = batch(300 + step)
+            for model, o in ((ddp, theirs), (ours, opt)):
+                o.zero_grad(set_to_none=set_to_none)
+                torch.nn.functional.mse_loss(model(x, use(step)), y) \
+                    .backward()
+                o.step()
+        return ours, reference
+
+    def refused(use, set_to_none, what):
+        try:
+            run(use, set_to_none, steps=2)
+            check(False, f"{what} was updated")
+        except DistoptError as e:
+            check("got no gradient on any rank" in str(e) and
+                  "would skip them" in str(e) and str(e).count("'") == 4,
+                  f"{what}: {e}")
+
+    if size > 1:
+        for set_to_none in (True, False):
+            ours, reference = run(lambda step: rank == 0, set_to_none)
+            diff = relative(ours, reference)
+            check(diff <= TOLERANCE, f"a layer only rank 0 uses, set_to_none"
+                  f"={set_to_none}: parameters {diff:.2e} from DDP's")
+            weights = comm.allgather(ours.extra.weight.detach())
+            check(all(torch.equal(weights[0], w) for w in weights),
+                  "a layer only some ranks use stays equal on every rank")
+    ours, reference = run(lambda step: step == 0, False)
+    diff = relative(ours, reference)
+    check(diff <= TOLERANCE, f"a layer used once, gradients zeroed: "
+          f"parameters {diff:.2e} from DDP's")
+    refused(lambda step: False, False, "a layer no rank ever used")
+    refused(lambda step: step == 0, True,
+            "a layer no rank used since set_to_none")
+
+
 def refusals():
     def refused(what, words, action, error=DistoptError):
         try:
@@ -761,6 +828,7 @@ try:
     accumulation()
     amp_accumulation()
     state_view()
+    unused_parameters()
     refusals()
 finally:
     dist.destroy_process_group()
