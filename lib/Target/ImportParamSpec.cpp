@@ -306,7 +306,11 @@ OwningOpRef<ModuleOp> SpecReader::build() {
   }
 
   // First every gradient is reduced (in a training step this happens during
-  // the backward pass), then the optimizer updates every parameter.
+  // the backward pass), then the optimizer updates every parameter. Each
+  // stage for all gradients before the next (the sums with the accumulated
+  // micro-batches, the reductions, the divisions), so that --distopt-bucketize
+  // can gather the reductions: a bucket goes after its inputs' last
+  // definition and before its results' first use.
   SmallVector<Value> reduced(n);
   SmallVector<Location> paramLocs;
   for (auto [i, p] : llvm::enumerate(parameters)) {
@@ -322,19 +326,22 @@ OwningOpRef<ModuleOp> SpecReader::build() {
       local = arith::AddFOp::create(builder, paramLoc,
                                     body->getArgument(accumArg[i]), wide);
     }
-    auto gradType = cast<RankedTensorType>(local.getType());
-    Value sum = AllReduceOp::create(
-        builder, paramLoc, gradType, local, groupRef,
+    reduced[i] = local;
+  }
+  for (size_t i = 0; i < n; ++i)
+    reduced[i] = AllReduceOp::create(
+        builder, paramLocs[i], reduced[i].getType(), reduced[i], groupRef,
         /*wire_type=*/nullptr,
         ReductionKindAttr::get(context, ReductionKind::Sum), /*scale=*/nullptr);
+  for (size_t i = 0; i < n; ++i) {
     // Divided by the world size in a type that holds it exactly (bf16
     // rounds 257 to 256: a bf16 gradient on more than 256 ranks is divided
     // in f32 and rounded once), then by the micro-batches (in f64 beyond
     // 2^24).
-    reduced[i] =
-        createDivision(builder, paramLoc, sum, static_cast<double>(worldSize));
+    reduced[i] = createDivision(builder, paramLocs[i], reduced[i],
+                                static_cast<double>(worldSize));
     if (accumulation > 1)
-      reduced[i] = createDivision(builder, paramLoc, reduced[i],
+      reduced[i] = createDivision(builder, paramLocs[i], reduced[i],
                                   static_cast<double>(accumulation));
   }
 

@@ -32,7 +32,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace mlir::distopt {
@@ -160,6 +162,57 @@ std::optional<Chain> findChain(func::FuncOp step, Operation *first) {
   return chain;
 }
 
+/// A bucket whose every tensor is scaled alike after unpacking (divided by
+/// the micro-batches after an all-reduce) is scaled before: the same
+/// elementwise arithmetic, and the bucket's reduction chain then ends with
+/// the mean, as a lone gradient's does.
+struct ScaleBeforeUnpack : public OpRewritePattern<BucketUnpackOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(BucketUnpackOp unpack,
+                                PatternRewriter &rewriter) const override {
+    auto bucketType = cast<RankedTensorType>(unpack.getBucket().getType());
+    SmallVector<Operation *> scalings;
+    std::optional<APFloat> factor;
+    for (Value out : unpack.getOutputs()) {
+      Operation *user = soleUser(out);
+      FloatAttr splat;
+      if (!user || !isScaling(user) || user->getOperand(0) != out ||
+          user->getResult(0).getType() != out.getType() ||
+          (!scalings.empty() && user->getName() != scalings[0]->getName()))
+        return failure();
+      DenseFPElementsAttr constant;
+      if (!matchPattern(user->getOperand(1), m_Constant(&constant)) ||
+          !constant.isSplat())
+        return failure();
+      APFloat value = constant.getSplatValue<APFloat>();
+      if (factor && !factor->bitwiseIsEqual(value))
+        return failure();
+      factor = value;
+      scalings.push_back(user);
+    }
+    if (scalings.empty() ||
+        cast<RankedTensorType>(scalings[0]->getResult(0).getType())
+                .getElementType() != bucketType.getElementType())
+      return failure();
+    rewriter.setInsertionPoint(unpack);
+    Location loc = scalings[0]->getLoc();
+    Value splat = arith::ConstantOp::create(
+        rewriter, loc, DenseElementsAttr::get(bucketType, *factor));
+    OperationState state(loc, scalings[0]->getName(),
+                         ValueRange{unpack.getBucket(), splat},
+                         TypeRange{bucketType});
+    Value scaled = rewriter.create(state)->getResult(0);
+    auto scaledUnpack = BucketUnpackOp::create(rewriter, unpack.getLoc(),
+                                               unpack.getResultTypes(), scaled,
+                                               unpack.getAlignmentAttr());
+    for (auto [scaling, out] : llvm::zip(scalings, scaledUnpack.getOutputs()))
+      rewriter.replaceOp(scaling, out);
+    rewriter.eraseOp(unpack);
+    return success();
+  }
+};
+
 struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -178,6 +231,18 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
     if (!step.getBody().hasOneBlock()) {
       step.emitError() << "--distopt-split-step: @step has several blocks";
       return signalPassFailure();
+    }
+
+    {
+      RewritePatternSet patterns(module.getContext());
+      patterns.add<ScaleBeforeUnpack>(module.getContext());
+      // Only this rewrite: @step otherwise stays as it came.
+      GreedyRewriteConfig config;
+      config.enableFolding(false)
+          .enableConstantCSE(false)
+          .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+      if (failed(applyPatternsGreedily(step, std::move(patterns), config)))
+        return signalPassFailure();
     }
 
     SmallVector<Chain> chains;

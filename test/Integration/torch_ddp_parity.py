@@ -15,7 +15,8 @@ the runs agree bit for bit):
 - OneCycleLR cycling AdamW's beta1 under ZeRO-2, and SGD's momentum
   under ZeRO-1; ReduceLROnPlateau on RMSprop;
 - resuming from save_checkpoint with a decayed rate equals the unbroken
-  run bit for bit;
+  run bit for bit, and so does an AMP run with accumulation (the loss
+  scale and its tracker included);
 - state_dict with two groups into torch.optim and on; opt.state as
   torch.optim's (views of the step's state);
 - clipping (torch's after backward; opt.clip_grad_norm_ under ZeRO-2/3),
@@ -231,6 +232,63 @@ def resume(tmp):
         sched.step()
     check(relative(model, whole) == 0.0,
           f"resumed run differs by {relative(model, whole):.2e}")
+
+
+def resume_amp(tmp):
+    """GPT-2's loop shape (bf16 with fp32 main parameters, GradScaler with
+    a short growth interval and an overflow, 4 micro-batches under no_sync,
+    clipping, ZeRO-2) broken after step 5 and resumed from
+    save_checkpoint equals the unbroken run bit for bit: parameters, the
+    loss scale and its growth tracker."""
+    from distopt.torch import GradScaler
+    k = 4
+
+    def make(model):
+        opt = DistributedOptimizer(model.named_parameters(), {
+            "type": "adamw", "lr": 1e-3, "weight_decay": 0.1},
+            pipeline="zero-stage=2", comm=comm, cache=CACHE,
+            main_params=True, grad_accumulation=k, loss_scaling={
+                "type": "dynamic", "init_scale": 2.0 ** 10,
+                "growth_interval": 2})
+        return opt, GradScaler(opt)
+
+    def train_steps(model, opt, scaler, steps):
+        for step in steps:
+            for micro in range(k):
+                x, y = batch(3000 + k * step + micro)
+                if step == 3 and micro == 1 and rank == size - 1:
+                    x = x.clone()
+                    x[0, 0] = float("nan")
+                with (contextlib.nullcontext() if micro == k - 1
+                      else opt.no_sync()):
+                    out = model(x.to(torch.bfloat16)).float()
+                    scaler.scale(
+                        torch.nn.functional.mse_loss(out, y)).backward()
+            opt.clip_grad_norm_(0.05)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+
+    whole = net().to(torch.bfloat16)
+    opt, scaler = make(whole)
+    train_steps(whole, opt, scaler, range(10))
+    expected = scaler.state_dict()
+    first = net().to(torch.bfloat16)
+    opt, scaler = make(first)
+    train_steps(first, opt, scaler, range(5))
+    opt.save_checkpoint(tmp)
+    resumed = net().to(torch.bfloat16)
+    opt, scaler = make(resumed)
+    opt.load_checkpoint(tmp)
+    train_steps(resumed, opt, scaler, range(5, 10))
+    same = all(torch.equal(a, b) for a, b in zip(resumed.parameters(),
+                                                  whole.parameters()))
+    check(same, "the resumed AMP run's parameters differ from the "
+          "unbroken run's")
+    check(scaler.state_dict() == expected, f"the resumed scaler "
+          f"{scaler.state_dict()}, the unbroken run's {expected}")
+    check(expected["scale"] != 2.0 ** 10,
+          f"the scale moved during the run: {expected}")
 
 
 def hand_over():
@@ -820,6 +878,8 @@ try:
     one_cycle()
     plateau()
     resume(comm.bcast(f"{CACHE}/parity.ckpt" if rank == 0 else None))
+    resume_amp(comm.bcast(f"{CACHE}/parity-amp.ckpt" if rank == 0 else
+                          None))
     hand_over()
     clipping()
     averaged_after_backward(overlap=True)

@@ -24,14 +24,14 @@
 // W257-SAME: %[[GH:[^:]*]]: tensor<4xf16> {distopt.name = "h", distopt.role = "grad"}
 // W257-SAME: %[[GF:[^:]*]]: tensor<4xf32> {distopt.name = "f", distopt.role = "grad"}
 // W257: %[[SB:.*]] = distopt.all_reduce sum %[[GB]] on @world : tensor<4xbf16>
+// W257-NEXT: %[[SH:.*]] = distopt.all_reduce sum %[[GH]] on @world : tensor<4xf16>
+// W257-NEXT: %[[SF:.*]] = distopt.all_reduce sum %[[GF]] on @world : tensor<4xf32>
 // W257-NEXT: %[[EB:.*]] = arith.extf %[[SB]] : tensor<4xbf16> to tensor<4xf32>
 // W257-NEXT: %[[NB:.*]] = arith.constant dense<2.570000e+02> : tensor<4xf32>
 // W257-NEXT: %[[DB:.*]] = arith.divf %[[EB]], %[[NB]] : tensor<4xf32>
 // W257-NEXT: %[[MB:.*]] = arith.truncf %[[DB]] : tensor<4xf32> to tensor<4xbf16>
-// W257-NEXT: %[[SH:.*]] = distopt.all_reduce sum %[[GH]] on @world : tensor<4xf16>
 // W257-NEXT: %[[NH:.*]] = arith.constant dense<2.570000e+02> : tensor<4xf16>
 // W257-NEXT: %[[MH:.*]] = arith.divf %[[SH]], %[[NH]] : tensor<4xf16>
-// W257-NEXT: %[[SF:.*]] = distopt.all_reduce sum %[[GF]] on @world : tensor<4xf32>
 // W257-NEXT: %[[NF:.*]] = arith.constant dense<2.570000e+02> : tensor<4xf32>
 // W257-NEXT: %[[MF:.*]] = arith.divf %[[SF]], %[[NF]] : tensor<4xf32>
 // W257: distopt.sgd_update %{{.*}}, %[[MB]]
@@ -40,16 +40,16 @@
 
 // W2049-LABEL: func.func @step
 // W2049: %[[SB:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xbf16>
+// W2049-NEXT: %[[SH:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf16>
+// W2049-NEXT: %[[SF:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf32>
 // W2049-NEXT: %[[EB:.*]] = arith.extf %[[SB]] : tensor<4xbf16> to tensor<4xf32>
 // W2049-NEXT: %[[NB:.*]] = arith.constant dense<2.049000e+03> : tensor<4xf32>
 // W2049-NEXT: %[[DB:.*]] = arith.divf %[[EB]], %[[NB]] : tensor<4xf32>
 // W2049-NEXT: arith.truncf %[[DB]] : tensor<4xf32> to tensor<4xbf16>
-// W2049-NEXT: %[[SH:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf16>
 // W2049-NEXT: %[[EH:.*]] = arith.extf %[[SH]] : tensor<4xf16> to tensor<4xf32>
 // W2049-NEXT: %[[NH:.*]] = arith.constant dense<2.049000e+03> : tensor<4xf32>
 // W2049-NEXT: %[[DH:.*]] = arith.divf %[[EH]], %[[NH]] : tensor<4xf32>
 // W2049-NEXT: arith.truncf %[[DH]] : tensor<4xf32> to tensor<4xf16>
-// W2049-NEXT: %[[SF:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf32>
 // W2049-NEXT: %[[NF:.*]] = arith.constant dense<2.049000e+03> : tensor<4xf32>
 // W2049-NEXT: arith.divf %[[SF]], %[[NF]] : tensor<4xf32>
 
@@ -57,14 +57,14 @@
 // 2^20) and in f32 (0x49800000), not in f16.
 // W2P20-LABEL: func.func @step
 // W2P20: %[[SB:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xbf16>
+// W2P20-NEXT: %[[SH:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf16>
+// W2P20-NEXT: %[[SF:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf32>
 // W2P20-NEXT: %[[NB:.*]] = arith.constant dense<1.048580e+06> : tensor<4xbf16>
 // W2P20-NEXT: arith.divf %[[SB]], %[[NB]] : tensor<4xbf16>
-// W2P20-NEXT: %[[SH:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf16>
 // W2P20-NEXT: %[[EH:.*]] = arith.extf %[[SH]] : tensor<4xf16> to tensor<4xf32>
 // W2P20-NEXT: %[[NH:.*]] = arith.constant dense<0x49800000> : tensor<4xf32>
 // W2P20-NEXT: %[[DH:.*]] = arith.divf %[[EH]], %[[NH]] : tensor<4xf32>
 // W2P20-NEXT: arith.truncf %[[DH]] : tensor<4xf32> to tensor<4xf16>
-// W2P20-NEXT: %[[SF:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf32>
 // W2P20-NEXT: %[[NF:.*]] = arith.constant dense<0x49800000> : tensor<4xf32>
 // W2P20-NEXT: arith.divf %[[SF]], %[[NF]] : tensor<4xf32>
 
@@ -73,6 +73,7 @@
 // divide by 2^24).
 // ACCUM-LABEL: func.func @step
 // ACCUM: %[[SB:.*]] = distopt.all_reduce sum %{{.*}} : tensor<4xf32>
+// ACCUM-NEXT: distopt.all_reduce sum %{{.*}} : tensor<4xf32>
 // ACCUM-NEXT: %[[THREE:.*]] = arith.constant dense<3.000000e+00> : tensor<4xf32>
 // ACCUM-NEXT: %[[DB:.*]] = arith.divf %[[SB]], %[[THREE]] : tensor<4xf32>
 // ACCUM-NEXT: %[[EB:.*]] = arith.extf %[[DB]] : tensor<4xf32> to tensor<4xf64>
@@ -104,7 +105,9 @@
 
 // FUSEDACCUM-LABEL: func.func @step
 // FUSEDACCUM: %[[K:.*]] = arith.constant dense<0x4170000010000000> : tensor<4xf64>
-// FUSEDACCUM: %[[A:.*]] = distopt.all_reduce avg %{{.*}} on @world : tensor<4xf32>
-// FUSEDACCUM-NEXT: %[[E:.*]] = arith.extf %[[A]] : tensor<4xf32> to tensor<4xf64>
+// The two sums are bucketed (the reductions come after both sums).
+// FUSEDACCUM: %[[A:.*]] = distopt.all_reduce avg %{{.*}} on @world : tensor<20xf32>
+// FUSEDACCUM-NEXT: %[[U:.*]]:2 = distopt.bucket_unpack %[[A]]
+// FUSEDACCUM-NEXT: %[[E:.*]] = arith.extf %[[U]]#1 : tensor<4xf32> to tensor<4xf64>
 // FUSEDACCUM-NEXT: %[[Q:.*]] = arith.divf %[[E]], %[[K]] : tensor<4xf64>
 // FUSEDACCUM-NEXT: arith.truncf %[[Q]] : tensor<4xf64> to tensor<4xf32>

@@ -29,10 +29,12 @@
 // CHECK-SAME: %[[MW:[^:]*]]: tensor<3x4xf32> {distopt.name = "fc.weight.momentum_buffer", distopt.role = "state"}
 // CHECK-SAME: %[[MB:[^:]*]]: tensor<3xf32> {distopt.name = "fc.bias.momentum_buffer", distopt.role = "state"}
 // CHECK-SAME: %[[LR:[^:]*]]: f64 {distopt.role = "lr"}, %[[T:[^:]*]]: i64 {distopt.role = "step"}
+// Every reduction, then every division (so that buckets can gather the
+// reductions).
 // CHECK: %[[SW:.*]] = distopt.all_reduce sum %[[GW]] on @world : tensor<3x4xf32>
+// CHECK: %[[SB:.*]] = distopt.all_reduce sum %[[GB]] on @world : tensor<3xf32>
 // CHECK: %[[NW:.*]] = arith.constant dense<2.000000e+00> : tensor<3x4xf32>
 // CHECK: %[[DW:.*]] = arith.divf %[[SW]], %[[NW]]
-// CHECK: %[[SB:.*]] = distopt.all_reduce sum %[[GB]] on @world : tensor<3xf32>
 // CHECK: %[[DB:.*]] = arith.divf %[[SB]]
 // CHECK: %[[PW:.*]], %[[BW:.*]] = distopt.sgd_update %[[W]], %[[DW]] state(%[[MW]]) lr(%[[LR]]) step(%[[T]]) {momentum = 9.000000e-01 : f64, nesterov, weight_decay = 1.000000e-03 : f64}
 // CHECK: %[[PB:.*]], %[[BB:.*]] = distopt.sgd_update %[[B]], %[[DB]] state(%[[MB]])

@@ -91,6 +91,50 @@ func.func @step(%g: tensor<8xbf16> {distopt.role = "grad", distopt.name = "w"},
 
 // -----
 
+distopt.process_group @world size 2
+
+// A bucket whose tensors are each divided by the same constant after
+// unpacking (the micro-batches' mean) is divided before: its reduce entry
+// returns the mean, as a lone gradient's does. Tensors divided by
+// different constants stay as they are.
+// CHECK-LABEL: func.func @step_reduce0(
+// CHECK: %[[SUM:.*]] = distopt.all_reduce avg
+// CHECK: %[[K:.*]] = arith.constant dense<4.000000e+00> : tensor<64xf32>
+// CHECK: %[[MEAN:.*]] = arith.divf %[[SUM]], %[[K]] : tensor<64xf32>
+// CHECK: return %[[MEAN]]
+// CHECK-LABEL: func.func @step_reduce1(
+// CHECK: %[[SUM1:.*]] = distopt.all_reduce avg
+// CHECK-NEXT: return %[[SUM1]]
+// CHECK-LABEL: func.func @step_update(
+// CHECK: distopt.bucket_unpack %{{.*}} : tensor<64xf32> -> tensor<8xf32>, tensor<4xf32>
+// CHECK-NOT: arith.divf %{{.*}} : tensor<8xf32>
+// CHECK: arith.divf %{{.*}} : tensor<4xf32>
+func.func @step(%g0: tensor<8xf32> {distopt.role = "grad", distopt.name = "a"},
+                %a0: tensor<8xf32> {distopt.role = "grad_accum", distopt.name = "a"},
+                %g1: tensor<4xf32> {distopt.role = "grad", distopt.name = "b"},
+                %a1: tensor<4xf32> {distopt.role = "grad_accum", distopt.name = "b"},
+                %g2: tensor<8xf32> {distopt.role = "grad", distopt.name = "c"},
+                %g3: tensor<4xf32> {distopt.role = "grad", distopt.name = "d"})
+    -> (tensor<8xf32>, tensor<4xf32>, tensor<8xf32>, tensor<4xf32>) {
+  %s0 = arith.addf %a0, %g0 : tensor<8xf32>
+  %s1 = arith.addf %a1, %g1 : tensor<4xf32>
+  %b = distopt.bucket_pack %s0, %s1 : tensor<8xf32>, tensor<4xf32> -> tensor<64xf32>
+  %r = distopt.all_reduce avg %b on @world : tensor<64xf32>
+  %u:2 = distopt.bucket_unpack %r : tensor<64xf32> -> tensor<8xf32>, tensor<4xf32>
+  %k8 = arith.constant dense<4.0> : tensor<8xf32>
+  %k4 = arith.constant dense<4.0> : tensor<4xf32>
+  %m0 = arith.divf %u#0, %k8 : tensor<8xf32>
+  %m1 = arith.divf %u#1, %k4 : tensor<4xf32>
+  %c = distopt.bucket_pack %g2, %g3 : tensor<8xf32>, tensor<4xf32> -> tensor<64xf32>
+  %q = distopt.all_reduce avg %c on @world : tensor<64xf32>
+  %v:2 = distopt.bucket_unpack %q : tensor<64xf32> -> tensor<8xf32>, tensor<4xf32>
+  %h = arith.constant dense<2.0> : tensor<4xf32>
+  %d = arith.divf %v#1, %h : tensor<4xf32>
+  return %m0, %m1, %v#0, %d : tensor<8xf32>, tensor<4xf32>, tensor<8xf32>, tensor<4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{--distopt-split-step: the module has no @step to split}}
 module {
   func.func @train(%g: tensor<8xf32>) -> tensor<8xf32> {

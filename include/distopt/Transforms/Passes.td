@@ -587,6 +587,11 @@ def SplitStepPass : Pass<"distopt-split-step", "::mlir::ModuleOp"> {
     - `@step_update`: `@step` reading what the reduce entries left instead
       of reducing.
 
+    A bucket whose tensors are each scaled by the same constant after
+    unpacking (grad_accumulation's division by K) is scaled before
+    unpacking instead (the same arithmetic), so that its reduce entry
+    returns the mean.
+
     Every entry takes the same arguments as `@step` (which gains the
     `reduced_grad` ones), so a driver passes one set of buffers to all.
     Gradients reduced otherwise (PowerSGD's compressed ones, reductions to
