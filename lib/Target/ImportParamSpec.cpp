@@ -98,239 +98,237 @@ Value SpecReader::buildSchedule(Value epoch) {
   return arith::SelectOp::create(builder, loc, warming, warm, after);
 }
 
-OwningOpRef<ModuleOp> SpecReader::build() {
-  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
-  module->getOperation()->setAttr(abi::kWorldSize,
-                                  builder.getI64IntegerAttr(worldSize));
-  module->getOperation()->setAttr(abi::kModelName,
-                                  builder.getStringAttr(modelName));
-  module->getOperation()->setAttr(abi::kInitialLr,
-                                  builder.getF64FloatAttr(optimizer.lr));
+void SpecReader::annotate(ModuleOp module) {
+  Operation *op = module.getOperation();
+  op->setAttr(abi::kWorldSize, builder.getI64IntegerAttr(worldSize));
+  op->setAttr(abi::kModelName, builder.getStringAttr(modelName));
+  op->setAttr(abi::kInitialLr, builder.getF64FloatAttr(optimizer.lr));
   if (accumulation > 1)
-    module->getOperation()->setAttr(abi::kGradAccumulation,
-                                    builder.getI64IntegerAttr(accumulation));
+    op->setAttr(abi::kGradAccumulation,
+                builder.getI64IntegerAttr(accumulation));
   int64_t numParameters = 0;
   for (const Parameter &p : parameters)
     numParameters += ShapedType::getNumElements(p.shape);
-  module->getOperation()->setAttr(abi::kNumParameters,
-                                  builder.getI64IntegerAttr(numParameters));
-  builder.setInsertionPointToEnd(module->getBody());
-  StringRef groupName = "world";
-  ProcessGroupOp::create(builder, loc, groupName, worldSize);
-  auto groupRef = FlatSymbolRefAttr::get(context, groupName);
+  op->setAttr(abi::kNumParameters, builder.getI64IntegerAttr(numParameters));
+}
 
-  // The signature: parameters, gradients, main parameters, state (per
-  // parameter, in torch's state order), learning rate, step.
-  Type f32 = builder.getF32Type();
-  SmallVector<Type> argTypes;
-  SmallVector<DictionaryAttr> argAttrs;
+static RankedTensorType tensorType(const Parameter &p, Type element) {
+  return RankedTensorType::get(p.shape, element);
+}
+
+/// The signature: parameters, gradients, accumulators, main parameters,
+/// state (per parameter, in torch's state order), scalar state, the rates
+/// and hyperparameters, the step number.
+StepSignature SpecReader::buildArguments() {
+  StepSignature sig;
   auto addArg = [&](Type type, StringRef role, StringRef name) {
-    argTypes.push_back(type);
     NamedAttrList attrs;
     attrs.set(abi::kRole, builder.getStringAttr(role));
     if (!name.empty())
       attrs.set(abi::kName, builder.getStringAttr(name));
-    argAttrs.push_back(attrs.getDictionary(context));
-    return argTypes.size() - 1;
+    return sig.add(type, attrs.getDictionary(context));
   };
-  auto tensorType = [](const Parameter &p, Type element) {
-    return RankedTensorType::get(p.shape, element);
-  };
-  auto hasMain = [&](const Parameter &p) {
-    return mainParams && !p.elementType.isF32();
-  };
+  Type f32 = builder.getF32Type();
   size_t n = parameters.size();
-  SmallVector<size_t> paramArg(n), gradArg(n), mainArg(n, 0);
-  SmallVector<SmallVector<size_t>> stateArgs(n);
-  for (auto [i, p] : llvm::enumerate(parameters))
-    paramArg[i] = addArg(tensorType(p, p.elementType), abi::kParam, p.name);
-  for (auto [i, p] : llvm::enumerate(parameters))
-    gradArg[i] = addArg(tensorType(p, p.elementType), abi::kGrad, p.name);
+  sig.mainArg.assign(n, 0);
+  sig.accumArg.assign(n, 0);
+  sig.stateArgs.resize(n);
+  for (const Parameter &p : parameters)
+    sig.paramArg.push_back(
+        addArg(tensorType(p, p.elementType), abi::kParam, p.name));
+  for (const Parameter &p : parameters)
+    sig.gradArg.push_back(
+        addArg(tensorType(p, p.elementType), abi::kGrad, p.name));
   // Gradient accumulation: each gradient's sum over the step's earlier
   // micro-batches, in f32 (NeMo's fp32 gradient accumulation).
-  SmallVector<size_t> accumArg(n, 0);
   if (accumulation > 1)
     for (auto [i, p] : llvm::enumerate(parameters))
-      accumArg[i] = addArg(tensorType(p, f32), abi::kGradAccum, p.name);
+      sig.accumArg[i] = addArg(tensorType(p, f32), abi::kGradAccum, p.name);
   for (auto [i, p] : llvm::enumerate(parameters))
     if (hasMain(p))
-      mainArg[i] = addArg(tensorType(p, f32), abi::kMainParam, p.name);
-  // A parameter's optimizer: its group's, or the defaults.
-  auto optimizerOf = [&](size_t i) -> const Optimizer & {
-    return groupOf.empty() || groupOf[i] < 0 ? optimizer : groups[groupOf[i]];
-  };
+      sig.mainArg[i] = addArg(tensorType(p, f32), abi::kMainParam, p.name);
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Type stateElement = hasMain(p) ? f32 : p.elementType;
     for (const std::string &state : optimizerOf(i).stateNames)
-      stateArgs[i].push_back(addArg(tensorType(p, stateElement), abi::kState,
-                                    p.name + "." + state));
+      sig.stateArgs[i].push_back(addArg(tensorType(p, stateElement),
+                                        abi::kState, p.name + "." + state));
   }
   // The loss scale (f32, as torch's GradScaler keeps it) and its growth
   // tracker are scalar state, fed back and checkpointed.
-  std::optional<size_t> scaleArg, trackerArg;
   if (lossScaling && lossScaling->dynamic) {
-    scaleArg = addArg(f32, abi::kState, "loss_scale");
-    trackerArg =
+    sig.scaleArg = addArg(f32, abi::kState, "loss_scale");
+    sig.trackerArg =
         addArg(builder.getI64Type(), abi::kState, "loss_scale_growth_tracker");
-    NamedAttrList withValue(argAttrs[*scaleArg]);
+    NamedAttrList withValue(sig.argAttrs[*sig.scaleArg]);
     withValue.set("distopt.value",
                   builder.getF64FloatAttr(lossScaling->initScale));
-    argAttrs[*scaleArg] = withValue.getDictionary(context);
+    sig.argAttrs[*sig.scaleArg] = withValue.getDictionary(context);
   }
   // The schedule's step count (LambdaLR's last_epoch): it advances on
   // every call, a skipped one too, as a scheduler stepped every iteration.
-  std::optional<size_t> epochArg;
   if (schedule)
-    epochArg =
+    sig.epochArg =
         addArg(builder.getI64Type(), abi::kState, "lr_schedule.last_epoch");
   // f64, as torch.optim keeps it (a Python float): a rate rounded to f32
-  // would move every update away from torch's. With runtime
-  // hyperparameters each group has its own rate (and the others) instead:
-  // `group<i>.lr`, `group<i>.beta1`, ... (`optimizer.<key>` for the
-  // parameters in no group), in the order the groups first appear.
-  std::optional<size_t> lrArg;
+  // would move every update away from torch's.
   if (!runtimeHyperparameters)
-    lrArg = addArg(builder.getF64Type(), abi::kLearningRate, "");
-  auto groupKey = [&](size_t i) { return groupOf.empty() ? -1 : groupOf[i]; };
-  llvm::MapVector<int64_t, SmallVector<size_t>> hyperArgs;
-  if (runtimeHyperparameters)
-    for (size_t i = 0; i < n; ++i) {
-      int64_t g = groupKey(i);
-      if (hyperArgs.count(g))
-        continue;
-      std::string prefix =
-          g < 0 ? std::string("optimizer.") : "group" + std::to_string(g) + ".";
-      SmallVector<size_t> &group = hyperArgs[g];
-      group.push_back(
-          addArg(builder.getF64Type(), abi::kHyperparameter, prefix + "lr"));
-      for (StringRef key : optimizerOf(i).runtimeKeys)
-        group.push_back(addArg(builder.getF64Type(), abi::kHyperparameter,
-                               prefix + key.str()));
-    }
-  size_t stepArg = addArg(builder.getI64Type(), abi::kStep, "");
+    sig.lrArg = addArg(builder.getF64Type(), abi::kLearningRate, "");
+  else
+    addRuntimeHyperparameters(sig);
+  sig.stepArg = addArg(builder.getI64Type(), abi::kStep, "");
+  return sig;
+}
 
-  // Results mirror the updated arguments: parameters, main parameters, state.
-  SmallVector<size_t> resultArgs;
-  llvm::append_range(resultArgs, paramArg);
+/// With runtime hyperparameters each group has its own rate (and the
+/// others): `group<i>.lr`, `group<i>.beta1`, ... (`optimizer.<key>` for the
+/// parameters in no group), in the order the groups first appear.
+void SpecReader::addRuntimeHyperparameters(StepSignature &sig) {
+  auto addArg = [&](StringRef name) {
+    NamedAttrList attrs;
+    attrs.set(abi::kRole, builder.getStringAttr(abi::kHyperparameter));
+    attrs.set(abi::kName, builder.getStringAttr(name));
+    return sig.add(builder.getF64Type(), attrs.getDictionary(context));
+  };
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    int64_t g = groupKey(i);
+    if (sig.hyperArgs.count(g))
+      continue;
+    std::string prefix =
+        g < 0 ? std::string("optimizer.") : "group" + std::to_string(g) + ".";
+    SmallVector<size_t> &group = sig.hyperArgs[g];
+    group.push_back(addArg(prefix + "lr"));
+    for (StringRef key : optimizerOf(i).runtimeKeys)
+      group.push_back(addArg(prefix + key.str()));
+  }
+}
+
+/// Results mirror the updated arguments (parameters, main parameters,
+/// state), then report what is not fed back: the scheduled rate, the
+/// gradient norm before clipping, whether the step was skipped.
+void SpecReader::buildResults(StepSignature &sig) {
+  llvm::append_range(sig.resultArgs, sig.paramArg);
   for (auto [i, p] : llvm::enumerate(parameters))
     if (hasMain(p))
-      resultArgs.push_back(mainArg[i]);
-  for (auto &states : stateArgs)
-    llvm::append_range(resultArgs, states);
-  if (scaleArg) {
-    resultArgs.push_back(*scaleArg);
-    resultArgs.push_back(*trackerArg);
+      sig.resultArgs.push_back(sig.mainArg[i]);
+  for (auto &states : sig.stateArgs)
+    llvm::append_range(sig.resultArgs, states);
+  if (sig.scaleArg) {
+    sig.resultArgs.push_back(*sig.scaleArg);
+    sig.resultArgs.push_back(*sig.trackerArg);
   }
-  if (epochArg)
-    resultArgs.push_back(*epochArg);
-  SmallVector<Type> resultTypes;
-  SmallVector<DictionaryAttr> resultAttrs;
-  for (size_t arg : resultArgs) {
-    resultTypes.push_back(argTypes[arg]);
-    NamedAttrList attrs(argAttrs[arg]);
+  if (sig.epochArg)
+    sig.resultArgs.push_back(*sig.epochArg);
+  for (size_t arg : sig.resultArgs) {
+    sig.resultTypes.push_back(sig.argTypes[arg]);
+    NamedAttrList attrs(sig.argAttrs[arg]);
     attrs.erase("distopt.value"); // an argument's starting value
-    resultAttrs.push_back(attrs.getDictionary(context));
+    sig.resultAttrs.push_back(attrs.getDictionary(context));
   }
-  // Reported, not fed back: the gradient norm before clipping, and whether
-  // the step was skipped for an overflow.
   auto addReport = [&](Type type, StringRef role, StringRef name) {
-    resultTypes.push_back(type);
+    sig.resultTypes.push_back(type);
     NamedAttrList attrs;
     if (!role.empty())
       attrs.set(abi::kRole, builder.getStringAttr(role));
     attrs.set(abi::kName, builder.getStringAttr(name));
-    resultAttrs.push_back(attrs.getDictionary(context));
+    sig.resultAttrs.push_back(attrs.getDictionary(context));
   };
   if (schedule)
     addReport(builder.getF64Type(), "", "scheduled_lr");
   if (clipping)
-    addReport(f32, "", "grad_norm");
+    addReport(builder.getF32Type(), "", "grad_norm");
   if (lossScaling)
     addReport(builder.getI1Type(), abi::kSkipped, "skipped");
+}
 
-  auto func = func::FuncOp::create(
-      builder, loc, "step", builder.getFunctionType(argTypes, resultTypes));
-  func.setAllArgAttrs(argAttrs);
-  func.setAllResultAttrs(resultAttrs);
-  Block *body = func.addEntryBlock();
-  builder.setInsertionPointToStart(body);
-  SmallVector<Value> updated(argTypes.size());
-  for (auto [i, arg] : llvm::enumerate(body->getArguments()))
-    updated[i] = arg;
-
-  Value step = body->getArgument(stepArg);
-  Value lambda =
-      schedule ? buildSchedule(body->getArgument(*epochArg)) : Value();
-  if (epochArg)
-    updated[*epochArg] = arith::AddIOp::create(
-        builder, loc, body->getArgument(*epochArg),
+/// @step with its entry block, the schedule's factor and its advanced
+/// epoch.
+StepValues SpecReader::startBody(ModuleOp module, const StepSignature &sig) {
+  builder.setInsertionPointToEnd(module.getBody());
+  StepValues v;
+  v.func = func::FuncOp::create(
+      builder, loc, "step",
+      builder.getFunctionType(sig.argTypes, sig.resultTypes));
+  v.func.setAllArgAttrs(sig.argAttrs);
+  v.func.setAllResultAttrs(sig.resultAttrs);
+  v.body = v.func.addEntryBlock();
+  builder.setInsertionPointToStart(v.body);
+  llvm::append_range(v.updated, v.body->getArguments());
+  for (const Parameter &p : parameters)
+    v.paramLocs.push_back(NameLoc::get(builder.getStringAttr(p.name), loc));
+  v.step = v.arg(sig.stepArg);
+  if (schedule)
+    v.lambda = buildSchedule(v.arg(*sig.epochArg));
+  if (sig.epochArg)
+    v.updated[*sig.epochArg] = arith::AddIOp::create(
+        builder, loc, v.arg(*sig.epochArg),
         arith::ConstantOp::create(builder, loc, builder.getI64IntegerAttr(1)));
-  // A group's rate: the step's times its lr_scale (or, with runtime
-  // hyperparameters, its own), times the schedule's factor (in that order,
-  // as LambdaLR multiplies a group's initial rate), computed once.
-  llvm::DenseMap<int64_t, Value> rates;
-  auto lrOf = [&](int64_t g) {
-    Value &rate = rates[g];
-    if (rate)
-      return rate;
-    const Optimizer &opt = g < 0 ? optimizer : groups[g];
-    if (runtimeHyperparameters) {
-      rate = body->getArgument(hyperArgs[g].front());
-      if (lambda)
-        rate = arith::MulFOp::create(builder, loc, rate, lambda);
-      return rate;
-    }
-    rate = body->getArgument(*lrArg);
+  return v;
+}
+
+/// A group's rate: the step's times its lr_scale (or, with runtime
+/// hyperparameters, its own), times the schedule's factor (in that order,
+/// as LambdaLR multiplies a group's initial rate), computed once.
+Value SpecReader::rateOf(StepValues &v, const StepSignature &sig, int64_t g) {
+  Value &rate = v.rates[g];
+  if (rate)
+    return rate;
+  const Optimizer &opt = g < 0 ? optimizer : groups[g];
+  if (runtimeHyperparameters) {
+    rate = v.arg(sig.hyperArgs.lookup(g).front());
+  } else {
+    rate = v.arg(*sig.lrArg);
     if (opt.lrScale != 1.0)
       rate = arith::MulFOp::create(
           builder, loc, rate,
           arith::ConstantOp::create(builder, loc,
                                     builder.getF64FloatAttr(opt.lrScale)));
-    if (lambda)
-      rate = arith::MulFOp::create(builder, loc, rate, lambda);
-    return rate;
-  };
-  // Each group's rate, checked before anything runs: one that reached
-  // infinity or NaN (a rate times lr_scale, a growing schedule) fails the
-  // step before any collective and any update.
-  // Groups that share a rate (no lr_scale) share its check, which names the
-  // first of them.
-  {
-    llvm::SmallSetVector<int64_t, 4> used;
-    for (size_t i = 0; i < n; ++i)
-      used.insert(groupKey(i));
-    llvm::SmallPtrSet<Value, 4> checked;
-    for (int64_t g : used)
-      if (Value rate = lrOf(g); checked.insert(rate).second)
-        CheckRateOp::create(builder, loc, rate, g);
   }
+  if (v.lambda)
+    rate = arith::MulFOp::create(builder, loc, rate, v.lambda);
+  return rate;
+}
 
-  // First every gradient is reduced (in a training step this happens during
-  // the backward pass), then the optimizer updates every parameter. Each
-  // stage for all gradients before the next (the sums with the accumulated
-  // micro-batches, the reductions, the divisions), so that --distopt-bucketize
-  // can gather the reductions: a bucket goes after its inputs' last
-  // definition and before its results' first use.
+/// Each group's rate, checked before anything runs: one that reached
+/// infinity or NaN (a rate times lr_scale, a growing schedule) fails the
+/// step before any collective and any update. Groups that share a rate (no
+/// lr_scale) share its check, which names the first of them.
+void SpecReader::checkRates(StepValues &v, const StepSignature &sig) {
+  llvm::SmallSetVector<int64_t, 4> used;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    used.insert(groupKey(i));
+  llvm::SmallPtrSet<Value, 4> checked;
+  for (int64_t g : used)
+    if (Value rate = rateOf(v, sig, g); checked.insert(rate).second)
+      CheckRateOp::create(builder, loc, rate, g);
+}
+
+/// Every gradient reduced (in a training step this happens during the
+/// backward pass) before the optimizer updates any parameter. Each stage
+/// for all gradients before the next (the sums with the accumulated
+/// micro-batches, the reductions, the divisions), so that
+/// --distopt-bucketize can gather the reductions: a bucket goes after its
+/// inputs' last definition and before its results' first use.
+SmallVector<Value> SpecReader::reduceGradients(StepValues &v,
+                                               const StepSignature &sig,
+                                               FlatSymbolRefAttr group) {
+  size_t n = parameters.size();
   SmallVector<Value> reduced(n);
-  SmallVector<Location> paramLocs;
   for (auto [i, p] : llvm::enumerate(parameters)) {
-    Location paramLoc = NameLoc::get(builder.getStringAttr(p.name), loc);
-    paramLocs.push_back(paramLoc);
-    Value local = body->getArgument(gradArg[i]);
+    reduced[i] = v.arg(sig.gradArg[i]);
     if (accumulation > 1) {
       // The last micro-batch's gradient joins the sum of the others.
-      Value wide = local;
+      Value wide = reduced[i];
       if (!p.elementType.isF32())
-        wide =
-            arith::ExtFOp::create(builder, paramLoc, tensorType(p, f32), local);
-      local = arith::AddFOp::create(builder, paramLoc,
-                                    body->getArgument(accumArg[i]), wide);
+        wide = arith::ExtFOp::create(builder, v.paramLocs[i],
+                                     tensorType(p, builder.getF32Type()),
+                                     reduced[i]);
+      reduced[i] = arith::AddFOp::create(builder, v.paramLocs[i],
+                                         v.arg(sig.accumArg[i]), wide);
     }
-    reduced[i] = local;
   }
   for (size_t i = 0; i < n; ++i)
     reduced[i] = AllReduceOp::create(
-        builder, paramLocs[i], reduced[i].getType(), reduced[i], groupRef,
+        builder, v.paramLocs[i], reduced[i].getType(), reduced[i], group,
         /*wire_type=*/nullptr,
         ReductionKindAttr::get(context, ReductionKind::Sum), /*scale=*/nullptr);
   for (size_t i = 0; i < n; ++i) {
@@ -338,148 +336,173 @@ OwningOpRef<ModuleOp> SpecReader::build() {
     // rounds 257 to 256: a bf16 gradient on more than 256 ranks is divided
     // in f32 and rounded once), then by the micro-batches (in f64 beyond
     // 2^24).
-    reduced[i] = createDivision(builder, paramLocs[i], reduced[i],
+    reduced[i] = createDivision(builder, v.paramLocs[i], reduced[i],
                                 static_cast<double>(worldSize));
     if (accumulation > 1)
-      reduced[i] = createDivision(builder, paramLocs[i], reduced[i],
+      reduced[i] = createDivision(builder, v.paramLocs[i], reduced[i],
                                   static_cast<double>(accumulation));
   }
+  return reduced;
+}
 
-  // Loss scaling: an overflow in any rank's gradient reaches every rank
-  // through the all-reduce (inf + x = inf), so a local check agrees. As
-  // torch's scaler, the scaled gradients are checked, then unscaled.
-  Value finite, scale;
+/// The reduced gradients as the updates take them: checked for overflow
+/// (loss scaling: an overflow on any rank reaches every rank through the
+/// all-reduce, inf + x = inf, so a local check agrees), converted to the
+/// update's precision, unscaled (checked first, as torch's scaler), and
+/// clipped by their global norm.
+SmallVector<Value> SpecReader::prepareGradients(StepValues &v,
+                                                const StepSignature &sig,
+                                                ArrayRef<Value> reduced) {
+  Value scale;
   if (lossScaling) {
-    finite = AllFiniteOp::create(builder, loc, reduced, /*group=*/nullptr);
-    scale = scaleArg ? Value(body->getArgument(*scaleArg))
-                     : Value(arith::ConstantOp::create(
-                           builder, loc,
-                           builder.getF32FloatAttr(lossScaling->initScale)));
+    v.finite = AllFiniteOp::create(builder, loc, reduced, /*group=*/nullptr);
+    scale = sig.scaleArg
+                ? v.arg(*sig.scaleArg)
+                : Value(arith::ConstantOp::create(
+                      builder, loc,
+                      builder.getF32FloatAttr(lossScaling->initScale)));
   }
-  SmallVector<Value> grads(n);
-  for (auto [i, p] : llvm::enumerate(parameters)) {
-    size_t target = hasMain(p) ? mainArg[i] : paramArg[i];
-    auto targetType = cast<RankedTensorType>(argTypes[target]);
-    grads[i] = reduced[i];
+  SmallVector<Value> grads(reduced);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    auto targetType = cast<RankedTensorType>(sig.argTypes[targetArg(sig, i)]);
     // To the update's precision: up to an fp32 main parameter, or down from
     // an f32 accumulated sum to a bf16/f16 parameter.
     auto have = cast<RankedTensorType>(grads[i].getType());
     if (have.getElementType() != targetType.getElementType()) {
       if (have.getElementTypeBitWidth() < targetType.getElementTypeBitWidth())
-        grads[i] =
-            arith::ExtFOp::create(builder, paramLocs[i], targetType, grads[i]);
+        grads[i] = arith::ExtFOp::create(builder, v.paramLocs[i], targetType,
+                                         grads[i]);
       else
-        grads[i] = arith::TruncFOp::create(builder, paramLocs[i], targetType,
+        grads[i] = arith::TruncFOp::create(builder, v.paramLocs[i], targetType,
                                            grads[i]);
     }
     if (scale)
-      grads[i] = UnscaleOp::create(builder, paramLocs[i], grads[i], scale);
+      grads[i] = UnscaleOp::create(builder, v.paramLocs[i], grads[i], scale);
   }
-  Value norm;
   if (clipping) {
     SmallVector<Type> types;
     for (Value g : grads)
       types.push_back(g.getType());
     auto clip = ClipGradNormOp::create(
-        builder, loc, types, f32, grads,
+        builder, loc, types, builder.getF32Type(), grads,
         builder.getF64FloatAttr(clipping->maxNorm),
         builder.getF64FloatAttr(clipping->normType), /*group=*/nullptr,
         /*tensor_bounds=*/nullptr);
     llvm::copy(clip.getClipped(), grads.begin());
-    norm = clip.getTotalNorm();
+    v.norm = clip.getTotalNorm();
   }
-  // A skipped step leaves parameters and state as they were, bit for bit.
+  return grads;
+}
+
+/// Parameter `i`'s update from `grad`; on a skipped step (an overflow)
+/// parameter and state stay as they were, bit for bit.
+void SpecReader::buildUpdate(StepValues &v, const StepSignature &sig, size_t i,
+                             Value grad) {
+  const Parameter &p = parameters[i];
+  const Optimizer &opt = optimizerOf(i);
+  size_t target = targetArg(sig, i);
+  ArrayRef<size_t> states = sig.stateArgs[i];
+  SmallVector<Value> operands = {v.arg(target), grad};
+  for (size_t s : states)
+    operands.push_back(v.arg(s));
+  operands.push_back(rateOf(v, sig, groupKey(i)));
+  operands.push_back(v.step);
+  // Runtime hyperparameters: every key of the group's, after its rate.
+  SmallVector<Attribute> runtimeNames;
+  ArrayRef<size_t> hyper;
+  if (runtimeHyperparameters) {
+    hyper = sig.hyperArgs.find(groupKey(i))->second;
+    for (size_t arg : hyper.drop_front())
+      operands.push_back(v.arg(arg));
+    for (StringRef key : opt.runtimeKeys)
+      runtimeNames.push_back(builder.getStringAttr(key));
+  }
+  OperationState state(v.paramLocs[i], opt.opName);
+  state.addOperands(operands);
+  state.addTypes(SmallVector<Type>(1 + states.size(), sig.argTypes[target]));
+  state.addAttributes(opt.hyperparameters);
+  state.addAttribute("operandSegmentSizes",
+                     builder.getDenseI32ArrayAttr(
+                         {1, 1, static_cast<int32_t>(states.size()), 1, 1,
+                          static_cast<int32_t>(runtimeNames.size())}));
+  if (!runtimeNames.empty())
+    state.addAttribute("runtime_hyperparameter_names",
+                       builder.getArrayAttr(runtimeNames));
+  Operation *update = builder.create(state);
+  // A runtime hyperparameter starts from the value the spec gives (the
+  // update's attribute or its default); the rate from the group's.
+  if (!hyper.empty() && !v.func.getArgAttr(hyper[0], abi::kValue)) {
+    auto setValue = [&](size_t arg, double value) {
+      v.func.setArgAttr(arg, abi::kValue, builder.getF64FloatAttr(value));
+    };
+    setValue(hyper[0], opt.lr * opt.lrScale);
+    auto optimizerOp = cast<OptimizerOpInterface>(update);
+    for (auto [key, arg] : llvm::zip_equal(opt.runtimeKeys, hyper.drop_front()))
+      setValue(arg, optimizerOp.getCompiledHyperparameter(key));
+  }
   auto keepIfSkipped = [&](Value updatedValue, Value old) -> Value {
-    if (!finite)
+    if (!v.finite)
       return updatedValue;
-    return arith::SelectOp::create(builder, updatedValue.getLoc(), finite,
+    return arith::SelectOp::create(builder, updatedValue.getLoc(), v.finite,
                                    updatedValue, old);
   };
+  v.updated[target] = keepIfSkipped(update->getResult(0), v.arg(target));
+  for (auto [k, s] : llvm::enumerate(states))
+    v.updated[s] = keepIfSkipped(update->getResult(1 + k), v.arg(s));
+  if (hasMain(p))
+    v.updated[sig.paramArg[i]] = arith::TruncFOp::create(
+        builder, v.paramLocs[i], tensorType(p, p.elementType),
+        v.updated[target]);
+}
 
-  for (auto [i, p] : llvm::enumerate(parameters)) {
-    Location paramLoc = paramLocs[i];
-    const Optimizer &opt = optimizerOf(i);
-    size_t target = hasMain(p) ? mainArg[i] : paramArg[i];
-    auto targetType = cast<RankedTensorType>(argTypes[target]);
-    Value mean = grads[i];
-
-    SmallVector<Value> operands = {body->getArgument(target), mean};
-    for (size_t s : stateArgs[i])
-      operands.push_back(body->getArgument(s));
-    operands.push_back(lrOf(groupKey(i)));
-    operands.push_back(step);
-    // Runtime hyperparameters: every key of the group's, after its rate.
-    SmallVector<Attribute> runtimeNames;
-    if (runtimeHyperparameters) {
-      ArrayRef<size_t> args = hyperArgs[groupKey(i)];
-      for (auto [key, arg] :
-           llvm::zip_equal(opt.runtimeKeys, args.drop_front()))
-        operands.push_back(body->getArgument(arg));
-      for (StringRef key : opt.runtimeKeys)
-        runtimeNames.push_back(builder.getStringAttr(key));
-    }
-    SmallVector<Type> updateTypes(1 + stateArgs[i].size(), targetType);
-    OperationState state(paramLoc, opt.opName);
-    state.addOperands(operands);
-    state.addTypes(updateTypes);
-    state.addAttributes(opt.hyperparameters);
-    state.addAttribute("operandSegmentSizes",
-                       builder.getDenseI32ArrayAttr(
-                           {1, 1, static_cast<int32_t>(stateArgs[i].size()), 1,
-                            1, static_cast<int32_t>(runtimeNames.size())}));
-    if (!runtimeNames.empty())
-      state.addAttribute("runtime_hyperparameter_names",
-                         builder.getArrayAttr(runtimeNames));
-    Operation *update = builder.create(state);
-    // A runtime hyperparameter starts from the value the spec gives (the
-    // update's attribute or its default); the rate from the group's.
-    if (runtimeHyperparameters &&
-        !func.getArgAttr(hyperArgs[groupKey(i)][0], abi::kValue)) {
-      ArrayRef<size_t> args = hyperArgs[groupKey(i)];
-      auto setValue = [&](size_t arg, double value) {
-        func.setArgAttr(arg, abi::kValue, builder.getF64FloatAttr(value));
-      };
-      setValue(args[0], opt.lr * opt.lrScale);
-      auto optimizerOp = cast<OptimizerOpInterface>(update);
-      for (auto [key, arg] :
-           llvm::zip_equal(opt.runtimeKeys, args.drop_front()))
-        setValue(arg, optimizerOp.getCompiledHyperparameter(key));
-    }
-
-    updated[target] =
-        keepIfSkipped(update->getResult(0), body->getArgument(target));
-    for (auto [k, s] : llvm::enumerate(stateArgs[i]))
-      updated[s] =
-          keepIfSkipped(update->getResult(1 + k), body->getArgument(s));
-    if (hasMain(p))
-      updated[paramArg[i]] = arith::TruncFOp::create(
-          builder, paramLoc, tensorType(p, p.elementType), updated[target]);
-  }
-  if (scaleArg) {
+/// The loss scale's next value, and the return: the updated arguments,
+/// then the reports.
+void SpecReader::buildReturn(StepValues &v, const StepSignature &sig) {
+  if (sig.scaleArg) {
     auto next = LossScaleUpdateOp::create(
-        builder, loc, f32, builder.getI64Type(), body->getArgument(*scaleArg),
-        body->getArgument(*trackerArg), finite,
+        builder, loc, builder.getF32Type(), builder.getI64Type(),
+        v.arg(*sig.scaleArg), v.arg(*sig.trackerArg), v.finite,
         builder.getF64FloatAttr(lossScaling->growthFactor),
         builder.getF64FloatAttr(lossScaling->backoffFactor),
         builder.getI64IntegerAttr(lossScaling->growthInterval));
-    updated[*scaleArg] = next.getNewScale();
-    updated[*trackerArg] = next.getNewGrowthTracker();
+    v.updated[*sig.scaleArg] = next.getNewScale();
+    v.updated[*sig.trackerArg] = next.getNewGrowthTracker();
   }
   SmallVector<Value> results;
-  for (size_t arg : resultArgs)
-    results.push_back(updated[arg]);
+  for (size_t arg : sig.resultArgs)
+    results.push_back(v.updated[arg]);
   // The rate reported: the defaults' (the first group's when every group
   // has a rate of its own).
   if (schedule)
-    results.push_back(lrOf(runtimeHyperparameters ? groupKey(0) : -1));
-  if (norm)
-    results.push_back(norm);
-  if (finite) {
+    results.push_back(
+        rateOf(v, sig, runtimeHyperparameters ? groupKey(0) : -1));
+  if (v.norm)
+    results.push_back(v.norm);
+  if (v.finite) {
     Value yes =
         arith::ConstantOp::create(builder, loc, builder.getBoolAttr(true));
-    results.push_back(arith::XOrIOp::create(builder, loc, finite, yes));
+    results.push_back(arith::XOrIOp::create(builder, loc, v.finite, yes));
   }
   func::ReturnOp::create(builder, loc, results);
+}
+
+OwningOpRef<ModuleOp> SpecReader::build() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  annotate(*module);
+  builder.setInsertionPointToEnd(module->getBody());
+  StringRef groupName = "world";
+  ProcessGroupOp::create(builder, loc, groupName, worldSize);
+
+  StepSignature sig = buildArguments();
+  buildResults(sig);
+  StepValues v = startBody(*module, sig);
+  checkRates(v, sig);
+  SmallVector<Value> reduced =
+      reduceGradients(v, sig, FlatSymbolRefAttr::get(context, groupName));
+  SmallVector<Value> grads = prepareGradients(v, sig, reduced);
+  for (size_t i = 0; i < parameters.size(); ++i)
+    buildUpdate(v, sig, i, grads[i]);
+  buildReturn(v, sig);
 
   // Verifier errors (a hyperparameter out of range, say) are located at the
   // spec file; say which parameter's update they come from.

@@ -8,10 +8,13 @@
 #ifndef DISTOPT_LIB_TARGET_SPECREADER_H
 #define DISTOPT_LIB_TARGET_SPECREADER_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 
@@ -70,6 +73,48 @@ struct Optimizer {
   SmallVector<std::string> stateNames;
 };
 
+/// The step function's signature: which argument holds what, and the
+/// arguments its results update.
+struct StepSignature {
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  /// Per parameter: its parameter, gradient, f32 accumulator
+  /// (grad_accumulation), fp32 main parameter (0 where none) and state.
+  SmallVector<size_t> paramArg, gradArg, accumArg, mainArg;
+  SmallVector<SmallVector<size_t>> stateArgs;
+  std::optional<size_t> scaleArg, trackerArg, epochArg, lrArg;
+  /// Per group (-1: the defaults): its rate, then its runtime keys.
+  llvm::MapVector<int64_t, SmallVector<size_t>> hyperArgs;
+  size_t stepArg = 0;
+  /// The argument each fed-back result updates, then the reported ones.
+  SmallVector<size_t> resultArgs;
+  SmallVector<Type> resultTypes;
+  SmallVector<DictionaryAttr> resultAttrs;
+
+  size_t add(Type type, DictionaryAttr attrs) {
+    argTypes.push_back(type);
+    argAttrs.push_back(attrs);
+    return argTypes.size() - 1;
+  }
+};
+
+/// The values the step's body is built from, as it is being built.
+struct StepValues {
+  func::FuncOp func;
+  Block *body = nullptr;
+  /// What each argument becomes (the returned values come from here).
+  SmallVector<Value> updated;
+  SmallVector<Location> paramLocs;
+  Value step, lambda;
+  /// Each group's rate, computed once.
+  llvm::DenseMap<int64_t, Value> rates;
+  /// Whether every gradient was finite (loss scaling), the norm before
+  /// clipping.
+  Value finite, norm;
+
+  Value arg(size_t i) const { return body->getArgument(i); }
+};
+
 class SpecReader {
 public:
   SpecReader(MLIRContext *context, Location loc)
@@ -102,6 +147,37 @@ private:
   OwningOpRef<ModuleOp> build();
   /// The schedule's factor (f64) at LambdaLR step `epoch` (i64).
   Value buildSchedule(Value epoch);
+
+  // The stages of build(), in order.
+  void annotate(ModuleOp module);
+  StepSignature buildArguments();
+  void addRuntimeHyperparameters(StepSignature &sig);
+  void buildResults(StepSignature &sig);
+  StepValues startBody(ModuleOp module, const StepSignature &sig);
+  /// Group `g`'s rate (-1: the defaults').
+  Value rateOf(StepValues &v, const StepSignature &sig, int64_t g);
+  void checkRates(StepValues &v, const StepSignature &sig);
+  SmallVector<Value> reduceGradients(StepValues &v, const StepSignature &sig,
+                                     FlatSymbolRefAttr group);
+  SmallVector<Value> prepareGradients(StepValues &v, const StepSignature &sig,
+                                      ArrayRef<Value> reduced);
+  void buildUpdate(StepValues &v, const StepSignature &sig, size_t i,
+                   Value grad);
+  void buildReturn(StepValues &v, const StepSignature &sig);
+
+  bool hasMain(const Parameter &p) const {
+    return mainParams && !p.elementType.isF32();
+  }
+  /// A parameter's group (-1: the defaults) and its optimizer.
+  int64_t groupKey(size_t i) const { return groupOf.empty() ? -1 : groupOf[i]; }
+  const Optimizer &optimizerOf(size_t i) const {
+    return groupKey(i) < 0 ? optimizer : groups[groupKey(i)];
+  }
+  /// The argument a parameter's update reads and writes: its fp32 main
+  /// parameter, or itself.
+  size_t targetArg(const StepSignature &sig, size_t i) const {
+    return hasMain(parameters[i]) ? sig.mainArg[i] : sig.paramArg[i];
+  }
 
   MLIRContext *context;
   Location loc;
