@@ -110,6 +110,7 @@ def _load():
             status, [_p, _i64, ctypes.POINTER(ctypes.c_double)]),
         "distopt_session_run": (status, [_p]),
         "distopt_session_accumulate": (status, [_p]),
+        "distopt_session_discard_accumulated": (status, [_p]),
         "distopt_step_num_entries": (_i64, [_p]),
         "distopt_step_entry_info": (status,
                                     [_p, _i64, ctypes.POINTER(StepEntry)]),

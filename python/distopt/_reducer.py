@@ -120,13 +120,16 @@ class Reducer:
         # A parameter this backward gave no gradient still goes into its
         # bucket: the gradient an earlier backward under no_sync left in a
         # tensor of its own, or zero for None (its rank adds nothing, and
-        # .grad then holds the reduced value on every rank).
-        for index, (_, p) in enumerate(self.opt._named):
-            if index in self.bucket_of and index not in self.adopted:
-                self.opt._adopt_grad(index, p)
-        self._launch(everything=True)
-        self.session.wait()
-        self.active = False
+        # .grad then holds the reduced value on every rank); one the update
+        # reduces itself (PowerSGD's) into the buffer the update reads.
+        try:
+            for index, (_, p) in enumerate(self.opt._named):
+                if index not in self.adopted:
+                    self.opt._adopt_grad(index, p)
+            self._launch(everything=True)
+            self.session.wait()
+        finally:
+            self.active = False
         self.reduced = True
         self.opt._grads_reduced()
 
@@ -139,11 +142,14 @@ class Reducer:
 
     def _accumulate(self):
         """The end of a backward under no_sync: its gradients into the f32
-        accumulators (the program's .grad included), .grad zeroed."""
-        for index, (_, p) in enumerate(self.opt._named):
-            self.opt._adopt_grad(index, p)
-        self.session.accumulate()
-        self.active = False
+        accumulators (the program's .grad included), .grad zeroed. A
+        refused count leaves the reducer ready for the next backward."""
+        try:
+            for index, (_, p) in enumerate(self.opt._named):
+                self.opt._adopt_grad(index, p)
+            self.session.accumulate()
+        finally:
+            self.active = False
 
     def run_all(self):
         """Every reduction now (no backward ran since the last step)."""

@@ -80,19 +80,28 @@ class GradScaler:
         """optimizer.step(); None where the step was skipped for an inf or
         NaN gradient, as torch's."""
         self._check(optimizer)
+        # What update(new_scale) restores: torch's then leaves the growth
+        # tracker as it was, where the step has advanced (or reset) it.
+        self._tracker_before = (optimizer.session.scalar_state(
+            "loss_scale_growth_tracker") if self._dynamic else None)
         result = optimizer.step(*args, **kwargs)
         return None if optimizer.skipped else result
 
     def update(self, new_scale=None):
         """The step updated the scale already; new_scale (a float or a
-        one-element tensor) replaces it."""
+        one-element tensor) replaces it, and the growth tracker is left as
+        it was before the step, as torch's update(new_scale) leaves it."""
         if new_scale is None:
             return
         if not self._dynamic:
             raise DistoptError("the step's loss scale is static (compiled "
                                "in): it cannot be set")
-        self.optimizer.session.set_scalar_state("loss_scale",
-                                                float(new_scale))
+        session = self.optimizer.session
+        session.set_scalar_state("loss_scale", float(new_scale))
+        if getattr(self, "_tracker_before", None) is not None:
+            session.set_scalar_state("loss_scale_growth_tracker",
+                                     self._tracker_before)
+            self._tracker_before = None
 
     def state_dict(self):
         tracker = (self.optimizer.session.scalar_state(

@@ -552,6 +552,11 @@ class Session:
         too many, a run() too early) raises DistoptError naming it."""
         _check(lib.distopt_session_accumulate(self._live()))
 
+    def discard_accumulated(self):
+        """Forgets the micro-batches accumulated since the last step (the
+        accumulators and the count), as zeroing .grad forgets them."""
+        _check(lib.distopt_session_discard_accumulated(self._live()))
+
     def scalars(self):
         out = {}
         value = ctypes.c_double()

@@ -182,6 +182,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if loss_scaling:
             self.spec["loss_scaling"] = dict(loss_scaling)
         self.loss_scaling = self.spec.get("loss_scaling")
+        self._zero_stage = next(
+            (int(o.split("=", 1)[1]) for o in pipeline.split()
+             if o.startswith("zero-stage=") and o[11:].isdigit()), 0)
         self.library = compile(self.spec, pipeline=_split_pipeline(pipeline),
                                target=target, cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
@@ -209,7 +212,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._unscaled = False
         self._set_to_none = False
         self._ever = [False] * len(named)  # given a gradient on some rank
-        self._seen_versions()
+        self._has_main = {t.name for t in self.compiled.tensors
+                          if t.role == "main_param"}
+        self._seen_versions(params=True)
 
     def _spec_group(self, index, members, extra, defaults):
         """A torch group as the spec's: its parameters by exact name and
@@ -325,9 +330,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._versions = [g._version for g in self._grad_views]
 
     def _check_unchanged(self, why="this step reduces it during backward "
-                         "(a shard per rank under ZeRO-2/3, compressed "
-                         "under PowerSGD) and updates from that, not from "
-                         ".grad"):
+                         "into a buffer of its own (a shard per rank under "
+                         "ZeRO-2/3, a bucket summed with the accumulated "
+                         "micro-batches, or compressed under PowerSGD) and "
+                         "updates from that, not from .grad"):
         for index, (name, p) in enumerate(self._named):
             bucket = self._reducer.bucket_of.get(index)
             if bucket is not None and self._reducer.in_place[bucket]:
@@ -434,6 +440,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if not self._reducer.reduced and world > 1:
             raise DistoptError("unscale_ takes the gradients backward() "
                                "reduced: call it after backward()")
+        if not self._reducer.reduced:
+            # Nothing reduced them (one rank): .grad into the buffers first.
+            for index, (_, p) in enumerate(self._named):
+                self._adopt_grad(index, p)
         scale = torch.tensor(self.scale, dtype=torch.float32)
         inverse = scale.double().reciprocal().float()
         for buffer, _ in self._update_reads():
@@ -468,6 +478,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         elif len(reducer.bucket_of) != len(self._named):
             raise DistoptError("clip_grad_norm_: some gradients are reduced "
                                "inside step() (PowerSGD): not supported yet")
+        elif reducer.accumulates and self._zero_stage == 1:
+            # ZeRO-1 divides each rank's part by K in the update, after the
+            # reduction: what backward reduced is not yet the mean.
+            raise DistoptError("clip_grad_norm_ under zero-stage=1 with "
+                               "grad_accumulation: not supported yet (use "
+                               "zero-stage=2, or no sharding)")
         elif not reducer.reduced:
             raise DistoptError("clip_grad_norm_ clips the gradients reduced "
                                "by backward(): call it after backward()")
@@ -509,6 +525,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             name, p, version = entry
             if p._version != version:
                 self.session.write(name, p.detach(), "param")
+                self._write_main(name, p)
         reducer = self._reducer
         if self._set_to_none or not all(self._ever):
             self._refuse_unused()
@@ -521,9 +538,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "micro-batch's only")
         for index, ((name, p), view) in enumerate(zip(self._named,
                                                      self._param_views)):
-            if view is not None and p.data.data_ptr() != view.data_ptr():
-                view.copy_(p.data)  # the program replaced .data: adopt it
-                p.data = view
+            if view is not None and (p.data.data_ptr() != view.data_ptr() or
+                                     p._version != self._param_seen[index]):
+                # The program replaced .data (adopted), or changed the
+                # parameter in place since the last step (load_state_dict,
+                # an edit under no_grad): the fp32 main copy the update
+                # starts from follows.
+                if p.data.data_ptr() != view.data_ptr():
+                    view.copy_(p.data)
+                    p.data = view
+                self._write_main(name, view)
             self._adopt_grad(index, p)
         if self._unscaled is not False:
             # unscale_() divided by the scale the step divides by itself.
@@ -537,14 +561,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.scalars = self.session.run()
         reducer._reset()
         reducer.got.clear()
-        self._seen_versions()
         self._gather()
+        self._seen_versions(params=True)
         return loss
 
-    def _seen_versions(self):
-        """The gradient views' versions now: a write since is a gradient
-        the program gave."""
+    def _write_main(self, name, value):
+        """A parameter's new value into its fp32 main copy, if it has one."""
+        if name in self._has_main:
+            self.session.write(name, value.detach().float(), "main_param")
+
+    def _seen_versions(self, params=False):
+        """The gradient views' versions now (a write since is a gradient
+        the program gave); with params, the parameters' (a write since is
+        an edit the main parameters must follow)."""
         self._seen = [g._version for g in self._grad_views]
+        if params:
+            self._param_seen = [p._version for _, p in self._named]
 
     def _refuse_unused(self):
         """torch.optim skips a parameter whose .grad is None: one never
@@ -598,6 +630,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         set_to_none=True, refused at step() (torch.optim would skip it)."""
         self._unscaled = False  # the gradients to come are scaled
         self._set_to_none = set_to_none
+        # As torch's zero_grad drops what .grad accumulated: the step's f32
+        # accumulators too, and what a step refused part way left.
+        if self._reducer.accumulates:
+            self.session.discard_accumulated()
+        self._reducer._reset()
         self._reducer.got.clear()
         for (_, p), grad in zip(self._named, self._grad_views):
             grad.zero_()

@@ -328,6 +328,12 @@ DISTOPT_RT_API distopt_rt_status distopt_session_wait(distopt_session *session);
  * cuda). */
 DISTOPT_RT_API distopt_rt_status
 distopt_session_accumulate(distopt_session *session);
+/* Forgets the micro-batches accumulated since the last step: zeroes the
+ * accumulators and the count (a program that zeroes its gradients, or
+ * drops a step that failed part way, as torch's zero_grad() drops what
+ * .grad had accumulated). A no-op for a step without accumulation. */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_discard_accumulated(distopt_session *session);
 /* Micro-batches per step the step was compiled for (1: no accumulation). */
 DISTOPT_RT_API int64_t distopt_step_grad_accumulation(const distopt_step *step);
 /* Steps done: run, or restored from a checkpoint. At most INT64_MAX - 1

@@ -470,6 +470,17 @@ distopt_rt_status distopt_session_accumulate(distopt_session *session) {
   return DISTOPT_RT_OK;
 }
 
+distopt_rt_status
+distopt_session_discard_accumulated(distopt_session *session) {
+  if (!session)
+    return invalid("distopt_session_discard_accumulated: null session");
+  const step::Interface &abi = session->step->abi;
+  for (auto [acc, grad] : session->accumulators)
+    std::memset(session->data[acc], 0, abi.args[acc].bytes());
+  session->accumulated = 0;
+  return DISTOPT_RT_OK;
+}
+
 int64_t distopt_step_grad_accumulation(const distopt_step *step) {
   return step ? step->abi.gradAccumulation : 0;
 }

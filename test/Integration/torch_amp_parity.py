@@ -13,7 +13,9 @@ batches and checks are torch_ddp_parity.py's.
   accumulation, wrong counts refused;
 - GPT-2's loop shape: loss scaling, accumulation and clipping together;
 - an AMP run with accumulation resumed from save_checkpoint equals the
-  unbroken run bit for bit (the loss scale and its tracker included).
+  unbroken run bit for bit (the loss scale and its tracker included);
+- bf16 parameters changed in place after construction (load_state_dict)
+  reach the fp32 main parameters.
 """
 
 import contextlib
@@ -179,6 +181,17 @@ def accumulation():
     except DistoptError as e:  # raised in autograd's final callback
         check("accumulate() was called 1 times" in str(e) or
               "accumulates 2 micro-batches" in str(e), str(e))
+    # zero_grad() drops what was accumulated, as torch's drops .grad: the
+    # next step is whole again (before, the reducer stayed stuck).
+    opt.zero_grad()
+    before = [p.detach().clone() for p in model.parameters()]
+    with opt.no_sync():
+        loss_of(model, 2).backward()
+    loss_of(model, 3).backward()
+    opt.step()
+    check(not opt.skipped and any(not torch.equal(a, p) for a, p in
+                                  zip(before, model.parameters())),
+          "a step after a refused no_sync count and zero_grad() runs")
     model = net()
     opt = DistributedOptimizer(model.parameters(), {"type": "sgd",
                                                     "lr": 0.1},
@@ -329,7 +342,9 @@ def amp():
                 theirs.step()
             hand.update()
 
-            opt.zero_grad()
+            # set_to_none: at one rank nothing reduces .grad into the step's
+            # buffers before unscale_ (it must take them first).
+            opt.zero_grad(set_to_none=not pipeline)
             scaler.scale(loss_at(ours, step)).backward()
             scaler.unscale_(opt)
             if pipeline:
@@ -375,6 +390,17 @@ def amp():
         check(False, "a scaler state of another growth_interval was taken")
     except ValueError as e:
         check("growth_interval" in str(e), str(e))
+    # update(new_scale) leaves the growth tracker as it was before the
+    # step (the step had advanced it), as torch's does.
+    tracker = scaler.state_dict()["_growth_tracker"]
+    opt.zero_grad()
+    scaler.scale(loss_of(ours, 0)).backward()
+    scaler.step(opt)
+    scaler.update(512.0)
+    check(scaler.get_scale() == 512.0 and
+          scaler.state_dict()["_growth_tracker"] == tracker,
+          f"update(new_scale): {scaler.state_dict()}, tracker before "
+          f"{tracker}")
     for name, value, words in [
             ("loss_scale_growth_tracker", 1.5, "a whole number"),
             ("loss_scale_growth_tracker", -1, "a whole number"),
@@ -397,12 +423,38 @@ def amp():
               str(e))
 
 
+def edits_after_construction():
+    """bf16 parameters with fp32 main parameters: a load_state_dict (an
+    in-place copy into the parameters) after the optimizer was built is
+    what the next step starts from (before, the main copy reverted it),
+    plain and under ZeRO-2/3."""
+    for pipeline in ("", "zero-stage=2", "zero-stage=3"):
+        model = net().to(torch.bfloat16)
+        opt = DistributedOptimizer(model.named_parameters(), {
+            "type": "sgd", "lr": 0.0}, pipeline=pipeline, comm=comm,
+            cache=CACHE, main_params=True)
+        torch.manual_seed(7)
+        loaded = {k: torch.randn_like(v.float()).to(torch.bfloat16)
+                  for k, v in model.state_dict().items()}
+        model.load_state_dict(loaded)
+        opt.zero_grad()
+        x, y = batch(0)
+        torch.nn.functional.mse_loss(model(x.to(torch.bfloat16)).float(),
+                                     y).backward()
+        opt.step()  # a rate of 0: nothing moves
+        same = all(torch.equal(p, loaded[k])
+                   for k, p in model.named_parameters())
+        check(same, f"'{pipeline}': load_state_dict after construction was "
+              "reverted by the main parameters")
+
+
 def main():
     path = rendezvous()
     try:
         amp()
         accumulation()
         amp_accumulation()
+        edits_after_construction()
         resume_amp(comm.bcast(f"{CACHE}/parity-amp.ckpt" if rank == 0 else
                               None))
     finally:

@@ -496,6 +496,25 @@ def refusals():
     opt.param_groups[0]["nesterov"] = False
     opt.param_groups[0]["lr"] = float("nan")
     refused("a NaN rate", ["param_groups[0]", "'lr'", "finite"], opt.step)
+    if size > 1:
+        # PowerSGD's compressed gradients, reduced by the update, are taken
+        # into its buffers when backward ends, after set_to_none too
+        # (before, step() refused them as changed after backward).
+        model = net()
+        opt = DistributedOptimizer(model.parameters(), {"type": "sgd",
+                                                        "lr": 0.1},
+                                   pipeline="powersgd-rank=2", comm=comm,
+                                   cache=CACHE)
+        try:
+            for step in range(2):
+                opt.zero_grad(set_to_none=True)
+                loss_of(model, step).backward()
+                opt.step()
+            weights = comm.allgather(next(model.parameters()).detach())
+            check(all(torch.equal(weights[0], w) for w in weights),
+                  "PowerSGD with set_to_none: replicas differ")
+        except DistoptError as e:
+            check(False, f"PowerSGD with set_to_none: {e}")
 
 
 def main():
