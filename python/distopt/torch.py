@@ -7,16 +7,14 @@ torch.optim optimizer.
                                pipeline="zero-stage=2")
     for x, y in batches:                 # this rank's share of the batch
         loss = F.cross_entropy(model(x), y)
-        loss.backward()                  # writes into the step's buffers
-        opt.step()                       # averages, updates, all-gathers
+        loss.backward()                  # reduces each bucket when ready
+        opt.step()                       # updates (all-gathers under ZeRO)
         opt.zero_grad()
 
-Run it with `mpirun -np N python3 train.py`. Each parameter's .data and
-.grad become views of the step's buffers (gradients lie in its buckets, as
-with DDP's gradient_as_bucket_view), so backward writes each gradient where
-the step reads it and the update lands in the model with no copy. The step
-averages the gradients over the ranks (there is no DDP wrapper) and
-broadcasts rank 0's initial parameters at construction, as DDP does.
+Run it with `mpirun -np N python3 train.py`, with no DDP wrapper. Each
+parameter's .data and .grad become views of the step's buffers; rank 0's
+parameters are broadcast at construction, and backward averages each
+bucket as soon as its gradients are ready, as DDP does.
 
 It takes what torch.optim takes (parameters, (name, parameter) pairs, or
 groups of them with their own hyperparameters), and every hyperparameter
@@ -24,7 +22,6 @@ torch lets a program or a scheduler change is a runtime value of the
 compiled step, read from param_groups at every step().
 """
 
-import collections.abc
 import contextlib
 
 import torch
@@ -32,6 +29,7 @@ import torch
 from .compiler import compile
 from ._reducer import Reducer
 from ._scaler import GradScaler
+from ._state import StateView
 from ._torch_params import (_EXECUTION_KEYS, _RUNTIME_KEYS, _SPEC_DTYPES,
                             _check_value, _default_comm, _glob_literal,
                             _named_groups, _runtime_values, _split_pipeline,
@@ -41,50 +39,6 @@ from .step import Session, Step
 
 __all__ = ["DistributedOptimizer", "GradScaler"]
 
-
-class _StateView(collections.abc.Mapping):
-    """torch.optim's `optimizer.state` over the step's buffers: state[p] is
-    {"step": tensor, "exp_avg": ..., ...} by torch's names, the tensors
-    views of the step's own (a change through them is the step's), empty
-    before the first step, as torch's. A tensor sharded over the ranks
-    (ZeRO) has no view: opt.state_dict() gathers it (collective)."""
-
-    def __init__(self, optimizer):
-        self._opt = optimizer
-        self._names = {id(p): name for name, p in optimizer._named}
-
-    def _name(self, p):
-        name = self._names.get(id(p))
-        if name is None:
-            raise KeyError("not a parameter of this optimizer")
-        return name
-
-    def __getitem__(self, p):
-        name, opt = self._name(p), self._opt
-        if opt.session.steps_done == 0:
-            return {}
-        entry = {}
-        if opt.kind != "sgd":
-            entry["step"] = torch.tensor(float(opt.session.steps_done))
-        for key in opt._state_keys(name):
-            if not opt.compiled.tensor(f"{name}.{key}", "state").whole:
-                raise DistoptError(
-                    f"state '{key}' of '{name}' is sharded over the ranks "
-                    "(ZeRO): opt.state_dict() gathers it (collective)")
-            entry[key] = opt.session.tensor(f"{name}.{key}", "state",
-                                            like="torch")
-        return entry
-
-    def __iter__(self):
-        if self._opt.session.steps_done == 0:
-            return iter(())
-        return iter(p for _, p in self._opt._named)
-
-    def __len__(self):
-        return 0 if self._opt.session.steps_done == 0 else len(self._names)
-
-    def __contains__(self, p):
-        return id(p) in self._names and self._opt.session.steps_done > 0
 
 class DistributedOptimizer(torch.optim.Optimizer):
     """A data-parallel optimizer step compiled by distopt.
@@ -208,7 +162,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._pushed = {}
         self._push_hyperparameters()
         self.scalars = {}
-        self.state = _StateView(self)
+        self.state = StateView(self)
         self._unscaled = False
         self._set_to_none = False
         self._ever = [False] * len(named)  # given a gradient on some rank
