@@ -212,6 +212,7 @@ def main():
         if args.plot:
             plot(args.plot, curves, size, args.steps)
     torch.distributed.destroy_process_group()
+    comm.Barrier()  # every rank has closed the rendezvous file
     if rank == 0 and os.path.exists(rendezvous):
         os.unlink(rendezvous)
     return 0 if gap <= args.tolerance else 1

@@ -150,9 +150,3 @@ class Reducer:
             self.session.accumulate()
         finally:
             self.active = False
-
-    def run_all(self):
-        """Every reduction now (no backward ran since the last step)."""
-        for e in self.entries:
-            self.session.run_entry(e.index)
-        self.reduced = True

@@ -176,3 +176,29 @@ def _named_groups(params):
                 if candidate not in taken:
                     entry[0] = candidate
     return [([tuple(e) for e in named], extra) for named, extra in groups]
+
+
+def _check_options(loss_scaling, grad_accumulation):
+    """DistributedOptimizer's options the spec does not check itself."""
+    if not isinstance(loss_scaling, (dict, bool, type(None))):
+        raise TypeError(f"loss_scaling is {loss_scaling!r}: True, False, "
+                        "None or the spec's dict ({\"type\": \"dynamic\", "
+                        "...})")
+    if isinstance(grad_accumulation, bool) or \
+            not isinstance(grad_accumulation, int):
+        raise TypeError(f"grad_accumulation is {grad_accumulation!r}: an "
+                        "integer, the micro-batches per step")
+
+
+def _clip_arguments(max_norm, norm_type):
+    """clip_grad_norm_'s arguments as floats: a NaN or negative max_norm
+    would skip the clip or flip the gradients' sign, a norm_type of 0 or
+    less is no norm."""
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if not max_norm >= 0:
+        raise ValueError(f"clip_grad_norm_: max_norm must be a non-negative "
+                         f"number, got {max_norm}")
+    if not norm_type > 0:
+        raise ValueError(f"clip_grad_norm_: norm_type must be positive or "
+                         f"inf, got {norm_type}")
+    return max_norm, norm_type

@@ -31,7 +31,8 @@ from ._reducer import Reducer
 from ._scaler import GradScaler
 from ._state import StateView
 from ._torch_params import (_EXECUTION_KEYS, _RUNTIME_KEYS, _SPEC_DTYPES,
-                            _check_value, _default_comm, _glob_literal,
+                            _check_options, _check_value, _clip_arguments,
+                            _default_comm, _glob_literal,
                             _named_groups, _runtime_values, _split_pipeline,
                             _structure, _torch_defaults)
 from .errors import DistoptError
@@ -131,6 +132,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                          for i, (members, extra) in enumerate(groups)]}
         if grad_accumulation != 1:
             self.spec["grad_accumulation"] = grad_accumulation
+        _check_options(loss_scaling, grad_accumulation)
         if loss_scaling is True:
             loss_scaling = {"type": "dynamic"}
         if loss_scaling:
@@ -416,7 +418,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         clips this rank's reduced shards (the norm is summed over the ranks
         in f64: collective); without sharding it is torch's
         clip_grad_norm_ on the averaged gradients."""
-        max_norm, norm_type = float(max_norm), float(norm_type)
+        max_norm, norm_type = _clip_arguments(max_norm, norm_type)
         world = self.comm.Get_size() if self.comm is not None else 1
         if self.loss_scaling and self._unscaled is False:
             self.unscale_()

@@ -496,6 +496,16 @@ def refusals():
     opt.param_groups[0]["nesterov"] = False
     opt.param_groups[0]["lr"] = float("nan")
     refused("a NaN rate", ["param_groups[0]", "'lr'", "finite"], opt.step)
+    refused("a NaN max_norm", ["max_norm", "nan"],
+            lambda: opt.clip_grad_norm_(float("nan")), ValueError)
+    refused("a norm_type of 0", ["norm_type", "positive"],
+            lambda: opt.clip_grad_norm_(1.0, 0), ValueError)
+    for options, words in (({"loss_scaling": "dynamic"}, "loss_scaling"),
+                           ({"grad_accumulation": 2.5}, "grad_accumulation")):
+        refused(f"DistributedOptimizer({options})", [words],
+                lambda: DistributedOptimizer(
+                    net().parameters(), {"type": "sgd", "lr": 0.1},
+                    comm=comm, cache=CACHE, **options), TypeError)
     if size > 1:
         # PowerSGD's compressed gradients, reduced by the update, are taken
         # into its buffers when backward ends, after set_to_none too
@@ -538,6 +548,9 @@ def main():
 
 def finish(path):
     dist.destroy_process_group()
+    # gloo's file store deletes the file when its last user closes it: the
+    # ranks close theirs first, then rank 0 removes what may be left.
+    comm.Barrier()
     if rank == 0 and os.path.exists(path):
         os.remove(path)
 
