@@ -245,3 +245,52 @@ def gpt2_f32_spec(ranks):
     for p in spec["parameters"]:
         p["dtype"] = "f32"
     return spec
+
+
+def b13_model(model_name, comm):
+    """examples/torch/train.py's model and data at this world size (16
+    samples per rank): (factory, batch, loss_fn, recipe). B13's workers."""
+    import argparse
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "examples", "torch"))
+    import torch
+    import train  # examples/torch/train.py
+    torch.set_num_threads(1)
+    args = argparse.Namespace(model=model_name, batch=16 * comm.Get_size(),
+                              lr=None)
+    factory, batch, loss_fn, _, recipe = train.build(args)
+    torch.manual_seed(0)
+    return factory, batch, loss_fn, recipe
+
+
+def ddp_beside(factory, recipe, comm):
+    """What B13 compares distopt against: DDP (gloo, a file rendezvous on
+    the shared /tmp) with torch's fastest CPU AdamW (foreach) on a model of
+    its own, and a plain model for forward + backward alone. Returns
+    (rendezvous path, plain model, DDP model, torch optimizer)."""
+    import torch
+    import torch.distributed as dist
+    rank = comm.Get_rank()
+    init = comm.bcast(tempfile.mktemp(prefix="distopt-b13-", dir="/tmp")
+                      if rank == 0 else None)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
+                            world_size=comm.Get_size())
+    plain = factory()
+    reference = torch.nn.parallel.DistributedDataParallel(
+        factory(), broadcast_buffers=False, gradient_as_bucket_view=True)
+    kwargs = {k: tuple(v) if k == "betas" else v
+              for k, v in recipe.items() if k != "type"}
+    torch_opt = torch.optim.AdamW(reference.parameters(), foreach=True,
+                                  **kwargs)
+    return init, plain, reference, torch_opt
+
+
+def end_ddp(init, comm):
+    """Closes ddp_beside's process group and removes its rendezvous file
+    once every rank has closed it."""
+    import torch.distributed as dist
+    dist.destroy_process_group()
+    comm.Barrier()
+    if comm.Get_rank() == 0 and os.path.exists(init):
+        os.unlink(init)

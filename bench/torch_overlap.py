@@ -37,23 +37,17 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
+from common import b13_model, ddp_beside, end_ddp  # noqa: E402
 
 
 def worker(model_name, steps, out):
     """Runs on the cluster's ranks: every measurement; rank 0 writes them."""
-    sys.path.insert(0, os.path.join(ROOT, "examples", "torch"))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")  # the node's link
-    import torch
-    import torch.distributed as dist
-    import train  # examples/torch/train.py
     from mpi4py import MPI
-    from distopt.torch import DistributedOptimizer
-    torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    args = argparse.Namespace(model=model_name, batch=16 * size, lr=None)
-    factory, batch, loss_fn, _, recipe = train.build(args)
-    torch.manual_seed(0)
+    factory, batch, loss_fn, recipe = b13_model(model_name, comm)
+    from distopt.torch import DistributedOptimizer  # train.py's path
 
     overlapped, serial = factory(), factory()
     opts = {"overlap": DistributedOptimizer(
@@ -63,17 +57,7 @@ def worker(model_name, steps, out):
                 serial.named_parameters(), recipe, comm=comm,
                 pipeline="split-step=false", model=model_name, threads=1)}
     # A file rendezvous on the shared file system, as on a real cluster.
-    init = comm.bcast(tempfile.mktemp(prefix="distopt-b13-", dir="/tmp")
-                      if rank == 0 else None)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
-                            world_size=size)
-    plain = factory()
-    reference = torch.nn.parallel.DistributedDataParallel(
-        factory(), broadcast_buffers=False, gradient_as_bucket_view=True)
-    kwargs = {k: tuple(v) if k == "betas" else v
-              for k, v in recipe.items() if k != "type"}
-    torch_opt = torch.optim.AdamW(reference.parameters(), foreach=True,
-                                  **kwargs)
+    init, plain, reference, torch_opt = ddp_beside(factory, recipe, comm)
 
     def timed(fn):
         comm.Barrier()
@@ -106,9 +90,8 @@ def worker(model_name, steps, out):
             for key in result:
                 result[key].append(times[key])
     result["parameters"] = sum(p.numel() for p in plain.parameters())
-    dist.destroy_process_group()
+    end_ddp(init, comm)
     if rank == 0:
-        os.unlink(init) if os.path.exists(init) else None
         with open(out, "w") as f:
             json.dump(result, f)
 

@@ -36,7 +36,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import ADAM_BYTES_PER_PARAM, memory_bound  # noqa: E402
+from common import (ADAM_BYTES_PER_PARAM, b13_model, ddp_beside,  # noqa: E402
+                    end_ddp, memory_bound)
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
           "none"]
@@ -50,33 +51,16 @@ def timed(fn):
 
 def worker(model_name, steps, out):
     """Runs under mpirun: every measurement, rank 0 writes them as JSON."""
-    sys.path.insert(0, os.path.join(ROOT, "examples", "torch"))
-    import torch
-    import torch.distributed as dist
-    import train  # examples/torch/train.py
     from mpi4py import MPI
-    from distopt.torch import DistributedOptimizer
-    torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    args = argparse.Namespace(model=model_name, batch=16 * size, lr=None)
-    factory, batch, loss_fn, _, recipe = train.build(args)
-    torch.manual_seed(0)
+    factory, batch, loss_fn, recipe = b13_model(model_name, comm)
+    from distopt.torch import DistributedOptimizer  # train.py's path
 
     distopt_model = factory()
     opt = DistributedOptimizer(distopt_model.named_parameters(), recipe,
                                comm=comm, model=model_name)
-    init = comm.bcast(tempfile.mktemp(prefix="distopt-b13-")
-                      if rank == 0 else None)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
-                            world_size=size)
-    plain = factory()
-    reference = torch.nn.parallel.DistributedDataParallel(
-        factory(), broadcast_buffers=False, gradient_as_bucket_view=True)
-    kwargs = {k: tuple(v) if k == "betas" else v
-              for k, v in recipe.items() if k != "type"}
-    torch_opt = torch.optim.AdamW(reference.parameters(), foreach=True,
-                                  **kwargs)
+    init, plain, reference, torch_opt = ddp_beside(factory, recipe, comm)
 
     # The three interleaved, step by step, so that they see the same
     # machine: distopt's whole step, the plain forward + backward, DDP's
@@ -110,9 +94,8 @@ def worker(model_name, steps, out):
     model = distopt_model
     result["parameters"] = sum(p.numel() for p in model.parameters())
     result["tensors"] = len(list(model.parameters()))
-    dist.destroy_process_group()
+    end_ddp(init, comm)
     if rank == 0:
-        os.unlink(init) if os.path.exists(init) else None
         with open(out, "w") as f:
             json.dump(result, f)
 
