@@ -11,9 +11,19 @@ distopt.torch.DistributedOptimizer replaces DDP + torch.optim in a PyTorch
 loop.
 """
 
-from .compiler import compile
-from .errors import CompileError, DistoptError
-from .step import Session, Step, TensorInfo, Value
+import os as _os
+import sys as _sys
+
+# OpenMPI's TCP transport without its emulated RDMA, which halved the rate
+# of back-to-back collectives between machines (docs/runtime.md): only
+# where MPI has not started yet, and never over the environment's value.
+if "mpi4py.MPI" not in _sys.modules:
+    _os.environ.setdefault("OMPI_MCA_btl_tcp_flags",
+                           "send,inplace,need-ack,need-csum")
+
+from .compiler import compile  # noqa: E402
+from .errors import CompileError, DistoptError  # noqa: E402
+from .step import Session, Step, TensorInfo, Value  # noqa: E402
 
 __all__ = ["compile", "CompileError", "DistoptError", "Session", "Step",
            "TensorInfo", "Value"]
