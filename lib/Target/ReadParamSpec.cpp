@@ -92,132 +92,104 @@ FailureOr<FloatType> SpecReader::parseDType(const json::Value *value,
                      << "' (expected f32, bf16 or f16)";
 }
 
+static StringRef specTypeOf(RegisteredOperationName name) {
+  return name.getInterface<OptimizerOpInterface>()->getSpecType();
+}
+
+/// The update ops (OptimizerOpInterface), sorted by their spec type
+/// (`optimizer.type`). (The context's list is in no fixed order, and its
+/// by-dialect filter found none of them here.)
+static SmallVector<RegisteredOperationName> optimizerOps(MLIRContext *context) {
+  context->getOrLoadDialect<DistOptDialect>();
+  SmallVector<RegisteredOperationName> ops;
+  for (RegisteredOperationName name : context->getRegisteredOperations())
+    if (name.hasInterface<OptimizerOpInterface>())
+      ops.push_back(name);
+  llvm::sort(ops, [](RegisteredOperationName a, RegisteredOperationName b) {
+    return specTypeOf(a) < specTypeOf(b);
+  });
+  return ops;
+}
+
 LogicalResult SpecReader::readOptimizer(const json::Object &object,
                                         Optimizer &optimizer, StringRef path,
                                         ArrayRef<StringRef> groupKeys) {
-  // The keys a type allows, and those of a parameter group.
-  auto keys = [&](std::initializer_list<StringRef> own) {
-    SmallVector<StringRef> all(own);
-    llvm::append_range(all, groupKeys);
-    return all;
-  };
+  SmallVector<RegisteredOperationName> ops = optimizerOps(builder.getContext());
+  std::string types;
+  for (auto [i, name] : llvm::enumerate(ops))
+    types += (i == 0                ? ""
+              : i + 1 == ops.size() ? " or "
+                                    : ", ") +
+             specTypeOf(name).str();
   std::optional<StringRef> type = object.getString("type");
   if (!type)
+    return error(path + ".type") << "expected one of " << types;
+  const auto *found = llvm::find_if(ops, [&](RegisteredOperationName name) {
+    return specTypeOf(name) == *type;
+  });
+  if (found == ops.end())
     return error(path + ".type")
-           << "expected one of sgd, adam, adamw, rmsprop, adagrad";
-  NamedAttrList &attrs = optimizer.hyperparameters;
-  auto setF64 = [&](StringRef attr, double value) {
-    attrs.set(attr, builder.getF64FloatAttr(value));
-  };
-  auto number = [&](StringRef key, double fallback) {
-    return getNumber(object, key, path, fallback);
-  };
-  // Reads `key` into attribute `attr` when present.
-  auto optionalF64 = [&](StringRef key, StringRef attr) -> LogicalResult {
-    if (!object.get(key))
-      return success();
-    FailureOr<double> value = number(key, 0);
-    if (failed(value))
-      return failure();
-    setF64(attr, *value);
-    return success();
-  };
-  auto flag = [&](StringRef key) -> FailureOr<bool> {
-    FailureOr<bool> value = getBool(object, key, path);
-    if (succeeded(value) && *value)
-      attrs.set(key, builder.getUnitAttr());
-    return value;
-  };
+           << "unknown optimizer '" << *type << "' (expected " << types << ")";
+  const OptimizerOpInterface::Concept *update =
+      found->getInterface<OptimizerOpInterface>();
 
-  FailureOr<double> lr = number("lr", 1e-3);
+  FailureOr<double> lr = getNumber(object, "lr", path, 1e-3);
   if (succeeded(lr) && *lr < 0)
     return error(path + ".lr") << "must be non-negative (torch.optim's "
                                   "rule), got "
                                << *lr;
-  if (failed(lr) || failed(flag("maximize")) ||
-      failed(optionalF64("weight_decay", "weight_decay")))
+  if (failed(lr))
     return failure();
   optimizer.lr = *lr;
 
-  if (*type == "sgd") {
-    if (failed(checkKeys(object, path,
-                         keys({"type", "lr", "momentum", "dampening",
-                               "weight_decay", "nesterov", "maximize"}))) ||
-        failed(optionalF64("momentum", "momentum")) ||
-        failed(optionalF64("dampening", "dampening")) ||
-        failed(flag("nesterov")))
-      return failure();
-    optimizer.opName = SGDUpdateOp::getOperationName();
-    optimizer.runtimeKeys = SGDUpdateOp::getRuntimeHyperparameterKeys();
-    if (FailureOr<double> momentum = number("momentum", 0.0);
-        succeeded(momentum) && *momentum != 0)
-      optimizer.stateNames.push_back("momentum_buffer");
-    return success();
-  }
-  if (*type == "adam" || *type == "adamw") {
-    if (failed(checkKeys(object, path,
-                         keys({"type", "lr", "betas", "eps", "weight_decay",
-                               "amsgrad", "maximize"}))) ||
-        failed(optionalF64("eps", "eps")))
-      return failure();
-    if (const json::Value *betas = object.get("betas")) {
-      const json::Array *pair = betas->getAsArray();
+  // The keys it reads, as the op's attributes.
+  ArrayRef<OptimizerSpecKey> specKeys = update->getSpecKeys();
+  SmallVector<StringRef> allowed = {"type", "lr"};
+  for (const OptimizerSpecKey &key : specKeys)
+    allowed.push_back(key.key);
+  llvm::append_range(allowed, groupKeys);
+  if (failed(checkKeys(object, path, allowed)))
+    return failure();
+  NamedAttrList &attrs = optimizer.hyperparameters;
+  for (const OptimizerSpecKey &key : specKeys) {
+    const json::Value *value = object.get(key.key);
+    if (!value)
+      continue;
+    switch (key.kind) {
+    case OptimizerSpecKey::Number: {
+      FailureOr<double> number = getNumber(object, key.key, path, 0);
+      if (failed(number))
+        return failure();
+      attrs.set(key.key, builder.getF64FloatAttr(*number));
+      break;
+    }
+    case OptimizerSpecKey::Flag: {
+      FailureOr<bool> flag = getBool(object, key.key, path);
+      if (failed(flag))
+        return failure();
+      if (*flag)
+        attrs.set(key.key, builder.getUnitAttr());
+      break;
+    }
+    case OptimizerSpecKey::Pair: {
+      const json::Array *pair = value->getAsArray();
       if (!pair || pair->size() != 2 || !(*pair)[0].getAsNumber() ||
           !(*pair)[1].getAsNumber())
-        return error(path + ".betas") << "expected [beta1, beta2]";
-      setF64("beta1", *(*pair)[0].getAsNumber());
-      setF64("beta2", *(*pair)[1].getAsNumber());
+        return error(path + "." + key.key)
+               << "expected [" << key.first << ", " << key.second << "]";
+      attrs.set(key.first, builder.getF64FloatAttr(*(*pair)[0].getAsNumber()));
+      attrs.set(key.second, builder.getF64FloatAttr(*(*pair)[1].getAsNumber()));
+      break;
     }
-    FailureOr<bool> amsgrad = flag("amsgrad");
-    if (failed(amsgrad))
-      return failure();
-    optimizer.opName = *type == "adam" ? AdamUpdateOp::getOperationName()
-                                       : AdamWUpdateOp::getOperationName();
-    optimizer.runtimeKeys = AdamUpdateOp::getRuntimeHyperparameterKeys();
-    optimizer.stateNames = {"exp_avg", "exp_avg_sq"};
-    if (*amsgrad)
-      optimizer.stateNames.push_back("max_exp_avg_sq");
-    return success();
+    }
   }
-  if (*type == "rmsprop") {
-    if (failed(checkKeys(object, path,
-                         keys({"type", "lr", "alpha", "eps", "weight_decay",
-                               "momentum", "centered", "maximize"}))) ||
-        failed(optionalF64("alpha", "alpha")) ||
-        failed(optionalF64("eps", "eps")) ||
-        failed(optionalF64("momentum", "momentum")))
-      return failure();
-    FailureOr<bool> centered = flag("centered");
-    FailureOr<double> momentum = number("momentum", 0.0);
-    if (failed(centered) || failed(momentum))
-      return failure();
-    optimizer.opName = RMSpropUpdateOp::getOperationName();
-    optimizer.runtimeKeys = RMSpropUpdateOp::getRuntimeHyperparameterKeys();
-    optimizer.stateNames = {"square_avg"};
-    if (*momentum > 0)
-      optimizer.stateNames.push_back("momentum_buffer");
-    if (*centered)
-      optimizer.stateNames.push_back("grad_avg");
-    return success();
-  }
-  if (*type == "adagrad") {
-    if (failed(checkKeys(object, path,
-                         keys({"type", "lr", "lr_decay", "eps", "weight_decay",
-                               "initial_accumulator_value", "maximize"}))) ||
-        failed(optionalF64("lr_decay", "lr_decay")) ||
-        failed(optionalF64("eps", "eps")))
-      return failure();
-    if (failed(optionalF64("initial_accumulator_value",
-                           "initial_accumulator_value")))
-      return failure();
-    optimizer.opName = AdagradUpdateOp::getOperationName();
-    optimizer.runtimeKeys = AdagradUpdateOp::getRuntimeHyperparameterKeys();
-    optimizer.stateNames = {"sum"};
-    return success();
-  }
-  return error(path + ".type")
-         << "unknown optimizer '" << *type
-         << "' (expected sgd, adam, adamw, rmsprop or adagrad)";
+  optimizer.opName = found->getStringRef();
+  optimizer.runtimeKeys = update->getRuntimeHyperparameterKeys();
+  optimizer.stateNames.clear();
+  for (StringRef key :
+       update->getStateKeysFor([&](StringRef name) { return attrs.get(name); }))
+    optimizer.stateNames.push_back(key.str());
+  return success();
 }
 
 LogicalResult SpecReader::readParamGroups(const json::Value &value,

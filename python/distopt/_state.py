@@ -30,7 +30,7 @@ class StateView(collections.abc.Mapping):
         if opt.session.steps_done == 0:
             return {}
         entry = {}
-        if opt.kind != "sgd":
+        if opt._keeps_step:
             entry["step"] = torch.tensor(float(opt.session.steps_done))
         for key in opt._state_keys(name):
             if not opt.compiled.tensor(f"{name}.{key}", "state").whole:

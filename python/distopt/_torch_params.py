@@ -9,23 +9,22 @@ from .errors import DistoptError
 _SPEC_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16",
                 torch.float16: "f16"}
 
-_TORCH_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW",
-                     "rmsprop": "RMSprop", "adagrad": "Adagrad"}
-
-# What the compiled step takes at run time, by torch's group keys ("betas"
-# is two values), and what decides its structure: the state tensors it
-# keeps and the terms it computes, compiled in.
-_RUNTIME_KEYS = {
-    "sgd": ("lr", "momentum", "dampening", "weight_decay"),
-    "adam": ("lr", "betas", "eps", "weight_decay"),
-    "adamw": ("lr", "betas", "eps", "weight_decay"),
-    "rmsprop": ("lr", "alpha", "eps", "weight_decay", "momentum"),
-    "adagrad": ("lr", "lr_decay", "weight_decay", "eps",
-                "initial_accumulator_value"),
-}
-_STRUCTURAL_KEYS = ("nesterov", "amsgrad", "centered", "maximize")
+# torch's group keys that hold several of the step's runtime
+# hyperparameters (the step reads its keys from the compiled interface).
+_TUPLE_KEYS = {"betas": ("beta1", "beta2")}
 # How torch runs an update, not what it computes.
 _EXECUTION_KEYS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _torch_class(kind):
+    """torch.optim's class of the recipe's type ("adamw": AdamW), or None.
+    Which types the step compiles is the spec reader's to say."""
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if name.lower() == kind and isinstance(cls, type) and \
+                issubclass(cls, torch.optim.Optimizer):
+            return cls
+    return None
 
 
 def _torch_defaults(recipe):
@@ -33,16 +32,30 @@ def _torch_defaults(recipe):
     type keeps them in param_groups, every key included, so that
     state_dict() loads into it."""
     kind = recipe["type"]
-    if kind not in _TORCH_OPTIMIZERS:
-        raise ValueError(f"unknown optimizer type '{kind}' (expected one of "
-                         f"{', '.join(_TORCH_OPTIMIZERS)})")
-    kwargs = {k: tuple(v) if k == "betas" else v
+    cls = _torch_class(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown optimizer type {kind!r}: the recipe's "
+                         "type is the name of a torch.optim class in lower "
+                         "case (\"adamw\"), one distopt compiles "
+                         "(docs/param-spec.md)")
+    kwargs = {k: tuple(v) if k in _TUPLE_KEYS else v
               for k, v in recipe.items() if k != "type"}
-    cls = getattr(torch.optim, _TORCH_OPTIMIZERS[kind])
     try:
         return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
     except TypeError as e:  # an unknown keyword: torch names it
         raise ValueError(f"the recipe: {e}") from None
+
+
+def _keeps_step(recipe):
+    """Whether torch's optimizer of the recipe's type keeps a "step" in
+    each parameter's state (SGD does not): one step on one element."""
+    p = torch.zeros(1, requires_grad=True)
+    p.grad = torch.zeros(1)
+    defaults = _torch_defaults(recipe)
+    defaults.pop("differentiable", None)  # torch refuses it with a grad
+    opt = _torch_class(recipe["type"])([p], **defaults)
+    opt.step()
+    return "step" in opt.state[p]
 
 
 def _default_comm():
@@ -58,14 +71,14 @@ def _glob_literal(name):
     return "".join("\\" + c if c in "\\*?[]{}" else c for c in name)
 
 
-def _structure(kind, group):
+def _structure(group, defaults):
     """What of a group's hyperparameters the compiled step is built on, as
-    {key: what it is}: the flags, and whether there is a momentum buffer."""
-    out = {k: bool(group.get(k, False)) for k in _STRUCTURAL_KEYS}
-    if kind == "sgd":
+    {key: what it is}: torch's flags for the optimizer (amsgrad, nesterov,
+    centered, maximize), and whether there is a momentum buffer."""
+    out = {k: bool(group.get(k, False)) for k, v in defaults.items()
+           if isinstance(v, bool) and k not in _EXECUTION_KEYS}
+    if "momentum" in defaults:
         out["momentum"] = "0" if group["momentum"] == 0 else "non-zero"
-    if kind == "rmsprop":
-        out["momentum"] = "positive" if group["momentum"] > 0 else "0"
     return out
 
 
@@ -90,18 +103,43 @@ def _check_value(where, key, value):
     return x
 
 
-def _runtime_values(kind, group):
-    """The group's runtime hyperparameters by the step's keys."""
+def _tuple_key(key):
+    """The torch group key that holds step key `key` ("beta1": "betas", 0),
+    or (key, None)."""
+    for name, parts in _TUPLE_KEYS.items():
+        if key in parts:
+            return name, parts.index(key)
+    return key, None
+
+
+def _runtime_values(keys, group):
+    """The group's values of the step's runtime hyperparameters `keys`."""
     out = {}
-    for key in _RUNTIME_KEYS[kind]:
-        if key == "betas":
-            betas = tuple(group["betas"])
-            if len(betas) != 2:
-                raise DistoptError(f"'betas' is {group['betas']!r}; it "
-                                   "must be a pair")
-            out["beta1"], out["beta2"] = betas
-        else:
+    for key in keys:
+        name, position = _tuple_key(key)
+        if position is None:
             out[key] = group[key]
+            continue
+        values = tuple(group[name])
+        if len(values) != len(_TUPLE_KEYS[name]):
+            raise DistoptError(f"'{name}' is {group[name]!r}; it must hold "
+                               f"{len(_TUPLE_KEYS[name])} values")
+        out[key] = values[position]
+    return out
+
+
+def _group_values(values):
+    """Step keys' values ({"beta1": .., "beta2": ..}) as torch's group keys
+    ({"betas": (.., ..)})."""
+    out = {}
+    for key, value in values.items():
+        name, position = _tuple_key(key)
+        if position is None:
+            out[key] = value
+        else:
+            parts = list(out.get(name, [None] * len(_TUPLE_KEYS[name])))
+            parts[position] = value
+            out[name] = tuple(parts)
     return out
 
 

@@ -30,11 +30,11 @@ from .compiler import compile
 from ._reducer import Reducer
 from ._scaler import GradScaler
 from ._state import StateView
-from ._torch_params import (_EXECUTION_KEYS, _RUNTIME_KEYS, _SPEC_DTYPES,
+from ._torch_params import (_EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS,
                             _check_options, _check_value, _clip_arguments,
-                            _default_comm, _glob_literal,
-                            _named_groups, _runtime_values, _split_pipeline,
-                            _structure, _torch_defaults)
+                            _default_comm, _glob_literal, _group_values,
+                            _keeps_step, _named_groups, _runtime_values,
+                            _split_pipeline, _structure, _torch_defaults)
 from .errors import DistoptError
 from .step import Session, Step
 
@@ -105,10 +105,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  cache=None, seed=None, threads=None, overlap=True,
                  loss_scaling=None, grad_accumulation=1):
         if not isinstance(recipe, dict) or "type" not in recipe:
-            raise ValueError("the recipe needs a 'type' (sgd, adam, adamw, "
-                             "rmsprop, adagrad)")
+            raise ValueError("the recipe needs a 'type' (a torch.optim "
+                             "class's name in lower case: \"adamw\")")
         defaults = _torch_defaults(recipe)
         self.kind = recipe["type"]
+        self._keeps_step = _keeps_step(recipe)
         groups = _named_groups(params)
         self.comm = comm if comm is not None else _default_comm()
         world = self.comm.Get_size() if self.comm is not None else 1
@@ -159,7 +160,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         super().__init__([dict(extra, params=[p for _, p in members])
                           for members, extra in groups], defaults)
         self._constructed = True
-        self._structure = [_structure(self.kind, g) for g in self.param_groups]
+        self._structure = [_structure(g, self.defaults)
+                           for g in self.param_groups]
+        # Each group's runtime hyperparameters, by the step's keys.
+        self._runtime_keys = [
+            [a.name.split(".", 1)[1] for a in self.compiled.args
+             if a.role == "hyperparameter" and a.name.startswith(f"group{i}.")]
+            for i in range(len(self.param_groups))]
         self._members = [list(g["params"]) for g in self.param_groups]
         self._pushed = {}
         self._push_hyperparameters()
@@ -179,7 +186,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for key, value in extra.items():
             if key in _EXECUTION_KEYS or key not in defaults:
                 continue  # how torch runs it, or a key of the program's
-            group[key] = list(value) if key == "betas" else value
+            group[key] = list(value) if key in _TUPLE_KEYS else value
         return group
 
     def add_param_group(self, param_group):
@@ -232,7 +239,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     f"{where}['params'] changed; the step was compiled "
                     "for the parameters given to the constructor")
             self._check_structure(i, group, DistoptError, where)
-            for key, value in _runtime_values(self.kind, group).items():
+            for key, value in _runtime_values(self._runtime_keys[i],
+                                              group).items():
                 value = _check_value(where, key, value)
                 if self._pushed.get((i, key)) != value:
                     self.session.set_hyperparameter(f"group{i}.{key}", value)
@@ -241,7 +249,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _check_structure(self, index, group, error, where):
         """What the step was compiled on must not change: `error` naming
         the key."""
-        now = _structure(self.kind, group)
+        now = _structure(group, self.defaults)
         for key, compiled in self._structure[index].items():
             if now[key] != compiled:
                 raise error(
@@ -258,11 +266,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for i, group in enumerate(self.param_groups):
             got = {key.split(".", 1)[1]: v for key, v in values.items()
                    if key.startswith(f"group{i}.")}
-            for key in _RUNTIME_KEYS[self.kind]:
-                if key == "betas":
-                    group["betas"] = (got["beta1"], got["beta2"])
-                else:
-                    group[key] = got[key]
+            group.update(_group_values(got))
             self._pushed.update({(i, k): v for k, v in got.items()})
 
     # --- the gradients --------------------------------------------------------
@@ -616,7 +620,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if steps > 0:
             for index, (name, _) in enumerate(self._named):
                 entry = {}
-                if self.kind != "sgd":
+                if self._keeps_step:
                     entry["step"] = torch.tensor(float(steps))
                 for key in self._state_keys(name):
                     entry[key] = self.session.read(f"{name}.{key}", "state",
@@ -648,7 +652,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             merged.append(dict(group))
             for key, value in loaded.items():
                 if key != "params" and key in self.defaults:
-                    merged[i][key] = tuple(value) if key == "betas" else value
+                    merged[i][key] = tuple(value) if key in _TUPLE_KEYS \
+                        else value
             self._check_structure(i, merged[i], ValueError,
                                   f"the state dict's param_groups[{i}]")
         for group, values in zip(self.param_groups, merged):

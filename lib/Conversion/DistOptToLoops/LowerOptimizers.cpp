@@ -24,7 +24,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_LOWEROPTIMIZERSPASS
@@ -39,7 +40,7 @@ namespace {
 /// Builds the scalar prologue (f64) and the loop body (compute type).
 class UpdateBuilder {
 public:
-  UpdateBuilder(OpBuilder &builder, Location loc, OptimizerOpInterface op)
+  UpdateBuilder(RewriterBase &builder, Location loc, OptimizerOpInterface op)
       : b(builder), loc(loc), op(op) {
     element = cast<FloatType>(
         cast<RankedTensorType>(op.getNewParam().getType()).getElementType());
@@ -131,13 +132,12 @@ public:
               v = arith::TruncFOp::create(nb, nloc, element, v);
           linalg::YieldOp::create(nb, nloc, results);
         });
-    op->replaceAllUsesWith(generic.getResults());
-    op->erase();
+    b.replaceOp(op, generic.getResults());
     if (extend && extend->use_empty())
-      extend.erase();
+      b.eraseOp(extend);
   }
 
-  OpBuilder &b;
+  RewriterBase &b;
   Location loc;
   OptimizerOpInterface op;
   FloatType element;
@@ -215,7 +215,7 @@ OptionalTerm weightDecay(UpdateBuilder &u, APFloat compiled) {
   return {u.scalar(f(compiled)), Value()};
 }
 
-void lowerSGD(OpBuilder &builder, SGDUpdateOp op) {
+void lowerSGD(RewriterBase &builder, SGDUpdateOp op) {
   UpdateBuilder u(builder, op.getLoc(), op);
   Location loc = op.getLoc();
   // The momentum buffer exists when the compiled momentum is not zero.
@@ -245,7 +245,7 @@ void lowerSGD(OpBuilder &builder, SGDUpdateOp op) {
 }
 
 template <typename OpTy>
-void lowerAdam(OpBuilder &builder, OpTy op, bool decoupled) {
+void lowerAdam(RewriterBase &builder, OpTy op, bool decoupled) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
   Value beta1 = u.hyper("beta1"), beta2 = u.hyper("beta2"),
@@ -289,7 +289,7 @@ void lowerAdam(OpBuilder &builder, OpTy op, bool decoupled) {
   });
 }
 
-void lowerRMSprop(OpBuilder &builder, RMSpropUpdateOp op) {
+void lowerRMSprop(RewriterBase &builder, RMSpropUpdateOp op) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
   // The momentum buffer exists when the compiled momentum is positive.
@@ -328,7 +328,7 @@ void lowerRMSprop(OpBuilder &builder, RMSpropUpdateOp op) {
   });
 }
 
-void lowerAdagrad(OpBuilder &builder, AdagradUpdateOp op) {
+void lowerAdagrad(RewriterBase &builder, AdagradUpdateOp op) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
   // clr = lr / (1 + (step - 1) * lr_decay)
@@ -401,30 +401,58 @@ void runUnderCondition(Operation *update) {
   }
 }
 
+/// Each update as its fused loop. A new optimizer adds its case here.
+struct LowerUpdate : OpInterfaceRewritePattern<OptimizerOpInterface> {
+  using OpInterfaceRewritePattern::OpInterfaceRewritePattern;
+  LogicalResult matchAndRewrite(OptimizerOpInterface op,
+                                PatternRewriter &rewriter) const override {
+    rewriter.setInsertionPoint(op);
+    return TypeSwitch<Operation *, LogicalResult>(op)
+        .Case([&](SGDUpdateOp sgd) {
+          lowerSGD(rewriter, sgd);
+          return success();
+        })
+        .Case([&](AdamUpdateOp adam) {
+          lowerAdam(rewriter, adam, /*decoupled=*/false);
+          return success();
+        })
+        .Case([&](AdamWUpdateOp adamw) {
+          lowerAdam(rewriter, adamw, /*decoupled=*/true);
+          return success();
+        })
+        .Case([&](RMSpropUpdateOp rmsprop) {
+          lowerRMSprop(rewriter, rmsprop);
+          return success();
+        })
+        .Case([&](AdagradUpdateOp adagrad) {
+          lowerAdagrad(rewriter, adagrad);
+          return success();
+        })
+        .Default([&](Operation *) {
+          return rewriter.notifyMatchFailure(op, "no lowering to loops");
+        });
+  }
+};
+
 struct LowerOptimizersPass
     : public distopt::impl::LowerOptimizersPassBase<LowerOptimizersPass> {
   void runOnOperation() override {
+    // Updates kept under a condition move under it first (this rewrites
+    // their users, so it is no local rewrite).
     SmallVector<Operation *> updates;
     getOperation()->walk(
         [&](OptimizerOpInterface op) { updates.push_back(op); });
-    for (Operation *op : updates) {
+    for (Operation *op : updates)
       runUnderCondition(op);
-      OpBuilder builder(op);
-      if (auto sgd = dyn_cast<SGDUpdateOp>(op))
-        lowerSGD(builder, sgd);
-      else if (auto adam = dyn_cast<AdamUpdateOp>(op))
-        lowerAdam(builder, adam, /*decoupled=*/false);
-      else if (auto adamw = dyn_cast<AdamWUpdateOp>(op))
-        lowerAdam(builder, adamw, /*decoupled=*/true);
-      else if (auto rmsprop = dyn_cast<RMSpropUpdateOp>(op))
-        lowerRMSprop(builder, rmsprop);
-      else if (auto adagrad = dyn_cast<AdagradUpdateOp>(op))
-        lowerAdagrad(builder, adagrad);
-      else {
-        op->emitOpError("has no lowering to loops");
-        return signalPassFailure();
-      }
-    }
+    RewritePatternSet patterns(&getContext());
+    patterns.add<LowerUpdate>(&getContext());
+    walkAndApplyPatterns(getOperation(), std::move(patterns));
+    WalkResult left = getOperation()->walk([](OptimizerOpInterface op) {
+      op->emitOpError("has no lowering to loops");
+      return WalkResult::interrupt();
+    });
+    if (left.wasInterrupted())
+      signalPassFailure();
   }
 };
 

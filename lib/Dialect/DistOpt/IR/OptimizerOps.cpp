@@ -112,10 +112,29 @@ DISTOPT_OPTIMIZER_INFER(RMSpropUpdateOp)
 DISTOPT_OPTIMIZER_INFER(AdagradUpdateOp)
 #undef DISTOPT_OPTIMIZER_INFER
 
-SmallVector<StringRef> SGDUpdateOp::getStateKeys() {
-  if (getMomentum().isZero())
+/// A hyperparameter's value as getStateKeysFor's lookup gives it: its
+/// attribute, or `fallback` (the attribute's default) where absent.
+static double valueOr(Attribute attr, double fallback) {
+  if (auto number = dyn_cast_or_null<FloatAttr>(attr))
+    return number.getValueAsDouble();
+  return fallback;
+}
+
+SmallVector<StringRef> SGDUpdateOp::getStateKeysFor(
+    function_ref<Attribute(StringRef)> hyperparameter) {
+  if (valueOr(hyperparameter("momentum"), 0.0) == 0)
     return {};
   return {"momentum_buffer"};
+}
+
+ArrayRef<OptimizerSpecKey> SGDUpdateOp::getSpecKeys() {
+  static const OptimizerSpecKey keys[] = {
+      {"momentum", OptimizerSpecKey::Number},
+      {"dampening", OptimizerSpecKey::Number},
+      {"weight_decay", OptimizerSpecKey::Number},
+      {"nesterov", OptimizerSpecKey::Flag},
+      {"maximize", OptimizerSpecKey::Flag}};
+  return keys;
 }
 
 ArrayRef<StringRef> SGDUpdateOp::getRuntimeHyperparameterKeys() {
@@ -140,21 +159,34 @@ LogicalResult SGDUpdateOp::verify() {
   return success();
 }
 
-/// Adam's and AdamW's state and runtime hyperparameters.
-static SmallVector<StringRef> adamStateKeys(bool amsgrad) {
+/// Adam's and AdamW's state, spec keys and runtime hyperparameters.
+static SmallVector<StringRef>
+adamStateKeys(function_ref<Attribute(StringRef)> hyperparameter) {
   SmallVector<StringRef> keys = {"exp_avg", "exp_avg_sq"};
-  if (amsgrad)
+  if (hyperparameter("amsgrad"))
     keys.push_back("max_exp_avg_sq");
   return keys;
 }
+static const OptimizerSpecKey kAdamSpecKeys[] = {
+    {"betas", OptimizerSpecKey::Pair, "beta1", "beta2"},
+    {"eps", OptimizerSpecKey::Number},
+    {"weight_decay", OptimizerSpecKey::Number},
+    {"amsgrad", OptimizerSpecKey::Flag},
+    {"maximize", OptimizerSpecKey::Flag}};
 static constexpr StringRef kAdamRuntimeKeys[] = {"beta1", "beta2", "eps",
                                                  "weight_decay"};
 
-SmallVector<StringRef> AdamUpdateOp::getStateKeys() {
-  return adamStateKeys(getAmsgrad());
+SmallVector<StringRef> AdamUpdateOp::getStateKeysFor(
+    function_ref<Attribute(StringRef)> hyperparameter) {
+  return adamStateKeys(hyperparameter);
 }
-SmallVector<StringRef> AdamWUpdateOp::getStateKeys() {
-  return adamStateKeys(getAmsgrad());
+SmallVector<StringRef> AdamWUpdateOp::getStateKeysFor(
+    function_ref<Attribute(StringRef)> hyperparameter) {
+  return adamStateKeys(hyperparameter);
+}
+ArrayRef<OptimizerSpecKey> AdamUpdateOp::getSpecKeys() { return kAdamSpecKeys; }
+ArrayRef<OptimizerSpecKey> AdamWUpdateOp::getSpecKeys() {
+  return kAdamSpecKeys;
 }
 ArrayRef<StringRef> AdamUpdateOp::getRuntimeHyperparameterKeys() {
   return kAdamRuntimeKeys;
@@ -191,12 +223,24 @@ template <typename OpTy> static LogicalResult verifyAdam(OpTy op) {
 LogicalResult AdamUpdateOp::verify() { return verifyAdam(*this); }
 LogicalResult AdamWUpdateOp::verify() { return verifyAdam(*this); }
 
-SmallVector<StringRef> RMSpropUpdateOp::getStateKeys() {
+SmallVector<StringRef> RMSpropUpdateOp::getStateKeysFor(
+    function_ref<Attribute(StringRef)> hyperparameter) {
   SmallVector<StringRef> keys = {"square_avg"};
-  if (getMomentum().convertToDouble() > 0)
+  if (valueOr(hyperparameter("momentum"), 0.0) > 0)
     keys.push_back("momentum_buffer");
-  if (getCentered())
+  if (hyperparameter("centered"))
     keys.push_back("grad_avg");
+  return keys;
+}
+
+ArrayRef<OptimizerSpecKey> RMSpropUpdateOp::getSpecKeys() {
+  static const OptimizerSpecKey keys[] = {
+      {"alpha", OptimizerSpecKey::Number},
+      {"eps", OptimizerSpecKey::Number},
+      {"weight_decay", OptimizerSpecKey::Number},
+      {"momentum", OptimizerSpecKey::Number},
+      {"centered", OptimizerSpecKey::Flag},
+      {"maximize", OptimizerSpecKey::Flag}};
   return keys;
 }
 
@@ -224,7 +268,20 @@ LogicalResult RMSpropUpdateOp::verify() {
   return success();
 }
 
-SmallVector<StringRef> AdagradUpdateOp::getStateKeys() { return {"sum"}; }
+SmallVector<StringRef>
+AdagradUpdateOp::getStateKeysFor(function_ref<Attribute(StringRef)>) {
+  return {"sum"};
+}
+
+ArrayRef<OptimizerSpecKey> AdagradUpdateOp::getSpecKeys() {
+  static const OptimizerSpecKey keys[] = {
+      {"lr_decay", OptimizerSpecKey::Number},
+      {"eps", OptimizerSpecKey::Number},
+      {"weight_decay", OptimizerSpecKey::Number},
+      {"initial_accumulator_value", OptimizerSpecKey::Number},
+      {"maximize", OptimizerSpecKey::Flag}};
+  return keys;
+}
 
 ArrayRef<StringRef> AdagradUpdateOp::getRuntimeHyperparameterKeys() {
   static constexpr StringRef keys[] = {"lr_decay", "weight_decay", "eps",

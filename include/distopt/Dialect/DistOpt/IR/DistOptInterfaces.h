@@ -37,6 +37,17 @@ namespace mlir::distopt {
 /// messages: all_reduce sends 2(n-1)/n of the payload, the others (n-1)/n.
 double ringBytesSent(CollectiveKind kind, int64_t payloadBytes,
                      int64_t groupSize);
+
+/// A key of the param spec's `optimizer` object (or a group's) that an
+/// update reads: a number into the f64 attribute of its name, a flag
+/// (true/false) into the unit attribute of its name, or a pair of numbers
+/// (`betas`) into the two attributes `first` and `second`.
+struct OptimizerSpecKey {
+  enum Kind { Number, Flag, Pair };
+  llvm::StringLiteral key;
+  Kind kind;
+  llvm::StringLiteral first = "", second = "";
+};
 } // namespace mlir::distopt
 
 #include "distopt/Dialect/DistOpt/IR/DistOptInterfaces.h.inc"

@@ -125,9 +125,24 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
     InterfaceMethod<"torch.optim's names of the state tensors these "
                     "hyperparameters call for, in operand order.",
       "::llvm::SmallVector<::llvm::StringRef>", "getStateKeys">,
-    InterfaceMethod<"The hyperparameters (f64 attributes) that may be given "
-                    "at run time instead, by their torch.optim names.",
+    StaticInterfaceMethod<"The state keys for the hyperparameters that "
+                          "`hyperparameter` gives by attribute name (null "
+                          "where absent: the attribute's default): what "
+                          "getStateKeys() says of an op built with them.",
+      "::llvm::SmallVector<::llvm::StringRef>", "getStateKeysFor",
+      (ins "::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>":
+           $hyperparameter)>,
+    StaticInterfaceMethod<"The hyperparameters (f64 attributes) that may be "
+                          "given at run time instead, by their torch.optim "
+                          "names.",
       "::llvm::ArrayRef<::llvm::StringRef>", "getRuntimeHyperparameterKeys">,
+    StaticInterfaceMethod<"The param spec's `optimizer.type` of this update "
+                          "(\"adamw\").",
+      "::llvm::StringRef", "getSpecType">,
+    StaticInterfaceMethod<"The keys of the spec's `optimizer` object this "
+                          "update reads besides `type` and `lr`, in the "
+                          "order messages list them.",
+      "::llvm::ArrayRef<::mlir::distopt::OptimizerSpecKey>", "getSpecKeys">,
     InterfaceMethod<"The compiled value of hyperparameter `key`, one of "
                     "getRuntimeHyperparameterKeys(): its attribute, or "
                     "the attribute's default.",

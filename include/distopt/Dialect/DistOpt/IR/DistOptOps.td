@@ -632,7 +632,13 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 /// `runtime_hyperparameters` operands (the attribute, if any, then says what
 /// the structure follows: which state tensors there are). Results: the new
 /// parameter, then the new state in the order of `state`.
-class DistOpt_OptimizerOp<string mnemonic, dag hyperparameters>
+// An optimizer update; `specType` is the param spec's `optimizer.type` that
+// selects it. Each defines getStateKeysFor, getRuntimeHyperparameterKeys,
+// getSpecKeys and getCompiledHyperparameter (OptimizerOps.cpp) and its
+// lowering (LowerOptimizers.cpp); the spec reader, the passes and the step
+// interface find it through OptimizerOpInterface.
+class DistOpt_OptimizerOp<string mnemonic, string specType,
+                          dag hyperparameters>
     : DistOpt_Op<mnemonic, [Pure, AttrSizedOperandSegments,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
         DistOpt_OptimizerOpInterface]> {
@@ -658,9 +664,19 @@ class DistOpt_OptimizerOp<string mnemonic, dag hyperparameters>
   let extraClassDeclaration = [{
     /// torch.optim's names of the state tensors the hyperparameters call
     /// for, in operand order.
-    ::llvm::SmallVector<::llvm::StringRef> getStateKeys();
+    ::llvm::SmallVector<::llvm::StringRef> getStateKeys() {
+      return getStateKeysFor([&](::llvm::StringRef name) {
+        return (*this)->getAttr(name);
+      });
+    }
+    static ::llvm::SmallVector<::llvm::StringRef> getStateKeysFor(
+        ::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>
+            hyperparameter);
     /// The f64 hyperparameters that may be runtime operands instead.
     static ::llvm::ArrayRef<::llvm::StringRef> getRuntimeHyperparameterKeys();
+    /// The keys of the spec's optimizer object it reads (besides type, lr).
+    static ::llvm::ArrayRef<::mlir::distopt::OptimizerSpecKey> getSpecKeys();
+    static ::llvm::StringRef getSpecType() { return "}] # specType # [{"; }
     /// The compiled value of one of those (its attribute or default).
     double getCompiledHyperparameter(::llvm::StringRef key);
     /// The number of state tensors the hyperparameters call for.
@@ -668,7 +684,7 @@ class DistOpt_OptimizerOp<string mnemonic, dag hyperparameters>
   }];
 }
 
-def DistOpt_SGDUpdateOp : DistOpt_OptimizerOp<"sgd_update", (ins
+def DistOpt_SGDUpdateOp : DistOpt_OptimizerOp<"sgd_update", "sgd", (ins
     DefaultValuedAttr<F64Attr, "0.0">:$momentum,
     DefaultValuedAttr<F64Attr, "0.0">:$dampening,
     DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
@@ -700,7 +716,7 @@ defvar AdamHyperparameters = (ins
     DefaultValuedAttr<F64Attr, "1e-08">:$eps,
     UnitAttr:$amsgrad);
 
-def DistOpt_AdamUpdateOp : DistOpt_OptimizerOp<"adam_update",
+def DistOpt_AdamUpdateOp : DistOpt_OptimizerOp<"adam_update", "adam",
     !con(AdamHyperparameters,
          (ins DefaultValuedAttr<F64Attr, "0.0">:$weight_decay))> {
   let summary = "the update of torch.optim.Adam (L2 weight decay added to the gradient)";
@@ -726,7 +742,7 @@ def DistOpt_AdamUpdateOp : DistOpt_OptimizerOp<"adam_update",
   }];
 }
 
-def DistOpt_AdamWUpdateOp : DistOpt_OptimizerOp<"adamw_update",
+def DistOpt_AdamWUpdateOp : DistOpt_OptimizerOp<"adamw_update", "adamw",
     !con(AdamHyperparameters,
          (ins DefaultValuedAttr<F64Attr, "0.01">:$weight_decay))> {
   let summary = "the update of torch.optim.AdamW (decoupled weight decay)";
@@ -745,7 +761,7 @@ def DistOpt_AdamWUpdateOp : DistOpt_OptimizerOp<"adamw_update",
   }];
 }
 
-def DistOpt_RMSpropUpdateOp : DistOpt_OptimizerOp<"rmsprop_update", (ins
+def DistOpt_RMSpropUpdateOp : DistOpt_OptimizerOp<"rmsprop_update", "rmsprop", (ins
     DefaultValuedAttr<F64Attr, "0.99">:$alpha,
     DefaultValuedAttr<F64Attr, "1e-08">:$eps,
     DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
@@ -773,7 +789,7 @@ def DistOpt_RMSpropUpdateOp : DistOpt_OptimizerOp<"rmsprop_update", (ins
   }];
 }
 
-def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", (ins
+def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", "adagrad", (ins
     DefaultValuedAttr<F64Attr, "0.0">:$lr_decay,
     DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
     DefaultValuedAttr<F64Attr, "1e-10">:$eps,
