@@ -438,15 +438,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         elif len(reducer.bucket_of) != len(self._named):
             raise DistoptError("clip_grad_norm_: some gradients are reduced "
                                "inside step() (PowerSGD): not supported yet")
-        elif reducer.accumulates and self._zero_stage == 1:
-            # ZeRO-1 divides each rank's part by K in the update, after the
-            # reduction: what backward reduced is not yet the mean.
-            raise DistoptError("clip_grad_norm_ under zero-stage=1 with "
-                               "grad_accumulation: not supported yet (use "
-                               "zero-stage=2, or no sharding)")
         elif not reducer.reduced:
             raise DistoptError("clip_grad_norm_ clips the gradients reduced "
                                "by backward(): call it after backward()")
+        elif reducer.accumulates and self._zero_stage == 1:
+            # ZeRO-1 divides each rank's part by K in the update, after the
+            # reduction: what backward reduced is the sum of the
+            # micro-batches' means, K times the mean's norm (and clipping
+            # it scales the mean alike).
+            shards, k = self._update_reads(), self.compiled.grad_accumulation
         else:
             shards, k = self._update_reads(), 1
         if norm_type == float("inf"):

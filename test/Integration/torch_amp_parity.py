@@ -209,12 +209,13 @@ def amp_accumulation():
     under no_sync, opt.clip_grad_norm_ at 1.0, against DDP + AdamW with
     GradScaler's rule by hand on loss / K (poisoned micro-batches skip the
     step on every rank). The clip's norm is summed in f64 over what the
-    update reads (the f32 accumulators at one rank): within 1e-5. At one
-    rank, torch's clip on the model (which holds the last micro-batch
-    only) is refused at step()."""
+    update reads (the f32 accumulators at one rank; under ZeRO-1, whose
+    update divides by K after the reduction, K times the mean): within
+    1e-5. At one rank, torch's clip on the model (which holds the last
+    micro-batch only) is refused at step()."""
     from distopt.torch import GradScaler
     k = 4
-    for pipeline in ("", "zero-stage=2"):
+    for pipeline in ("", "zero-stage=1", "zero-stage=2"):
         reference, ours = net(), net()
         ddp = torch.nn.parallel.DistributedDataParallel(reference)
         theirs = adamw(torch.optim, reference)
