@@ -96,7 +96,32 @@ private:
   /// batch-mb.
   void numberBatches(Block &block);
 
+  // The stages of runOnOperation, in order.
+  /// The averages that may be compressed: of single gradients, and
+  /// reduce-scatters of packed ones.
+  void collectAverages();
+  /// A plan per gradient worth compressing; the step number argument for
+  /// start-iter.
+  LogicalResult planCompressions();
+  /// Every plan's state arguments, inserted in one go (one at a time would
+  /// rewrite the signature once per gradient).
+  void insertStateArguments();
+  /// The averages replaced by PowerSGD's (or left in `uncompressed`).
+  void compressAverages();
+  void compressScatters();
+  /// Each average back in shape where it is first used; batches numbered.
+  void placeReshapes();
+  /// The state's new values as results of the step.
+  LogicalResult addStateResults();
+
   func::FuncOp func;
+  SmallVector<AllReduceOp> averages;
+  SmallVector<ReduceScatterOp> scatters;
+  SmallVector<Plan> plans;
+  DenseMap<Operation *, unsigned> planOf; // all_reduce -> its plan
+  DenseMap<Value, unsigned> planOfPacked; // packed gradient -> its plan
+  /// Averages (and those of packed gradients) left uncompressed.
+  llvm::DenseSet<Operation *> uncompressed;
   /// The step number argument (role step), for start-iter.
   Value stepNumber;
   SmallVector<std::pair<Value, DictionaryAttr>> newResults;
@@ -262,15 +287,43 @@ void PowerSGDPass::runOnOperation() {
   func = getOperation();
   if (func.isExternal())
     return;
+  // This function's plans (a pass instance runs on one function after
+  // another).
+  averages.clear();
+  scatters.clear();
+  plans.clear();
+  planOf.clear();
+  planOfPacked.clear();
+  uncompressed.clear();
   // New batch numbers follow any the step already has.
   nextBatch = 0;
   func.walk([&](PowerSGDAllReduceOp op) {
     if (op.getBatch())
       nextBatch = std::max(nextBatch, static_cast<int64_t>(*op.getBatch()) + 1);
   });
-  // Averages: those of single gradients, and reduce-scatters of packed ones.
-  SmallVector<AllReduceOp> averages;
-  SmallVector<ReduceScatterOp> scatters;
+  collectAverages();
+  if (failed(planCompressions()))
+    return signalPassFailure();
+  insertStateArguments();
+  compressAverages();
+  compressScatters();
+  placeReshapes();
+
+  // What is not worth compressing goes in one plain all_reduce per block.
+  BucketingOptions batch;
+  batch.capBytes = batch.firstCapBytes =
+      std::numeric_limits<double>::infinity();
+  SmallVector<Block *> blocks;
+  func.walk([&](Block *block) { blocks.push_back(block); });
+  for (Block *block : blocks)
+    bucketizeBlock(
+        *block, [&](AllReduceOp op) { return uncompressed.contains(op); },
+        batch);
+  if (failed(addStateResults()))
+    signalPassFailure();
+}
+
+void PowerSGDPass::collectAverages() {
   func.walk([&](Operation *op) {
     if (auto a = dyn_cast<AllReduceOp>(op)) {
       if (a.getReduction() == ReductionKind::Avg &&
@@ -282,12 +335,9 @@ void PowerSGDPass::runOnOperation() {
         scatters.push_back(s);
     }
   });
+}
 
-  // Plan every compression first: the state arguments are inserted in one
-  // go (one at a time would rewrite the signature once per gradient).
-  SmallVector<Plan> plans;
-  DenseMap<Operation *, unsigned> planOf; // all_reduce -> its plan
-  DenseMap<Value, unsigned> planOfPacked; // packed gradient -> its plan
+LogicalResult PowerSGDPass::planCompressions() {
   for (AllReduceOp a : averages)
     if (std::optional<int64_t> r = compressionRank(a.getType())) {
       planOf[a] = plans.size();
@@ -308,19 +358,21 @@ void PowerSGDPass::runOnOperation() {
                       IntegerAttr::get(IntegerType::get(func.getContext(), 64),
                                        seed.getValue()));
   stepNumber = Value();
-  if (startIter > 0 && !plans.empty()) {
-    for (unsigned i = 0; i < func.getNumArguments(); ++i)
-      if (abi::getArgRole(func, i) == abi::kStep &&
-          func.getArgument(i).getType().isInteger(64))
-        stepNumber = func.getArgument(i);
-    if (!stepNumber) {
-      func.emitError() << "--distopt-powersgd: start-iter="
-                       << startIter.getValue()
-                       << " needs the step number: an i64 argument with "
-                          "distopt.role \"step\"";
-      return signalPassFailure();
-    }
-  }
+  if (startIter <= 0 || plans.empty())
+    return success();
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    if (abi::getArgRole(func, i) == abi::kStep &&
+        func.getArgument(i).getType().isInteger(64))
+      stepNumber = func.getArgument(i);
+  if (!stepNumber)
+    return func.emitError()
+           << "--distopt-powersgd: start-iter=" << startIter.getValue()
+           << " needs the step number: an i64 argument with "
+              "distopt.role \"step\"";
+  return success();
+}
+
+void PowerSGDPass::insertStateArguments() {
   SmallVector<Type> argTypes;
   SmallVector<DictionaryAttr> argAttrs;
   unsigned next = func.getNumArguments();
@@ -328,13 +380,14 @@ void PowerSGDPass::runOnOperation() {
     plan.firstArg = next + argTypes.size();
     planState(plan, argTypes, argAttrs);
   }
-  if (!plans.empty()) {
-    SmallVector<unsigned> indices(argTypes.size(), next);
-    SmallVector<Location> locs(argTypes.size(), func.getLoc());
-    (void)func.insertArguments(indices, argTypes, argAttrs, locs);
-  }
+  if (plans.empty())
+    return;
+  SmallVector<unsigned> indices(argTypes.size(), next);
+  SmallVector<Location> locs(argTypes.size(), func.getLoc());
+  (void)func.insertArguments(indices, argTypes, argAttrs, locs);
+}
 
-  llvm::DenseSet<Operation *> uncompressed;
+void PowerSGDPass::compressAverages() {
   for (AllReduceOp a : averages) {
     auto it = planOf.find(a);
     if (it == planOf.end()) {
@@ -346,9 +399,11 @@ void PowerSGDPass::runOnOperation() {
     a.getResult().replaceAllUsesWith(reduced);
     a.erase();
   }
+}
 
-  // A reduce_scatter of packed gradients: every rank reconstructs the
-  // averaged gradients (compressed or batched), then keeps its chunk.
+// A reduce_scatter of packed gradients: every rank reconstructs the
+// averaged gradients (compressed or batched), then keeps its chunk.
+void PowerSGDPass::compressScatters() {
   for (ReduceScatterOp scatter : scatters) {
     auto pack = scatter.getInput().getDefiningOp<BucketPackOp>();
     OpBuilder builder(scatter);
@@ -375,10 +430,12 @@ void PowerSGDPass::runOnOperation() {
     scatter.erase();
     pack.erase();
   }
+}
 
-  // Each average goes back to its shape where it is first used, not right
-  // after its op: the lowering all-reduces the factors of a batch's PowerSGD
-  // ops together, which needs a place after all of them and before any use.
+// Each average goes back to its shape where it is first used, not right
+// after its op: the lowering all-reduces the factors of a batch's PowerSGD
+// ops together, which needs a place after all of them and before any use.
+void PowerSGDPass::placeReshapes() {
   for (tensor::ExpandShapeOp expand : reshaped) {
     Block *block = expand->getBlock();
     Operation *first = nullptr;
@@ -397,20 +454,11 @@ void PowerSGDPass::runOnOperation() {
       numberBatches(*block);
   }
   created.clear();
+}
 
-  // What is not worth compressing goes in one plain all_reduce per block.
-  BucketingOptions batch;
-  batch.capBytes = batch.firstCapBytes =
-      std::numeric_limits<double>::infinity();
-  SmallVector<Block *> blocks;
-  func.walk([&](Block *block) { blocks.push_back(block); });
-  for (Block *block : blocks)
-    bucketizeBlock(
-        *block, [&](AllReduceOp op) { return uncompressed.contains(op); },
-        batch);
-
+LogicalResult PowerSGDPass::addStateResults() {
   if (newResults.empty())
-    return;
+    return success();
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   // Under loss scaling a step with an overflow changes nothing: the
   // compression's state (the error, which would hold the inf, and Q) is
@@ -424,10 +472,12 @@ void PowerSGDPass::runOnOperation() {
           if (isa<OptimizerOpInterface>(kept))
             keeps.insert(check.getResult());
   if (keeps.size() > 1) {
-    func.emitError() << "--distopt-powersgd: the step has " << keeps.size()
-                     << " overflow checks that keep updates; which one keeps "
-                        "the compression's state is ambiguous";
-    return signalPassFailure();
+    newResults.clear();
+    replacedState.clear();
+    return func.emitError()
+           << "--distopt-powersgd: the step has " << keeps.size()
+           << " overflow checks that keep updates; which one keeps "
+              "the compression's state is ambiguous";
   }
   if (!keeps.empty()) {
     OpBuilder builder(ret);
@@ -448,4 +498,5 @@ void PowerSGDPass::runOnOperation() {
   (void)func.insertResults(indices, resultTypes, resultAttrs);
   ret->setOperands(operands);
   newResults.clear();
+  return success();
 }

@@ -310,39 +310,82 @@ static Value flagFromPartials(OpBuilder &b, Location loc, AllFiniteOp check,
   return arith::SelectOp::create(b, loc, ifOp.getResult(0), zero, one);
 }
 
+/// The same op as `scaling`, on one element.
+static Value rescaled(OpBuilder &nb, Location l, Value x,
+                      std::pair<Operation *, Value> scaling) {
+  OperationState state(l, scaling.first->getName());
+  state.addOperands({x, scaling.second});
+  state.addTypes(x.getType());
+  state.addAttributes(scaling.first->getAttrs());
+  return nb.create(state)->getResult(0);
+}
+
 /// clip_grad_norm, as torch.nn.utils.clip_grad_norm_: the p-norm of each
 /// tensor (accumulated in f64, like torch's CPU reductions of f32, then
 /// rounded to f32 as torch stacks them), the p-norm of those norms, and
 /// every gradient times min(1, max_norm / (norm + 1e-6)). With a group the
 /// inputs are shards: the p-th powers (or maxima) are combined across ranks
 /// before the root is taken, so each element counts once.
-void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
-  OpBuilder &b = rewriter;
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(op);
-  Location loc = op.getLoc();
-  Type f64 = b.getF64Type(), f32 = b.getF32Type();
-  double p = op.getNormType().convertToDouble();
-  bool isInf = std::isinf(p);
-  auto cst = [&](double v) {
+class ClipLowering {
+public:
+  ClipLowering(RewriterBase &rewriter, ClipGradNormOp op)
+      : rewriter(rewriter), b(rewriter), op(op), loc(op.getLoc()),
+        f64(b.getF64Type()), f32(b.getF32Type()),
+        p(op.getNormType().convertToDouble()), isInf(std::isinf(p)) {}
+
+  void run() {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op);
+    zero = cst(0.0);
+    pValue = cst(p);
+    invP = cst(1.0 / p);
+    outer = zero;
+    if (ArrayAttr bounds = op.getTensorBoundsAttr()) {
+      addShardedNorms(bounds);
+    } else {
+      for (Value input : op.getInputs()) {
+        NormSource read = source(input);
+        addTensor(partial(read.tensor, read));
+      }
+      if (FlatSymbolRefAttr group = op.getGroupAttr())
+        outer = allReduceScalar(b, loc, outer, group, combine());
+    }
+    Value total =
+        isInf ? outer : Value(math::PowFOp::create(b, loc, outer, invP));
+    Value total32 = arith::TruncFOp::create(b, loc, f32, total);
+    Value clamped = coefficient(total32);
+    SmallVector<Value> results;
+    for (Value input : op.getInputs())
+      results.push_back(scaleAll(b, loc, input, clamped));
+    results.push_back(normResult(total32));
+    rewriter.replaceOp(op, results);
+  }
+
+private:
+  Value cst(double v) {
     return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
-  };
-  Value zero = cst(0.0), pValue = cst(p), invP = cst(1.0 / p);
-  // A per-tensor norm's contribution to the outer sum: |n|^p (or n).
-  auto power = [&](OpBuilder &nb, Location l, Value x) -> Value {
+  }
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  ReductionKind combine() const {
+    return isInf ? ReductionKind::Max : ReductionKind::Sum;
+  }
+
+  /// A per-tensor norm's contribution to the outer sum: |n|^p (or n).
+  Value power(OpBuilder &nb, Location l, Value x) {
     if (p == 2)
       return arith::MulFOp::create(nb, l, x, x);
     return math::PowFOp::create(nb, l, x, pValue);
-  };
-  // An input that distopt.unscale computes is read at its source and
-  // unscaled in the norm's loop, element for element as the unscale
-  // computes it (the reciprocal once, in the scale's type; then times x in
-  // f32 for narrower types, rounded back); so is a shrinking scaling (the
-  // 1/K of gradient accumulation) before it, by the same op: the norm then
-  // reads the reduced gradient, and the unscaled one is computed only
-  // inside the update that reads it (--distopt-fuse-elementwise-producers),
-  // not in a pass of its own.
-  auto source = [&](Value input) -> NormSource {
+  }
+
+  /// An input that distopt.unscale computes is read at its source and
+  /// unscaled in the norm's loop, element for element as the unscale
+  /// computes it (the reciprocal once, in the scale's type; then times x in
+  /// f32 for narrower types, rounded back); so is a shrinking scaling (the
+  /// 1/K of gradient accumulation) before it, by the same op: the norm then
+  /// reads the reduced gradient, and the unscaled one is computed only
+  /// inside the update that reads it (--distopt-fuse-elementwise-producers),
+  /// not in a pass of its own.
+  NormSource source(Value input) {
     NormSource read{input, {}, Value()};
     if (auto unscale = input.getDefiningOp<UnscaleOp>()) {
       Type scaleType = unscale.getScale().getType();
@@ -366,18 +409,10 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       read.tensor = scaling->input;
     }
     return read;
-  };
-  // The same op as `scaling`, on one element.
-  auto rescaled = [](OpBuilder &nb, Location l, Value x,
-                     std::pair<Operation *, Value> scaling) {
-    OperationState state(l, scaling.first->getName());
-    state.addOperands({x, scaling.second});
-    state.addTypes(x.getType());
-    state.addAttributes(scaling.first->getAttrs());
-    return nb.create(state)->getResult(0);
-  };
-  // Sum of |x|^p (or max |x|) over a tensor, in f64.
-  auto partial = [&](Value tensor, const NormSource &read) {
+  }
+
+  /// Sum of |x|^p (or max |x|) over a tensor, in f64.
+  Value partial(Value tensor, const NormSource &read) {
     return reduceAll(
         b, loc, tensor, zero,
         [&](OpBuilder &nb, Location l, Value x, Value acc) {
@@ -398,11 +433,11 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
                                        arith::FastMathFlags::reassoc)
               .getResult();
         });
-  };
-  // One tensor's contribution to the outer sum: its norm, rounded to f32
-  // as torch keeps each tensor's norm, to the p-th power (or the norm).
-  Value outer = zero;
-  auto addTensor = [&](Value inner) {
+  }
+
+  /// One tensor's contribution to the outer sum: its norm, rounded to f32
+  /// as torch keeps each tensor's norm, to the p-th power (or the norm).
+  void addTensor(Value inner) {
     Value norm =
         isInf ? inner : Value(math::PowFOp::create(b, loc, inner, invP));
     Value rounded = arith::TruncFOp::create(b, loc, f32, norm);
@@ -411,14 +446,18 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
         isInf
             ? Value(arith::MaximumFOp::create(b, loc, outer, norm))
             : Value(arith::AddFOp::create(b, loc, outer, power(b, loc, norm)));
-  };
-  ReductionKind combine = isInf ? ReductionKind::Max : ReductionKind::Sum;
-  if (ArrayAttr bounds = op.getTensorBoundsAttr()) {
-    // The overflow check of the same shards (ZeRO with loss scaling) rides
-    // in the same reduction: its flag (1: this rank saw a non-finite
-    // value) is one more element, summed or maximized with the partials,
-    // 0 only if no rank saw one. Only a check before the clip whose users
-    // all come after it: its value is known here, and needed no earlier.
+  }
+
+  /// The inputs are shards of the tensors `bounds` delimits: each tensor's
+  /// part in this rank's chunk [r * S, (r + 1) * S) gives its partial sums,
+  /// combined over the group in one reduction, then each tensor's norm as
+  /// without sharding. The overflow check of the same shards (ZeRO with
+  /// loss scaling) rides in the same reduction: its flag (1: this rank saw
+  /// a non-finite value) is one more element, summed or maximized with the
+  /// partials, 0 only if no rank saw one. Only a check before the clip
+  /// whose users all come after it: its value is known here, and needed no
+  /// earlier.
+  void addShardedNorms(ArrayAttr bounds) {
     SmallVector<NormSource> sources;
     for (Value clipped : op.getInputs())
       sources.push_back(source(clipped));
@@ -433,13 +472,34 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
       flag = arith::SelectOp::create(b, loc,
                                      localAllFinite(b, loc, check.getInputs()),
                                      cst(0.0), cst(1.0));
-    // Each tensor's part in this rank's chunk [r * S, (r + 1) * S): its
-    // partial sums, combined over the group in one reduction, then each
-    // tensor's norm as without sharding.
+    SmallVector<Value> partials = shardPartials(sources, bounds);
+    size_t numPartials = partials.size();
+    if (checkFromNorm)
+      flag = flagFromPartials(b, loc, check, partials, sources);
+    if (flag)
+      partials.push_back(flag);
+    auto type = RankedTensorType::get({(int64_t)partials.size()}, f64);
+    Value all = tensor::FromElementsOp::create(b, loc, type, partials);
+    Value reduced = AllReduceOp::create(
+        b, loc, type, all, op.getGroupAttr(), /*wire_type=*/nullptr,
+        ReductionKindAttr::get(b.getContext(), combine()), /*scale=*/nullptr);
+    for (size_t k = 0; k < numPartials; ++k)
+      addTensor(
+          tensor::ExtractOp::create(b, loc, reduced, ValueRange{index(k)}));
+    if (check) {
+      Value flags = tensor::ExtractOp::create(b, loc, reduced,
+                                              ValueRange{index(numPartials)});
+      rewriter.replaceOp(check, arith::CmpFOp::create(b, loc,
+                                                      arith::CmpFPredicate::OEQ,
+                                                      flags, cst(0.0))
+                                    .getResult());
+    }
+  }
+
+  /// This rank's partial sums: one per tensor part in its chunk.
+  SmallVector<Value> shardPartials(ArrayRef<NormSource> sources,
+                                   ArrayAttr bounds) {
     Value rank = rankOf(b, loc, op, op.getGroupAttr());
-    auto index = [&](int64_t v) {
-      return arith::ConstantIndexOp::create(b, loc, v);
-    };
     SmallVector<Value> partials;
     for (auto [read, attr] : llvm::zip_equal(sources, bounds)) {
       Value input = read.tensor;
@@ -461,60 +521,47 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
         partials.push_back(partial(part, read));
       }
     }
-    size_t numPartials = partials.size();
-    if (checkFromNorm)
-      flag = flagFromPartials(b, loc, check, partials, sources);
-    if (flag)
-      partials.push_back(flag);
-    auto type = RankedTensorType::get({(int64_t)partials.size()}, f64);
-    Value all = tensor::FromElementsOp::create(b, loc, type, partials);
-    Value reduced = AllReduceOp::create(
-        b, loc, type, all, op.getGroupAttr(), /*wire_type=*/nullptr,
-        ReductionKindAttr::get(b.getContext(), combine), /*scale=*/nullptr);
-    for (size_t k = 0; k < numPartials; ++k)
-      addTensor(
-          tensor::ExtractOp::create(b, loc, reduced, ValueRange{index(k)}));
-    if (check) {
-      Value flags = tensor::ExtractOp::create(b, loc, reduced,
-                                              ValueRange{index(numPartials)});
-      rewriter.replaceOp(check, arith::CmpFOp::create(b, loc,
-                                                      arith::CmpFPredicate::OEQ,
-                                                      flags, cst(0.0))
-                                    .getResult());
-    }
-  } else {
-    for (Value input : op.getInputs()) {
-      NormSource read = source(input);
-      addTensor(partial(read.tensor, read));
-    }
-    if (FlatSymbolRefAttr group = op.getGroupAttr())
-      outer = allReduceScalar(b, loc, outer, group, combine);
+    return partials;
   }
-  Value total =
-      isInf ? outer : Value(math::PowFOp::create(b, loc, outer, invP));
-  Value total32 = arith::TruncFOp::create(b, loc, f32, total);
-  // clip_coef = max_norm / (total + 1e-6), clamped to 1, in f32.
-  Value coef = arith::DivFOp::create(
-      b, loc,
-      arith::ConstantOp::create(
-          b, loc, b.getF32FloatAttr(op.getMaxNorm().convertToDouble())),
-      arith::AddFOp::create(
-          b, loc, total32,
-          arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-6))));
-  Value clamped = arith::MinimumFOp::create(
-      b, loc, coef, arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0)));
-  SmallVector<Value> results;
-  for (Value input : op.getInputs())
-    results.push_back(scaleAll(b, loc, input, clamped));
-  Value normResult = total32;
-  Type normType = op.getTotalNorm().getType();
-  if (normType != f32)
-    normResult =
-        cast<FloatType>(normType).getWidth() > 32
-            ? Value(arith::ExtFOp::create(b, loc, normType, total32))
-            : Value(arith::TruncFOp::create(b, loc, normType, total32));
-  results.push_back(normResult);
-  rewriter.replaceOp(op, results);
+
+  /// clip_coef = max_norm / (total + 1e-6), clamped to 1, in f32.
+  Value coefficient(Value total32) {
+    Value coef = arith::DivFOp::create(
+        b, loc,
+        arith::ConstantOp::create(
+            b, loc, b.getF32FloatAttr(op.getMaxNorm().convertToDouble())),
+        arith::AddFOp::create(
+            b, loc, total32,
+            arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1e-6))));
+    return arith::MinimumFOp::create(
+        b, loc, coef,
+        arith::ConstantOp::create(b, loc, b.getF32FloatAttr(1.0)));
+  }
+
+  /// The total norm in the op's result type.
+  Value normResult(Value total32) {
+    Type normType = op.getTotalNorm().getType();
+    if (normType == f32)
+      return total32;
+    if (cast<FloatType>(normType).getWidth() > 32)
+      return arith::ExtFOp::create(b, loc, normType, total32);
+    return arith::TruncFOp::create(b, loc, normType, total32);
+  }
+
+  RewriterBase &rewriter;
+  OpBuilder &b;
+  ClipGradNormOp op;
+  Location loc;
+  Type f64, f32;
+  double p;
+  bool isInf;
+  Value zero, pValue, invP;
+  /// The outer sum of the tensors' norms' p-th powers (or their maximum).
+  Value outer;
+};
+
+void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op) {
+  ClipLowering(rewriter, op).run();
 }
 
 void populateLowerMixedPrecisionPatterns(RewritePatternSet &patterns) {
