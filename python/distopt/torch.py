@@ -109,7 +109,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
                              "class's name in lower case: \"adamw\")")
         defaults = _torch_defaults(recipe)
         self.kind = recipe["type"]
-        self._keeps_step = _keeps_step(recipe)
         groups = _named_groups(params)
         self.comm = comm if comm is not None else _default_comm()
         world = self.comm.Get_size() if self.comm is not None else 1
@@ -145,6 +144,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.library = compile(self.spec, pipeline=_split_pipeline(pipeline),
                                target=target, cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
+        # torch.optim's state has a "step" per parameter (not SGD's).
+        self._keeps_step = _keeps_step(self.kind)
         self.session = Session(self.compiled, comm=self.comm, timeout=timeout,
                                seed=seed, threads=threads)
         self._named = named
