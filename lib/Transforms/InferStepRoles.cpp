@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Transforms/Passes.h"
@@ -34,49 +35,12 @@ using namespace mlir::distopt;
 
 namespace {
 
-/// The argument `value` carries unchanged in meaning: itself, or what it
-/// was reduced, clipped, unscaled, cast, packed into a bucket and unpacked
-/// from (the same slot) from. Null when it comes from anything else.
-BlockArgument sourceArgument(Value value) {
-  while (true) {
-    if (auto arg = dyn_cast<BlockArgument>(value))
-      return arg;
-    Operation *op = value.getDefiningOp();
-    auto result = cast<OpResult>(value);
-    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
-      if (result.getResultNumber() >= clip.getInputs().size())
-        return {};
-      value = clip.getInputs()[result.getResultNumber()];
-    } else if (auto unscale = dyn_cast<UnscaleOp>(op)) {
-      value = unscale.getInput();
-    } else if (isa<arith::ExtFOp, arith::TruncFOp>(op)) {
-      value = op->getOperand(0);
-    } else if (auto collective = dyn_cast<CollectiveOpInterface>(op);
-               collective && collective.reduces() &&
-               collective.getCollectiveKind() == CollectiveKind::AllReduce &&
-               !collective.isAsync()) {
-      value = collective.getInput();
-    } else if (auto unpack = dyn_cast<BucketUnpackOp>(op)) {
-      // The bucket back to its pack, through whole-bucket reductions.
-      Value bucket = unpack.getBucket();
-      while (auto collective = bucket.getDefiningOp<CollectiveOpInterface>()) {
-        if (!collective.reduces() || collective.isAsync() ||
-            collective.getCollectiveKind() != CollectiveKind::AllReduce)
-          return {};
-        bucket = collective.getInput();
-      }
-      auto pack = bucket.getDefiningOp<BucketPackOp>();
-      if (!pack || pack.getInputs().size() != unpack.getResults().size())
-        return {};
-      value = pack.getInputs()[result.getResultNumber()];
-    } else {
-      return {};
-    }
-  }
-}
-
 struct Inference {
+  Inference(func::FuncOp func, const StepStructure &structure)
+      : func(func), structure(structure) {}
+
   func::FuncOp func;
+  const StepStructure &structure;
   // argument -> (role, name), as inferred; kept apart from the attributes
   // so that a conflict can name both claims.
   llvm::DenseMap<unsigned, std::pair<StringRef, std::string>> args;
@@ -139,9 +103,17 @@ struct Inference {
       name = "arg" + std::to_string(index);
       args[index] = {role, name};
     }
-    if (BlockArgument grad = sourceArgument(op.getGrad()))
-      if (failed(claim(op, grad, abi::kGrad, name)))
-        return failure();
+    // The argument its gradient carries unchanged in meaning: reduced,
+    // clipped, unscaled, cast, packed into a bucket and unpacked from the
+    // same slot.
+    using Kind = GradientLink::Kind;
+    const GradientChain &chain = *structure.chainOf(op);
+    if (chain.onlyThrough({Kind::Clip, Kind::Unscale, Kind::Convert,
+                           Kind::Reduction, Kind::Bucket},
+                          {CollectiveKind::AllReduce}))
+      if (BlockArgument grad = chain.source())
+        if (failed(claim(op, grad, abi::kGrad, name)))
+          return failure();
     for (auto [state, key] : llvm::zip(op.getState(), op.getStateKeys()))
       if (auto arg = dyn_cast<BlockArgument>(state))
         if (failed(claim(op, arg, abi::kState, name + "." + key.str())))
@@ -250,8 +222,7 @@ struct Inference {
 struct InferStepRolesPass
     : public distopt::impl::InferStepRolesPassBase<InferStepRolesPass> {
   void runOnOperation() override {
-    Inference inference;
-    inference.func = getOperation();
+    Inference inference(getOperation(), getAnalysis<StepStructure>());
     if (failed(inference.run()))
       signalPassFailure();
   }

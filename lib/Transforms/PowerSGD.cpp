@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Transforms/Bucketing.h"
@@ -465,12 +466,11 @@ LogicalResult PowerSGDPass::addStateResults() {
   // kept as the updates are, by the condition of the step's selects.
   // (A check in the step's own block that keeps an optimizer update.)
   SetVector<Value> keeps;
-  for (auto check : func.getBody().front().getOps<AllFiniteOp>())
-    for (Operation *user : check->getUsers())
-      if (auto select = dyn_cast<arith::SelectOp>(user))
-        if (Operation *kept = select.getTrueValue().getDefiningOp())
-          if (isa<OptimizerOpInterface>(kept))
-            keeps.insert(check.getResult());
+  for (const GradientChain &chain : StepStructure(func).chains())
+    if (Value keep = chain.keep())
+      if (auto check = keep.getDefiningOp<AllFiniteOp>();
+          check && check->getBlock() == &func.getBody().front())
+        keeps.insert(keep);
   if (keeps.size() > 1) {
     newResults.clear();
     replacedState.clear();

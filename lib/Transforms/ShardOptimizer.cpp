@@ -19,6 +19,7 @@
 
 #include "ShardOptimizer.h"
 #include "MeshGroups.h"
+#include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
@@ -134,7 +135,8 @@ struct ShardOptimizerPass
   void runOnOperation() override;
 
 private:
-  FailureOr<Update> analyze(func::FuncOp func, Operation *op);
+  FailureOr<Update> analyze(func::FuncOp func, Operation *op,
+                            const StepStructure &structure);
   LogicalResult checkSpanningOps(MutableArrayRef<Update> updates);
   LogicalResult restoreDominance(func::FuncOp func);
   LogicalResult lookupHybridGroups(func::FuncOp func, int64_t world,
@@ -214,8 +216,8 @@ static std::string unreducedGradient(Value grad) {
          advice;
 }
 
-FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
-                                              Operation *op) {
+FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
+                                              const StepStructure &structure) {
   Update u;
   u.op = op;
   auto fail = [&](const Twine &why) {
@@ -239,8 +241,16 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   u.paramIsMain = role == abi::kMainParam;
   u.name = abi::getArgName(func, u.param.getArgNumber());
 
-  // The gradient: reduced, then possibly converted, unscaled and clipped;
-  // each step on the way has no other use (the reduction's are below).
+  // The gradient: reduced, then possibly divided, converted, unscaled and
+  // clipped, in this order (its chain, nearest the update first); each
+  // step on the way has no other use (the reduction's are below).
+  const GradientChain &chain = *structure.chainOf(op);
+  size_t at = 0;
+  auto next = [&](GradientLink::Kind kind) -> const GradientLink * {
+    if (at < chain.links.size() && chain.links[at].kind == kind)
+      return &chain.links[at++];
+    return nullptr;
+  };
   Value grad = op->getOperand(1);
   // (A division right after the reduction is checked with it.)
   auto onlyLink = [](Value v) {
@@ -249,47 +259,45 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func,
   };
   if (!onlyLink(grad))
     return fail("its gradient has other uses than the update");
-  if (auto clip = grad.getDefiningOp<ClipGradNormOp>()) {
-    if (clip.getGroupAttr())
+  if (const GradientLink *clip = next(GradientLink::Kind::Clip)) {
+    u.clip = cast<ClipGradNormOp>(clip->op);
+    if (u.clip.getGroupAttr())
       return fail("its gradient is clipped over a group already (the "
                   "step is sharded by hand)");
-    u.clip = clip;
-    u.clipIndex = cast<OpResult>(grad).getResultNumber();
-    grad = clip.getInputs()[u.clipIndex];
+    u.clipIndex = clip->index;
+    grad = clip->input;
     if (!onlyLink(grad))
       return fail("the gradient it clips has other uses than the clipping");
   }
-  if (auto unscale = grad.getDefiningOp<UnscaleOp>()) {
+  if (const GradientLink *unscale = next(GradientLink::Kind::Unscale)) {
+    u.unscale = cast<UnscaleOp>(unscale->op);
     // The scale must not depend on what sharding moves.
-    if (!isEntryArg(unscale.getScale()) &&
-        !matchPattern(unscale.getScale(), m_Constant()))
+    if (!isEntryArg(u.unscale.getScale()) &&
+        !matchPattern(u.unscale.getScale(), m_Constant()))
       return fail("its gradient is unscaled by a value that is neither a "
                   "step argument nor a constant");
-    u.unscale = unscale;
-    grad = unscale.getInput();
+    grad = unscale->input;
     if (!onlyLink(grad))
       return fail("the gradient it unscales has other uses");
   }
-  // (A truncation that ends a division done in a wider type is the
-  // division's.)
-  if (isa_and_present<arith::ExtFOp, arith::TruncFOp>(grad.getDefiningOp()) &&
-      !(grad.getDefiningOp<arith::TruncFOp>() && matchConstantDivision(grad))) {
-    u.convert = grad.getDefiningOp();
-    grad = u.convert->getOperand(0);
+  if (const GradientLink *convert = next(GradientLink::Kind::Convert)) {
+    u.convert = convert->op;
+    grad = convert->input;
     if (!onlyLink(grad))
       return fail("the gradient it converts has other uses");
   }
   // A mean over micro-batches: a division by a splat constant, possibly
   // done in a wider type (ExactDivision.h).
-  if (std::optional<ConstantDivision> division = matchConstantDivision(grad)) {
+  if (const GradientLink *division = next(GradientLink::Kind::Division)) {
     u.divide = division->ops.front();
     u.divisionOps.assign(division->ops.begin(), division->ops.end());
     u.divisor = division->divisor;
-    grad = division->dividend;
+    grad = division->input;
     if (!onlyLink(grad))
       return fail("the gradient it divides has other uses");
   }
-  u.reduction = grad.getDefiningOp<AllReduceOp>();
+  if (const GradientLink *reduction = next(GradientLink::Kind::Reduction))
+    u.reduction = dyn_cast<AllReduceOp>(reduction->op);
   if (!u.reduction)
     return fail(unreducedGradient(grad));
   // Shards are laid out over the world's ranks (layouts, checkpoints): a
@@ -521,6 +529,7 @@ void ShardOptimizerPass::runOnOperation() {
 
   SmallVector<Update, 0> updates;
   bool ok = true;
+  StepStructure structure(func);
   for (Operation *op : ops) {
     if (op->getParentOp() != func) {
       op->emitError() << "cannot shard '" << op->getName()
@@ -529,7 +538,7 @@ void ShardOptimizerPass::runOnOperation() {
       ok = false;
       continue;
     }
-    FailureOr<Update> update = analyze(func, op);
+    FailureOr<Update> update = analyze(func, op, structure);
     if (failed(update))
       ok = false;
     else

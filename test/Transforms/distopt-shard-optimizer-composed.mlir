@@ -239,3 +239,36 @@ func.func @blocks(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"}
 ^next:
   return %p1 : tensor<4xf32>
 }
+
+// -----
+
+distopt.process_group @dp size 2
+// The unscaled gradient is read besides the clip: the clip's chunk would
+// not be what the other reader sees.
+func.func @clipped_other_use(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                             %g: tensor<4xf32> {distopt.role = "grad", distopt.name = "p"},
+                             %s: f32, %lr: f32, %t: i64) -> (tensor<4xf32>, tensor<4xf32>) {
+  %r = distopt.all_reduce avg %g on @dp : tensor<4xf32>
+  %u = distopt.unscale %r by %s : tensor<4xf32>, f32
+  %c, %n = distopt.clip_grad_norm %u max_norm 1.0 : tensor<4xf32> -> f32
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': the gradient it clips has other uses than the clipping}}
+  %p1 = distopt.sgd_update %p, %c lr(%lr) step(%t) : tensor<4xf32>, f32
+  return %p1, %u : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+// A conversion between the clip and the update: the chain is reduction,
+// division, conversion, unscale, clip, in this order, or it is not
+// sharded.
+func.func @converted_after_clip(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
+                                %g: tensor<4xbf16> {distopt.role = "grad", distopt.name = "p"},
+                                %lr: f32, %t: i64) -> tensor<4xf32> {
+  %r = distopt.all_reduce avg %g on @dp : tensor<4xbf16>
+  %c, %n = distopt.clip_grad_norm %r max_norm 1.0 : tensor<4xbf16> -> f32
+  %e = arith.extf %c : tensor<4xbf16> to tensor<4xf32>
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from 'distopt.clip_grad_norm'}}
+  %p1 = distopt.sgd_update %p, %e lr(%lr) step(%t) : tensor<4xf32>, f32
+  return %p1 : tensor<4xf32>
+}

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Conversion/Passes.h"
+#include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -25,6 +26,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 namespace mlir::distopt {
@@ -132,9 +134,9 @@ public:
               v = arith::TruncFOp::create(nb, nloc, element, v);
           linalg::YieldOp::create(nb, nloc, results);
         });
+    // (The extension, left without a use, is erased by the pass: a walk
+    // pattern erases only what it matched.)
     b.replaceOp(op, generic.getResults());
-    if (extend && extend->use_empty())
-      b.eraseOp(extend);
   }
 
   RewriterBase &b;
@@ -357,23 +359,12 @@ void lowerAdagrad(RewriterBase &builder, AdagradUpdateOp op) {
 
 /// An update whose every result is kept only under one condition (selected
 /// against the operand it updates) moves under scf.if on it.
-void runUnderCondition(Operation *update) {
-  Value condition;
-  SmallVector<arith::SelectOp> selects;
-  for (OpResult result : update->getResults()) {
-    unsigned k = result.getResultNumber();
-    Value old = update->getOperand(k == 0 ? 0 : 1 + k);
-    auto select = result.hasOneUse()
-                      ? dyn_cast<arith::SelectOp>(*result.user_begin())
-                      : arith::SelectOp();
-    if (!select || select.getTrueValue() != result ||
-        select.getFalseValue() != old ||
-        !select.getCondition().getType().isInteger(1) ||
-        (condition && select.getCondition() != condition))
-      return;
-    condition = select.getCondition();
-    selects.push_back(select);
-  }
+void runUnderCondition(const GradientChain &chain) {
+  Operation *update = chain.update;
+  Value condition = chain.keep();
+  if (!condition)
+    return;
+  SmallVector<arith::SelectOp> selects(chain.selects);
   // The condition must be known where the update is.
   if (Operation *def = condition.getDefiningOp())
     if (def->getBlock() != update->getBlock() || !def->isBeforeInBlock(update))
@@ -439,14 +430,20 @@ struct LowerOptimizersPass
   void runOnOperation() override {
     // Updates kept under a condition move under it first (this rewrites
     // their users, so it is no local rewrite).
-    SmallVector<Operation *> updates;
-    getOperation()->walk(
-        [&](OptimizerOpInterface op) { updates.push_back(op); });
-    for (Operation *op : updates)
-      runUnderCondition(op);
+    StepStructure structure(getOperation());
+    SetVector<Operation *> extensions; // of gradients, read in the loops
+    for (const GradientChain &chain : structure.chains()) {
+      OptimizerOpInterface update = chain.update;
+      if (auto extend = update.getGrad().getDefiningOp<arith::ExtFOp>())
+        extensions.insert(extend);
+      runUnderCondition(chain);
+    }
     RewritePatternSet patterns(&getContext());
     patterns.add<LowerUpdate>(&getContext());
     walkAndApplyPatterns(getOperation(), std::move(patterns));
+    for (Operation *extend : extensions)
+      if (extend->use_empty())
+        extend->erase();
     WalkResult left = getOperation()->walk([](OptimizerOpInterface op) {
       op->emitOpError("has no lowering to loops");
       return WalkResult::interrupt();

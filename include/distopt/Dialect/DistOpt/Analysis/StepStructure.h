@@ -1,0 +1,100 @@
+//===- StepStructure.h - how gradients reach the updates -------*- C++ -*-===//
+//
+// The structure of a step, found once: for every optimizer update, the ops
+// its gradient passes through on its way from the step's gradient argument
+// (reductions, the 1/K division, conversions, the unscale, the clip, the
+// bucket it travelled in), and the condition its results are kept under (an
+// overflow check's arith.select). Passes read it instead of walking use-def
+// chains of their own; a new op on the gradient's path is taught here.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef DISTOPT_DIALECT_DISTOPT_ANALYSIS_STEPSTRUCTURE_H
+#define DISTOPT_DIALECT_DISTOPT_ANALYSIS_STEPSTRUCTURE_H
+
+#include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace mlir::distopt {
+
+/// One op (or group of ops) on a gradient's way to its update.
+struct GradientLink {
+  enum class Kind {
+    /// distopt.clip_grad_norm: the gradient is its result `index`.
+    Clip,
+    /// distopt.unscale.
+    Unscale,
+    /// arith.extf or arith.truncf.
+    Convert,
+    /// A division by a splat constant (ExactDivision.h); `ops` are its ops.
+    Division,
+    /// A synchronous collective that reduces (CollectiveOpInterface).
+    Reduction,
+    /// Result `index` of a distopt.bucket_unpack whose bucket comes from a
+    /// distopt.bucket_pack through synchronous all-reduces only: `ops` are
+    /// those all-reduces, then the pack; the gradient was the pack's input
+    /// `index`.
+    Bucket,
+  };
+  Kind kind;
+  /// The op that yields the gradient at this link (the division's first,
+  /// the bucket's unpack).
+  Operation *op;
+  unsigned index = 0;
+  SmallVector<Operation *, 3> ops;
+  /// The value the link takes: where the chain goes on.
+  Value input;
+  /// A division's divisor.
+  double divisor = 0;
+};
+
+/// The way from a step's gradient to one update.
+struct GradientChain {
+  OptimizerOpInterface update;
+  /// Nearest the update first.
+  SmallVector<GradientLink> links;
+  /// Where the chain starts: the first value no link explains (a step
+  /// argument, or the result of an op not on the list above).
+  Value origin;
+  /// Per result of the update, the arith.select that keeps it only under a
+  /// condition (`select %c, %new, %old` with %old the operand it updates,
+  /// its only use), or null.
+  SmallVector<arith::SelectOp> selects;
+
+  /// The step's argument the gradient starts at, or null.
+  BlockArgument source() const;
+  /// Whether every link is of one of `kinds` (and each reduction, where
+  /// `reductions` is given, of one of those collective kinds).
+  bool onlyThrough(ArrayRef<GradientLink::Kind> kinds,
+                   ArrayRef<CollectiveKind> reductions = {}) const;
+  /// The condition every result is kept under, or null when some result
+  /// is not selected or two are under different conditions.
+  Value keep() const;
+  /// Whether the results' selects use two different conditions.
+  bool keptUnderSeveralConditions() const;
+};
+
+/// Every update's chain in a function (usable as a pass's analysis:
+/// getAnalysis<StepStructure>() on a function).
+class StepStructure {
+public:
+  explicit StepStructure(Operation *function);
+
+  ArrayRef<GradientChain> chains() const { return allChains; }
+  /// The chain of `update`, or null when it is not in the function.
+  const GradientChain *chainOf(Operation *update) const;
+
+  /// The chain from `grad` (an update's gradient operand, or any value on
+  /// such a way) back to where it starts.
+  static void traceGradient(Value grad, GradientChain &chain);
+
+private:
+  SmallVector<GradientChain> allChains;
+  DenseMap<Operation *, unsigned> indexOf;
+};
+
+} // namespace mlir::distopt
+
+#endif // DISTOPT_DIALECT_DISTOPT_ANALYSIS_STEPSTRUCTURE_H
