@@ -14,6 +14,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Alloc.h"
+
 #include "distopt_rt.h"
 
 #include <atomic>
@@ -113,16 +115,45 @@ Cache &cache() {
 
 } // namespace
 
+namespace distopt::rt {
+
+namespace {
+thread_local StepAllocations *recorder = nullptr;
+} // namespace
+
+StepAllocations::StepAllocations() : outer(recorder) { recorder = this; }
+StepAllocations::~StepAllocations() { recorder = outer; }
+StepAllocations *StepAllocations::current() { return recorder; }
+
+void StepAllocations::freeAll() {
+  for (void *block : blocks)
+    cache().release(block);
+  blocks.clear();
+}
+
+} // namespace distopt::rt
+
+using distopt::rt::StepAllocations;
+
+/// A block handed to compiled code, recorded where a step runs.
+static void *handedOut(void *block) {
+  if (StepAllocations *step = StepAllocations::current(); step && block)
+    step->taken(block);
+  return block;
+}
+
 extern "C" DISTOPT_RT_API void *_mlir_memref_to_llvm_alloc(uint64_t size) {
-  return cache().allocate(size, 64);
+  return handedOut(cache().allocate(size, 64));
 }
 
 extern "C" DISTOPT_RT_API void *
 _mlir_memref_to_llvm_aligned_alloc(uint64_t alignment, uint64_t size) {
-  return cache().allocate(size, alignment);
+  return handedOut(cache().allocate(size, alignment));
 }
 
 extern "C" DISTOPT_RT_API void _mlir_memref_to_llvm_free(void *ptr) {
+  if (StepAllocations *step = StepAllocations::current())
+    step->givenBack(ptr);
   cache().release(ptr);
 }
 

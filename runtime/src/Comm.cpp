@@ -219,6 +219,33 @@ distopt_rt_status Communicator::run(const Collective &c) {
   return execute(stamped);
 }
 
+bool Communicator::waitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(queueMutex);
+  return queueChanged.wait_until(lock, deadline,
+                                 [&] { return queue.empty() && !busy; });
+}
+
+static bool waitIdle(distopt_rt_comm *comm,
+                     std::chrono::steady_clock::time_point deadline) {
+  if (!comm || !comm->impl)
+    return true;
+  if (!comm->impl->waitIdle(deadline))
+    return false;
+  std::lock_guard<std::mutex> lock(comm->groupsMutex);
+  for (auto &[name, parts] : comm->groups)
+    for (distopt_rt_comm::Group &group : parts)
+      if (!waitIdle(group.comm.get(), deadline))
+        return false;
+  return true;
+}
+
+bool waitForStartedCollectives(distopt_rt_comm *comm, double seconds) {
+  return waitIdle(
+      comm, std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(seconds)));
+}
+
 std::shared_ptr<Request> Communicator::start(const Collective &c) {
   auto request = std::make_shared<Request>();
   {

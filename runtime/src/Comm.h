@@ -12,6 +12,7 @@
 
 #include "Elements.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -222,6 +223,9 @@ public:
   /// Starts `c` on the worker thread.
   std::shared_ptr<Request> start(const Collective &c);
   static distopt_rt_status wait(const std::shared_ptr<Request> &request);
+  /// Waits until no collective started here is queued or running, or
+  /// `deadline` passes; whether none is.
+  bool waitIdle(std::chrono::steady_clock::time_point deadline);
 
 private:
   distopt_rt_status execute(const Collective &c);
@@ -282,6 +286,13 @@ struct distopt_rt_comm {
   std::mutex groupsMutex;
   std::map<std::string, std::vector<Group>> groups;
 };
+
+namespace distopt::rt {
+/// Waits up to `seconds` until no collective started on `comm` or on one
+/// of its process groups is queued or running (and so may still read or
+/// write its buffers); whether none is.
+bool waitForStartedCollectives(distopt_rt_comm *comm, double seconds);
+} // namespace distopt::rt
 
 struct distopt_rt_request {
   std::shared_ptr<distopt::rt::Request> impl;

@@ -11,6 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Alloc.h"
+#include "Comm.h"
 #include "Cuda.h"
 #include "Step.h"
 #include "Threads.h"
@@ -178,14 +180,24 @@ distopt_rt_status invoke(distopt_session *s, void (*entry)(void **),
 
   if (!s->device)
     useThreads(s->threads);
-  distopt_rt_status status = callStep(entry, p.packed.data(), s->stepComm);
+  distopt_rt_status status;
+  {
+    StepAllocations allocations;
+    status = callStep(entry, p.packed.data(), s->stepComm);
+    // What the step allocated before it failed: its frees were left with
+    // its frames. Once the collectives it started are over (after a
+    // failure the rest fail at once; one still waiting for its peers after
+    // a second keeps the memory allocated). Device memory is not recorded.
+    if (status != DISTOPT_RT_OK &&
+        waitForStartedCollectives(s->stepComm, /*seconds=*/1.0))
+      allocations.freeAll();
+  }
   if (status == DISTOPT_RT_OK && s->device)
     status = distopt_rt_cuda_synchronize();
   if (status != DISTOPT_RT_OK) {
     // A rate refused at the step's start: nothing ran, nothing changed.
     if (distopt_rt_take_rate_refusal())
       return status;
-    // What the step allocated before it failed is lost with its frames.
     s->broken = true;
     return status;
   }

@@ -52,7 +52,7 @@ static int passed, failed, worldRank;
       ++passed;                                                                \
     } else {                                                                   \
       ++failed;                                                                \
-      fprintf(stderr, "rank %d: FAILED %s:%d: %s: ", worldRank, __FILE__,     \
+      fprintf(stderr, "rank %d: FAILED %s:%d: %s: ", worldRank, __FILE__,      \
               __LINE__, #cond);                                                \
       fprintf(stderr, __VA_ARGS__);                                            \
       fprintf(stderr, " [%s]\n", distopt_rt_last_error());                     \
@@ -127,8 +127,8 @@ static float *readAll(distopt_session *session, const distopt_step *step,
 static int runSteps(distopt_session *session, const distopt_step *step,
                     int steps) {
   for (int s = 0; s < steps; ++s) {
-    int64_t salt = distopt_session_steps_done(session) * 3 +
-                   distopt_session_rank(session);
+    int64_t salt =
+        distopt_session_steps_done(session) * 3 + distopt_session_rank(session);
     if (fillTensors(session, step, "grad", salt))
       return 1;
     REQUIRE_OK(distopt_session_run(session));
@@ -290,8 +290,7 @@ static int testComm(const char *path) {
   distopt_session *session = NULL;
   CHECK(distopt_session_create(step, &options, &session) ==
                 DISTOPT_RT_WORLD_SIZE_MISMATCH &&
-            session == NULL &&
-            strstr(distopt_rt_last_error(), "compiled for"),
+            session == NULL && strstr(distopt_rt_last_error(), "compiled for"),
         "a communicator of the wrong size");
 
   MPI_Comm group;
@@ -418,9 +417,9 @@ static int testValues(const char *path) {
   for (int i = 0; i < 4; ++i) {
     distopt_session_options o = options;
     o.timeout_seconds = badTimeout[i];
-    CHECK(refused(distopt_session_create(step, &o, &session),
-                  "timeout_seconds"),
-          "timeout %g", badTimeout[i]);
+    CHECK(
+        refused(distopt_session_create(step, &o, &session), "timeout_seconds"),
+        "timeout %g", badTimeout[i]);
   }
   int64_t badThreads[] = {-1, 1025, INT64_MIN};
   for (int i = 0; i < 3; ++i) {
@@ -443,9 +442,9 @@ static int testValues(const char *path) {
           "set_lr %g", badLr[i]);
   CHECK(refused(distopt_session_set_steps_done(session, -1), "steps done"),
         "negative steps done");
-  CHECK(refused(distopt_session_set_steps_done(session, INT64_MAX),
-                "steps done"),
-        "INT64_MAX steps done");
+  CHECK(
+      refused(distopt_session_set_steps_done(session, INT64_MAX), "steps done"),
+      "INT64_MAX steps done");
 
   /* The accumulation protocol: exactly K - 1 accumulate() before run(). */
   fillGradients(session, step, 0.25f);
@@ -482,8 +481,7 @@ static int testValues(const char *path) {
       REQUIRE_OK(distopt_session_accumulate(session));
   }
   CHECK(distopt_session_run(session) == DISTOPT_RT_OK &&
-            distopt_session_scalar(session, skipped, &value) ==
-                DISTOPT_RT_OK &&
+            distopt_session_scalar(session, skipped, &value) == DISTOPT_RT_OK &&
             value == 0 && distopt_session_steps_done(session) == 1,
         "the step after the skipped one [%s]", distopt_rt_last_error());
 
@@ -570,6 +568,8 @@ static int testMismatch(const char *path, const char *other) {
   char ckpt[256];
   snprintf(ckpt, sizeof ckpt, "%s.mismatch.ckpt", path);
   MPI_Barrier(MPI_COMM_WORLD);
+  uint64_t heldBefore = 0, heldAfter = 0;
+  distopt_rt_memory_stats(&heldBefore, NULL);
   double start = MPI_Wtime();
   distopt_rt_status status;
   const char *what = "run";
@@ -587,7 +587,12 @@ static int testMismatch(const char *path, const char *other) {
     free(out);
   }
   double seconds = MPI_Wtime() - start;
-  /* Every rank's message names both operations. */
+  /* What the step allocated before it failed is freed (its frames, which
+     would have freed it, are gone). */
+  distopt_rt_memory_stats(&heldAfter, NULL);
+  CHECK(heldAfter == heldBefore,
+        "the failed %s left %lld bytes of the step's memory allocated", what,
+        (long long)(heldAfter - heldBefore));
   const char *others = strcmp(other, "save") == 0 ? "of a checkpoint save"
                                                   : "of reading a tensor";
   char me[64];
@@ -611,9 +616,8 @@ static int testMismatch(const char *path, const char *other) {
 
 int main(int argc, char **argv) {
   if (argc != 3 && !(argc == 4 && strcmp(argv[1], "mismatch") == 0)) {
-    fprintf(stderr,
-            "usage: step_test api|comm|dead|values|mpi-init STEP.so\n"
-            "       step_test mismatch STEP.so save|read\n");
+    fprintf(stderr, "usage: step_test api|comm|dead|values|mpi-init STEP.so\n"
+                    "       step_test mismatch STEP.so save|read\n");
     return 2;
   }
   int provided;
