@@ -106,6 +106,19 @@ def _check_value(where, key, value):
     return x
 
 
+def _check_structure(compiled, group, defaults, error, where):
+    """What the step was compiled on (`compiled`, _structure's) must not
+    change: `error` naming the key."""
+    now = _structure(group, defaults)
+    for key, was in compiled.items():
+        if now[key] != was:
+            raise error(
+                f"{where}: '{key}' is {now[key]} (was {was}), but the step "
+                "was compiled for the latter: it decides the state the step "
+                "keeps and the terms it computes; construct "
+                "DistributedOptimizer with the value you need")
+
+
 def _tuple_key(key):
     """The torch group key that holds step key `key` ("beta1": "betas", 0),
     or (key, None)."""
@@ -129,6 +142,14 @@ def _runtime_values(keys, group):
                                f"{len(_TUPLE_KEYS[name])} values")
         out[key] = values[position]
     return out
+
+
+def _group_runtime_keys(step, groups):
+    """Each group's runtime hyperparameters, by the compiled step's keys
+    (its arguments "group<i>.<key>")."""
+    return [[a.name.split(".", 1)[1] for a in step.args
+             if a.role == "hyperparameter" and a.name.startswith(f"group{i}.")]
+            for i in range(groups)]
 
 
 def _group_values(values):

@@ -30,11 +30,11 @@ from .compiler import compile
 from ._reducer import Reducer
 from ._scaler import GradScaler
 from ._state import StateView
-from ._torch_params import (_EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS,
-                            _check_options, _check_value, _clip_arguments,
-                            _default_comm, _glob_literal, _group_values,
-                            _keeps_step, _named_groups, _runtime_values,
-                            _split_pipeline, _structure, _torch_defaults)
+from ._torch_params import (
+    _EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS, _check_options,
+    _check_structure, _check_value, _clip_arguments, _default_comm, _glob_literal, _group_runtime_keys,
+    _group_values, _keeps_step, _named_groups, _runtime_values,
+    _split_pipeline, _structure, _torch_defaults)
 from .errors import DistoptError
 from .step import Session, Step
 
@@ -163,11 +163,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._constructed = True
         self._structure = [_structure(g, self.defaults)
                            for g in self.param_groups]
-        # Each group's runtime hyperparameters, by the step's keys.
-        self._runtime_keys = [
-            [a.name.split(".", 1)[1] for a in self.compiled.args
-             if a.role == "hyperparameter" and a.name.startswith(f"group{i}.")]
-            for i in range(len(self.param_groups))]
+        self._runtime_keys = _group_runtime_keys(self.compiled,
+                                                 len(self.param_groups))
         self._members = [list(g["params"]) for g in self.param_groups]
         self._pushed = {}
         self._push_hyperparameters()
@@ -248,17 +245,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._pushed[(i, key)] = value
 
     def _check_structure(self, index, group, error, where):
-        """What the step was compiled on must not change: `error` naming
-        the key."""
-        now = _structure(group, self.defaults)
-        for key, compiled in self._structure[index].items():
-            if now[key] != compiled:
-                raise error(
-                    f"{where}: '{key}' is {now[key]} (was {compiled}), but "
-                    "the step was compiled for the latter: it decides the "
-                    "state the step keeps and the terms it computes; "
-                    "construct DistributedOptimizer with the value you "
-                    "need")
+        _check_structure(self._structure[index], group, self.defaults, error,
+                         where)
 
     def _pull_hyperparameters(self):
         """The session's hyperparameters (restored from a checkpoint) into
