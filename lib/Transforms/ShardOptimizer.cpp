@@ -135,8 +135,19 @@ struct ShardOptimizerPass
   void runOnOperation() override;
 
 private:
+  /// Every update of `func` that can be sharded, analysed; failure (with
+  /// an error) where one cannot.
+  LogicalResult collectUpdates(func::FuncOp func,
+                               SmallVectorImpl<Update> &updates);
   FailureOr<Update> analyze(func::FuncOp func, Operation *op,
                             const StepStructure &structure);
+  /// The return without the updates' old results, with the shards'.
+  LogicalResult rewriteResults(func::FuncOp func,
+                               MutableArrayRef<Update> updates,
+                               Sharder &sharder);
+  LogicalResult eraseDeadArguments(func::FuncOp func,
+                                   MutableArrayRef<Update> updates,
+                                   unsigned firstNewArg);
   LogicalResult checkSpanningOps(MutableArrayRef<Update> updates);
   LogicalResult restoreDominance(func::FuncOp func);
   LogicalResult lookupHybridGroups(func::FuncOp func, int64_t world,
@@ -497,87 +508,47 @@ LogicalResult ShardOptimizerPass::restoreDominance(func::FuncOp func) {
   return success();
 }
 
+/// Whether two updates shard together: the same optimizer and
+/// hyperparameters, learning rate and step, element types and reduction,
+/// and the same ops on their gradients' way.
+static bool shardTogether(Update &a, Update &b) {
+  auto x = cast<OptimizerOpInterface>(a.op),
+       y = cast<OptimizerOpInterface>(b.op);
+  return x->getName() == y->getName() &&
+         x->getAttrDictionary() == y->getAttrDictionary() &&
+         x->getPropertiesAsAttribute() == y->getPropertiesAsAttribute() &&
+         x.getLr() == y.getLr() && x.getStep() == y.getStep() &&
+         llvm::equal(x.getRuntimeHyperparameters(),
+                     y.getRuntimeHyperparameters()) &&
+         a.paramType().getElementType() == b.paramType().getElementType() &&
+         a.reduction.getType().getElementType() ==
+             b.reduction.getType().getElementType() &&
+         a.paramIsMain == b.paramIsMain && bool(a.convert) == bool(b.convert) &&
+         a.downcasts.size() == b.downcasts.size() &&
+         a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
+         a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&
+         a.reduction.getScaleAttr() == b.reduction.getScaleAttr() &&
+         a.reduction.getWireTypeAttr() == b.reduction.getWireTypeAttr() &&
+         (a.unscale ? a.unscale.getScale() : Value()) ==
+             (b.unscale ? b.unscale.getScale() : Value()) &&
+         a.clip == b.clip && a.finiteCheck == b.finiteCheck &&
+         bool(a.divide) == bool(b.divide) && a.divisor == b.divisor &&
+         a.keep == b.keep;
+}
+
 void ShardOptimizerPass::runOnOperation() {
   func::FuncOp func = getOperation();
   if (func.isExternal())
     return;
-  SmallVector<Operation *> ops;
-  func.walk([&](Operation *op) {
-    if (isUpdate(op))
-      ops.push_back(op);
-  });
-  if (ops.empty())
-    return;
-  // The signature and the return are rewritten in one place.
-  if (!func.getBody().hasOneBlock()) {
-    func.emitError() << "cannot shard: @" << func.getSymName() << " has "
-                     << func.getBody().getBlocks().size()
-                     << " blocks; --distopt-shard-optimizer takes a step of "
-                        "one block";
-    return signalPassFailure();
-  }
-  // One rank holds everything: nothing to shard (and the reductions have
-  // folded away). Say so rather than do nothing silently.
-  auto module = func->getParentOfType<ModuleOp>();
-  auto world = module ? module->getAttrOfType<IntegerAttr>(abi::kWorldSize)
-                      : IntegerAttr();
-  if (world && world.getInt() == 1) {
-    func.emitWarning() << "--distopt-shard-optimizer: the step is compiled "
-                          "for one rank; nothing to shard";
-    return;
-  }
-
   SmallVector<Update, 0> updates;
-  bool ok = true;
-  StepStructure structure(func);
-  for (Operation *op : ops) {
-    if (op->getParentOp() != func) {
-      op->emitError() << "cannot shard '" << op->getName()
-                      << "': it is nested in '" << op->getParentOp()->getName()
-                      << "'";
-      ok = false;
-      continue;
-    }
-    FailureOr<Update> update = analyze(func, op, structure);
-    if (failed(update))
-      ok = false;
-    else
-      updates.push_back(*update);
-  }
-  if (!ok)
+  if (failed(collectUpdates(func, updates)))
     return signalPassFailure();
-
-  // Group like updates: same optimizer and hyperparameters, learning rate
-  // and step, element types and reduction.
-  auto sameGroup = [](Update a, Update b) {
-    auto x = cast<OptimizerOpInterface>(a.op),
-         y = cast<OptimizerOpInterface>(b.op);
-    return x->getName() == y->getName() &&
-           x->getAttrDictionary() == y->getAttrDictionary() &&
-           x->getPropertiesAsAttribute() == y->getPropertiesAsAttribute() &&
-           x.getLr() == y.getLr() && x.getStep() == y.getStep() &&
-           llvm::equal(x.getRuntimeHyperparameters(),
-                       y.getRuntimeHyperparameters()) &&
-           a.paramType().getElementType() == b.paramType().getElementType() &&
-           a.reduction.getType().getElementType() ==
-               b.reduction.getType().getElementType() &&
-           a.paramIsMain == b.paramIsMain &&
-           bool(a.convert) == bool(b.convert) &&
-           a.downcasts.size() == b.downcasts.size() &&
-           a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
-           a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&
-           a.reduction.getScaleAttr() == b.reduction.getScaleAttr() &&
-           a.reduction.getWireTypeAttr() == b.reduction.getWireTypeAttr() &&
-           (a.unscale ? a.unscale.getScale() : Value()) ==
-               (b.unscale ? b.unscale.getScale() : Value()) &&
-           a.clip == b.clip && a.finiteCheck == b.finiteCheck &&
-           bool(a.divide) == bool(b.divide) && a.divisor == b.divisor &&
-           a.keep == b.keep;
-  };
+  if (updates.empty())
+    return;
   SmallVector<SmallVector<Update *>> groups;
   for (Update &u : updates) {
     auto it = llvm::find_if(groups, [&](const SmallVector<Update *> &g) {
-      return sameGroup(*g.front(), u);
+      return shardTogether(*g.front(), u);
     });
     if (it == groups.end())
       groups.push_back({&u});
@@ -602,8 +573,61 @@ void ShardOptimizerPass::runOnOperation() {
   } else {
     sharder.shardGreedy(func, groups);
   }
+  if (failed(rewriteResults(func, updates, sharder)) ||
+      failed(eraseDeadArguments(func, updates, firstNewArg)))
+    return signalPassFailure();
+}
 
-  // The old per-parameter results, and arguments that nothing uses anymore.
+LogicalResult
+ShardOptimizerPass::collectUpdates(func::FuncOp func,
+                                   SmallVectorImpl<Update> &updates) {
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (isUpdate(op))
+      ops.push_back(op);
+  });
+  if (ops.empty())
+    return success();
+  // The signature and the return are rewritten in one place.
+  if (!func.getBody().hasOneBlock())
+    return func.emitError()
+           << "cannot shard: @" << func.getSymName() << " has "
+           << func.getBody().getBlocks().size()
+           << " blocks; --distopt-shard-optimizer takes a step of one block";
+  // One rank holds everything: nothing to shard (and the reductions have
+  // folded away). Say so rather than do nothing silently.
+  auto module = func->getParentOfType<ModuleOp>();
+  auto world = module ? module->getAttrOfType<IntegerAttr>(abi::kWorldSize)
+                      : IntegerAttr();
+  if (world && world.getInt() == 1) {
+    func.emitWarning() << "--distopt-shard-optimizer: the step is compiled "
+                          "for one rank; nothing to shard";
+    return success();
+  }
+  bool ok = true;
+  StepStructure structure(func);
+  for (Operation *op : ops) {
+    if (op->getParentOp() != func) {
+      op->emitError() << "cannot shard '" << op->getName()
+                      << "': it is nested in '" << op->getParentOp()->getName()
+                      << "'";
+      ok = false;
+      continue;
+    }
+    FailureOr<Update> update = analyze(func, op, structure);
+    if (failed(update))
+      ok = false;
+    else
+      updates.push_back(*update);
+  }
+  if (!ok)
+    updates.clear();
+  return success(ok);
+}
+
+LogicalResult ShardOptimizerPass::rewriteResults(
+    func::FuncOp func, MutableArrayRef<Update> updates, Sharder &sharder) {
+  // The old per-parameter results go; the sharded state's are added.
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   llvm::BitVector deadResults(ret.getNumOperands());
   for (Update &u : updates) {
@@ -631,11 +655,17 @@ void ShardOptimizerPass::runOnOperation() {
   for (Operation *op : sharder.toErase)
     op->erase();
   if (failed(restoreDominance(func)))
-    return signalPassFailure();
+    return failure();
   (void)func.eraseResults(deadResults);
   for (Sharder::NewResult &r : sharder.newResults)
     (void)func.insertResult(func.getNumResults(), r.value.getType(), r.attrs);
+  return success();
+}
 
+LogicalResult ShardOptimizerPass::eraseDeadArguments(
+    func::FuncOp func, MutableArrayRef<Update> updates, unsigned firstNewArg) {
+  // The arguments sharding replaced: state, main parameters (and, at stage
+  // 3, the parameters), none of those it added.
   llvm::BitVector deadArgs(func.getNumArguments());
   for (Update &u : updates) {
     for (BlockArgument arg : u.state)
@@ -648,10 +678,9 @@ void ShardOptimizerPass::runOnOperation() {
   for (unsigned i = firstNewArg; i < func.getNumArguments(); ++i)
     deadArgs.reset(i);
   for (unsigned i : deadArgs.set_bits())
-    if (!func.getArgument(i).use_empty()) {
-      func.emitError() << "cannot shard: argument #" << i
-                       << " is still used after sharding";
-      return signalPassFailure();
-    }
+    if (!func.getArgument(i).use_empty())
+      return func.emitError() << "cannot shard: argument #" << i
+                              << " is still used after sharding";
   (void)func.eraseArguments(deadArgs);
+  return success();
 }
