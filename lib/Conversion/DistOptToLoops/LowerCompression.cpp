@@ -432,54 +432,73 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
 /// of those equal to T. Each rank's (value, index) pairs are all-gathered
 /// and added into a dense zero tensor in rank order, so every rank sums in
 /// the same order; E' = A with the sent entries zeroed.
-void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op) {
-  OpBuilder &b = rewriter;
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPoint(op);
-  Location loc = op.getLoc();
-  auto type = cast<RankedTensorType>(op.getGrad().getType());
-  auto element = cast<FloatType>(type.getElementType());
-  unsigned width = element.getWidth();
-  Type bits = b.getIntegerType(width);
-  Type i64 = b.getI64Type();
-  int64_t n = type.getNumElements();
-  int64_t k =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
-                               op.getDensity().convertToDouble() * double(n))));
-  k = std::min(k, n);
-  int64_t ranks = lookupProcessGroup(op, op.getGroupAttr()).getSize();
-  auto index = [&](int64_t v) -> Value {
-    return arith::ConstantIndexOp::create(b, loc, v);
-  };
-  auto intConst = [&](Type t, int64_t v) -> Value {
-    return arith::ConstantOp::create(b, loc, b.getIntegerAttr(t, v));
-  };
+namespace {
 
-  Value a = flatten(
-      b, loc,
-      elementwise(b, loc, op.getGrad(), op.getError(),
-                  [](OpBuilder &nb, Location l, Value x, Value y) {
-                    return arith::AddFOp::create(nb, l, x, y).getResult();
-                  }));
-  auto flatType = cast<RankedTensorType>(a.getType());
-  // |a| as an unsigned integer: the bits order like the magnitudes.
-  auto magType = RankedTensorType::get({n}, bits);
-  AffineMap identity = b.getMultiDimIdentityMap(1);
-  Value magnitude =
-      linalg::GenericOp::create(
-          b, loc, TypeRange{magType}, ValueRange{a},
-          ValueRange{tensor::EmptyOp::create(b, loc, {n}, bits)},
-          SmallVector<AffineMap>{identity, identity},
-          SmallVector<utils::IteratorType>{utils::IteratorType::parallel},
-          [&](OpBuilder &nb, Location l, ValueRange args) {
-            Value abs = math::AbsFOp::create(nb, l, args[0]);
-            linalg::YieldOp::create(
-                nb, l, arith::BitcastOp::create(nb, l, bits, abs).getResult());
-          })
-          .getResult(0);
-  // How many magnitudes satisfy `predicate` against `bound`.
-  auto count = [&](OpBuilder &ob, Location l, Value bound,
-                   arith::CmpIPredicate predicate) -> Value {
+/// lowerTopK's stages, in the order they emit their ops.
+class TopKLowering {
+public:
+  TopKLowering(RewriterBase &rewriter, TopKAllReduceOp op)
+      : rewriter(rewriter), b(rewriter), op(op), loc(op.getLoc()),
+        type(cast<RankedTensorType>(op.getGrad().getType())),
+        element(cast<FloatType>(type.getElementType())),
+        width(element.getWidth()), bits(b.getIntegerType(width)),
+        i64(b.getI64Type()), n(type.getNumElements()),
+        ranks(lookupProcessGroup(op, op.getGroupAttr()).getSize()) {
+    k = std::max<int64_t>(
+        1, static_cast<int64_t>(
+               std::ceil(op.getDensity().convertToDouble() * double(n))));
+    k = std::min(k, n);
+  }
+
+  void run() {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op);
+    a = flatten(
+        b, loc,
+        elementwise(b, loc, op.getGrad(), op.getError(),
+                    [](OpBuilder &nb, Location l, Value x, Value y) {
+                      return arith::AddFOp::create(nb, l, x, y).getResult();
+                    }));
+    flatType = cast<RankedTensorType>(a.getType());
+    magnitude = magnitudes();
+    kValue = intConst(i64, k);
+    Value threshold = searchThreshold();
+    Value equalWanted = arith::SubIOp::create(
+        b, loc, kValue, count(b, loc, threshold, arith::CmpIPredicate::ugt));
+    scf::ForOp selected = select(threshold, equalWanted);
+    Value result = addEveryRanks(selected.getResult(0), selected.getResult(1));
+    rewriter.replaceOp(
+        op, ValueRange{unflatten(b, loc, result, type),
+                       unflatten(b, loc, selected.getResult(2), type)});
+  }
+
+private:
+  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value intConst(Type t, int64_t v) {
+    return arith::ConstantOp::create(b, loc, b.getIntegerAttr(t, v));
+  }
+
+  /// |a| as an unsigned integer: the bits order like the magnitudes.
+  Value magnitudes() {
+    auto magType = RankedTensorType::get({n}, bits);
+    AffineMap identity = b.getMultiDimIdentityMap(1);
+    return linalg::GenericOp::create(
+               b, loc, TypeRange{magType}, ValueRange{a},
+               ValueRange{tensor::EmptyOp::create(b, loc, {n}, bits)},
+               SmallVector<AffineMap>{identity, identity},
+               SmallVector<utils::IteratorType>{utils::IteratorType::parallel},
+               [&](OpBuilder &nb, Location l, ValueRange args) {
+                 Value abs = math::AbsFOp::create(nb, l, args[0]);
+                 linalg::YieldOp::create(
+                     nb, l,
+                     arith::BitcastOp::create(nb, l, bits, abs).getResult());
+               })
+        .getResult(0);
+  }
+
+  /// How many magnitudes satisfy `predicate` against `bound`.
+  Value count(OpBuilder &ob, Location l, Value bound,
+              arith::CmpIPredicate predicate) {
     return reduceAll(
         ob, l, magnitude,
         arith::ConstantOp::create(ob, l, ob.getI64IntegerAttr(0)),
@@ -488,128 +507,153 @@ void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op) {
           Value one = arith::ExtUIOp::create(nb, il, i64, hit);
           return arith::AddIOp::create(nb, il, acc, one).getResult();
         });
-  };
-  Value kValue = intConst(i64, k);
-  // T: the largest bit pattern with at least k magnitudes >= it, from the
-  // top bit below the sign down.
-  auto search = scf::ForOp::create(
-      b, loc, index(0), index(width - 1), index(1),
-      ValueRange{intConst(bits, 0)},
-      [&](OpBuilder &nb, Location l, Value iv, ValueRange iter) {
-        Value shift = arith::SubIOp::create(
-            nb, l,
-            arith::ConstantOp::create(nb, l,
-                                      nb.getIntegerAttr(bits, width - 2)),
-            arith::IndexCastOp::create(nb, l, bits, iv));
-        Value bit = arith::ShLIOp::create(
-            nb, l, arith::ConstantOp::create(nb, l, nb.getIntegerAttr(bits, 1)),
-            shift);
-        Value candidate = arith::OrIOp::create(nb, l, iter[0], bit);
-        Value atLeast = count(nb, l, candidate, arith::CmpIPredicate::uge);
-        Value enough = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge,
-                                             atLeast, kValue);
-        scf::YieldOp::create(nb, l,
-                             ValueRange{arith::SelectOp::create(
-                                 nb, l, enough, candidate, iter[0])});
-      });
-  Value threshold = search.getResult(0);
-  Value equalWanted = arith::SubIOp::create(
-      b, loc, kValue, count(b, loc, threshold, arith::CmpIPredicate::ugt));
+  }
 
-  // One pass in index order: the sent values and indices, and E'.
-  Value values = tensor::EmptyOp::create(b, loc, {k}, element);
-  Value indices = tensor::EmptyOp::create(b, loc, {k}, i64);
-  Value zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(element));
-  auto select = scf::ForOp::create(
-      b, loc, index(0), index(n), index(1),
-      ValueRange{values, indices, a, intConst(i64, 0), intConst(i64, 0)},
-      [&](OpBuilder &nb, Location l, Value iv, ValueRange iter) {
-        Value x = tensor::ExtractOp::create(nb, l, a, iv);
-        Value m = tensor::ExtractOp::create(nb, l, magnitude, iv);
-        Value taken = iter[3], equalTaken = iter[4];
-        Value greater = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::ugt,
+  /// T: the largest bit pattern with at least k magnitudes >= it, from the
+  /// top bit below the sign down.
+  Value searchThreshold() {
+    auto search = scf::ForOp::create(
+        b, loc, index(0), index(width - 1), index(1),
+        ValueRange{intConst(bits, 0)},
+        [&](OpBuilder &nb, Location l, Value iv, ValueRange iter) {
+          Value shift = arith::SubIOp::create(
+              nb, l,
+              arith::ConstantOp::create(nb, l,
+                                        nb.getIntegerAttr(bits, width - 2)),
+              arith::IndexCastOp::create(nb, l, bits, iv));
+          Value bit = arith::ShLIOp::create(
+              nb, l,
+              arith::ConstantOp::create(nb, l, nb.getIntegerAttr(bits, 1)),
+              shift);
+          Value candidate = arith::OrIOp::create(nb, l, iter[0], bit);
+          Value atLeast = count(nb, l, candidate, arith::CmpIPredicate::uge);
+          Value enough = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::sge,
+                                               atLeast, kValue);
+          scf::YieldOp::create(nb, l,
+                               ValueRange{arith::SelectOp::create(
+                                   nb, l, enough, candidate, iter[0])});
+        });
+    return search.getResult(0);
+  }
+
+  /// One pass in index order: the sent values and indices, and E' (the
+  /// results of the loop, in that order).
+  scf::ForOp select(Value threshold, Value equalWanted) {
+    Value values = tensor::EmptyOp::create(b, loc, {k}, element);
+    Value indices = tensor::EmptyOp::create(b, loc, {k}, i64);
+    zero = arith::ConstantOp::create(b, loc, b.getZeroAttr(element));
+    return scf::ForOp::create(
+        b, loc, index(0), index(n), index(1),
+        ValueRange{values, indices, a, intConst(i64, 0), intConst(i64, 0)},
+        [&](OpBuilder &nb, Location l, Value iv, ValueRange iter) {
+          Value x = tensor::ExtractOp::create(nb, l, a, iv);
+          Value m = tensor::ExtractOp::create(nb, l, magnitude, iv);
+          Value taken = iter[3], equalTaken = iter[4];
+          Value greater = arith::CmpIOp::create(
+              nb, l, arith::CmpIPredicate::ugt, m, threshold);
+          Value equal = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq,
                                               m, threshold);
-        Value equal = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::eq, m,
-                                            threshold);
-        Value room = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
-                                           equalTaken, equalWanted);
-        Value takeEqual = arith::AndIOp::create(nb, l, equal, room);
-        Value take = arith::OrIOp::create(nb, l, greater, takeEqual);
-        // Writes always go to a valid slot; a skipped entry rewrites the
-        // slot's current content.
-        Value slot = arith::IndexCastOp::create(
-            nb, l, nb.getIndexType(),
-            arith::MinSIOp::create(
-                nb, l, taken,
-                arith::ConstantOp::create(nb, l, nb.getI64IntegerAttr(k - 1))));
-        Value oldValue = tensor::ExtractOp::create(nb, l, iter[0], slot);
-        Value oldIndex = tensor::ExtractOp::create(nb, l, iter[1], slot);
-        Value i = arith::IndexCastOp::create(nb, l, i64, iv);
-        Value newValues = tensor::InsertOp::create(
-            nb, l, arith::SelectOp::create(nb, l, take, x, oldValue), iter[0],
-            slot);
-        Value newIndices = tensor::InsertOp::create(
-            nb, l, arith::SelectOp::create(nb, l, take, i, oldIndex), iter[1],
-            slot);
-        Value error = tensor::InsertOp::create(
-            nb, l, arith::SelectOp::create(nb, l, take, zero, x), iter[2], iv);
-        Value one = arith::ConstantOp::create(nb, l, nb.getI64IntegerAttr(1));
-        Value none = arith::ConstantOp::create(nb, l, nb.getI64IntegerAttr(0));
-        Value newTaken = arith::AddIOp::create(
-            nb, l, taken, arith::SelectOp::create(nb, l, take, one, none));
-        Value newEqualTaken = arith::AddIOp::create(
-            nb, l, equalTaken,
-            arith::SelectOp::create(nb, l, takeEqual, one, none));
-        scf::YieldOp::create(
-            nb, l,
-            ValueRange{newValues, newIndices, error, newTaken, newEqualTaken});
-      });
-
-  // Every rank's pairs, added into zeros in rank order.
-  FlatSymbolRefAttr group = op.getGroupAttr();
-  auto gather = [&](Value v, Type t) -> Value {
-    return AllGatherOp::create(b, loc, RankedTensorType::get({ranks * k}, t), v,
-                               group, /*wire_type=*/nullptr);
-  };
-  Value allValues = gather(select.getResult(0), element);
-  Value allIndices = gather(select.getResult(1), i64);
-  Value dense =
-      linalg::FillOp::create(
-          b, loc, zero, Value(tensor::EmptyOp::create(b, loc, {n}, element)))
-          .getResult(0);
-  ReductionKind kind = op.getReduction();
-  Value scale;
-  if (kind == ReductionKind::PremulSum)
-    scale = arith::ConstantOp::create(
-        b, loc, FloatAttr::get(element, op.getScale()->convertToDouble()));
-  auto scatter = scf::ForOp::create(
-      b, loc, index(0), index(ranks * k), index(1), ValueRange{dense},
-      [&](OpBuilder &nb, Location l, Value iv, ValueRange iter) {
-        Value v = tensor::ExtractOp::create(nb, l, allValues, iv);
-        if (scale)
-          v = arith::MulFOp::create(nb, l, v, scale);
-        Value at = arith::IndexCastOp::create(
-            nb, l, nb.getIndexType(),
-            tensor::ExtractOp::create(nb, l, allIndices, iv));
-        Value sum = arith::AddFOp::create(
-            nb, l, tensor::ExtractOp::create(nb, l, iter[0], at), v);
-        scf::YieldOp::create(
-            nb, l,
-            ValueRange{tensor::InsertOp::create(nb, l, sum, iter[0], at)});
-      });
-  Value result = scatter.getResult(0);
-  if (kind == ReductionKind::Avg) {
-    Value size = arith::ConstantOp::create(
-        b, loc, FloatAttr::get(element, double(ranks)));
-    result = elementwise(
-        b, loc, result, tensor::SplatOp::create(b, loc, flatType, size),
-        [](OpBuilder &nb, Location l, Value x, Value y) {
-          return arith::DivFOp::create(nb, l, x, y).getResult();
+          Value room = arith::CmpIOp::create(nb, l, arith::CmpIPredicate::slt,
+                                             equalTaken, equalWanted);
+          Value takeEqual = arith::AndIOp::create(nb, l, equal, room);
+          Value take = arith::OrIOp::create(nb, l, greater, takeEqual);
+          // Writes always go to a valid slot; a skipped entry rewrites the
+          // slot's current content.
+          Value slot = arith::IndexCastOp::create(
+              nb, l, nb.getIndexType(),
+              arith::MinSIOp::create(nb, l, taken,
+                                     arith::ConstantOp::create(
+                                         nb, l, nb.getI64IntegerAttr(k - 1))));
+          Value oldValue = tensor::ExtractOp::create(nb, l, iter[0], slot);
+          Value oldIndex = tensor::ExtractOp::create(nb, l, iter[1], slot);
+          Value i = arith::IndexCastOp::create(nb, l, i64, iv);
+          Value newValues = tensor::InsertOp::create(
+              nb, l, arith::SelectOp::create(nb, l, take, x, oldValue), iter[0],
+              slot);
+          Value newIndices = tensor::InsertOp::create(
+              nb, l, arith::SelectOp::create(nb, l, take, i, oldIndex), iter[1],
+              slot);
+          Value error = tensor::InsertOp::create(
+              nb, l, arith::SelectOp::create(nb, l, take, zero, x), iter[2],
+              iv);
+          Value one = arith::ConstantOp::create(nb, l, nb.getI64IntegerAttr(1));
+          Value none =
+              arith::ConstantOp::create(nb, l, nb.getI64IntegerAttr(0));
+          Value newTaken = arith::AddIOp::create(
+              nb, l, taken, arith::SelectOp::create(nb, l, take, one, none));
+          Value newEqualTaken = arith::AddIOp::create(
+              nb, l, equalTaken,
+              arith::SelectOp::create(nb, l, takeEqual, one, none));
+          scf::YieldOp::create(nb, l,
+                               ValueRange{newValues, newIndices, error,
+                                          newTaken, newEqualTaken});
         });
   }
-  rewriter.replaceOp(op,
-                     ValueRange{unflatten(b, loc, result, type),
-                                unflatten(b, loc, select.getResult(2), type)});
+
+  /// Every rank's pairs, added into zeros in rank order, and the mean or
+  /// the scaled sum as the reduction asks.
+  Value addEveryRanks(Value values, Value indices) {
+    FlatSymbolRefAttr group = op.getGroupAttr();
+    auto gather = [&](Value v, Type t) -> Value {
+      return AllGatherOp::create(b, loc, RankedTensorType::get({ranks * k}, t),
+                                 v, group, /*wire_type=*/nullptr);
+    };
+    Value allValues = gather(values, element);
+    Value allIndices = gather(indices, i64);
+    Value dense =
+        linalg::FillOp::create(
+            b, loc, zero, Value(tensor::EmptyOp::create(b, loc, {n}, element)))
+            .getResult(0);
+    ReductionKind kind = op.getReduction();
+    Value scale;
+    if (kind == ReductionKind::PremulSum)
+      scale = arith::ConstantOp::create(
+          b, loc, FloatAttr::get(element, op.getScale()->convertToDouble()));
+    auto scatter = scf::ForOp::create(
+        b, loc, index(0), index(ranks * k), index(1), ValueRange{dense},
+        [&](OpBuilder &nb, Location l, Value iv, ValueRange iter) {
+          Value v = tensor::ExtractOp::create(nb, l, allValues, iv);
+          if (scale)
+            v = arith::MulFOp::create(nb, l, v, scale);
+          Value at = arith::IndexCastOp::create(
+              nb, l, nb.getIndexType(),
+              tensor::ExtractOp::create(nb, l, allIndices, iv));
+          Value sum = arith::AddFOp::create(
+              nb, l, tensor::ExtractOp::create(nb, l, iter[0], at), v);
+          scf::YieldOp::create(
+              nb, l,
+              ValueRange{tensor::InsertOp::create(nb, l, sum, iter[0], at)});
+        });
+    Value result = scatter.getResult(0);
+    if (kind != ReductionKind::Avg)
+      return result;
+    Value size = arith::ConstantOp::create(
+        b, loc, FloatAttr::get(element, double(ranks)));
+    return elementwise(b, loc, result,
+                       tensor::SplatOp::create(b, loc, flatType, size),
+                       [](OpBuilder &nb, Location l, Value x, Value y) {
+                         return arith::DivFOp::create(nb, l, x, y).getResult();
+                       });
+  }
+
+  RewriterBase &rewriter;
+  OpBuilder &b;
+  TopKAllReduceOp op;
+  Location loc;
+  RankedTensorType type;
+  FloatType element;
+  unsigned width;
+  Type bits, i64;
+  int64_t n, k, ranks;
+  /// a = grad + error, flattened; its magnitudes' bits.
+  Value a, magnitude, kValue, zero;
+  RankedTensorType flatType;
+};
+
+} // namespace
+
+void lowerTopK(RewriterBase &rewriter, TopKAllReduceOp op) {
+  TopKLowering(rewriter, op).run();
 }
 
 void populateLowerCompressionPatterns(RewritePatternSet &patterns) {
