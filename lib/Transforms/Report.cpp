@@ -169,8 +169,10 @@ static std::string describeGroup(ProcessGroupOp group) {
   return text;
 }
 
-StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
-  StepReport report;
+/// The signature's share of the report: the world, the parameter count,
+/// the bytes of parameters and state, and the buckets a caller fills.
+static void readSignature(ModuleOp module, func::FuncOp func,
+                          StepReport &report) {
   if (auto world = module->getAttrOfType<IntegerAttr>(abi::kWorldSize))
     report.worldSize = world.getInt();
   if (auto count = module->getAttrOfType<IntegerAttr>(abi::kNumParameters))
@@ -204,7 +206,108 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       report.buckets.push_back({layout.size(), total, bytes, total - elements});
     }
   }
+}
 
+/// A bucket is what a reduction takes (ZeRO packs parameters too, to shard
+/// and gather them: not buckets).
+static void addBucket(BucketPackOp pack, StepReport &report) {
+  bool reduced = llvm::any_of(pack->getUsers(), [](Operation *user) {
+    auto collective = dyn_cast<CollectiveOpInterface>(user);
+    return (collective && collective.reduces()) ||
+           isa<PowerSGDAllReduceOp, TopKAllReduceOp>(user);
+  });
+  if (!reduced)
+    return;
+  int64_t packed, elements = 0;
+  pack.getOffsets(&packed);
+  for (Type type : pack.getInputs().getTypes())
+    elements += cast<RankedTensorType>(type).getNumElements();
+  int64_t total = pack.getBucket().getType().getNumElements();
+  report.buckets.push_back({pack.getInputs().size(), total,
+                            bytesOf(pack.getBucket().getType()),
+                            total - elements});
+}
+
+/// A collective over a group of `n` ranks, by kind and by group.
+static void addCollective(CollectiveOpInterface collective,
+                          ProcessGroupOp group, int64_t n, StepReport &report) {
+  CollectiveKind kind = collective.getCollectiveKind();
+  int64_t payload = collective.getPayloadBytes();
+  CollectiveRow &row = report.collectives[stringifyCollectiveKind(kind)];
+  ++row.count;
+  row.payload += payload;
+  row.sent += collective.getBytesSentPerRank(n);
+  CollectiveRow &groupRow = report.byGroup[describeGroup(group)];
+  ++groupRow.count;
+  groupRow.payload += payload;
+  groupRow.sent += collective.getBytesSentPerRank(n);
+  // Gradient bytes once per reduction, at its first stage; a reduced
+  // chunk gathered back whole (hierarchical) is held whole.
+  bool laterStage = bool(reductionYielding(collective.getInput()));
+  if (collective.reduces() && !laterStage) {
+    report.gradBytes += bytesOf(collective.getYieldedType());
+    report.uncompressed += bytesOf(collective.getFullType());
+    report.compressed += payload;
+  }
+  if (kind == CollectiveKind::AllGather && laterStage)
+    report.gradBytes +=
+        bytesOf(collective.getFullType()) -
+        bytesOf(cast<RankedTensorType>(collective.getInput().getType()));
+}
+
+/// What the lowering of an overflow check or a norm reduces across `n`
+/// ranks: the finite check's i32 vote; the norm's f64 partial sum, or one
+/// per tensor of a sharded norm (tensor_bounds: a begin and an end each),
+/// and then the f64 flag of the overflow check it carries (counted there,
+/// not as a vote).
+static void addVote(Operation *op, int64_t n, CollectiveRow &row) {
+  int64_t bytes = 4;
+  if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+    bytes = 8;
+    if (ArrayAttr bounds = clip.getTensorBoundsAttr()) {
+      bytes = getFusedFiniteCheck(clip) ? 8 : 0;
+      for (Attribute pairs : bounds)
+        bytes += 8 * (cast<DenseI64ArrayAttr>(pairs).size() / 2);
+    }
+  }
+  ++row.count;
+  row.payload += bytes;
+  row.sent += ringBytesSent(CollectiveKind::AllReduce, bytes, n);
+}
+
+/// The compressed reductions: PowerSGD all-reduces its factors P and Q (its
+/// collectives are counted by batch, in analyze); top-K all-gathers k values
+/// and k 32-bit indices from every rank.
+static void addCompressed(Operation *op, int64_t n, CollectiveRow &row,
+                          StepReport &report) {
+  int64_t full, payload;
+  CollectiveKind moves;
+  if (auto powersgd = dyn_cast<PowerSGDAllReduceOp>(op)) {
+    full = bytesOf(powersgd.getGrad().getType());
+    payload =
+        bytesOf(powersgd.getP().getType()) + bytesOf(powersgd.getQ().getType());
+    moves = CollectiveKind::AllReduce;
+  } else {
+    auto topk = cast<TopKAllReduceOp>(op);
+    full = bytesOf(topk.getGrad().getType());
+    int64_t numel = topk.getGrad().getType().getNumElements();
+    int64_t k =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
+                                 topk.getDensity().convertToDouble() * numel)));
+    payload = k * (full / numel + 4) * n;
+    moves = CollectiveKind::AllGather;
+    ++row.count;
+  }
+  row.payload += payload;
+  row.sent += ringBytesSent(moves, payload, n);
+  report.gradBytes += full;
+  report.uncompressed += full;
+  report.compressed += payload;
+}
+
+StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
+  StepReport report;
+  readSignature(module, func, report);
   // Overflow checks that a sharded norm's reduction carries.
   llvm::SmallPtrSet<Operation *, 4> fusedChecks;
   func.walk([&](ClipGradNormOp clip) {
@@ -212,106 +315,23 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       fusedChecks.insert(check);
   });
   func.walk([&](Operation *op) {
-    if (auto pack = dyn_cast<BucketPackOp>(op)) {
-      // A bucket is what a reduction takes (ZeRO packs parameters too, to
-      // shard and gather them: not buckets).
-      bool reduced = llvm::any_of(pack->getUsers(), [](Operation *user) {
-        auto collective = dyn_cast<CollectiveOpInterface>(user);
-        return (collective && collective.reduces()) ||
-               isa<PowerSGDAllReduceOp, TopKAllReduceOp>(user);
-      });
-      if (!reduced)
-        return;
-      int64_t packed, elements = 0;
-      pack.getOffsets(&packed);
-      for (Type type : pack.getInputs().getTypes())
-        elements += cast<RankedTensorType>(type).getNumElements();
-      int64_t total = pack.getBucket().getType().getNumElements();
-      report.buckets.push_back({pack.getInputs().size(), total,
-                                bytesOf(pack.getBucket().getType()),
-                                total - elements});
-      return;
-    }
+    if (auto pack = dyn_cast<BucketPackOp>(op))
+      return addBucket(pack, report);
     if (!communicates(op) || isa<WaitOp>(op))
       return;
     ProcessGroupOp group = lookupProcessGroup(op, getGroupOf(op));
     int64_t n = group ? group.getSize() : 0;
-    if (auto collective = dyn_cast<CollectiveOpInterface>(op)) {
-      CollectiveKind kind = collective.getCollectiveKind();
-      int64_t payload = collective.getPayloadBytes();
-      CollectiveRow &row = report.collectives[stringifyCollectiveKind(kind)];
-      ++row.count;
-      row.payload += payload;
-      row.sent += collective.getBytesSentPerRank(n);
-      CollectiveRow &groupRow = report.byGroup[describeGroup(group)];
-      ++groupRow.count;
-      groupRow.payload += payload;
-      groupRow.sent += collective.getBytesSentPerRank(n);
-      // Gradient bytes once per reduction, at its first stage; a reduced
-      // chunk gathered back whole (hierarchical) is held whole.
-      bool laterStage = bool(reductionYielding(collective.getInput()));
-      if (collective.reduces() && !laterStage) {
-        report.gradBytes += bytesOf(collective.getYieldedType());
-        report.uncompressed += bytesOf(collective.getFullType());
-        report.compressed += payload;
-      }
-      if (kind == CollectiveKind::AllGather && laterStage)
-        report.gradBytes +=
-            bytesOf(collective.getFullType()) -
-            bytesOf(cast<RankedTensorType>(collective.getInput().getType()));
-      return;
-    }
+    if (auto collective = dyn_cast<CollectiveOpInterface>(op))
+      return addCollective(collective, group, n, report);
     if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
-            op))
-      return;
-    if (fusedChecks.contains(op))
+            op) ||
+        fusedChecks.contains(op))
       return;
     CollectiveRow &row = report.collectives[op->getName().stripDialect()];
-    if (isa<AllFiniteOp, ClipGradNormOp>(op)) {
-      // What the lowering reduces across ranks: the finite check's i32 vote;
-      // the norm's f64 partial sum, or one per tensor of a sharded norm
-      // (tensor_bounds: a begin and an end each), and then the f64 flag of
-      // the overflow check it carries (counted there, not as a vote).
-      int64_t bytes = 4;
-      if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
-        bytes = 8;
-        if (ArrayAttr bounds = clip.getTensorBoundsAttr()) {
-          bytes = getFusedFiniteCheck(clip) ? 8 : 0;
-          for (Attribute pairs : bounds)
-            bytes += 8 * (cast<DenseI64ArrayAttr>(pairs).size() / 2);
-        }
-      }
-      ++row.count;
-      row.payload += bytes;
-      row.sent += ringBytesSent(CollectiveKind::AllReduce, bytes, n);
-      return;
-    }
-    // The compressed reductions: PowerSGD all-reduces its factors P and Q
-    // (its collectives are counted by batch, below); top-K all-gathers k
-    // values and k 32-bit indices from every rank.
-    int64_t full, payload;
-    CollectiveKind moves;
-    if (auto powersgd = dyn_cast<PowerSGDAllReduceOp>(op)) {
-      full = bytesOf(powersgd.getGrad().getType());
-      payload = bytesOf(powersgd.getP().getType()) +
-                bytesOf(powersgd.getQ().getType());
-      moves = CollectiveKind::AllReduce;
-    } else {
-      auto topk = cast<TopKAllReduceOp>(op);
-      full = bytesOf(topk.getGrad().getType());
-      int64_t numel = topk.getGrad().getType().getNumElements();
-      int64_t k = std::max<int64_t>(
-          1, static_cast<int64_t>(
-                 std::ceil(topk.getDensity().convertToDouble() * numel)));
-      payload = k * (full / numel + 4) * n;
-      moves = CollectiveKind::AllGather;
-      ++row.count;
-    }
-    row.payload += payload;
-    row.sent += ringBytesSent(moves, payload, n);
-    report.gradBytes += full;
-    report.uncompressed += full;
-    report.compressed += payload;
+    if (isa<AllFiniteOp, ClipGradNormOp>(op))
+      addVote(op, n, row);
+    else
+      addCompressed(op, n, row, report);
   });
   llvm::SetVector<Block *> powerSGDBlocks;
   func.walk([&](PowerSGDAllReduceOp op) {
