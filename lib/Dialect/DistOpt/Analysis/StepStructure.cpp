@@ -59,7 +59,8 @@ static std::optional<GradientLink> linkYielding(Value value) {
   return std::nullopt;
 }
 
-void StepStructure::traceGradient(Value grad, GradientChain &chain) {
+/// The chain from `grad` back to where it starts.
+static void traceGradient(Value grad, GradientChain &chain) {
   while (std::optional<GradientLink> link = linkYielding(grad)) {
     grad = link->input;
     chain.links.push_back(std::move(*link));
@@ -123,16 +124,4 @@ Value GradientChain::keep() const {
     condition = select.getCondition();
   }
   return condition;
-}
-
-bool GradientChain::keptUnderSeveralConditions() const {
-  Value condition;
-  for (arith::SelectOp select : selects) {
-    if (!select)
-      continue;
-    if (condition && select.getCondition() != condition)
-      return true;
-    condition = select.getCondition();
-  }
-  return false;
 }

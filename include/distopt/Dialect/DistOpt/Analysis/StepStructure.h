@@ -72,8 +72,6 @@ struct GradientChain {
   /// The condition every result is kept under, or null when some result
   /// is not selected or two are under different conditions.
   Value keep() const;
-  /// Whether the results' selects use two different conditions.
-  bool keptUnderSeveralConditions() const;
 };
 
 /// Every update's chain in a function (usable as a pass's analysis:
@@ -85,10 +83,6 @@ public:
   ArrayRef<GradientChain> chains() const { return allChains; }
   /// The chain of `update`, or null when it is not in the function.
   const GradientChain *chainOf(Operation *update) const;
-
-  /// The chain from `grad` (an update's gradient operand, or any value on
-  /// such a way) back to where it starts.
-  static void traceGradient(Value grad, GradientChain &chain);
 
 private:
   SmallVector<GradientChain> allChains;
