@@ -72,6 +72,51 @@ void preferTcpSendProtocol() {
 #endif
 }
 
+/// Where MPI started before the runtime could choose (mpi4py imported
+/// first, a C program's MPI_Init) and the ranks span machines: a warning,
+/// once, from rank 0, when OpenMPI's TCP transport still emulates RDMA and
+/// the launch did not choose its flags. Collective over `comm` (the first
+/// communicator the runtime makes, on all of its ranks); under callMutex.
+void warnIfTcpEmulatesRdma(MPI_Comm comm, int rank, int size) {
+#ifdef OPEN_MPI
+  static bool checked = false;
+  if (checked || std::getenv("OMPI_MCA_btl_tcp_flags"))
+    return;
+  checked = true;
+  MPI_Comm local;
+  int localSize = size;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                          &local) != MPI_SUCCESS)
+    return;
+  MPI_Comm_size(local, &localSize);
+  MPI_Comm_free(&local);
+  int provided = 0, index = 0, count = 0;
+  if (rank != 0 || localSize == size ||
+      MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    return;
+  unsigned flags = 0;
+  MPI_T_cvar_handle handle;
+  if (MPI_T_cvar_get_index("btl_tcp_flags", &index) == MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+    if (count == 1)
+      MPI_T_cvar_read(handle, &flags);
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  constexpr unsigned kPut = 2; // OpenMPI's MCA_BTL_FLAGS_PUT
+  if (flags & kPut)
+    std::fprintf(stderr,
+                 "distopt: warning: OpenMPI's TCP transport between these "
+                 "machines emulates RDMA (btl_tcp_flags has 'put'), which "
+                 "halves the rate of collectives run back to back; launch "
+                 "with --mca btl_tcp_flags send,inplace,need-ack,need-csum, "
+                 "or set OMPI_MCA_btl_tcp_flags so before MPI starts "
+                 "(docs/runtime.md)\n");
+#else
+  (void)comm, (void)rank, (void)size;
+#endif
+}
+
 std::string mpiError(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
@@ -146,6 +191,7 @@ public:
       while (sequenceBits < 32 &&
              (int64_t(1) << (sequenceBits + 1 + kStampBits)) <= bound)
         ++sequenceBits;
+      warnIfTcpEmulatesRdma(comm, rank, size);
     }
     for (int r = 0; r < size; ++r)
       if (r != rank && me.bootId[0] && me.startTime &&
