@@ -466,7 +466,8 @@ LogicalResult PowerSGDPass::addStateResults() {
   // kept as the updates are, by the condition of the step's selects.
   // (A check in the step's own block that keeps an optimizer update.)
   SetVector<Value> keeps;
-  for (const GradientChain &chain : StepStructure(func).chains())
+  StepStructure structure(func);
+  for (const GradientChain &chain : structure.chains())
     if (Value keep = chain.keep())
       if (auto check = keep.getDefiningOp<AllFiniteOp>();
           check && check->getBlock() == &func.getBody().front())
