@@ -294,3 +294,11 @@ def end_ddp(init, comm):
     comm.Barrier()
     if comm.Get_rank() == 0 and os.path.exists(init):
         os.unlink(init)
+
+
+def cluster_available():
+    """Whether scripts/cluster can make its emulated nodes here (root and a
+    kernel with network namespaces, veth pairs and bridges)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([os.path.join(root, "scripts", "cluster"), "--check"],
+                          capture_output=True).returncode == 0

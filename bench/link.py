@@ -25,6 +25,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
+from common import cluster_available  # noqa: E402
 
 SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 STREAM_BYTES = 64 << 20
@@ -93,8 +94,7 @@ def main():
     if args.tcp_worker:
         tcp_worker()
         return 0
-    cluster = os.path.join(ROOT, "scripts", "cluster")
-    if subprocess.run([cluster, "--check"], capture_output=True).returncode:
+    if not cluster_available():
         print("link: scripts/cluster cannot make namespaces here (root and "
               "a kernel with veth and bridges are needed)")
         return 1

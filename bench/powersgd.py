@@ -45,9 +45,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from benchdoc import update_section  # noqa: E402
 from powersgd_kernels import arithmetic  # noqa: E402
-from powersgd_link import cluster_available, link_tables  # noqa: E402
+from powersgd_link import link_tables  # noqa: E402
 from common import (backward_step_timing, bytes_sent_per_step, collectives_per_step,  # noqa: E402
-                    compile_and_run, memory_bound, reduce_only_step, report, shaped_module,
+                    cluster_available, compile_and_run, memory_bound, reduce_only_step,
+                    report, shaped_module,
                     spawn_gloo)
 
 WORLD = 2

@@ -32,17 +32,13 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compile_step, reduce_only_step, report, run_timing  # noqa: E402
+from common import (cluster_available, compile_step, reduce_only_step,  # noqa: E402
+                    report, run_timing)
 from hybrid import calibrate, link_bytes_per_s  # noqa: E402
 
 RATES = ("1gbit", "10gbit", "25gbit")
 VARIANTS = {"none": "overlap=false", "1": "overlap=false powersgd-rank=1",
             "4": "overlap=false powersgd-rank=4"}
-
-
-def cluster_available():
-    return subprocess.run([os.path.join(ROOT, "scripts", "cluster"), "--check"],
-                          capture_output=True).returncode == 0
 
 
 def on_link(build, library, rate, steps):

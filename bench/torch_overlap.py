@@ -37,7 +37,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchdoc import update_section  # noqa: E402
-from common import b13_model, ddp_beside, end_ddp  # noqa: E402
+from common import (b13_model, cluster_available, ddp_beside,  # noqa: E402
+                    end_ddp)
 
 
 def worker(model_name, steps, out):
@@ -110,7 +111,7 @@ def main():
         worker(args.worker[0], args.steps, args.worker[1])
         return 0
     cluster = os.path.join(ROOT, "scripts", "cluster")
-    if subprocess.run([cluster, "--check"], capture_output=True).returncode:
+    if not cluster_available():
         print("torch_overlap: scripts/cluster cannot make namespaces here "
               "(root and a kernel with veth and bridges are needed)")
         return 1
