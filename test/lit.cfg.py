@@ -53,6 +53,14 @@ if mpirun:
 
 import subprocess
 
+# LeakSanitizer's runtime, preloaded into a program built without it: the
+# leak checks of failed steps (test/Runtime/step-failure-leaks.test).
+lsan = subprocess.run(["cc", "-print-file-name=liblsan.so"], capture_output=True,
+                      text=True).stdout.strip() if shutil.which("cc") else ""
+if os.path.isabs(lsan) and os.path.exists(lsan):
+    config.available_features.add("lsan")
+    config.substitutions.append(("%lsan", os.path.realpath(lsan)))
+
 # scripts/cluster (emulated nodes: network namespaces, veth, a bridge)
 # needs root and a kernel that allows them; its tests are skipped elsewhere.
 cluster = os.path.join(config.distopt_src_root, "scripts", "cluster")

@@ -19,6 +19,7 @@
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/SCFToGPU/SCFToGPUPass.h"
 #include "mlir/Conversion/SCFToOpenMP/SCFToOpenMP.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -174,6 +175,7 @@ void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
       AnnotateVectorWidthPassOptions{elementwiseVectorBits}));
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createReturnStatusPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   FinalizeMemRefToLLVMConversionPassOptions memrefToLLVM;
@@ -187,6 +189,7 @@ void mlir::distopt::buildLoopsToLLVMPipeline(OpPassManager &pm,
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createConvertControlFlowToLLVMPass());
   pm.addPass(createConvertOpenMPToLLVMPass());
+  pm.addPass(createUBToLLVMConversionPass()); // a failed step's results
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
@@ -231,6 +234,7 @@ void mlir::distopt::buildDistOptLowerToGPUPipeline(
   device.addPass(createReconcileUnrealizedCastsPass());
 
   pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createReturnStatusPass());
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createGpuToLLVMConversionPass());
@@ -240,6 +244,7 @@ void mlir::distopt::buildDistOptLowerToGPUPipeline(
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createUBToLLVMConversionPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
   GpuModuleToBinaryPassOptions binary;
   binary.compilationTarget = options.format;

@@ -238,16 +238,11 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_group(int64_t world_size,
  * process's default world); null restores the default. The host keeps
  * `comm` alive while it is bound. */
 DISTOPT_RT_API void distopt_rt_bind_world(distopt_rt_comm *comm);
-/* For compiled steps: reports the last error of this thread on stderr and
- * ends the run (MPI_Abort when MPI is up, so no rank is left waiting) --
- * unless a host set a fatal handler on this thread, which is called instead
- * and must not return (the host step library unwinds to its caller). */
+/* For compiled code that cannot return a status (a step called from other
+ * MLIR code, as under mlir-runner; an entry point returns it instead, see
+ * --distopt-return-status): reports the last error of this thread on stderr
+ * and ends the run (MPI_Abort when MPI is up, so no rank is left waiting). */
 DISTOPT_RT_API void distopt_rt_fatal(distopt_rt_status status);
-typedef void (*distopt_rt_fatal_handler)(distopt_rt_status status,
-                                         void *context);
-/* Sets (or, with null, clears) this thread's fatal handler. */
-DISTOPT_RT_API void
-distopt_rt_set_fatal_handler(distopt_rt_fatal_handler handler, void *context);
 /* For compiled steps, at their start: INVALID_ARGUMENT, naming parameter
  * group `group` (-1: the optimizer's defaults) and the rate, when `rate` is
  * not finite and non-negative (a rate times lr_scale times a schedule's

@@ -1,7 +1,7 @@
 //===- Alloc.h - the blocks a compiled step holds --------------*- C++ -*-===//
 //
 // Compiled steps allocate through the runtime (Alloc.cpp). A step that
-// fails part way leaves through the session's fatal handler, past the
+// fails part way returns the failed call's status from there, past the
 // frees it would have reached; the session records what the step takes so
 // that it can free it then.
 //

@@ -127,8 +127,6 @@ Collective make(Collective::Kind kind, const void *send, void *recv,
 
 /// What the host bound with distopt_rt_bind_world, on this thread.
 thread_local distopt_rt_comm *boundWorld = nullptr;
-thread_local distopt_rt_fatal_handler fatalHandler = nullptr;
-thread_local void *fatalContext = nullptr;
 /// distopt_rt_check_rate failed on this thread (before the step did
 /// anything).
 thread_local bool rateRefused = false;
@@ -434,12 +432,6 @@ distopt_rt_status distopt_rt_group(int64_t worldSize, int64_t groupSize,
 
 void distopt_rt_bind_world(distopt_rt_comm *comm) { boundWorld = comm; }
 
-void distopt_rt_set_fatal_handler(distopt_rt_fatal_handler handler,
-                                  void *context) {
-  fatalHandler = handler;
-  fatalContext = context;
-}
-
 distopt_rt_status distopt_rt_world(int64_t expectedSize,
                                    distopt_rt_comm **comm) {
   static std::mutex mutex;
@@ -478,8 +470,6 @@ distopt_rt_status distopt_rt_world(int64_t expectedSize,
 }
 
 void distopt_rt_fatal(distopt_rt_status status) {
-  if (fatalHandler)
-    fatalHandler(status, fatalContext); // does not return
   std::fprintf(stderr, "distopt: fatal error (status %d): %s\n",
                static_cast<int>(status), lastError().c_str());
   std::fflush(stderr);

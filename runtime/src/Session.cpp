@@ -6,8 +6,8 @@
 // result back into the buffer of the argument it updates, so that views
 // the caller holds stay valid from step to step. A failure inside the step
 // (a collective that timed out, a dead peer) is not the end of the
-// process: the runtime's fatal handler unwinds to the session, which
-// returns the status.
+// process: the step returns the failed call's status to the session,
+// which frees what the step held and returns it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
-#include <csetjmp>
 #include <cstring>
 #include <set>
 

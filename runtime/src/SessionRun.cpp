@@ -2,8 +2,9 @@
 //
 // A call of a compiled step: its arguments packed as the packed entry point
 // takes them (memref descriptors of the session's buffers, the scalars as
-// their types hold them), the call with the runtime's fatal errors unwinding
-// back here, and each result the step returns put into the buffer of the
+// their types hold them), the call, which returns the status of a runtime
+// call that failed (the session then frees what the step still held), and
+// each result the step returns put into the buffer of the
 // argument it updates, so that views the caller holds stay valid. A split
 // step (--distopt-split-step) has entry points besides the whole step: its
 // gradient reductions, which a driver may start on the session's
@@ -19,7 +20,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csetjmp>
 #include <cstring>
 #include <set>
 
@@ -65,31 +65,14 @@ double scalarValue(const step::DType &dtype, const void *p) {
   return value;
 }
 
-/// How the runtime's fatal handler reaches back into the call.
-struct Unwind {
-  std::jmp_buf jump;
-  distopt_rt_status status = DISTOPT_RT_OK;
-};
-
-void unwindToSession(distopt_rt_status status, void *context) {
-  auto *unwind = static_cast<Unwind *>(context);
-  unwind->status = status;
-  std::longjmp(unwind->jump, 1);
-}
-
-/// Calls the entry point with the runtime's fatal errors unwinding to here;
-/// kept out of line so that nothing of the caller's frame is live across
-/// the jump.
-[[gnu::noinline]] distopt_rt_status
-callStep(void (*entry)(void **), void **args, distopt_rt_comm *world) {
-  Unwind unwind;
+/// Calls the entry point on `world`: the status it returns is the first
+/// runtime call's that failed (docs/step-abi.md).
+distopt_rt_status callStep(PackedEntry entry, void **args,
+                           distopt_rt_comm *world) {
   distopt_rt_bind_world(world);
-  distopt_rt_set_fatal_handler(unwindToSession, &unwind);
-  if (setjmp(unwind.jump) == 0)
-    entry(args);
-  distopt_rt_set_fatal_handler(nullptr, nullptr);
+  auto status = static_cast<distopt_rt_status>(entry(args));
   distopt_rt_bind_world(nullptr);
-  return unwind.status;
+  return status;
 }
 
 /// The storage one call packs its arguments in.
@@ -164,7 +147,7 @@ void packArgument(const distopt_session *s, size_t i, int64_t stepNumber,
 /// updates, each scalar into `scalars` (and scalar state into the
 /// session's), and what the call allocated freed, once (a bucket's results
 /// are views of one allocation). A failure marks the session broken.
-distopt_rt_status invoke(distopt_session *s, void (*entry)(void **),
+distopt_rt_status invoke(distopt_session *s, PackedEntry entry,
                          const std::vector<step::Value> &results,
                          int64_t stepNumber, std::vector<double> *scalars) {
   const step::Interface &abi = s->step->abi;
@@ -184,8 +167,8 @@ distopt_rt_status invoke(distopt_session *s, void (*entry)(void **),
   {
     StepAllocations allocations;
     status = callStep(entry, p.packed.data(), s->stepComm);
-    // What the step allocated before it failed: its frees were left with
-    // its frames. Once the collectives it started are over (after a
+    // What the step allocated before it failed: it returned from the failed
+    // call, past its frees. Once the collectives it started are over (after a
     // failure the rest fail at once; one still waiting for its peers after
     // a second keeps the memory allocated). Device memory is not recorded.
     if (status != DISTOPT_RT_OK &&
@@ -312,7 +295,7 @@ void endStep(distopt_session *s) {
 }
 
 /// A whole step through `entry`, whose results are the step's.
-distopt_rt_status runStep(distopt_session *s, void (*entry)(void **),
+distopt_rt_status runStep(distopt_session *s, PackedEntry entry,
                           const std::vector<step::Value> &results) {
   int64_t stepNumber = 0;
   if (distopt_rt_status status = beginStep(s, stepNumber);

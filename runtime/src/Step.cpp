@@ -114,7 +114,7 @@ distopt_rt_status distopt_step_open(const char *path, distopt_step **out) {
     return fail(DISTOPT_RT_INVALID_ARGUMENT,
                 std::string("cannot load ") + path + ": " + dlerror());
   auto entry =
-      reinterpret_cast<void (*)(void **)>(dlsym(handle, "distopt_step_packed"));
+      reinterpret_cast<PackedEntry>(dlsym(handle, "distopt_step_packed"));
   auto *text = static_cast<const char *>(dlsym(handle, "distopt_step_abi"));
   if (!entry || !text) {
     dlclose(handle);
@@ -130,7 +130,7 @@ distopt_rt_status distopt_step_open(const char *path, distopt_step **out) {
   }
   auto step = std::make_unique<distopt_step>();
   for (const step::Entry &e : abi->entries) {
-    auto point = reinterpret_cast<void (*)(void **)>(
+    auto point = reinterpret_cast<PackedEntry>(
         dlsym(handle, ("distopt_step_packed_" + e.name).c_str()));
     if (!point) {
       dlclose(handle);

@@ -127,6 +127,10 @@ private:
   std::thread worker;
 };
 
+/// A packed entry point (distopt_step_packed): returns 0, or the status of
+/// the runtime call that failed.
+using PackedEntry = int32_t (*)(void **);
+
 } // namespace distopt::rt
 
 struct distopt_session_buffers {
@@ -135,10 +139,10 @@ struct distopt_session_buffers {
 
 struct distopt_step {
   void *handle = nullptr;
-  void (*entry)(void **) = nullptr; // distopt_step_packed
+  distopt::rt::PackedEntry entry = nullptr; // distopt_step_packed
   /// A split step's entry points, as abi.entries lists them
   /// (distopt_step_packed_<name>).
-  std::vector<void (*)(void **)> entries;
+  std::vector<distopt::rt::PackedEntry> entries;
   std::string json;
   distopt::step::Interface abi;
   std::vector<distopt::rt::LogicalTensor> tensors;

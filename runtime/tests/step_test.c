@@ -46,6 +46,9 @@
 
 static int passed, failed, worldRank;
 
+/* LeakSanitizer's check, where liblsan is preloaded; null otherwise. */
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
 #define CHECK(cond, ...)                                                       \
   do {                                                                         \
     if (cond) {                                                                \
@@ -593,6 +596,11 @@ static int testMismatch(const char *path, const char *other) {
   CHECK(heldAfter == heldBefore,
         "the failed %s left %lld bytes of the step's memory allocated", what,
         (long long)(heldAfter - heldBefore));
+  /* The same, as LeakSanitizer sees it where it is preloaded
+     (step-failure-leaks.test): no block is unreachable. */
+  if (__lsan_do_recoverable_leak_check)
+    CHECK(__lsan_do_recoverable_leak_check() == 0,
+          "LeakSanitizer found blocks the failed %s lost", what);
   const char *others = strcmp(other, "save") == 0 ? "of a checkpoint save"
                                                   : "of reading a tensor";
   char me[64];

@@ -30,7 +30,7 @@ class CompiledStep:
         self.abi = json.loads(text)
         self.entry = self.lib.distopt_step_packed
         self.entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        self.entry.restype = None
+        self.entry.restype = ctypes.c_int32
         self.free = runtime._mlir_memref_to_llvm_free
         self.free.argtypes = [ctypes.c_void_p]
 
@@ -80,7 +80,12 @@ class CompiledStep:
         storage = (ctypes.c_int64 * words)()
         storage_pointer = ctypes.c_void_p(ctypes.addressof(storage))
         packed[0] = ctypes.addressof(storage_pointer)
-        self.entry(packed)
+        status = self.entry(packed)
+        if status != 0:
+            error = self.runtime.distopt_rt_last_error
+            error.restype = ctypes.c_char_p
+            raise RuntimeError(f"the step failed with status {status}: "
+                               f"{error().decode()}")
         out, word, owned = [], 0, set()
         for r in results:
             if r.get("in_place_arg", -1) >= 0:

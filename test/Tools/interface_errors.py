@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 VALID = {
-    "version": 1, "device": "cpu", "world_size": 4, "lr": 0.001, "model": "m",
+    "version": 2, "device": "cpu", "world_size": 4, "lr": 0.001, "model": "m",
     "seed": 7,
     "args": [
         {"role": "param", "name": "w", "dtype": "f32", "shape": [4, 4]},
@@ -100,7 +100,7 @@ def main():
         doc = copy.deepcopy(VALID)
         edit(doc)
         cases.append((label, doc, expect))
-    case("version 2", "version", lambda d: d.update(version=2))
+    case("version 1 (entry points without a status)", "version", lambda d: d.update(version=1))
     case("world size 0", "world_size", lambda d: d.update(world_size=0))
     case("world size 2^40", "world_size", lambda d: d.update(world_size=2 ** 40))
     case("negative lr", "lr", lambda d: d.update(lr=-1))

@@ -6,14 +6,16 @@
 // Lowers @step with distopt-lower-to-cpu, translates it to LLVM IR, optimises
 // it for this machine's CPU (O3) and emits an object file, or links a shared
 // library with lld, all in this process. The output exports
-//   void distopt_step_packed(void **args)  - calls the step: args[0] points to
-//       the storage of the results it returns, args[1 + i] to argument i (a
-//       memref descriptor, or a scalar). Results updated in their argument's
-//       buffer are not returned (in_place_arg in the interface);
+//   int32_t distopt_step_packed(void **args) - calls the step: args[0]
+//       points to the storage of the results it returns, args[1 + i] to
+//       argument i (a memref descriptor, or a scalar); returns 0, or the
+//       distopt_rt_status of the runtime call that failed. Results updated
+//       in their argument's buffer are not returned (in_place_arg in the
+//       interface);
 //   const char distopt_step_abi[]          - the step's interface as JSON:
 //       each argument's and result's role, name, dtype, shape and sharded
 //       layout (docs/step-abi.md), and the world size;
-//   void distopt_step_packed_<name>(void **args) - for a split step
+//   int32_t distopt_step_packed_<name>(void **args) - for a split step
 //       (--distopt-split-step), each entry point @step_<name> the same way.
 // distopt-run loads it and runs it on N ranks.
 //
@@ -22,6 +24,7 @@
 #include "DescribeStep.h"
 #include "TestPasses.h"
 #include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
+#include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 #include "distopt/Pipelines/Pipelines.h"
@@ -135,19 +138,22 @@ static cl::opt<unsigned> elementwiseVectorBits(
     cl::init(mlir::distopt::kDefaultElementwiseVectorBits),
     cl::cat(compileCategory));
 
-/// Adds `packedName(void **args)`, which loads each parameter of the C
-/// interface wrapper of `function` from args[i] and calls it.
+/// Adds `int32_t packedName(void **args)`, which loads each parameter of
+/// the C interface wrapper of `function` from args[i], calls it, and
+/// returns the status the function returns last (`returnsStatus`,
+/// --distopt-return-status), or 0 for a step that makes no runtime call.
 static LogicalResult addPackedEntry(llvm::Module &module, StringRef function,
-                                    StringRef packedName,
-                                    unsigned numStepArgs) {
+                                    StringRef packedName, unsigned numStepArgs,
+                                    bool returnsStatus) {
   llvm::Function *ciface =
       module.getFunction(("_mlir_ciface_" + function).str());
-  if (!ciface)
+  llvm::Function *callee = module.getFunction(function);
+  if (!ciface || !callee)
     return failure();
   llvm::LLVMContext &context = module.getContext();
   auto *ptr = llvm::PointerType::get(context, 0);
-  auto *type =
-      llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr}, false);
+  auto *i32 = llvm::Type::getInt32Ty(context);
+  auto *type = llvm::FunctionType::get(i32, {ptr}, false);
   auto *packed = llvm::Function::Create(
       type, llvm::GlobalValue::ExternalLinkage, packedName, module);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(context, "entry", packed));
@@ -158,23 +164,51 @@ static LogicalResult addPackedEntry(llvm::Module &module, StringRef function,
   };
   // The C interface takes a pointer to the results' storage first when the
   // step returns several values, returns a single scalar by value, and
-  // takes only the arguments when every result was updated in place. The
-  // packed entry always leaves what is returned in args[0]'s storage.
+  // takes only the arguments when it returns nothing. The packed entry
+  // leaves the step's own results in args[0]'s storage, laid out as the
+  // struct of them (a prefix of the struct with the status).
   bool byValue = !ciface->getReturnType()->isVoidTy();
-  if (ciface->arg_size() != numStepArgs &&
-      (byValue || ciface->arg_size() != numStepArgs + 1))
+  bool byPointer = ciface->arg_size() == numStepArgs + 1 && !byValue;
+  if (ciface->arg_size() != numStepArgs && !byPointer)
     return failure();
-  unsigned first = ciface->arg_size() == numStepArgs ? 1 : 0;
+  llvm::Value *storage =
+      b.CreateLoad(ptr, b.CreateLoad(ptr, packed->getArg(0)));
+  auto *all = dyn_cast<llvm::StructType>(callee->getReturnType());
+  llvm::Value *results = storage;
+  if (byPointer && returnsStatus) {
+    if (!all || all->getNumElements() < 2)
+      return failure();
+    results = b.CreateAlloca(all);
+  }
   llvm::SmallVector<llvm::Value *> args;
-  for (auto [i, param] : llvm::enumerate(ciface->args()))
-    args.push_back(load(param.getType(), first + i));
+  if (byPointer)
+    args.push_back(results);
+  // Argument k of the step is args[1 + k].
+  unsigned first = byPointer ? 1 : 0;
+  for (unsigned i = first; i < ciface->arg_size(); ++i)
+    args.push_back(load(ciface->getArg(i)->getType(), 1 + i - first));
   llvm::Value *returned = b.CreateCall(ciface, args);
-  // args[0] holds a pointer to the storage, as args[1 + i] holds a pointer
-  // to argument i.
-  if (byValue)
-    b.CreateStore(returned,
-                  b.CreateLoad(ptr, b.CreateLoad(ptr, packed->getArg(0))));
-  b.CreateRetVoid();
+  if (!returnsStatus) {
+    if (byValue)
+      b.CreateStore(returned, storage);
+    b.CreateRet(b.getInt32(0));
+    return success();
+  }
+  if (byValue) { // the status alone: every result was updated in place
+    if (returned->getType() != i32)
+      return failure();
+    b.CreateRet(returned);
+    return success();
+  }
+  unsigned last = all->getNumElements() - 1;
+  if (all->getElementType(last) != i32)
+    return failure();
+  auto *own = llvm::StructType::get(context, all->elements().drop_back());
+  for (unsigned k = 0; k < last; ++k)
+    b.CreateStore(b.CreateLoad(all->getElementType(k),
+                               b.CreateStructGEP(all, results, k)),
+                  b.CreateStructGEP(own, storage, k));
+  b.CreateRet(b.CreateLoad(i32, b.CreateStructGEP(all, results, last)));
   return success();
 }
 
@@ -281,7 +315,8 @@ static OwningOpRef<ModuleOp> loadStep(MLIRContext &context,
 /// buffers. Returns the interface as JSON.
 static FailureOr<std::string>
 lowerStep(ModuleOp module, si::Interface abiInfo,
-          const mlir::distopt::DistOptLowerToGPUOptions *gpu) {
+          const mlir::distopt::DistOptLowerToGPUOptions *gpu,
+          llvm::StringSet<> &returnsStatus) {
   PassManager pm(module.getContext());
   if (!lowering.empty()) {
     // Anchored, the passes would run on modules nested in the input's.
@@ -318,6 +353,8 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
     for (auto [result, arg] : llvm::zip_equal(results, inPlace.asArrayRef()))
       if (arg >= 0)
         result.inPlaceArg = arg;
+    if (lowered->hasAttr(mlir::distopt::RuntimeCalls::kReturnsStatusAttr))
+      returnsStatus.insert(function);
     return success();
   };
   if (failed(markInPlace("step", abiInfo.results)))
@@ -325,6 +362,12 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
   for (si::Entry &entry : abiInfo.entries)
     if (failed(markInPlace("step_" + entry.name, entry.results)))
       return failure();
+  // An entry point returns a failed runtime call's status to the driver;
+  // a call that would end the process instead is a lowering without it.
+  if (module.lookupSymbol(mlir::distopt::RuntimeCalls::kFatal))
+    return fail("the lowering leaves calls of " +
+                mlir::distopt::RuntimeCalls::kFatal +
+                ": run --distopt-return-status after --convert-scf-to-cf");
   std::string abiText = si::toJSON(abiInfo).str();
   // What distopt-run reads back must be valid: a check of the writer.
   if (auto reread = si::parseInterface(abiText); !reread)
@@ -350,7 +393,8 @@ lowerStep(ModuleOp module, si::Interface abiInfo,
 static std::unique_ptr<llvm::Module>
 translateStep(ModuleOp module, llvm::LLVMContext &llvmContext,
               llvm::TargetMachine &machine, unsigned numStepArgs,
-              const si::Interface &abiInfo, StringRef abiText) {
+              const si::Interface &abiInfo, StringRef abiText,
+              const llvm::StringSet<> &returnsStatus) {
   std::unique_ptr<llvm::Module> llvmModule =
       translateModuleToLLVMIR(module, llvmContext);
   if (!llvmModule) {
@@ -359,14 +403,15 @@ translateStep(ModuleOp module, llvm::LLVMContext &llvmContext,
   }
   llvm::StringSet<> exported = {"distopt_step_packed"};
   if (failed(addPackedEntry(*llvmModule, "step", "distopt_step_packed",
-                            numStepArgs))) {
+                            numStepArgs, returnsStatus.contains("step")))) {
     (void)fail("no C interface for @step was generated");
     return nullptr;
   }
   for (const si::Entry &entry : abiInfo.entries) {
     std::string packed = "distopt_step_packed_" + entry.name;
-    if (failed(addPackedEntry(*llvmModule, "step_" + entry.name, packed,
-                              numStepArgs))) {
+    std::string function = "step_" + entry.name;
+    if (failed(addPackedEntry(*llvmModule, function, packed, numStepArgs,
+                              returnsStatus.contains(function)))) {
       (void)fail("no C interface for @step_" + entry.name + " was generated");
       return nullptr;
     }
@@ -532,14 +577,16 @@ int main(int argc, char **argv) {
   for (const si::Entry &entry : abiInfo->entries)
     module->lookupSymbol(StringAttr::get(&context, "step_" + entry.name))
         ->setAttr("llvm.emit_c_interface", UnitAttr::get(&context));
+  llvm::StringSet<> returnsStatus;
   FailureOr<std::string> abiText =
-      lowerStep(*module, *abiInfo, cuda ? &gpu : nullptr);
+      lowerStep(*module, *abiInfo, cuda ? &gpu : nullptr, returnsStatus);
   if (failed(abiText))
     return 1;
 
   llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule = translateStep(
-      *module, llvmContext, *machine, numStepArgs, *abiInfo, *abiText);
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateStep(*module, llvmContext, *machine, numStepArgs, *abiInfo,
+                    *abiText, returnsStatus);
   if (!llvmModule || failed(emit(*llvmModule, *machine)))
     return 1;
   return 0;

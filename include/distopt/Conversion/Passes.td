@@ -331,6 +331,31 @@ def MarkInPlaceResultsPass
   }];
 }
 
+def ReturnStatusPass : Pass<"distopt-return-status", "::mlir::ModuleOp"> {
+  let summary = "Return the status of a failed runtime call from the step";
+  let description = [{
+    Every runtime call a step makes returns a status, and a failure (a
+    collective timed out, a peer died, ranks ran different collectives)
+    calls `distopt_rt_fatal`, which does not return. In each function
+    that C code calls (`llvm.emit_c_interface`, which distopt-compile sets
+    on the step's entry points) and nothing in the module calls, this pass
+    gives the function an `i32`
+    result after its own, `0` where it returns, and replaces each such call
+    with a branch to a block that returns the status (and poison for the
+    other results, which the caller does not read then); the function is
+    marked `distopt.returns_status`. The caller frees what the step still
+    held (the runtime records what a step allocates) and reports the
+    status; nothing is unwound past C++ frames. Other functions keep the
+    fatal path: their callers are compiled code with no status to take (a
+    test's `@main` under mlir-runner). Runs on the control-flow
+    form, after `--convert-scf-to-cf`: a check inside a remaining region (a
+    parallel loop) is an error.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::cf::ControlFlowDialect",
+                           "::mlir::ub::UBDialect"];
+}
+
 def AsyncInPlacePass : Pass<"distopt-async-in-place", "::mlir::ModuleOp"> {
   let summary = "Let asynchronous collectives work in their input's buffer";
   let description = [{

@@ -81,8 +81,7 @@ Value RuntimeCalls::slot(Type element) {
 void RuntimeCalls::check(Value status) {
   Value failed =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, status, i32(0));
-  func::FuncOp fatal =
-      declare("distopt_rt_fatal", b.getFunctionType({b.getI32Type()}, {}));
+  func::FuncOp fatal = declare(kFatal, b.getFunctionType({b.getI32Type()}, {}));
   scf::IfOp::create(b, loc, failed, [&](OpBuilder &then, Location l) {
     func::CallOp::create(then, l, fatal, ValueRange{status});
     scf::YieldOp::create(then, l);

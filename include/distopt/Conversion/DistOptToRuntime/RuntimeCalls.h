@@ -2,8 +2,9 @@
 //
 // How compiled code calls runtime/include/distopt_rt.h: declarations made on
 // demand, the communicators of process groups, pointers into buffers, and a
-// check of every returned status (a failure ends the run with the runtime's
-// message, which names the rank and the operation).
+// check of every returned status: a failure calls distopt_rt_fatal, which
+// --distopt-return-status turns into returning the status from the step's
+// entry point (the runtime's message names the rank and the operation).
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +21,12 @@ namespace mlir::distopt {
 
 class RuntimeCalls {
 public:
+  /// What a failed check calls (it does not return).
+  static constexpr llvm::StringLiteral kFatal = "distopt_rt_fatal";
+  /// On an entry point that returns its status as its last result.
+  static constexpr llvm::StringLiteral kReturnsStatusAttr =
+      "distopt.returns_status";
+
   RuntimeCalls(OpBuilder &builder, Location loc, Operation *at);
 
   /// The communicator (`distopt_rt_comm *`) of `group`: the run's world
