@@ -13,6 +13,8 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_EXPANDBF16TRUNCATIONSPASS
@@ -71,56 +73,70 @@ Value roundToBF16(OpBuilder &b, Location loc, Value x) {
   return arith::BitcastOp::create(b, loc, b.getBF16Type(), result16);
 }
 
+/// Arithmetic in bf16: LLVM computes it in f32 and rounds back with the
+/// builtin. The same here, with the rounding expanded below. (Upstream's
+/// arith-emulate-unsupported-floats does this too, but tags its extensions
+/// with #arith.fastmath, which outlives the conversion to LLVM and leaves IR
+/// that mlir-runner cannot parse.)
+struct WidenBF16Arithmetic : public RewritePattern {
+  WidenBF16Arithmetic(MLIRContext *context)
+      : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/1, context) {}
+
+  LogicalResult matchAndRewrite(Operation *op,
+                                PatternRewriter &rewriter) const override {
+    Dialect *dialect = op->getDialect(); // null if unregistered
+    if (!isa_and_nonnull<arith::ArithDialect, math::MathDialect>(dialect) ||
+        isa<arith::ExtFOp, arith::TruncFOp, arith::BitcastOp, arith::ConstantOp,
+            arith::SelectOp, arith::NegFOp, arith::CmpFOp>(op) ||
+        op->getNumResults() != 1 || !op->getResult(0).getType().isBF16() ||
+        !llvm::all_of(op->getOperandTypes(),
+                      [](Type type) { return type.isBF16(); }))
+      return failure();
+    IRMapping extended;
+    for (Value operand : op->getOperands())
+      extended.map(operand,
+                   arith::ExtFOp::create(rewriter, op->getLoc(),
+                                         rewriter.getF32Type(), operand));
+    Operation *wide = rewriter.clone(*op, extended);
+    wide->getResult(0).setType(rewriter.getF32Type());
+    rewriter.replaceOpWithNewOp<arith::TruncFOp>(op, op->getResult(0).getType(),
+                                                 wide->getResult(0));
+    return success();
+  }
+};
+
+/// A truncation from f32 or f64 to bf16 (to nearest even, the default) as
+/// integer arithmetic on the bits.
+struct ExpandBF16Truncation : public OpRewritePattern<arith::TruncFOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(arith::TruncFOp op,
+                                PatternRewriter &rewriter) const override {
+    Type from = op.getIn().getType();
+    if (!(from.isF32() || from.isF64()) || !op.getType().isBF16() ||
+        op.getRoundingmodeAttr())
+      return failure();
+    Value x = op.getIn();
+    if (x.getType().isF64())
+      x = roundToOddF32(rewriter, op.getLoc(), x);
+    rewriter.replaceOp(op, roundToBF16(rewriter, op.getLoc(), x));
+    return success();
+  }
+};
+
 struct ExpandBF16TruncationsPass
     : public distopt::impl::ExpandBF16TruncationsPassBase<
           ExpandBF16TruncationsPass> {
   void runOnOperation() override {
-    // Arithmetic in bf16: LLVM computes it in f32 and rounds back with the
-    // builtin. The same here, with the rounding expanded below. (Upstream's
-    // arith-emulate-unsupported-floats does this too, but tags its
-    // extensions with #arith.fastmath, which outlives the conversion to
-    // LLVM and leaves IR that mlir-runner cannot parse.)
-    SmallVector<Operation *> arithmetic;
-    getOperation()->walk([&](Operation *op) {
-      Dialect *dialect = op->getDialect(); // null if unregistered
-      if (isa_and_nonnull<arith::ArithDialect, math::MathDialect>(dialect) &&
-          !isa<arith::ExtFOp, arith::TruncFOp, arith::BitcastOp,
-               arith::ConstantOp, arith::SelectOp, arith::NegFOp,
-               arith::CmpFOp>(op) &&
-          op->getNumResults() == 1 && op->getResult(0).getType().isBF16() &&
-          llvm::all_of(op->getOperandTypes(),
-                       [](Type type) { return type.isBF16(); }))
-        arithmetic.push_back(op);
-    });
-    for (Operation *op : arithmetic) {
-      OpBuilder b(op);
-      IRMapping extended;
-      for (Value operand : op->getOperands())
-        extended.map(operand, arith::ExtFOp::create(b, op->getLoc(),
-                                                    b.getF32Type(), operand));
-      Operation *wide = b.clone(*op, extended);
-      wide->getResult(0).setType(b.getF32Type());
-      b.setInsertionPointAfter(wide);
-      op->getResult(0).replaceAllUsesWith(arith::TruncFOp::create(
-          b, op->getLoc(), op->getResult(0).getType(), wide->getResult(0)));
-      op->erase();
-    }
-
-    SmallVector<arith::TruncFOp> truncations;
-    getOperation()->walk([&](arith::TruncFOp op) {
-      Type from = op.getIn().getType();
-      if ((from.isF32() || from.isF64()) && op.getType().isBF16() &&
-          !op.getRoundingmodeAttr())
-        truncations.push_back(op);
-    });
-    for (arith::TruncFOp op : truncations) {
-      OpBuilder b(op);
-      Value x = op.getIn();
-      if (x.getType().isF64())
-        x = roundToOddF32(b, op.getLoc(), x);
-      op.replaceAllUsesWith(roundToBF16(b, op.getLoc(), x));
-      op.erase();
-    }
+    // In two walks: the widened arithmetic's truncations are expanded by
+    // the second.
+    MLIRContext *context = &getContext();
+    RewritePatternSet widen(context);
+    widen.add<WidenBF16Arithmetic>(context);
+    walkAndApplyPatterns(getOperation(), std::move(widen));
+    RewritePatternSet expand(context);
+    expand.add<ExpandBF16Truncation>(context);
+    walkAndApplyPatterns(getOperation(), std::move(expand));
   }
 };
 
