@@ -136,7 +136,8 @@ struct Entry {
 };
 
 struct Interface {
-  static constexpr int64_t kVersion = 2; // 2: entry points return a status
+  /// 2: the entry points return a status (docs/step-abi.md).
+  static constexpr int64_t kVersion = 2;
   std::string device = "cpu"; // where its buffers live: cpu or cuda
   int64_t worldSize = 1;
   std::optional<double> lr; // the spec's learning rate
