@@ -1,8 +1,9 @@
 /*===- DistOpt.h - C API of the distopt dialect and passes ----------*- C
 -*-===*\
 |*                                                                            *|
-|* Registers the distopt dialect and passes with a context and runs pipelines *|
-|* on modules, for compilers that embed distopt through MLIR's C API.        *|
+|* Registers the distopt dialect and passes with a context, runs pipelines   *|
+|* on modules and compiles steps into loadable libraries, for compilers that *|
+|* embed distopt through MLIR's C API.                                       *|
 |* Everything else (contexts, parsing, printing) is MLIR's own C API, which  *|
 |* libDistOptCAPI.so carries too.                                            *|
 |*                                                                            *|
@@ -39,6 +40,17 @@ MLIR_CAPI_EXPORTED void distoptRegisterPasses(void);
 /// partly transformed.
 MLIR_CAPI_EXPORTED MlirLogicalResult distoptRunPipeline(MlirModule module,
                                                         MlirStringRef pipeline);
+
+/// Compiles @step of `module` into what a driver loads (distopt-run, the
+/// host step library, the Python package), as distopt-compile does:
+/// `target` is "cpu" (this machine's CPU, with its features) or "cuda";
+/// `outputPath` ends in .so (a shared library, linked in this process) or
+/// .o (an object). Run distopt-pipeline on the module first
+/// (distoptRunPipeline; it also infers a hand-written step's roles). The
+/// module is lowered in place. Failures report through the context's
+/// diagnostic handlers and return failure.
+MLIR_CAPI_EXPORTED MlirLogicalResult distoptCompileStep(
+    MlirModule module, MlirStringRef target, MlirStringRef outputPath);
 
 #ifdef __cplusplus
 }

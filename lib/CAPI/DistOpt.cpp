@@ -6,6 +6,7 @@
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
 #include "distopt/Pipelines/Pipelines.h"
+#include "distopt/Target/StepLibrary.h"
 #include "distopt/Transforms/Passes.h"
 
 #include "mlir/CAPI/IR.h"
@@ -54,6 +55,7 @@ void distoptRegisterDialects(MlirDialectRegistry cRegistry) {
   scf::registerBufferizableOpInterfaceExternalModels(registry);
   tensor::registerBufferizableOpInterfaceExternalModels(registry);
   distopt::registerBufferizableOpInterfaceExternalModels(registry);
+  distopt::registerStepLibraryTranslations(registry);
 }
 
 void distoptRegisterPasses() {
@@ -90,4 +92,12 @@ MlirLogicalResult distoptRunPipeline(MlirModule cModule,
   PassManager pm(module->getContext(), anchor);
   static_cast<OpPassManager &>(pm) = std::move(*parsed);
   return wrap(pm.run(module));
+}
+
+MlirLogicalResult distoptCompileStep(MlirModule module, MlirStringRef target,
+                                     MlirStringRef outputPath) {
+  distopt::StepLibraryOptions options;
+  options.target = unwrap(target).str();
+  return wrap(
+      distopt::compileStepLibrary(unwrap(module), options, unwrap(outputPath)));
 }

@@ -1,8 +1,9 @@
 /*===- distopt-capi.c - the C API, end to end -------------------*- C -*-===*\
 |* Registers distopt in a context through the C API, parses a step, runs a  *|
 |* pipeline by name and prints the result; then a malformed pipeline and a  *|
-|* failing pass, which must fail with a diagnostic. RUN lines in            *|
-|* test/CAPI/capi.test.                                                      *|
+|* failing pass, which must fail with a diagnostic. With `compile STEP.mlir *|
+|* OUT.so`, runs distopt-pipeline{zero-stage=2} on a step and compiles it   *|
+|* into a library that distopt-run loads. RUN lines in test/CAPI/capi.test. *|
 \*===----------------------------------------------------------------------===*/
 
 #include "distopt-c/DistOpt.h"
@@ -11,6 +12,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void printToStdout(MlirStringRef text, void *userData) {
   (void)userData;
@@ -55,7 +57,55 @@ static int run(MlirModule module, const char *pipeline) {
   return mlirLogicalResultIsSuccess(result);
 }
 
-int main(void) {
+/* Reads `path` whole; exits on failure. */
+static char *readFile(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cannot open %s\n", path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = malloc((size_t)size + 1);
+  if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) {
+    fprintf(stderr, "cannot read %s\n", path);
+    exit(1);
+  }
+  text[size] = 0;
+  fclose(f);
+  return text;
+}
+
+/* A step from `stepPath` through distopt-pipeline into `outputPath`, and
+   a target that does not exist, which must fail with a diagnostic. */
+static int compile(MlirContext ctx, const char *stepPath,
+                   const char *outputPath) {
+  char *text = readFile(stepPath);
+  MlirModule module =
+      mlirModuleCreateParse(ctx, mlirStringRefCreateFromCString(text));
+  free(text);
+  if (mlirModuleIsNull(module) ||
+      !run(module, "builtin.module(distopt-pipeline{zero-stage=2})"))
+    return 1;
+  MlirLogicalResult compiled =
+      distoptCompileStep(module, mlirStringRefCreateFromCString("cpu"),
+                         mlirStringRefCreateFromCString(outputPath));
+  printf("compile for cpu: %s\n",
+         mlirLogicalResultIsSuccess(compiled) ? "success" : "failure");
+  MlirLogicalResult refused =
+      distoptCompileStep(module, mlirStringRefCreateFromCString("tpu"),
+                         mlirStringRefCreateFromCString(outputPath));
+  printf("compile for tpu: %s\n",
+         mlirLogicalResultIsSuccess(refused) ? "success" : "failure");
+  mlirModuleDestroy(module);
+  return mlirLogicalResultIsSuccess(compiled) &&
+                 mlirLogicalResultIsFailure(refused)
+             ? 0
+             : 1;
+}
+
+int main(int argc, char **argv) {
   MlirDialectRegistry registry = mlirDialectRegistryCreate();
   distoptRegisterDialects(registry);
   distoptRegisterPasses();
@@ -63,6 +113,12 @@ int main(void) {
   MlirContext ctx = mlirContextCreateWithRegistry(registry, false);
   mlirDialectRegistryDestroy(registry);
   mlirContextAttachDiagnosticHandler(ctx, printDiagnostic, NULL, NULL);
+
+  if (argc == 4 && strcmp(argv[1], "compile") == 0) {
+    int status = compile(ctx, argv[2], argv[3]);
+    mlirContextDestroy(ctx);
+    return status;
+  }
 
   MlirDialect dialect = mlirContextGetOrLoadDialect(
       ctx, mlirStringRefCreateFromCString("distopt"));

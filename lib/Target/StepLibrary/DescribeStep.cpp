@@ -1,9 +1,9 @@
 //===- DescribeStep.cpp - the interface a compiled step exports ---------===//
 //
-// What distopt-compile writes into distopt_step_abi: each argument's and
-// result's role, name, dtype, shape and layout, the process groups, and the
-// fingerprint of the step's collectives, read from the step's attributes,
-// with a located error for what the interface cannot say.
+// What a step library (StepLibrary.cpp) exports as distopt_step_abi: each
+// argument's and result's role, name, dtype, shape and layout, the process
+// groups, and the fingerprint of the step's collectives, read from the step's
+// attributes, with a located error for what the interface cannot say.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,7 +1,7 @@
 //===- DescribeStep.h - the interface a compiled step exports ---*- C++ -*-===//
 
-#ifndef DISTOPT_COMPILE_DESCRIBESTEP_H
-#define DISTOPT_COMPILE_DESCRIBESTEP_H
+#ifndef DISTOPT_TARGET_STEPLIBRARY_DESCRIBESTEP_H
+#define DISTOPT_TARGET_STEPLIBRARY_DESCRIBESTEP_H
 
 #include "distopt/StepInterface/StepInterface.h"
 
@@ -15,4 +15,4 @@ mlir::FailureOr<distopt::step::Interface> describeStep(mlir::ModuleOp module,
                                                        mlir::func::FuncOp step,
                                                        llvm::StringRef device);
 
-#endif // DISTOPT_COMPILE_DESCRIBESTEP_H
+#endif // DISTOPT_TARGET_STEPLIBRARY_DESCRIBESTEP_H
