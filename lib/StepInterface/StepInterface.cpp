@@ -180,13 +180,10 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   if (const json::Array *dims = r.array(*o, "shape", path, false))
     v.shape = r.shape(*dims, path + ".shape");
   std::string init = r.string(*o, "init", path, "zeros");
-  auto knownInit =
-      std::find_if(std::begin(kInits), std::end(kInits),
-                   [&](const auto &entry) { return entry.second == init; });
-  if (knownInit == std::end(kInits))
-    r.fail(path + ".init", "unknown init '" + init + "'");
+  if (std::optional<Init> parsed = parseInit(init))
+    v.init = *parsed;
   else
-    v.init = knownInit->first;
+    r.fail(path + ".init", "unknown init '" + init + "'");
   v.perRank = r.boolean(*o, "per_rank", path);
   v.shardOf = r.integer(*o, "shard_of", path, 1, kMaxElements, 0);
   if (o->get("in_place_arg")) {
@@ -386,6 +383,13 @@ std::string_view initName(Init init) {
     if (i == init)
       return name;
   return "zeros";
+}
+
+std::optional<Init> parseInit(std::string_view name) {
+  for (const auto &[init, spelling] : kInits)
+    if (spelling == name)
+      return init;
+  return std::nullopt;
 }
 
 int64_t LayoutEntry::numel() const {

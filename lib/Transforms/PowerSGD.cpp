@@ -162,7 +162,7 @@ void PowerSGDPass::planState(Plan &plan, SmallVectorImpl<Type> &types,
     NamedAttrList list;
     list.set(abi::kRole, b.getStringAttr(abi::kState));
     list.set(abi::kName, b.getStringAttr(plan.name + suffix.str()));
-    list.set("distopt.init", b.getStringAttr(init));
+    list.set(abi::kInit, b.getStringAttr(init));
     if (perRank)
       list.set(abi::kPerRank, b.getUnitAttr());
     attrs.push_back(list.getDictionary(b.getContext()));

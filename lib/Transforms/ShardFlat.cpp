@@ -131,7 +131,7 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
   std::string prefix = ("flat" + Twine(index)).str();
   NamedAttribute layout(builder.getStringAttr(abi::kLayout),
                         layoutAttr(builder, group, flat.offsets));
-  NamedAttribute shardOf(builder.getStringAttr("distopt.shard_of"),
+  NamedAttribute shardOf(builder.getStringAttr(abi::kShardOf),
                          builder.getI64IntegerAttr(padded));
 
   // Parameters: main parameters are state; plain ones are sharded at stage 3.

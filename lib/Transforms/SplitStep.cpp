@@ -273,9 +273,8 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
       attrs.set(abi::kName,
                 StringAttr::get(context, "reduced" + std::to_string(k)));
       if (chain.shardOf)
-        attrs.set(
-            "distopt.shard_of",
-            IntegerAttr::get(IntegerType::get(context, 64), chain.shardOf));
+        attrs.set(abi::kShardOf, IntegerAttr::get(IntegerType::get(context, 64),
+                                                  chain.shardOf));
       unsigned index = step.getNumArguments();
       if (failed(step.insertArgument(index, chain.reduced.getType(),
                                      attrs.getDictionary(context),

@@ -104,7 +104,7 @@ distopt.process_group @dp size 2
 func.func @written_only(%w: tensor<8x4xbf16> {distopt.name = "w", distopt.role = "param"},
                         %b: tensor<5xbf16> {distopt.name = "b", distopt.role = "param"},
                         %main: tensor<32xf32> {distopt.name = "flat0.main_param", distopt.role = "main_param"},
-                        %delta: tensor<32xf32> {distopt.role = "input"})
+                        %delta: tensor<32xf32>)
     -> (tensor<8x4xbf16> {distopt.name = "w", distopt.role = "param"},
         tensor<5xbf16> {distopt.name = "b", distopt.role = "param"},
         tensor<32xf32> {distopt.name = "flat0.main_param", distopt.role = "main_param"}) {

@@ -73,6 +73,9 @@ enum class Init {
   RandnEachStep, // a fresh such draw before every step
 };
 std::string_view initName(Init init);
+/// The init spelled `name` ("zeros", "randn", "randn_each_step"), or
+/// std::nullopt.
+std::optional<Init> parseInit(std::string_view name);
 
 /// Where one tensor lies in a flat buffer (docs/step-abi.md).
 struct LayoutEntry {

@@ -48,14 +48,12 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
   }
   if (auto name = attrs.getAs<StringAttr>(abi::kName))
     value.name = name.getValue().str();
-  if (auto init = attrs.getAs<StringAttr>("distopt.init")) {
-    if (init.getValue() == "randn")
-      value.init = si::Init::Randn;
-    else if (init.getValue() == "randn_each_step")
-      value.init = si::Init::RandnEachStep;
-    else if (init.getValue() != "zeros")
+  if (auto init = attrs.getAs<StringAttr>(abi::kInit)) {
+    std::optional<si::Init> parsed = si::parseInit(init.strref());
+    if (!parsed)
       return step->emitError() << what << " has an unknown distopt.init "
                                << init << " (zeros, randn, randn_each_step)";
+    value.init = *parsed;
   }
   value.perRank = bool(attrs.get(abi::kPerRank));
   if (Attribute initial = attrs.get(abi::kValue)) {
@@ -78,7 +76,7 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
     return step->emitError() << what
                              << " is a scalar: it starts from its "
                                 "distopt.value, not from a distopt.init";
-  if (auto shardOf = attrs.getAs<IntegerAttr>("distopt.shard_of"))
+  if (auto shardOf = attrs.getAs<IntegerAttr>(abi::kShardOf))
     value.shardOf = shardOf.getInt();
   if (auto layout = attrs.getAs<ArrayAttr>(abi::kLayout)) {
     for (Attribute entry : layout) {

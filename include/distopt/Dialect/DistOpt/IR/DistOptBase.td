@@ -38,6 +38,11 @@ def DistOpt_Dialect : Dialect {
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
   let hasConstantMaterializer = 1;
+  // The step ABI's attributes (StepABI.h, docs/step-abi.md), checked where
+  // they are written: on arguments, results, functions and the module.
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
 }
 
 //===----------------------------------------------------------------------===//

@@ -61,6 +61,11 @@ constexpr llvm::StringLiteral kEntry = "distopt.entry";
 constexpr llvm::StringLiteral kReduces = "distopt.reduces";
 /// On a scalar state or hyperparameter argument: the value it starts from.
 constexpr llvm::StringLiteral kValue = "distopt.value";
+/// On a state tensor: how the driver fills it before the first step
+/// ("zeros", the default; "randn"; "randn_each_step").
+constexpr llvm::StringLiteral kInit = "distopt.init";
+/// On a ZeRO shard of a flat buffer: the padded length of the whole.
+constexpr llvm::StringLiteral kShardOf = "distopt.shard_of";
 /// Results only: a gradient norm the step reports, and whether it skipped
 /// the update (an i1; the driver's step counter does not advance).
 constexpr llvm::StringLiteral kLoss = "loss";
