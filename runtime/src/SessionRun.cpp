@@ -4,8 +4,8 @@
 // takes them (memref descriptors of the session's buffers, the scalars as
 // their types hold them), the call, which returns the status of a runtime
 // call that failed (the session then frees what the step still held), and
-// each result the step returns put into the buffer of the
-// argument it updates, so that views the caller holds stay valid. A split
+// each result the step returns put into the buffer of the argument it
+// updates, so that views the caller holds stay valid. A split
 // step (--distopt-split-step) has entry points besides the whole step: its
 // gradient reductions, which a driver may start on the session's
 // communication thread while its backward pass goes on, and its update.
@@ -65,8 +65,8 @@ double scalarValue(const step::DType &dtype, const void *p) {
   return value;
 }
 
-/// Calls the entry point on `world`: the status it returns is the first
-/// runtime call's that failed (docs/step-abi.md).
+/// Calls the entry point on `world`: the status it returns is that of the
+/// runtime call that failed, or OK (docs/lowering.md).
 distopt_rt_status callStep(PackedEntry entry, void **args,
                            distopt_rt_comm *world) {
   distopt_rt_bind_world(world);
@@ -167,10 +167,11 @@ distopt_rt_status invoke(distopt_session *s, PackedEntry entry,
   {
     StepAllocations allocations;
     status = callStep(entry, p.packed.data(), s->stepComm);
-    // What the step allocated before it failed: it returned from the failed
-    // call, past its frees. Once the collectives it started are over (after a
-    // failure the rest fail at once; one still waiting for its peers after
-    // a second keeps the memory allocated). Device memory is not recorded.
+    // What the step allocated before it failed: it returned from the
+    // failed call, past its frees. Once the collectives it started are over
+    // (after a failure the rest fail at once; one still waiting for its
+    // peers after a second keeps the memory allocated). Device memory is
+    // not recorded.
     if (status != DISTOPT_RT_OK &&
         waitForStartedCollectives(s->stepComm, /*seconds=*/1.0))
       allocations.freeAll();
