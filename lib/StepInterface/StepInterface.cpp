@@ -364,6 +364,13 @@ std::string_view roleName(Role role) {
   return "";
 }
 
+std::string knownRoles() {
+  std::string roles;
+  for (const auto &[role, spelling] : kRoles)
+    roles += (roles.empty() ? "" : ", ") + std::string(spelling);
+  return roles;
+}
+
 std::optional<Role> parseRole(std::string_view name) {
   for (const auto &[role, spelling] : kRoles)
     if (spelling == name)

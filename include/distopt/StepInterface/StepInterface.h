@@ -54,6 +54,8 @@ enum class Role {
 std::string_view roleName(Role role);
 /// The role spelled `name`, or std::nullopt.
 std::optional<Role> parseRole(std::string_view name);
+/// Every role's spelling, comma-separated, for messages.
+std::string knownRoles();
 
 /// An element type, spelled as MLIR prints it, with its size and the
 /// runtime's code for it (distopt_rt_dtype; -1 where the runtime has none).

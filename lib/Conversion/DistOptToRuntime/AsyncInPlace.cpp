@@ -37,7 +37,7 @@ struct AsyncInPlacePass
       bool called = !SymbolTable::symbolKnownUseEmpty(func, module);
       SmallVector<memref::CopyOp> copies;
       func.walk([&](memref::CopyOp copy) {
-        if (copy->removeAttr(kRequestInputAttr))
+        if (copy->removeAttr(abi::kRequestInput))
           copies.push_back(copy);
       });
       for (memref::CopyOp copy : copies) {

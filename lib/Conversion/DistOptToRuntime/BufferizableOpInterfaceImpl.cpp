@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
@@ -137,7 +138,7 @@ struct CollectiveModel
       input = memref::AllocOp::create(rewriter, loc, contiguousType(inputType));
       // --distopt-async-in-place drops the copy where that is safe.
       memref::CopyOp::create(rewriter, loc, buffer, input)
-          ->setAttr(kRequestInputAttr, rewriter.getUnitAttr());
+          ->setAttr(abi::kRequestInput, rewriter.getUnitAttr());
     }
     RankedTensorType resultType = c.getYieldedType();
     Value output = inPlace ? input
@@ -202,7 +203,7 @@ struct StartModel : public OwnBuffersModel<StartModel<OpTy>, OpTy,
         MemRefType::get(inputType.getShape(), inputType.getElementType()));
     // --distopt-async-in-place drops the copy where that is safe.
     memref::CopyOp::create(rewriter, loc, buffer, input)
-        ->setAttr(kRequestInputAttr, rewriter.getUnitAttr());
+        ->setAttr(abi::kRequestInput, rewriter.getUnitAttr());
     Value output = sameShape ? input
                              : memref::AllocOp::create(
                                    rewriter, loc,

@@ -197,7 +197,7 @@ struct MarkInPlaceResultsPass
         if (isArg)
           dropped.set(result);
       }
-      func->setAttr("distopt.in_place_results",
+      func->setAttr(abi::kInPlaceResults,
                     DenseI64ArrayAttr::get(func.getContext(), inPlace));
       ret->eraseOperands(dropped);
       if (failed(func.eraseResults(dropped)))

@@ -13,6 +13,7 @@
 
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
 #include "distopt/Conversion/Passes.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
@@ -92,7 +93,7 @@ LogicalResult returnStatus(RewriterBase &rewriter, func::FuncOp func,
     rewriter.eraseOp(call);
   }
   (void)eraseUnreachableBlocks(rewriter, body);
-  func->setAttr(RuntimeCalls::kReturnsStatusAttr, rewriter.getUnitAttr());
+  func->setAttr(abi::kReturnsStatus, rewriter.getUnitAttr());
   return success();
 }
 

@@ -15,6 +15,7 @@
 
 #include "DescribeStep.h"
 #include "distopt/Conversion/DistOptToRuntime/RuntimeCalls.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/StepInterface/StepInterface.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -221,9 +222,10 @@ static FailureOr<std::string> lowerStep(ModuleOp module, si::Interface abiInfo,
   auto markInPlace = [&](StringRef function,
                          std::vector<si::Value> &results) -> LogicalResult {
     auto lowered = module.lookupSymbol<LLVM::LLVMFuncOp>(function);
-    auto inPlace = lowered ? lowered->getAttrOfType<DenseI64ArrayAttr>(
-                                 "distopt.in_place_results")
-                           : DenseI64ArrayAttr();
+    auto inPlace =
+        lowered
+            ? lowered->getAttrOfType<DenseI64ArrayAttr>(abi::kInPlaceResults)
+            : DenseI64ArrayAttr();
     if (!inPlace)
       return fail(context,
                   "@" + function +
@@ -235,7 +237,7 @@ static FailureOr<std::string> lowerStep(ModuleOp module, si::Interface abiInfo,
     for (auto [result, arg] : llvm::zip_equal(results, inPlace.asArrayRef()))
       if (arg >= 0)
         result.inPlaceArg = arg;
-    if (lowered->hasAttr(RuntimeCalls::kReturnsStatusAttr))
+    if (lowered->hasAttr(abi::kReturnsStatus))
       returnsStatus.insert(function);
     return success();
   };

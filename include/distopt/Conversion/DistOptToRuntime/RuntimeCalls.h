@@ -23,9 +23,6 @@ class RuntimeCalls {
 public:
   /// What a failed check calls (it does not return).
   static constexpr llvm::StringLiteral kFatal = "distopt_rt_fatal";
-  /// On an entry point that returns its status as its last result.
-  static constexpr llvm::StringLiteral kReturnsStatusAttr =
-      "distopt.returns_status";
 
   RuntimeCalls(OpBuilder &builder, Location loc, Operation *at);
 

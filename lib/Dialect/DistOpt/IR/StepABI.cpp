@@ -53,18 +53,6 @@ bool isNonNegative(Attribute attr, int64_t least = 0) {
          integer.getInt() >= least;
 }
 
-/// Every role's spelling, for the message.
-std::string knownRoles() {
-  std::string roles;
-  for (int r = static_cast<int>(si::Role::Param);
-       r <= static_cast<int>(si::Role::ReducedGrad); ++r) {
-    if (!roles.empty())
-      roles += ", ";
-    roles += si::roleName(static_cast<si::Role>(r));
-  }
-  return roles;
-}
-
 LogicalResult verifyLayout(const Site &site) {
   auto entries = dyn_cast<ArrayAttr>(site.attr.getValue());
   if (!entries)
@@ -101,7 +89,7 @@ LogicalResult verifyValueAttribute(const Site &site, bool isResult) {
     std::optional<si::Role> parsed =
         role ? si::parseRole(role.strref()) : std::nullopt;
     if (!parsed)
-      return site.error() << "must be one of " << knownRoles() << ", got "
+      return site.error() << "must be one of " << si::knownRoles() << ", got "
                           << value;
     if (!isResult &&
         (*parsed == si::Role::Loss || *parsed == si::Role::Skipped))
@@ -183,9 +171,9 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
         entry && (entry.getValue() == "reduce" || entry.getValue() == "update"),
         "\"reduce\" or \"update\"");
   }
-  if (name == abi::kReduces || name == "distopt.in_place_results")
+  if (name == abi::kReduces || name == abi::kInPlaceResults)
     return check(isa<DenseI64ArrayAttr>(value), "an array<i64: ...>");
-  if (name == "distopt.returns_status" || name == "distopt.request_input")
+  if (name == abi::kReturnsStatus || name == abi::kRequestInput)
     return check(isa<UnitAttr>(value), "a unit attribute");
   return op->emitOpError() << attr.getName()
                            << " is not an attribute of the distopt dialect";

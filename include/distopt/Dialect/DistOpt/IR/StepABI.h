@@ -77,6 +77,14 @@ constexpr llvm::StringLiteral kGradAccum = "grad_accum";
 /// Module: micro-batches per step (gradient accumulation).
 constexpr llvm::StringLiteral kGradAccumulation = "distopt.grad_accumulation";
 
+/// What the lowering marks (docs/lowering.md): on an entry point, which
+/// argument holds each result (--distopt-mark-in-place-results) and that
+/// it returns its status last (--distopt-return-status); on the copy a
+/// bufferized `*_start` makes of its input (--distopt-async-in-place).
+constexpr llvm::StringLiteral kInPlaceResults = "distopt.in_place_results";
+constexpr llvm::StringLiteral kReturnsStatus = "distopt.returns_status";
+constexpr llvm::StringLiteral kRequestInput = "distopt.request_input";
+
 /// The role of argument `index` of `func`, or "" when it has none.
 inline llvm::StringRef getArgRole(FunctionOpInterface func, unsigned index) {
   if (auto role = func.getArgAttrOfType<StringAttr>(index, kRole))
