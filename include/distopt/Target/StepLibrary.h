@@ -51,7 +51,8 @@ void registerStepLibraryTranslations(DialectRegistry &registry);
 
 /// Checks `options` and `outputPath` (.o or .so) before any work: an
 /// unknown target, CPU, CPU feature or GPU format, a vector width that is
-/// not a power of two. Errors go to `context`'s diagnostic handlers, at an
+/// not a power of two, an optimisation level above 3 (compileStepLibrary
+/// checks them too). Errors go to `context`'s diagnostic handlers, at an
 /// unknown location.
 LogicalResult checkStepLibraryOptions(MLIRContext *context,
                                       const StepLibraryOptions &options,

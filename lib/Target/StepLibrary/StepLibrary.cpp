@@ -426,42 +426,60 @@ static void initializeNativeTarget() {
   });
 }
 
-LogicalResult
-mlir::distopt::checkStepLibraryOptions(MLIRContext *context,
-                                       const StepLibraryOptions &options,
-                                       StringRef outputPath) {
+namespace {
+/// What the options resolve to: the machine to compile for and, for
+/// --target=cuda, the GPU lowering's options.
+struct Target {
+  std::unique_ptr<llvm::TargetMachine> machine;
+  DistOptLowerToGPUOptions gpu;
+  bool cuda = false;
+};
+} // namespace
+
+/// Checks the options and resolves them, before any work.
+static LogicalResult prepareTarget(MLIRContext *context,
+                                   const StepLibraryOptions &options,
+                                   StringRef outputPath, Target &target) {
   if (options.target != "cpu" && options.target != "cuda")
     return fail(context,
                 "unknown --target '" + options.target + "' (cpu or cuda)");
-  DistOptLowerToGPUOptions gpu;
-  if (options.target == "cuda" && failed(configureGPU(context, options, gpu)))
+  target.cuda = options.target == "cuda";
+  if (target.cuda && failed(configureGPU(context, options, target.gpu)))
     return failure();
   unsigned bits = options.elementwiseVectorBits;
   if (bits != 0 && !llvm::isPowerOf2_32(bits))
     return fail(context, "--elementwise-vector-bits must be a power of two, "
                          "or 0, got " +
                              Twine(bits));
+  if (options.optLevel > 3)
+    return fail(context,
+                "-O must be 0, 1, 2 or 3, got " + Twine(options.optLevel));
   StringRef extension = llvm::sys::path::extension(outputPath);
   if (extension != ".o" && extension != ".so")
     return fail(context,
                 "the output must end in .o or .so, got '" + outputPath + "'");
   initializeNativeTarget();
-  return success(targetMachine(context, options) != nullptr);
+  target.machine = targetMachine(context, options);
+  return success(target.machine != nullptr);
+}
+
+LogicalResult
+mlir::distopt::checkStepLibraryOptions(MLIRContext *context,
+                                       const StepLibraryOptions &options,
+                                       StringRef outputPath) {
+  Target target;
+  return prepareTarget(context, options, outputPath, target);
 }
 
 LogicalResult mlir::distopt::compileStepLibrary(
     ModuleOp module, const StepLibraryOptions &options, StringRef outputPath) {
   MLIRContext *context = module.getContext();
-  if (failed(checkStepLibraryOptions(context, options, outputPath)))
+  Target target;
+  if (failed(prepareTarget(context, options, outputPath, target)))
     return failure();
   DialectRegistry translations;
   registerStepLibraryTranslations(translations);
   context->appendDialectRegistry(translations);
-  std::unique_ptr<llvm::TargetMachine> machine =
-      targetMachine(context, options);
-  DistOptLowerToGPUOptions gpu;
-  if (options.target == "cuda" && failed(configureGPU(context, options, gpu)))
-    return failure();
 
   auto step = module.lookupSymbol<func::FuncOp>("step");
   if (!step || step.isExternal())
@@ -478,16 +496,16 @@ LogicalResult mlir::distopt::compileStepLibrary(
         ->setAttr("llvm.emit_c_interface", UnitAttr::get(context));
   llvm::StringSet<> returnsStatus;
   FailureOr<std::string> abiText =
-      lowerStep(module, *abiInfo, options,
-                options.target == "cuda" ? &gpu : nullptr, returnsStatus);
+      lowerStep(module, *abiInfo, options, target.cuda ? &target.gpu : nullptr,
+                returnsStatus);
   if (failed(abiText))
     return failure();
 
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> llvmModule =
-      translateStep(module, llvmContext, *machine, numStepArgs, *abiInfo,
+      translateStep(module, llvmContext, *target.machine, numStepArgs, *abiInfo,
                     *abiText, returnsStatus, options.optLevel);
   if (!llvmModule)
     return failure();
-  return emit(context, *llvmModule, *machine, outputPath);
+  return emit(context, *llvmModule, *target.machine, outputPath);
 }
