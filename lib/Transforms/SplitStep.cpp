@@ -6,14 +6,14 @@
 // it, and one that updates from the reduced gradients. This pass adds them
 // beside @step, which stays whole:
 //
-//   @step_reduce<k>: the reduction chain of gradient argument k (what
-//     prepares it: a bucket's packing, a cast, a scaling, the sum with the
-//     micro-batches accumulated before; its collectives, synchronous or
-//     started and waited; the division that makes the mean), returning
-//     the reduced gradient: as the
-//     gradient argument itself when it keeps its type (an all-reduce, the
-//     averaged gradient a DDP loop sees after backward), else as an
-//     argument of role reduced_grad (a reduce-scatter's shard);
+//   @step_reduce<k>: the k-th reduction of gradient arguments that
+//     StepStructure finds (what prepares them: a bucket's packing, a cast,
+//     a scaling, the sum with the micro-batches accumulated before; its
+//     collectives, synchronous or started and waited; the division that
+//     makes the mean), returning the reduced gradient: as the gradient
+//     argument itself when it keeps its type (an all-reduce, the averaged
+//     gradient a DDP loop sees after backward), else as an argument of
+//     role reduced_grad (a reduce-scatter's shard);
 //   @step_update: @step with each such chain replaced by what it left.
 //
 // Every entry takes @step's arguments (the new reduced_grad ones included),
@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Transforms/Passes.h"
@@ -35,7 +36,6 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
-#include "llvm/ADT/SetVector.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_SPLITSTEPPASS
@@ -47,119 +47,9 @@ using namespace mlir::distopt;
 
 namespace {
 
-/// The ops that reduce a bucket of gradient arguments, in order, and what
-/// they leave.
-struct Chain {
-  SmallVector<unsigned> args; // the gradient arguments it reduces
-  SmallVector<Operation *> ops;
-  Value reduced;
-  /// A reduce-scatter's whole length (the shard is one of its parts).
-  int64_t shardOf = 0;
-};
-
-/// A division or multiplication by a constant: what makes a sum a mean.
-bool isScaling(Operation *op) {
-  return isa<arith::DivFOp, arith::MulFOp>(op) &&
-         matchPattern(op->getOperand(1), m_Constant());
-}
-
 /// The single user of `v`, or null.
 Operation *soleUser(Value v) {
   return v.hasOneUse() ? *v.user_begin() : nullptr;
-}
-
-/// Whether `op` may come before a reduction in its chain: packing
-/// gradients into a bucket, casting them (a reduction in a wider type),
-/// scaling them, adding them to the micro-batches accumulated before.
-bool mayPrepare(Operation *op) {
-  return isa<BucketPackOp, arith::ExtFOp, arith::TruncFOp, arith::AddFOp>(op) ||
-         isScaling(op);
-}
-
-/// Gathers into `chain` what `v` (the input of the chain's first
-/// collective) is made of: gradient arguments, through ops that only
-/// prepare them for the reduction and have no other use. False when it is
-/// made of anything else.
-bool collectInputs(Value v, func::FuncOp step, Chain &chain,
-                   SetVector<Operation *> &prepared) {
-  if (auto arg = dyn_cast<BlockArgument>(v)) {
-    if (arg.getOwner() != &step.getBody().front() || !arg.hasOneUse())
-      return false;
-    StringRef role = abi::getArgRole(step, arg.getArgNumber());
-    // The f32 sum of the micro-batches before this one (grad_accumulation):
-    // read by the reduction, zeroed by the driver after the step.
-    if (role == abi::kGradAccum)
-      return true;
-    if (role != abi::kGrad)
-      return false;
-    chain.args.push_back(arg.getArgNumber());
-    return true;
-  }
-  Operation *op = v.getDefiningOp();
-  if (op->hasTrait<OpTrait::ConstantLike>())
-    return true;
-  if (!mayPrepare(op) || !v.hasOneUse() ||
-      op->getBlock() != &step.getBody().front())
-    return false;
-  for (Value operand : op->getOperands())
-    if (!collectInputs(operand, step, chain, prepared))
-      return false;
-  prepared.insert(op);
-  return true;
-}
-
-/// A collective that reduces gradients: its own or started.
-bool isReduction(Operation *op) {
-  auto c = dyn_cast<CollectiveOpInterface>(op);
-  return c && c.reduces() &&
-         (c.getCollectiveKind() == CollectiveKind::AllReduce ||
-          c.getCollectiveKind() == CollectiveKind::ReduceScatter);
-}
-
-/// The reduction chain that starts at `first`: the gradients it reduces
-/// (packed, cast, scaled), it, and after it the collectives that go on
-/// with its result whole (a hierarchical all-reduce's parts), each
-/// synchronous or started and waited, and the scalings that make the mean.
-std::optional<Chain> findChain(func::FuncOp step, Operation *first) {
-  Chain chain;
-  SetVector<Operation *> prepared;
-  if (!collectInputs(cast<CollectiveOpInterface>(first).getInput(), step, chain,
-                     prepared))
-    return std::nullopt;
-  // The operands of what prepares them come first.
-  chain.ops.assign(prepared.begin(), prepared.end());
-  llvm::sort(chain.ops,
-             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  Value v = cast<CollectiveOpInterface>(first).getInput();
-  while (Operation *user = soleUser(v)) {
-    auto c = dyn_cast<CollectiveOpInterface>(user);
-    if (c && c.getInput() == v &&
-        (isReduction(user) ||
-         c.getCollectiveKind() == CollectiveKind::AllGather)) {
-      if (c.getCollectiveKind() == CollectiveKind::ReduceScatter)
-        chain.shardOf = cast<ShapedType>(v.getType()).getNumElements();
-      chain.ops.push_back(user);
-      v = user->getResult(0);
-      if (c.isAsync()) {
-        auto wait = dyn_cast_if_present<WaitOp>(soleUser(v));
-        if (!wait) // a token waited on more than once, or in a region
-          return std::nullopt;
-        chain.ops.push_back(wait);
-        v = wait.getResult();
-      }
-      if (!c.keepsShape() && c.getCollectiveKind() == CollectiveKind::AllGather)
-        chain.shardOf = 0; // gathered whole again
-    } else if ((isScaling(user) || isa<arith::TruncFOp>(user)) &&
-               user->getOperand(0) == v &&
-               user->getBlock() == first->getBlock()) {
-      chain.ops.push_back(user);
-      v = user->getResult(0);
-    } else {
-      break;
-    }
-  }
-  chain.reduced = v;
-  return chain;
 }
 
 /// A bucket whose every tensor is scaled alike after unpacking (divided by
@@ -177,7 +67,7 @@ struct ScaleBeforeUnpack : public OpRewritePattern<BucketUnpackOp> {
     for (Value out : unpack.getOutputs()) {
       Operation *user = soleUser(out);
       FloatAttr splat;
-      if (!user || !isScaling(user) || user->getOperand(0) != out ||
+      if (!user || !isConstantScaling(user) || user->getOperand(0) != out ||
           user->getResult(0).getType() != out.getType() ||
           (!scalings.empty() && user->getName() != scalings[0]->getName()))
         return failure();
@@ -245,14 +135,8 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
         return signalPassFailure();
     }
 
-    SmallVector<Chain> chains;
-    DenseSet<Operation *> chained;
-    for (Operation &op : step.getBody().front().getOperations())
-      if (isReduction(&op) && !chained.contains(&op))
-        if (std::optional<Chain> chain = findChain(step, &op)) {
-          chained.insert(chain->ops.begin(), chain->ops.end());
-          chains.push_back(std::move(*chain));
-        }
+    // (Found after the rewrite above, which moves scalings into chains.)
+    SmallVector<ReductionChain> chains(StepStructure(step).reductions());
 
     // A reduction that leaves the gradient in another type or shape (a
     // reduce-scatter's shard, a bucket reduced in a wider type) leaves it
@@ -291,8 +175,9 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
   }
 
   /// @step_reduce<k>: the chain, returning what it leaves.
-  void addReduceEntry(OpBuilder &builder, func::FuncOp step, const Chain &chain,
-                      size_t k, std::optional<unsigned> leftIn) {
+  void addReduceEntry(OpBuilder &builder, func::FuncOp step,
+                      const ReductionChain &chain, size_t k,
+                      std::optional<unsigned> leftIn) {
     MLIRContext *context = step.getContext();
     Type reducedType = chain.reduced.getType();
     auto func = func::FuncOp::create(
@@ -325,7 +210,7 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
 
   /// @step_update: @step reading what the reduce entries left.
   void addUpdateEntry(OpBuilder &builder, func::FuncOp step,
-                      ArrayRef<Chain> chains,
+                      ArrayRef<ReductionChain> chains,
                       ArrayRef<std::optional<unsigned>> leftIn) {
     IRMapping mapping;
     auto update = cast<func::FuncOp>(builder.clone(*step, mapping));

@@ -2,13 +2,18 @@
 //
 // Walks each update's gradient back through the ops that may stand between
 // a step's gradient argument and its update, one link at a time, and finds
-// the selects that keep the update's results.
+// the selects that keep the update's results; walks each reduction of
+// gradient arguments back to the arguments and forward to its mean.
 //
 //===----------------------------------------------------------------------===//
 
 #include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 
 #include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
+
+#include "mlir/IR/Matchers.h"
+#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 using namespace mlir::distopt;
@@ -80,6 +85,112 @@ static arith::SelectOp keepingSelect(Value updated, Value old) {
   return select;
 }
 
+//===----------------------------------------------------------------------===//
+// Reductions, from the gradient arguments
+//===----------------------------------------------------------------------===//
+
+bool mlir::distopt::isConstantScaling(Operation *op) {
+  return isa<arith::DivFOp, arith::MulFOp>(op) &&
+         matchPattern(op->getOperand(1), m_Constant());
+}
+
+/// The single user of `v`, or null.
+static Operation *soleUser(Value v) {
+  return v.hasOneUse() ? *v.user_begin() : nullptr;
+}
+
+/// Whether `op` may come before a reduction in its chain.
+static bool mayPrepare(Operation *op) {
+  return isa<BucketPackOp, arith::ExtFOp, arith::TruncFOp, arith::AddFOp>(op) ||
+         isConstantScaling(op);
+}
+
+/// Gathers into `chain` what `v` (the input of the chain's first
+/// collective) is made of: gradient arguments of `entry`, through ops that
+/// only prepare them for the reduction and have no other use. False when
+/// it is made of anything else.
+static bool collectInputs(Value v, Block &entry, ReductionChain &chain,
+                          SetVector<Operation *> &prepared) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto function = dyn_cast<FunctionOpInterface>(entry.getParentOp());
+    if (!function || arg.getOwner() != &entry || !arg.hasOneUse())
+      return false;
+    StringRef role = abi::getArgRole(function, arg.getArgNumber());
+    // The f32 sum of the micro-batches before this one (grad_accumulation):
+    // read by the reduction, zeroed by the driver after the step.
+    if (role == abi::kGradAccum)
+      return true;
+    if (role != abi::kGrad)
+      return false;
+    chain.args.push_back(arg.getArgNumber());
+    return true;
+  }
+  Operation *op = v.getDefiningOp();
+  if (op->hasTrait<OpTrait::ConstantLike>())
+    return true;
+  if (!mayPrepare(op) || !v.hasOneUse() || op->getBlock() != &entry)
+    return false;
+  for (Value operand : op->getOperands())
+    if (!collectInputs(operand, entry, chain, prepared))
+      return false;
+  prepared.insert(op);
+  return true;
+}
+
+/// A collective that reduces gradients: its own or started.
+static bool startsReduction(Operation *op) {
+  auto c = dyn_cast<CollectiveOpInterface>(op);
+  return c && c.reduces() &&
+         (c.getCollectiveKind() == CollectiveKind::AllReduce ||
+          c.getCollectiveKind() == CollectiveKind::ReduceScatter);
+}
+
+/// The reduction chain that starts at `first`, or nullopt where `first`
+/// reduces anything but gradient arguments.
+static std::optional<ReductionChain> reductionFrom(Operation *first) {
+  ReductionChain chain;
+  Block &entry = *first->getBlock();
+  SetVector<Operation *> prepared;
+  Value v = cast<CollectiveOpInterface>(first).getInput();
+  if (!collectInputs(v, entry, chain, prepared))
+    return std::nullopt;
+  chain.ops.assign(prepared.begin(), prepared.end());
+  llvm::sort(chain.ops,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  while (Operation *user = soleUser(v)) {
+    auto c = dyn_cast<CollectiveOpInterface>(user);
+    if (c && c.getInput() == v &&
+        (startsReduction(user) ||
+         c.getCollectiveKind() == CollectiveKind::AllGather)) {
+      if (c.getCollectiveKind() == CollectiveKind::ReduceScatter)
+        chain.shardOf = cast<ShapedType>(v.getType()).getNumElements();
+      chain.ops.push_back(user);
+      v = user->getResult(0);
+      if (c.isAsync()) {
+        auto wait = dyn_cast_if_present<WaitOp>(soleUser(v));
+        if (!wait) // a token waited on more than once, or in a region
+          return std::nullopt;
+        chain.ops.push_back(wait);
+        v = wait.getResult();
+      }
+      if (!c.keepsShape() && c.getCollectiveKind() == CollectiveKind::AllGather)
+        chain.shardOf = 0; // gathered whole again
+    } else if ((isConstantScaling(user) || isa<arith::TruncFOp>(user)) &&
+               user->getOperand(0) == v && user->getBlock() == &entry) {
+      chain.ops.push_back(user);
+      v = user->getResult(0);
+    } else {
+      break;
+    }
+  }
+  chain.reduced = v;
+  return chain;
+}
+
+//===----------------------------------------------------------------------===//
+// StepStructure
+//===----------------------------------------------------------------------===//
+
 StepStructure::StepStructure(Operation *function) {
   function->walk([&](OptimizerOpInterface update) {
     GradientChain chain;
@@ -93,6 +204,16 @@ StepStructure::StepStructure(Operation *function) {
     indexOf[update] = allChains.size();
     allChains.push_back(std::move(chain));
   });
+  Region &body = function->getRegion(0);
+  if (!body.hasOneBlock())
+    return;
+  DenseSet<Operation *> chained;
+  for (Operation &op : body.front())
+    if (startsReduction(&op) && !chained.contains(&op))
+      if (std::optional<ReductionChain> chain = reductionFrom(&op)) {
+        chained.insert(chain->ops.begin(), chain->ops.end());
+        allReductions.push_back(std::move(*chain));
+      }
 }
 
 const GradientChain *StepStructure::chainOf(Operation *update) const {

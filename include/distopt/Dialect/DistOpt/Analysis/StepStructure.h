@@ -4,8 +4,11 @@
 // its gradient passes through on its way from the step's gradient argument
 // (reductions, the 1/K division, conversions, the unscale, the clip, the
 // bucket it travelled in), and the condition its results are kept under (an
-// overflow check's arith.select). Passes read it instead of walking use-def
-// chains of their own; a new op on the gradient's path is taught here.
+// overflow check's arith.select); and, seen from the other end, each
+// reduction of the step's gradient arguments with what prepares them for it
+// and what makes its mean (the pieces a split step reduces on their own).
+// Passes read it instead of walking use-def chains of their own; a new op
+// on the gradient's path is taught here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -74,8 +77,30 @@ struct GradientChain {
   Value keep() const;
 };
 
-/// Every update's chain in a function (usable as a pass's analysis:
-/// getAnalysis<StepStructure>() on a function).
+/// A reduction of gradient arguments, seen from the arguments: what
+/// prepares them for it (a bucket's packing, a cast to a wider type, a
+/// scaling, the sum with the micro-batches accumulated before), its
+/// collectives (an all-reduce or reduce-scatter, then those that go on with
+/// its result whole, as a hierarchical all-reduce's parts; each synchronous
+/// or started and waited) and the scalings that make its mean. Every op but
+/// the last has its only use in the chain.
+struct ReductionChain {
+  /// The gradient arguments it reduces (role grad), in order.
+  SmallVector<unsigned> args;
+  /// Its ops in block order.
+  SmallVector<Operation *> ops;
+  /// What it leaves.
+  Value reduced;
+  /// Where it leaves a reduce-scatter's shard: the whole length.
+  int64_t shardOf = 0;
+};
+
+/// A division or multiplication by a constant: what makes a sum a mean.
+bool isConstantScaling(Operation *op);
+
+/// Every update's chain in a function, and its reductions of gradient
+/// arguments (usable as a pass's analysis: getAnalysis<StepStructure>() on
+/// a function).
 class StepStructure {
 public:
   explicit StepStructure(Operation *function);
@@ -83,10 +108,14 @@ public:
   ArrayRef<GradientChain> chains() const { return allChains; }
   /// The chain of `update`, or null when it is not in the function.
   const GradientChain *chainOf(Operation *update) const;
+  /// The reductions of the function's entry block, in the order they
+  /// start (none in a function of several blocks).
+  ArrayRef<ReductionChain> reductions() const { return allReductions; }
 
 private:
   SmallVector<GradientChain> allChains;
   DenseMap<Operation *, unsigned> indexOf;
+  SmallVector<ReductionChain> allReductions;
 };
 
 } // namespace mlir::distopt
