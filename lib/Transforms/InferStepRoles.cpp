@@ -104,13 +104,13 @@ struct Inference {
       args[index] = {role, name};
     }
     // The argument its gradient carries unchanged in meaning: reduced,
-    // clipped, unscaled, cast, packed into a bucket and unpacked from the
-    // same slot.
+    // clipped, taken element by element (cast, unscaled), packed into a
+    // bucket and unpacked from the same slot.
     using Kind = GradientLink::Kind;
     const GradientChain &chain = *structure.chainOf(op);
-    if (chain.onlyThrough({Kind::Clip, Kind::Unscale, Kind::Convert,
-                           Kind::Reduction, Kind::Bucket},
-                          {CollectiveKind::AllReduce}))
+    if (chain.onlyThrough(
+            {Kind::Clip, Kind::Elementwise, Kind::Reduction, Kind::Bucket},
+            {CollectiveKind::AllReduce}))
       if (BlockArgument grad = chain.source())
         if (failed(claim(op, grad, abi::kGrad, name)))
           return failure();

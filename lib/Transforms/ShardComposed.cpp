@@ -22,7 +22,6 @@ void Sharder::composeChunks(func::FuncOp func,
                             ArrayRef<SmallVector<int64_t>> bounds,
                             FlatSymbolRefAttr groupRef) {
   OpBuilder builder(func.getBody().front().getTerminator());
-  Location loc = groups.front().front()->op->getLoc();
   // Spanning ops, each over the parts of the groups it read.
   auto members = [&](Operation *op) {
     SmallVector<unsigned> read;
@@ -44,11 +43,11 @@ void Sharder::composeChunks(func::FuncOp func,
     if (group.front()->clip)
       clips.insert(group.front()->clip);
   }
-  // Divided (a mean no collective took), then checked, converted and
-  // unscaled, like the updates' gradients: the check reads the divided parts
-  // as it reads the divided gradients unsharded (a division by K >= 1 keeps
-  // a finite value finite), so a split step's reduction of a part ends with
-  // its division.
+  // Divided (a mean no collective took), then checked and taken element by
+  // element (converted, unscaled), like the updates' gradients: the check reads
+  // the divided parts as it reads the divided gradients unsharded (a division
+  // by K >= 1 keeps a finite value finite), so a split step's reduction of a
+  // part ends with its division.
   for (auto [g, group] : llvm::enumerate(groups)) {
     Update &first = *group.front();
     if (first.divide)
@@ -67,15 +66,8 @@ void Sharder::composeChunks(func::FuncOp func,
     op->getResult(0).replaceAllUsesWith(ok);
   }
   for (auto [g, group] : llvm::enumerate(groups)) {
-    Update &first = *group.front();
-    Value &grad = grads[g];
-    auto type = cast<RankedTensorType>(grad.getType());
-    if (first.convert)
-      grad = convertGradient(builder, loc, grad,
-                             type.clone(first.paramType().getElementType()));
-    if (first.unscale)
-      grad = UnscaleOp::create(builder, first.unscale.getLoc(), grad,
-                               first.unscale.getScale());
+    for (Operation *link : group.front()->elementwise)
+      grads[g] = applyElementwiseLink(builder, link, grads[g]);
   }
   // Clipped by the global norm: each tensor's partial sums combined over
   // the group (one reduction) before its norm is rounded, as unsharded.
@@ -114,11 +106,12 @@ void Sharder::eraseComposed(ArrayRef<SmallVector<Update *>> groups) {
     return ops;
   });
   eraseEach([](Update &u) { return SmallVector<Operation *>{u.clip}; });
-  eraseEach([](Update &u) { return SmallVector<Operation *>{u.unscale}; });
+  eraseEach([](Update &u) {
+    return SmallVector<Operation *>(llvm::reverse(u.elementwise));
+  });
   eraseEach([](Update &u) { return SmallVector<Operation *>{u.finiteCheck}; });
   eraseEach([&](Update &u) {
-    SmallVector<Operation *> ops = {u.convert};
-    ops.append(u.divisionOps.begin(), u.divisionOps.end());
+    SmallVector<Operation *> ops(u.divisionOps.begin(), u.divisionOps.end());
     ops.push_back(stage >= 2 ? u.reduction.getOperation() : nullptr);
     return ops;
   });

@@ -226,8 +226,8 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
       g = u->op->getOperand(1);
     } else {
       g = stage == 2 ? greedy.reduced[i] : u->reduction.getResult();
-      if (u->convert)
-        g = convertGradient(inner, ploc, g, u->paramType());
+      for (Operation *link : u->elementwise) // conversions only
+        g = applyElementwiseLink(inner, link, g);
     }
     mapping.map(u->op->getOperand(1), g);
     for (unsigned k = 0; k < u->state.size(); ++k) {
@@ -327,7 +327,7 @@ void Sharder::shardGreedy(func::FuncOp func,
       toErase.append(u->downcasts.begin(), u->downcasts.end());
       toErase.append(u->selects.begin(), u->selects.end());
       toErase.push_back(u->op);
-      if (u->convert && !u->chained())
-        toErase.push_back(u->convert);
+      if (!u->chained())
+        toErase.append(u->elementwise.rbegin(), u->elementwise.rend());
     }
 }

@@ -51,17 +51,6 @@ RankedTensorType flatType(int64_t size, Type element) {
   return RankedTensorType::get({size}, element);
 }
 
-/// `value` converted, as Update::convert does, to `type`'s element type.
-Value convertGradient(OpBuilder &b, Location loc, Value value,
-                      RankedTensorType type) {
-  Type from = getElementTypeOrSelf(value.getType());
-  auto target =
-      cast<RankedTensorType>(value.getType()).clone(type.getElementType());
-  if (from.getIntOrFloatBitWidth() < type.getElementTypeBitWidth())
-    return arith::ExtFOp::create(b, loc, target, value);
-  return arith::TruncFOp::create(b, loc, target, value);
-}
-
 /// The attribute describing where each tensor of a group lives.
 ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
                      ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners) {
@@ -221,10 +210,10 @@ static std::string unreducedGradient(Value grad) {
   }
   return "its gradient comes from " + from +
          ", not from a distopt.all_reduce of its own (which ZeRO splits into "
-         "a reduce_scatter; between the two only arith.extf or arith.truncf, "
-         "a division by a constant, distopt.unscale and "
-         "distopt.clip_grad_norm may come): " +
-         advice;
+         "a reduce_scatter; between the two only a division by a constant, "
+         "element-wise ops (" +
+         describeElementwiseLinks() +
+         ") and distopt.clip_grad_norm may come): " + advice;
 }
 
 FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
@@ -280,22 +269,21 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
     if (!onlyLink(grad))
       return fail("the gradient it clips has other uses than the clipping");
   }
-  if (const GradientLink *unscale = next(GradientLink::Kind::Unscale)) {
-    u.unscale = cast<UnscaleOp>(unscale->op);
-    // The scale must not depend on what sharding moves.
-    if (!isEntryArg(u.unscale.getScale()) &&
-        !matchPattern(u.unscale.getScale(), m_Constant()))
-      return fail("its gradient is unscaled by a value that is neither a "
-                  "step argument nor a constant");
-    grad = unscale->input;
+  // Element-wise ops, applied to each rank's part as they come: what
+  // they read besides the gradient must not depend on what sharding moves.
+  while (const GradientLink *link = next(GradientLink::Kind::Elementwise)) {
+    for (OpOperand &operand : link->op->getOpOperands().drop_front())
+      if (!isEntryArg(operand.get()) &&
+          !matchPattern(operand.get(), m_Constant()))
+        return fail("its gradient passes through '" +
+                    link->op->getName().getStringRef() + "', whose operand #" +
+                    Twine(operand.getOperandNumber()) +
+                    " is neither a step argument nor a constant");
+    u.elementwise.insert(u.elementwise.begin(), link->op);
+    grad = link->input;
     if (!onlyLink(grad))
-      return fail("the gradient it unscales has other uses");
-  }
-  if (const GradientLink *convert = next(GradientLink::Kind::Convert)) {
-    u.convert = convert->op;
-    grad = convert->input;
-    if (!onlyLink(grad))
-      return fail("the gradient it converts has other uses");
+      return fail("the gradient '" + link->op->getName().getStringRef() +
+                  "' reads has other uses");
   }
   // A mean over micro-batches: a division by a splat constant, possibly
   // done in a wider type (ExactDivision.h).
@@ -327,8 +315,9 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
   if (u.divide)
     llvm::append_range(readers, u.divide->getUsers());
   for (Operation *user : readers) {
-    if (user == op || user == u.convert || user == u.unscale ||
-        user == u.clip || llvm::is_contained(u.divisionOps, user))
+    if (user == op || user == u.clip ||
+        llvm::is_contained(u.elementwise, user) ||
+        llvm::is_contained(u.divisionOps, user))
       continue;
     auto check = dyn_cast<AllFiniteOp>(user);
     if (!check || (u.finiteCheck && u.finiteCheck != check))
@@ -508,6 +497,18 @@ LogicalResult ShardOptimizerPass::restoreDominance(func::FuncOp func) {
   return success();
 }
 
+/// Whether two element-wise ops on gradients' ways do the same to each
+/// element: what a group's part goes through once for all its updates.
+static bool sameElementwise(Operation *a, Operation *b) {
+  return a->getName() == b->getName() &&
+         a->getAttrDictionary() == b->getAttrDictionary() &&
+         a->getPropertiesAsAttribute() == b->getPropertiesAsAttribute() &&
+         llvm::equal(a->getOperands().drop_front(),
+                     b->getOperands().drop_front()) &&
+         getElementTypeOrSelf(a->getResult(0).getType()) ==
+             getElementTypeOrSelf(b->getResult(0).getType());
+}
+
 /// Whether two updates shard together: the same optimizer and
 /// hyperparameters, learning rate and step, element types and reduction,
 /// and the same ops on their gradients' way.
@@ -523,14 +524,13 @@ static bool shardTogether(Update &a, Update &b) {
          a.paramType().getElementType() == b.paramType().getElementType() &&
          a.reduction.getType().getElementType() ==
              b.reduction.getType().getElementType() &&
-         a.paramIsMain == b.paramIsMain && bool(a.convert) == bool(b.convert) &&
+         a.paramIsMain == b.paramIsMain &&
+         llvm::equal(a.elementwise, b.elementwise, sameElementwise) &&
          a.downcasts.size() == b.downcasts.size() &&
          a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
          a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&
          a.reduction.getScaleAttr() == b.reduction.getScaleAttr() &&
          a.reduction.getWireTypeAttr() == b.reduction.getWireTypeAttr() &&
-         (a.unscale ? a.unscale.getScale() : Value()) ==
-             (b.unscale ? b.unscale.getScale() : Value()) &&
          a.clip == b.clip && a.finiteCheck == b.finiteCheck &&
          bool(a.divide) == bool(b.divide) && a.divisor == b.divisor &&
          a.keep == b.keep;

@@ -9,6 +9,7 @@
 #ifndef DISTOPT_LIB_TRANSFORMS_SHARDOPTIMIZER_H
 #define DISTOPT_LIB_TRANSFORMS_SHARDOPTIMIZER_H
 
+#include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 
@@ -26,10 +27,6 @@ struct Update {
   BlockArgument param;      // role param or main_param
   bool paramIsMain = false; // the update works on an fp32 main copy
   AllReduceOp reduction;    // reduces the gradient
-  /// Optional: the reduced gradient converted to the update's precision
-  /// (arith.extf to an fp32 main parameter, arith.truncf from a reduction
-  /// widened by --distopt-widen-reductions).
-  Operation *convert = nullptr;
   /// Optional, right after the reduction: a division by a constant (the
   /// mean over accumulated micro-batches), the op yielding its quotient, all
   /// its ops (that one first: a division in a wider type has three,
@@ -37,10 +34,14 @@ struct Update {
   Operation *divide = nullptr;
   SmallVector<Operation *, 3> divisionOps;
   double divisor = 1.0;
-  /// Optional, between the reduction (and convert) and the update: the
-  /// gradient unscaled by a loss scale, then clipped by the global norm of
-  /// all gradients (input `clipIndex` of `clip`).
-  UnscaleOp unscale;
+  /// After the division, nearest the reduction first: the element-wise
+  /// ops the gradient passes through (isElementwiseLink: a conversion to
+  /// the update's precision, as arith.extf to an fp32 main parameter or
+  /// arith.truncf from a reduction widened by --distopt-widen-reductions;
+  /// the unscale by a loss scale), each applied to a rank's part alike.
+  SmallVector<Operation *, 2> elementwise;
+  /// Optional, last before the update: the gradient clipped by the global
+  /// norm of all gradients (input `clipIndex` of `clip`).
   ClipGradNormOp clip;
   unsigned clipIndex = 0;
   /// Optional: the overflow check that reads the reduced gradient, and the
@@ -54,8 +55,13 @@ struct Update {
   BlockArgument modelParam; // with main params: the model copy (stage 3)
   StringRef name;
 
-  /// Whether its gradient passes through more than a conversion.
-  bool chained() const { return divide || unscale || clip || keep; }
+  /// Whether its gradient passes through more than conversions.
+  bool chained() const {
+    return divide || clip || keep ||
+           llvm::any_of(elementwise, [](Operation *op) {
+             return !isa<arith::ExtFOp, arith::TruncFOp>(op);
+           });
+  }
 
   RankedTensorType paramType() const {
     return cast<RankedTensorType>(param.getType());
@@ -64,9 +70,6 @@ struct Update {
 };
 
 RankedTensorType flatType(int64_t size, Type element);
-/// `value` converted, as Update::convert does, to `type`'s element type.
-Value convertGradient(OpBuilder &b, Location loc, Value value,
-                      RankedTensorType type);
 /// The attribute describing where each tensor of a group lives.
 ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
                      ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners = {});

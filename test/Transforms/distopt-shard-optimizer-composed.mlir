@@ -169,7 +169,7 @@ func.func @computed_scale(%p: tensor<4xf32> {distopt.role = "param", distopt.nam
   %r = distopt.all_reduce avg %g on @dp : tensor<4xf32>
   %s2 = arith.mulf %s, %s : f32
   %u = distopt.unscale %r by %s2 : tensor<4xf32>, f32
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient is unscaled by a value that is neither a step argument nor a constant}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient passes through 'distopt.unscale', whose operand #1 is neither a step argument nor a constant}}
   %p1 = distopt.sgd_update %p, %u lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }

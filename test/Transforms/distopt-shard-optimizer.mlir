@@ -151,7 +151,7 @@
 
 distopt.process_group @dp size 2
 func.func @unreduced(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from the step's argument #1, never reduced, not from a distopt.all_reduce of its own (which ZeRO splits into a reduce_scatter; between the two only arith.extf or arith.truncf, a division by a constant, distopt.unscale and distopt.clip_grad_norm may come): reduce it with a distopt.all_reduce of its own before its update}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from the step's argument #1, never reduced, not from a distopt.all_reduce of its own (which ZeRO splits into a reduce_scatter; between the two only a division by a constant, element-wise ops (arith.extf, arith.truncf, distopt.unscale) and distopt.clip_grad_norm may come): reduce it with a distopt.all_reduce of its own before its update}}
   %p1 = distopt.sgd_update %p, %g lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }
@@ -165,7 +165,7 @@ func.func @hand_bucket(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4x
   %bucket = distopt.bucket_pack %g : tensor<4xf32> -> tensor<4xf32>
   %avg = distopt.all_reduce avg %bucket on @dp : tensor<4xf32>
   %r = distopt.bucket_unpack %avg : tensor<4xf32> -> tensor<4xf32>
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from a distopt.bucket_unpack (a bucket packed by hand), not from a distopt.all_reduce of its own (which ZeRO splits into a reduce_scatter; between the two only arith.extf or arith.truncf, a division by a constant, distopt.unscale and distopt.clip_grad_norm may come): reduce each gradient with a distopt.all_reduce of its own and let the pipeline bucket them (--distopt-bucketize runs after sharding)}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from a distopt.bucket_unpack (a bucket packed by hand), not from a distopt.all_reduce of its own (which ZeRO splits into a reduce_scatter; between the two only a division by a constant, element-wise ops (arith.extf, arith.truncf, distopt.unscale) and distopt.clip_grad_norm may come): reduce each gradient with a distopt.all_reduce of its own and let the pipeline bucket them (--distopt-bucketize runs after sharding)}}
   %p1 = distopt.sgd_update %p, %r lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }
@@ -176,7 +176,7 @@ distopt.process_group @dp size 2
 func.func @computed(%p: tensor<4xf32> {distopt.role = "param"}, %g: tensor<4xf32> {distopt.role = "grad"}, %lr: f32, %t: i64) -> tensor<4xf32> {
   %avg = distopt.all_reduce avg %g on @dp : tensor<4xf32>
   %twice = arith.addf %avg, %avg : tensor<4xf32>
-  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from 'arith.addf', not from a distopt.all_reduce of its own (which ZeRO splits into a reduce_scatter; between the two only arith.extf or arith.truncf, a division by a constant, distopt.unscale and distopt.clip_grad_norm may come): reduce it with a distopt.all_reduce of its own before its update}}
+  // expected-error @+1 {{cannot shard 'distopt.sgd_update': its gradient comes from 'arith.addf', not from a distopt.all_reduce of its own (which ZeRO splits into a reduce_scatter; between the two only a division by a constant, element-wise ops (arith.extf, arith.truncf, distopt.unscale) and distopt.clip_grad_norm may come): reduce it with a distopt.all_reduce of its own before its update}}
   %p1 = distopt.sgd_update %p, %twice lr(%lr) step(%t) : tensor<4xf32>, f32
   return %p1 : tensor<4xf32>
 }

@@ -12,6 +12,7 @@
 #include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -19,6 +20,45 @@ using namespace mlir;
 using namespace mlir::distopt;
 
 using Kind = GradientLink::Kind;
+
+/// The element-wise ops a gradient may pass through.
+template <typename... Ops> struct OpList {
+  static bool contains(Operation *op) { return isa<Ops...>(op); }
+  static std::string names() {
+    std::string names;
+    ((names += (names.empty() ? "" : ", ") + Ops::getOperationName().str()),
+     ...);
+    return names;
+  }
+};
+using ElementwiseLinks = OpList<arith::ExtFOp, arith::TruncFOp, UnscaleOp>;
+
+bool mlir::distopt::isElementwiseLink(Operation *op) {
+  if (!ElementwiseLinks::contains(op) || op->getNumResults() != 1 ||
+      op->getNumOperands() == 0)
+    return false;
+  auto input = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  auto result = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  return input && result && input.getShape() == result.getShape() &&
+         llvm::all_of(op->getOperands().drop_front(), [](Value operand) {
+           return !isa<ShapedType>(operand.getType());
+         });
+}
+
+std::string mlir::distopt::describeElementwiseLinks() {
+  return ElementwiseLinks::names();
+}
+
+Value mlir::distopt::applyElementwiseLink(OpBuilder &builder, Operation *link,
+                                          Value part) {
+  IRMapping mapping;
+  mapping.map(link->getOperand(0), part);
+  Operation *copy = builder.clone(*link, mapping);
+  Value result = copy->getResult(0);
+  result.setType(cast<RankedTensorType>(part.getType())
+                     .clone(getElementTypeOrSelf(result.getType())));
+  return result;
+}
 
 /// The link that yields `value`, or nullopt where no op on the list does.
 static std::optional<GradientLink> linkYielding(Value value) {
@@ -31,15 +71,13 @@ static std::optional<GradientLink> linkYielding(Value value) {
       return std::nullopt; // the norm
     return GradientLink{Kind::Clip, op, result, {}, clip.getInputs()[result]};
   }
-  if (auto unscale = dyn_cast<UnscaleOp>(op))
-    return GradientLink{Kind::Unscale, op, 0, {}, unscale.getInput()};
   // Before conversions: a truncation may end a division done wider.
   if (std::optional<ConstantDivision> division = matchConstantDivision(value))
     return GradientLink{
         Kind::Division,   op, 0, division->ops, division->dividend,
         division->divisor};
-  if (isa<arith::ExtFOp, arith::TruncFOp>(op))
-    return GradientLink{Kind::Convert, op, 0, {}, op->getOperand(0)};
+  if (isElementwiseLink(op))
+    return GradientLink{Kind::Elementwise, op, 0, {}, op->getOperand(0)};
   if (auto collective = dyn_cast<CollectiveOpInterface>(op);
       collective && collective.reduces() && !collective.isAsync())
     return GradientLink{Kind::Reduction, op, 0, {}, collective.getInput()};

@@ -27,10 +27,9 @@ struct GradientLink {
   enum class Kind {
     /// distopt.clip_grad_norm: the gradient is its result `index`.
     Clip,
-    /// distopt.unscale.
-    Unscale,
-    /// arith.extf or arith.truncf.
-    Convert,
+    /// An op applied to the gradient element by element, its other
+    /// operands scalars (isElementwiseLink: a conversion, distopt.unscale).
+    Elementwise,
     /// A division by a splat constant (ExactDivision.h); `ops` are its ops.
     Division,
     /// A synchronous collective that reduces (CollectiveOpInterface).
@@ -94,6 +93,21 @@ struct ReductionChain {
   /// Where it leaves a reduce-scatter's shard: the whole length.
   int64_t shardOf = 0;
 };
+
+/// Whether `op` may stand on a gradient's path as an element-wise link: it
+/// maps each element of its first operand to one element of its only
+/// result (of the same shape), and its other operands are scalars, so that
+/// it applies alike to any part of the gradient. These are arith.extf,
+/// arith.truncf and distopt.unscale; an op added to that list is taken
+/// by every pass that reads the chains (ZeRO applies it to each rank's
+/// part with applyElementwiseLink).
+bool isElementwiseLink(Operation *op);
+/// The ops isElementwiseLink takes, for diagnostics.
+std::string describeElementwiseLinks();
+/// `link` (isElementwiseLink) applied to `part` instead of its first
+/// operand: a copy of it at `builder`'s point whose result has `part`'s
+/// shape.
+Value applyElementwiseLink(OpBuilder &builder, Operation *link, Value part);
 
 /// A division or multiplication by a constant: what makes a sum a mean.
 bool isConstantScaling(Operation *op);
