@@ -260,8 +260,7 @@ func.func @clipped_other_use(%p: tensor<4xf32> {distopt.role = "param", distopt.
 
 distopt.process_group @dp size 2
 // A conversion between the clip and the update: the chain is reduction,
-// division, conversion, unscale, clip, in this order, or it is not
-// sharded.
+// division, element-wise ops, clip, in this order, or it is not sharded.
 func.func @converted_after_clip(%p: tensor<4xf32> {distopt.role = "param", distopt.name = "p"},
                                 %g: tensor<4xbf16> {distopt.role = "grad", distopt.name = "p"},
                                 %lr: f32, %t: i64) -> tensor<4xf32> {
