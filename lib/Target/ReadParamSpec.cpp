@@ -181,6 +181,50 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object,
       attrs.set(key.second, builder.getF64FloatAttr(*(*pair)[1].getAsNumber()));
       break;
     }
+    case OptimizerSpecKey::Bool: {
+      FailureOr<bool> flag = getBool(object, key.key, path);
+      if (failed(flag))
+        return failure();
+      attrs.set(key.key, builder.getBoolAttr(*flag));
+      break;
+    }
+    case OptimizerSpecKey::Integer: {
+      std::optional<int64_t> integer = value->getAsInteger();
+      if (!integer)
+        return error(path + "." + key.key) << "expected an integer";
+      attrs.set(key.key, builder.getI64IntegerAttr(*integer));
+      break;
+    }
+    case OptimizerSpecKey::Numbers: {
+      const json::Array *list = value->getAsArray();
+      SmallVector<double, 3> numbers;
+      if (list)
+        for (const json::Value &item : *list)
+          if (std::optional<double> number = item.getAsNumber();
+              number && std::isfinite(*number))
+            numbers.push_back(*number);
+      if (!list || list->size() != 3 || numbers.size() != 3)
+        return error(path + "." + key.key)
+               << "expected [" << key.first << ", " << key.second << ", "
+               << key.third << "], three finite numbers";
+      attrs.set(key.key, builder.getDenseF64ArrayAttr(numbers));
+      break;
+    }
+    case OptimizerSpecKey::String: {
+      std::optional<StringRef> text = value->getAsString();
+      if (!text)
+        return error(path + "." + key.key) << "expected a string";
+      attrs.set(key.key, builder.getStringAttr(*text));
+      break;
+    }
+    case OptimizerSpecKey::DType: {
+      FailureOr<FloatType> type =
+          parseDType(value, (path + "." + key.key).str());
+      if (failed(type))
+        return failure();
+      attrs.set(key.key, TypeAttr::get(*type));
+      break;
+    }
     }
   }
   optimizer.opName = found->getStringRef();
@@ -207,12 +251,13 @@ LogicalResult SpecReader::readParamGroups(const json::Value &value,
       return error(path + ".lr")
              << "a group scales the step's learning rate: use lr_scale (or "
                 "give the spec runtime_hyperparameters)";
-    if (group->get("type"))
-      return error(path + ".type")
-             << "every group uses the optimizer's type; give only "
-                "hyperparameters that differ";
-    // The group's optimizer: the defaults with its overrides.
-    json::Object merged = defaults;
+    // The group's optimizer: the defaults with its overrides, or, where it
+    // names a type of its own (Muon's matrices beside AdamW's vectors), that
+    // optimizer with its own keys only.
+    std::optional<StringRef> type = group->getString("type");
+    json::Object merged;
+    if (!type || type == defaults.getString("type"))
+      merged = defaults;
     for (const auto &[key, v] : *group)
       merged[key] = v;
     Optimizer optimizerOfGroup;

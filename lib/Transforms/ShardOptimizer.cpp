@@ -229,6 +229,13 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
     return arg && arg.getOwner() == &entry;
   };
 
+  // The flat layout cuts a parameter across ranks; an update that reads
+  // the whole matrix needs it whole on one rank.
+  if (!cast<OptimizerOpInterface>(op).isElementwise() &&
+      strategy != ZeroStrategy::Greedy)
+    return fail("its update reads the whole matrix, which the flat layout "
+                "cuts across ranks (strategy=greedy updates each parameter "
+                "whole on the rank that owns it)");
   Value param = op->getOperand(0);
   StringRef role =
       isEntryArg(param)

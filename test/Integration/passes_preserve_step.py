@@ -15,9 +15,11 @@ and compares the parameters the ranks end with (shards gathered):
   - for the f32 SGD spec, with torch.optim.SGD on the averaged gradients,
     bit for bit (the lowering's SGD matches torch exactly).
 
-usage: passes_preserve_step.py SPEC_DIR RANKS... [--only V1,V2...] -- [--bin DIR] [--mpirun CMD]
-(--only: just these variants; --bin: where the distopt tools are, default
-the PATH)
+usage: passes_preserve_step.py SPEC_DIR RANKS... [--only V1,V2...] [--specs S1,S2...]
+                               -- [--bin DIR] [--mpirun CMD]
+(--only: just these variants; --specs: these specs of SPEC_DIR, default
+sgd3.json and mixed.json; --bin: where the distopt tools are, default the
+PATH)
 """
 import os
 import subprocess
@@ -123,6 +125,11 @@ def main():
         if unknown:
             raise SystemExit(f"unknown variants: {sorted(unknown)}")
         del ours[at:at + 2]
+    specs = ["sgd3.json", "mixed.json"]
+    if "--specs" in ours:
+        at = ours.index("--specs")
+        specs = ours[at + 1].split(",")
+        del ours[at:at + 2]
     spec_dir, ranks_list = sys.argv[1], [int(r) for r in ours]
     rest = sys.argv[split + 1:]
     harness = {"bin_dir": rest[rest.index("--bin") + 1] if "--bin" in rest else "",
@@ -133,7 +140,7 @@ def main():
     import json
     import tempfile
     failures = checks = 0
-    for spec_name in ("sgd3.json", "mixed.json"):
+    for spec_name in specs:
         spec_path = os.path.join(spec_dir, spec_name)
         spec = json.load(open(spec_path))
         for ranks in ranks_list:

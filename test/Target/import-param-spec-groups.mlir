@@ -1,5 +1,5 @@
 // Parameter groups: names or glob patterns, each group the optimizer's
-// defaults with its overrides; parameters in no group take the defaults. A
+// defaults with its overrides (or an optimizer of its own type); parameters in no group take the defaults. A
 // group's lr_scale multiplies the step's rate (once, in f64); its state
 // follows its own hyperparameters (amsgrad's max_exp_avg_sq).
 // RUN: distopt-translate --import-param-spec %S/Inputs/groups.json | FileCheck %s
@@ -17,8 +17,10 @@
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=KEY
 // RUN: sed -e 's/"params": \["head.weight"\]/"params": []/' %S/Inputs/groups.json \
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=EMPTY
-// RUN: sed -e 's/"weight_decay": 0.0}/"weight_decay": 0.0, "type": "sgd"}/' %S/Inputs/groups.json \
-// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=TYPE
+// A group of another type is that optimizer with the group's keys only
+// (not the defaults': AdamW's betas mean nothing to SGD).
+// RUN: sed -e 's/"weight_decay": 0.0}/"weight_decay": 0.0, "type": "sgd", "momentum": 0.9}/' %S/Inputs/groups.json \
+// RUN:   | distopt-translate --import-param-spec | FileCheck %s --check-prefix=TYPE
 
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: {distopt.name = "head.weight.max_exp_avg_sq", distopt.role = "state"}
@@ -47,4 +49,7 @@
 // SCALE: param spec: param_groups[1].lr_scale: must be non-negative, got -1
 // KEY: param spec: param_groups[1]: unknown key 'momentum'
 // EMPTY: param spec: param_groups[1].params: expected a non-empty list of names or glob patterns
-// TYPE: param spec: param_groups[0].type: every group uses the optimizer's type
+// TYPE: distopt.adamw_update {{.*}} : tensor<4x3xf32>
+// TYPE: distopt.sgd_update {{.*}} {momentum = 9.000000e-01 : f64} : tensor<4xf32>
+// TYPE: distopt.sgd_update {{.*}} {momentum = 9.000000e-01 : f64} : tensor<4xf32>
+// TYPE: distopt.adamw_update {{.*}} {amsgrad, weight_decay = 1.000000e-01 : f64} : tensor<2x4xf32>

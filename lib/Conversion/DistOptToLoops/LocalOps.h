@@ -36,6 +36,21 @@ Value reduceAll(
 /// `x` extended to the wider float type `to` (itself if already `to`).
 Value widen(OpBuilder &b, Location loc, Value x, Type to);
 
+/// A matrix product (LowerCompression.cpp): out = the sum over loop
+/// dimension `reduction` of lhs * rhs, operands and result indexed by their
+/// maps over three loop dimensions (transposes are maps), `shape` the
+/// result's. Loops nest in dimension order, d0 outermost: the order decides
+/// the memory walk, and the innermost loop should run along contiguous
+/// rows. When it is the sum itself (a dot product), `reassociate` lets LLVM
+/// vectorize it, rounding differently. Half types accumulate in f32,
+/// rounded to their type unless `rounded` is false.
+Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
+               AffineMap lhsMap, AffineMap rhsMap, AffineMap outMap,
+               unsigned reduction, ArrayRef<int64_t> shape,
+               bool reassociate = false, bool rounded = true);
+/// The map of a matrix indexed by loop dimensions `row` and `col` (of 3).
+AffineMap dims(OpBuilder &b, unsigned row, unsigned col);
+
 // Buckets and shards (LowerBuckets.cpp).
 void lowerPack(RewriterBase &rewriter, BucketPackOp op);
 /// Returns what replaces the unpacked tensors.

@@ -60,16 +60,10 @@ elementwise(OpBuilder &b, Location loc, Value lhs, Value rhs,
       .getResult(0);
 }
 
-/// A matrix product: out = the sum over loop dimension `reduction` of
-/// lhs * rhs, operands and result indexed by their maps over three loop
-/// dimensions (transposes are maps). Loops nest in dimension order, d0
-/// outermost: the order decides the memory walk, and the innermost loop
-/// should run along contiguous rows. When it is the sum itself (a dot
-/// product), `reassociate` lets LLVM vectorize it, rounding differently.
-static Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
-                      AffineMap lhsMap, AffineMap rhsMap, AffineMap outMap,
-                      unsigned reduction, ArrayRef<int64_t> shape,
-                      bool reassociate = false) {
+Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
+               AffineMap lhsMap, AffineMap rhsMap, AffineMap outMap,
+               unsigned reduction, ArrayRef<int64_t> shape, bool reassociate,
+               bool rounded) {
   auto element =
       cast<FloatType>(cast<RankedTensorType>(lhs.getType()).getElementType());
   // Half types accumulate in f32, as torch's CPU matmul does.
@@ -95,13 +89,13 @@ static Value contract(OpBuilder &b, Location loc, Value lhs, Value rhs,
                                 .getResult());
                       })
                       .getResult(0);
-  if (acc == element)
+  if (acc == element || !rounded)
     return product;
   return arith::TruncFOp::create(b, loc, RankedTensorType::get(shape, element),
                                  product);
 }
 
-static AffineMap dims(OpBuilder &b, unsigned row, unsigned col) {
+AffineMap dims(OpBuilder &b, unsigned row, unsigned col) {
   MLIRContext *ctx = b.getContext();
   return AffineMap::get(
       3, 0, {getAffineDimExpr(row, ctx), getAffineDimExpr(col, ctx)}, ctx);

@@ -15,6 +15,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "LocalOps.h"
+
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
@@ -23,6 +25,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
@@ -357,6 +360,209 @@ void lowerAdagrad(RewriterBase &builder, AdagradUpdateOp op) {
   });
 }
 
+/// An element-wise loop over tensors of one shape: `inputs` read, `init`
+/// written (a new tensor, or one updated in place); `body` gets the inputs'
+/// elements and the output's and returns the new output element.
+Value mapElements(OpBuilder &b, Location loc, ValueRange inputs, Value init,
+                  function_ref<Value(OpBuilder &, Location, ValueRange)> body) {
+  auto type = cast<RankedTensorType>(init.getType());
+  SmallVector<AffineMap> maps(inputs.size() + 1,
+                              b.getMultiDimIdentityMap(type.getRank()));
+  SmallVector<utils::IteratorType> iterators(type.getRank(),
+                                             utils::IteratorType::parallel);
+  return linalg::GenericOp::create(
+             b, loc, TypeRange{type}, inputs, ValueRange{init}, maps, iterators,
+             [&](OpBuilder &nb, Location nloc, ValueRange args) {
+               linalg::YieldOp::create(nb, nloc, body(nb, nloc, args));
+             })
+      .getResult(0);
+}
+
+/// `x` converted to the float type `to`.
+Value convertTo(OpBuilder &b, Location loc, Value x, Type to) {
+  unsigned from = x.getType().getIntOrFloatBitWidth();
+  if (x.getType() == to)
+    return x;
+  if (from < to.getIntOrFloatBitWidth())
+    return arith::ExtFOp::create(b, loc, to, x);
+  return arith::TruncFOp::create(b, loc, to, x);
+}
+
+/// torch's lerp(x, y, w): x + w (y - x) when |w| < 0.5, else
+/// y - (y - x)(1 - w), each one fused multiply-add as in its vector kernel;
+/// `small` (i1) says which, `oneMinusW` is 1 - w in the compute type.
+Value lerp(Body &m, Value x, Value y, Value w, Value oneMinusW, Value small) {
+  Value diff = m.sub(y, x);
+  Value near = math::FmaOp::create(m.b, m.loc, w, diff, x);
+  Value far = math::FmaOp::create(m.b, m.loc, m.neg(diff), oneMinusW, y);
+  return m.select(small, near, far);
+}
+
+/// The matrix `x` (rows x cols, ns dtype) orthogonalized by torch.optim.Muon's
+/// Newton-Schulz iterations: normalized, then `steps` times A = X X^T, B =
+/// b A + c A A, X = a X + B X; a tall matrix takes the same iterations
+/// transposed (A = X^T X, X = a X + X B: the same products in the same
+/// order, so no transposed copy is made). Products accumulate in f32 and
+/// are rounded once with the term they are added to.
+Value newtonSchulz(OpBuilder &b, Location loc, MuonUpdateOp op, Value x,
+                   Value eps) {
+  auto type = cast<RankedTensorType>(x.getType());
+  Type ns = type.getElementType();
+  Type acc = b.getF32Type();
+  int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
+  bool tall = rows > cols;
+  int64_t gram = std::min(rows, cols);
+  // X / max(||X||, eps): the norm summed in f64, rounded to the dtype.
+  Value sumSq = reduceAll(
+      b, loc, x, arith::ConstantOp::create(b, loc, b.getF64FloatAttr(0)),
+      [&](OpBuilder &nb, Location l, Value e, Value sum) {
+        Value w = widen(nb, l, e, nb.getF64Type());
+        return math::FmaOp::create(nb, l, w, w, sum).getResult();
+      });
+  Value norm = convertTo(b, loc, math::SqrtOp::create(b, loc, sumSq), ns);
+  norm = arith::MaximumFOp::create(b, loc, norm, convertTo(b, loc, eps, ns));
+  Value normAcc = convertTo(b, loc, norm, acc);
+  auto empty = [&](ArrayRef<int64_t> shape, Type t) -> Value {
+    return tensor::EmptyOp::create(b, loc, shape, t);
+  };
+  x = mapElements(b, loc, {x}, empty({rows, cols}, ns),
+                  [&](OpBuilder &nb, Location l, ValueRange args) {
+                    Value q = arith::DivFOp::create(
+                        nb, l, convertTo(nb, l, args[0], acc), normAcc);
+                    return convertTo(nb, l, q, ns);
+                  });
+  ArrayRef<double> coefficients = op.getNsCoefficients();
+  auto constant = [&](double v) -> Value {
+    return arith::ConstantOp::create(b, loc, FloatAttr::get(acc, v));
+  };
+  Value ca = constant(coefficients[0]), cb = constant(coefficients[1]),
+        cc = constant(coefficients[2]);
+  for (uint64_t i = 0; i < op.getNsSteps(); ++i) {
+    // A = X X^T (loops i, j, k: dot products along rows), or X^T X for a
+    // tall X (loops k, i, j: rows added into A's rows).
+    Value gramMatrix =
+        tall ? contract(b, loc, x, x, dims(b, 0, 1), dims(b, 0, 2),
+                        dims(b, 1, 2), 0, {gram, gram})
+             : contract(b, loc, x, x, dims(b, 0, 2), dims(b, 1, 2),
+                        dims(b, 0, 1), 2, {gram, gram},
+                        /*reassociate=*/true);
+    // A A (loops i, k, j), kept in f32 until B is rounded.
+    Value squared =
+        contract(b, loc, gramMatrix, gramMatrix, dims(b, 0, 1), dims(b, 1, 2),
+                 dims(b, 0, 2), 1, {gram, gram}, false, /*rounded=*/false);
+    Value update =
+        mapElements(b, loc, {gramMatrix, squared}, empty({gram, gram}, ns),
+                    [&](OpBuilder &nb, Location l, ValueRange args) {
+                      Value scaled = arith::MulFOp::create(nb, l, cc, args[1]);
+                      Value sum = math::FmaOp::create(
+                          nb, l, cb, convertTo(nb, l, args[0], acc), scaled);
+                      return convertTo(nb, l, sum, ns);
+                    });
+    // B X, or X B for a tall X (loops i, k, j).
+    Value product =
+        tall ? contract(b, loc, x, update, dims(b, 0, 1), dims(b, 1, 2),
+                        dims(b, 0, 2), 1, {rows, cols}, false, false)
+             : contract(b, loc, update, x, dims(b, 0, 1), dims(b, 1, 2),
+                        dims(b, 0, 2), 1, {rows, cols}, false, false);
+    x = mapElements(b, loc, {x, product}, empty({rows, cols}, ns),
+                    [&](OpBuilder &nb, Location l, ValueRange args) {
+                      Value sum = math::FmaOp::create(
+                          nb, l, ca, convertTo(nb, l, args[0], acc), args[1]);
+                      return convertTo(nb, l, sum, ns);
+                    });
+  }
+  return x;
+}
+
+void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
+  Location loc = op.getLoc();
+  UpdateBuilder u(builder, loc, op);
+  auto paramType = cast<RankedTensorType>(op.getParam().getType());
+  int64_t rows = paramType.getDimSize(0);
+  int64_t cols = paramType.getNumElements() / std::max<int64_t>(rows, 1);
+  Type element = paramType.getElementType();
+  // The momentum: b = lerp(b, g, 1 - mu); the direction: lerp(g, b, mu).
+  Value mu64 = u.hyper("momentum");
+  Value w64 = u.oneMinus(mu64);
+  auto isSmall = [&](Value weight) -> Value {
+    Value magnitude = math::AbsFOp::create(builder, loc, weight);
+    return arith::CmpFOp::create(builder, loc, arith::CmpFPredicate::OLT,
+                                 magnitude, u.f64(0.5));
+  };
+  Value w = u.scalar(w64), mu = u.scalar(mu64), one = u.scalar(1.0);
+  Value oneMinusW = arith::SubFOp::create(builder, loc, one, w);
+  Value oneMinusMu = arith::SubFOp::create(builder, loc, one, mu);
+  Value wSmall = isSmall(w64), muSmall = isSmall(mu64);
+  Value zero = u.scalar(0.0);
+  Value first = u.isFirstStep();
+  bool maximize = op.getMaximize(), nesterov = op.getNesterov();
+  SmallVector<utils::IteratorType> parallel(paramType.getRank(),
+                                            utils::IteratorType::parallel);
+  SmallVector<AffineMap> maps(
+      3, builder.getMultiDimIdentityMap(paramType.getRank()));
+  auto momentum = linalg::GenericOp::create(
+      builder, loc, TypeRange{paramType, paramType}, ValueRange{op.getGrad()},
+      ValueRange{
+          op.getState()[0],
+          tensor::EmptyOp::create(builder, loc, paramType.getShape(), element)},
+      maps, parallel, [&](OpBuilder &nb, Location nloc, ValueRange args) {
+        Body m{nb, nloc};
+        auto load = [&](Value v) { return convertTo(nb, nloc, v, u.compute); };
+        Value g = load(args[0]);
+        if (maximize)
+          g = m.neg(g);
+        // torch creates the buffer as zeros.
+        Value old = m.select(first, zero, load(args[1]));
+        Value stored =
+            convertTo(nb, nloc, lerp(m, old, g, w, oneMinusW, wSmall), element);
+        Value direction = stored;
+        if (nesterov)
+          direction = convertTo(
+              nb, nloc, lerp(m, g, load(stored), mu, oneMinusMu, muSmall),
+              element);
+        linalg::YieldOp::create(nb, nloc, ValueRange{stored, direction});
+      });
+  // Orthogonalized as a matrix of the first dimension's rows.
+  Value direction = momentum.getResult(1);
+  auto matrixType = RankedTensorType::get({rows, cols}, element);
+  SmallVector<ReassociationIndices> rowsOf = {
+      {0}, llvm::to_vector(llvm::seq<int64_t>(1, paramType.getRank()))};
+  if (paramType.getRank() > 2)
+    direction = tensor::CollapseShapeOp::create(builder, loc, matrixType,
+                                                direction, rowsOf);
+  Type ns = op.getNsDtype() ? *op.getNsDtype() : builder.getF32Type();
+  Value x = mapElements(
+      builder, loc, {direction},
+      tensor::EmptyOp::create(builder, loc, ArrayRef<int64_t>{rows, cols}, ns),
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        return convertTo(nb, l, args[0], ns);
+      });
+  x = newtonSchulz(builder, loc, op, x, u.hyper("eps"));
+  if (paramType.getRank() > 2)
+    x = tensor::ExpandShapeOp::create(
+        builder, loc, RankedTensorType::get(paramType.getShape(), ns), x,
+        rowsOf);
+  // p = p (1 - lr wd) - lr ratio X.
+  double ratio =
+      op.getAdjustLrFn() == "match_rms_adamw"
+          ? 0.2 * std::sqrt(static_cast<double>(std::max(rows, cols)))
+          : std::sqrt(std::max(1.0, static_cast<double>(rows) /
+                                        static_cast<double>(cols)));
+  Value negStep = u.scalar(arith::NegFOp::create(
+      builder, loc, arith::MulFOp::create(builder, loc, u.lr, u.f64(ratio))));
+  Value decay = u.scalar(u.oneMinus(
+      arith::MulFOp::create(builder, loc, u.lr, u.hyper("weight_decay"))));
+  Value param = mapElements(
+      builder, loc, {x}, op.getParam(),
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Body m{nb, l};
+        Value p = m.mul(convertTo(nb, l, args[1], u.compute), decay);
+        Value next = m.axpy(p, negStep, convertTo(nb, l, args[0], u.compute));
+        return convertTo(nb, l, next, element);
+      });
+  builder.replaceOp(op, ValueRange{param, momentum.getResult(0)});
+}
+
 /// An update whose every result is kept only under one condition (selected
 /// against the operand it updates) moves under scf.if on it.
 void runUnderCondition(const GradientChain &chain) {
@@ -417,6 +623,10 @@ struct LowerUpdate : OpInterfaceRewritePattern<OptimizerOpInterface> {
         })
         .Case([&](AdagradUpdateOp adagrad) {
           lowerAdagrad(rewriter, adagrad);
+          return success();
+        })
+        .Case([&](MuonUpdateOp muon) {
+          lowerMuon(rewriter, muon);
           return success();
         })
         .Default([&](Operation *) {

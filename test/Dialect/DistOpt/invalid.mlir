@@ -621,6 +621,62 @@ func.func @adagrad_state(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64
 
 // -----
 
+func.func @muon_vector(%p: tensor<4xf32>, %g: tensor<4xf32>, %b: tensor<4xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{orthogonalizes matrices: the parameter must have rank 2 or more, got 'tensor<4xf32>'}}
+  %r:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) : tensor<4xf32>, f32
+  return
+}
+
+// -----
+
+func.func @muon_momentum(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %b: tensor<4x2xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'momentum' must be in [0, 1), got 1}}
+  %r:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {momentum = 1.0} : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
+func.func @muon_steps(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %b: tensor<4x2xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'ns_steps' must be in [0, 100], got -1}}
+  %r:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {ns_steps = -1} : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
+func.func @muon_coefficients(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %b: tensor<4x2xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'ns_coefficients' must be three finite numbers (a, b, c)}}
+  %r:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {ns_coefficients = array<f64: 1.0, 2.0>} : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
+func.func @muon_adjust(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %b: tensor<4x2xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'adjust_lr_fn' must be "original" or "match_rms_adamw", got "moonshot"}}
+  %r:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {adjust_lr_fn = "moonshot"} : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
+func.func @muon_dtype(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %b: tensor<4x2xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'ns_dtype' must be f32 or bf16, got 'f16'}}
+  %r:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {ns_dtype = f16} : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
+func.func @muon_state(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{expects 1 state tensors (momentum_buffer) for these hyperparameters, got 0}}
+  %r = distopt.muon_update %p, %g lr(%lr) step(%t) : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
 func.func @all_finite_nothing() -> i1 {
   // expected-error @+1 {{requires at least one input}}
   %ok = "distopt.all_finite"() : () -> i1

@@ -157,6 +157,15 @@ func.func @optimizers(%p: tensor<1024xf32>, %g: tensor<1024xf32>, %s0: tensor<10
   return
 }
 
+// CHECK-LABEL: func.func @muon
+func.func @muon(%p: tensor<64x3x3x3xbf16>, %g: tensor<64x3x3x3xbf16>, %b: tensor<64x3x3x3xbf16>, %lr: f32, %t: i64) {
+  // CHECK: distopt.muon_update %{{.*}}, %{{.*}} state(%{{.*}}) lr(%{{.*}}) step(%{{.*}}) : tensor<64x3x3x3xbf16>, f32
+  %a:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) : tensor<64x3x3x3xbf16>, f32
+  // CHECK: distopt.muon_update {{.*}} {adjust_lr_fn = "match_rms_adamw", nesterov = false, ns_coefficients = array<f64: 2.000000e+00, -1.500000e+00, 5.000000e-01>, ns_dtype = bf16, ns_steps = 3 : i64}
+  %c:2 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {adjust_lr_fn = "match_rms_adamw", nesterov = false, ns_coefficients = array<f64: 2.0, -1.5, 0.5>, ns_dtype = bf16, ns_steps = 3} : tensor<64x3x3x3xbf16>, f32
+  return
+}
+
 // Hyperparameters read at run time: f64 operands, by their torch names; the
 // attributes still say which state there is.
 // CHECK-LABEL: func.func @runtime_hyperparameters

@@ -110,6 +110,7 @@ DISTOPT_OPTIMIZER_INFER(AdamUpdateOp)
 DISTOPT_OPTIMIZER_INFER(AdamWUpdateOp)
 DISTOPT_OPTIMIZER_INFER(RMSpropUpdateOp)
 DISTOPT_OPTIMIZER_INFER(AdagradUpdateOp)
+DISTOPT_OPTIMIZER_INFER(MuonUpdateOp)
 #undef DISTOPT_OPTIMIZER_INFER
 
 /// A hyperparameter's value as getStateKeysFor's lookup gives it: its
@@ -305,6 +306,68 @@ LogicalResult AdagradUpdateOp::verify() {
       failed(checkRange(*this, "initial_accumulator_value",
                         getInitialAccumulatorValue(), 0)))
     return failure();
+  return success();
+}
+
+SmallVector<StringRef>
+MuonUpdateOp::getStateKeysFor(function_ref<Attribute(StringRef)>) {
+  return {"momentum_buffer"};
+}
+
+ArrayRef<OptimizerSpecKey> MuonUpdateOp::getSpecKeys() {
+  static const OptimizerSpecKey keys[] = {
+      {"momentum", OptimizerSpecKey::Number},
+      {"nesterov", OptimizerSpecKey::Bool},
+      {"weight_decay", OptimizerSpecKey::Number},
+      {"eps", OptimizerSpecKey::Number},
+      {"ns_steps", OptimizerSpecKey::Integer},
+      {"ns_coefficients", OptimizerSpecKey::Numbers, "a", "b", "c"},
+      {"adjust_lr_fn", OptimizerSpecKey::String},
+      {"ns_dtype", OptimizerSpecKey::DType},
+      {"maximize", OptimizerSpecKey::Flag}};
+  return keys;
+}
+
+ArrayRef<StringRef> MuonUpdateOp::getRuntimeHyperparameterKeys() {
+  static constexpr StringRef keys[] = {"momentum", "weight_decay", "eps"};
+  return keys;
+}
+
+double MuonUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return llvm::StringSwitch<APFloat>(key)
+      .Case("momentum", getMomentum())
+      .Case("eps", getEps())
+      .Default(getWeightDecay())
+      .convertToDouble();
+}
+
+LogicalResult MuonUpdateOp::verify() {
+  auto type = cast<RankedTensorType>(getParam().getType());
+  if (type.getRank() < 2)
+    return emitOpError("orthogonalizes matrices: the parameter must have "
+                       "rank 2 or more, got ")
+           << type << " (give vectors and scalars a group of their own, "
+           << "with AdamW)";
+  if (!type.hasStaticShape())
+    return emitOpError("needs the parameter's shape, got ") << type;
+  if (failed(checkRange(*this, "momentum", getMomentum(), 0, 1.0)) ||
+      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
+      failed(checkRange(*this, "eps", getEps(), 0)))
+    return failure();
+  if (auto steps = static_cast<int64_t>(getNsSteps()); steps < 0 || steps > 100)
+    return emitOpError("'ns_steps' must be in [0, 100], got ") << steps;
+  if (getNsCoefficients().size() != 3 ||
+      !llvm::all_of(getNsCoefficients(),
+                    [](double c) { return std::isfinite(c); }))
+    return emitOpError("'ns_coefficients' must be three finite numbers "
+                       "(a, b, c)");
+  if (getAdjustLrFn() != "original" && getAdjustLrFn() != "match_rms_adamw")
+    return emitOpError("'adjust_lr_fn' must be \"original\" or "
+                       "\"match_rms_adamw\", got \"")
+           << getAdjustLrFn() << "\"";
+  if (std::optional<Type> dtype = getNsDtype();
+      dtype && !dtype->isF32() && !dtype->isBF16())
+    return emitOpError("'ns_dtype' must be f32 or bf16, got ") << *dtype;
   return success();
 }
 

@@ -39,14 +39,30 @@ double ringBytesSent(CollectiveKind kind, int64_t payloadBytes,
                      int64_t groupSize);
 
 /// A key of the param spec's `optimizer` object (or a group's) that an
-/// update reads: a number into the f64 attribute of its name, a flag
-/// (true/false) into the unit attribute of its name, or a pair of numbers
-/// (`betas`) into the two attributes `first` and `second`.
+/// update reads, into the attribute of its name (a pair into the two
+/// attributes `first` and `second`), of the type its kind says.
 struct OptimizerSpecKey {
-  enum Kind { Number, Flag, Pair };
+  enum Kind {
+    /// A finite number: an F64Attr.
+    Number,
+    /// true or false: a UnitAttr, present when true.
+    Flag,
+    /// [first, second]: two F64Attrs of those names (Adam's betas).
+    Pair,
+    /// true or false: a BoolAttr (for a flag true by default).
+    Bool,
+    /// An integer: an I64Attr.
+    Integer,
+    /// [first, second, third]: a DenseF64ArrayAttr of three numbers.
+    Numbers,
+    /// A string: a StrAttr (the op's verifier checks its value).
+    String,
+    /// A dtype name (f32, bf16, f16): a TypeAttr.
+    DType,
+  };
   llvm::StringLiteral key;
   Kind kind;
-  llvm::StringLiteral first = "", second = "";
+  llvm::StringLiteral first = "", second = "", third = "";
 };
 } // namespace mlir::distopt
 

@@ -136,6 +136,12 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
                           "given at run time instead, by their torch.optim "
                           "names.",
       "::llvm::ArrayRef<::llvm::StringRef>", "getRuntimeHyperparameterKeys">,
+    StaticInterfaceMethod<"Whether each element of the new parameter and "
+                          "state depends only on the same element of the "
+                          "operands (and scalars), so that a shard updates "
+                          "alone; false for an update that reads the whole "
+                          "matrix (Muon's orthogonalization).",
+      "bool", "isElementwise">,
     StaticInterfaceMethod<"The param spec's `optimizer.type` of this update "
                           "(\"adamw\").",
       "::llvm::StringRef", "getSpecType">,

@@ -638,7 +638,7 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 // lowering (LowerOptimizers.cpp); the spec reader, the passes and the step
 // interface find it through OptimizerOpInterface.
 class DistOpt_OptimizerOp<string mnemonic, string specType,
-                          dag hyperparameters>
+                          dag hyperparameters, bit elementwise = 1>
     : DistOpt_Op<mnemonic, [Pure, AttrSizedOperandSegments,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
         DistOpt_OptimizerOpInterface]> {
@@ -677,6 +677,7 @@ class DistOpt_OptimizerOp<string mnemonic, string specType,
     /// The keys of the spec's optimizer object it reads (besides type, lr).
     static ::llvm::ArrayRef<::mlir::distopt::OptimizerSpecKey> getSpecKeys();
     static ::llvm::StringRef getSpecType() { return "}] # specType # [{"; }
+    static bool isElementwise() { return }] # !if(elementwise, "true", "false") # [{; }
     /// The compiled value of one of those (its attribute or default).
     double getCompiledHyperparameter(::llvm::StringRef key);
     /// The number of state tensors the hyperparameters call for.
@@ -812,6 +813,49 @@ def DistOpt_AdagradUpdateOp : DistOpt_OptimizerOp<"adagrad_update", "adagrad", (
 
     ```mlir
     %p1, %s1 = distopt.adagrad_update %p, %g state(%s) lr(%lr) step(%t) : tensor<1024xf32>, f32
+    ```
+  }];
+}
+
+def DistOpt_MuonUpdateOp : DistOpt_OptimizerOp<"muon_update", "muon", (ins
+    DefaultValuedAttr<F64Attr, "0.95">:$momentum,
+    DefaultValuedAttr<BoolAttr, "true">:$nesterov,
+    DefaultValuedAttr<F64Attr, "0.1">:$weight_decay,
+    DefaultValuedAttr<F64Attr, "1e-07">:$eps,
+    DefaultValuedAttr<I64Attr, "5">:$ns_steps,
+    DefaultValuedAttr<DenseF64ArrayAttr, "{3.4445, -4.775, 2.0315}">:
+        $ns_coefficients,
+    DefaultValuedAttr<StrAttr, "\"original\"">:$adjust_lr_fn,
+    OptionalAttr<TypeAttrOf<AnyFloat>>:$ns_dtype), /*elementwise=*/0> {
+  let summary = "the update of torch.optim.Muon (momentum orthogonalized)";
+  let description = [{
+    For a matrix parameter (of rank 2, or more: then as the matrix of its
+    first dimension's rows, a conv weight flattened), as torch.optim.Muon
+    (PyTorch 2.9) does, with `g = grad` (negated if `maximize`),
+    `mu = momentum`:
+
+    ```
+    b = lerp(b, g, 1 - mu)                       (state: b, momentum_buffer)
+    u = nesterov ? lerp(g, b, mu) : b
+    X = u / max(||u||_F, eps)   in ns_dtype, transposed when rows > columns
+    ns_steps times (a, b, c = ns_coefficients):
+      A = X X^T;  B = b A + c A A;  X = a X + B X
+    p = p * (1 - lr * weight_decay)
+    p = p - lr * ratio * X                       (X transposed back)
+    ```
+
+    `lerp(x, y, w)` is torch's: `x + w (y - x)` for `|w| < 0.5`, else
+    `y - (y - x)(1 - w)`, each a fused multiply-add. `ratio` is
+    `sqrt(max(1, rows / columns))` for `adjust_lr_fn = "original"` (Keller
+    Jordan's, torch's default) and `0.2 sqrt(max(rows, columns))` for
+    `"match_rms_adamw"` (Moonshot's, which lets AdamW's rate and decay
+    carry over). The iterations run in `ns_dtype`, f32 (when absent) or
+    bf16 (torch's choice, made for GPUs); matrix products accumulate in f32 and are rounded once.
+    The norm accumulates in f64. The momentum buffer starts at zero.
+
+    ```mlir
+    %p1, %b1 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {adjust_lr_fn = "match_rms_adamw"}
+        : tensor<256x128xf32>, f32
     ```
   }];
 }

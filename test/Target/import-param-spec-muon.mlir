@@ -1,0 +1,41 @@
+// Muon from the spec: its keys (a flag true by default, an integer, three
+// coefficients, a choice, a dtype) into the op's attributes, and an AdamW
+// group of its own type for what is not a matrix (the embedding too, by
+// choice here), with its own keys and the step's rate scaled.
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json | FileCheck %s
+// A vector left in the Muon group is refused, naming it.
+// RUN: sed -e 's/"\*.bias", //' %S/Inputs/muon.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=VECTOR
+// RUN: sed -e 's/"ns_steps": 4/"ns_steps": 4.5/' %S/Inputs/muon.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=STEPS
+// RUN: sed -e 's/\[3.0, -3.2, 1.2\]/[3.0, 1.2]/' %S/Inputs/muon.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=COEFFICIENTS
+// RUN: sed -e 's/"nesterov": false/"nesterov": 0/' %S/Inputs/muon.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=NESTEROV
+// RUN: sed -e 's/"bf16"/"float99"/' %S/Inputs/muon.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=DTYPE
+// The flat ZeRO layout cuts matrices across ranks: refused for Muon's
+// updates; the greedy one updates each whole on its owner.
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=1 2>&1 | FileCheck %s --check-prefix=FLAT
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
+
+// CHECK-LABEL: func.func @step
+// CHECK-SAME: distopt.name = "fc.weight.momentum_buffer"
+// CHECK-SAME: %[[LR:[^:]*]]: f64 {distopt.role = "lr"}
+// CHECK: %[[SCALED:.*]] = arith.mulf %[[LR]], %{{.*}} : f64
+// CHECK: distopt.adamw_update {{.*}} lr(%[[SCALED]]) {{.*}} {weight_decay = 0.000000e+00 : f64} : tensor<16x8xf32>, f64
+// CHECK: distopt.muon_update {{.*}} lr(%[[LR]]) {{.*}} {adjust_lr_fn = "match_rms_adamw", momentum = 9.000000e-01 : f64, nesterov = false, ns_coefficients = array<f64: 3.000000e+00, -3.200000e+00, 1.200000e+00>, ns_dtype = bf16, ns_steps = 4 : i64} : tensor<8x8xf32>, f64
+// CHECK: distopt.adamw_update {{.*}} lr(%[[SCALED]]) {{.*}} : tensor<8xf32>, f64
+// CHECK: distopt.muon_update {{.*}} : tensor<4x2x3x3xf32>, f64
+//
+// VECTOR: error: 'distopt.muon_update' op orthogonalizes matrices: the parameter must have rank 2 or more, got 'tensor<8xf32>' (give vectors and scalars a group of their own, with AdamW)
+// VECTOR: note: in the update of parameter 'fc.bias'
+// STEPS: param spec: optimizer.ns_steps: expected an integer
+// COEFFICIENTS: param spec: optimizer.ns_coefficients: expected [a, b, c], three finite numbers
+// NESTEROV: param spec: optimizer.nesterov: expected true or false
+// DTYPE: param spec: optimizer.ns_dtype: unsupported dtype 'float99' (expected f32, bf16 or f16)
+// FLAT: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, which the flat layout cuts across ranks (strategy=greedy updates each parameter whole on the rank that owns it)
+// GREEDY: distopt.owned_by @{{.*}} rank
+// GREEDY: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64
