@@ -2,6 +2,7 @@
 
 #include "distopt/Pipelines/Pipelines.h"
 
+#include "distopt/Codegen/Passes.h"
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Transforms/Passes.h"
 
@@ -274,4 +275,5 @@ void mlir::distopt::registerDistOptPipeline() {
 void mlir::distopt::registerDistOptPasses() {
   registerDistOptTransformsPasses();
   registerDistOptConversionPasses();
+  registerDistOptCodegenPasses();
 }

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
+#include "distopt/Codegen/SplitReductions.h"
 #include "distopt/Conversion/DistOptToRuntime/BufferUses.h"
 #include "distopt/Conversion/Passes.h"
 

@@ -11,6 +11,7 @@
 #ifndef DISTOPT_LIB_CONVERSION_DISTOPTTOLOOPS_LOCALOPS_H
 #define DISTOPT_LIB_CONVERSION_DISTOPTTOLOOPS_LOCALOPS_H
 
+#include "distopt/Codegen/Shapes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Transforms/Bucketing.h"
 
@@ -19,12 +20,7 @@
 
 namespace mlir::distopt {
 
-// Shared helpers.
-/// `value` as a 1-D tensor of its elements, row-major; a contiguous memref
-/// as a 1-D view of them.
-Value flatten(OpBuilder &b, Location loc, Value value);
-/// The 1-D `value` in `type`'s shape.
-Value unflatten(OpBuilder &b, Location loc, Value value, RankedTensorType type);
+// Shared helpers (and flatten, unflatten: distopt/Codegen/Shapes.h).
 /// This process's rank in `group`, as an index (a runtime call at `at`).
 Value rankOf(OpBuilder &b, Location loc, Operation *at,
              FlatSymbolRefAttr group);

@@ -32,43 +32,6 @@ using namespace mlir;
 
 namespace mlir::distopt {
 
-/// `value` (of `type`) as 1-D, with the reshapes of its kind.
-template <typename ExpandOp, typename CollapseOp, typename ShapedT>
-static Value flattenWith(OpBuilder &b, Location loc, Value value,
-                         ShapedT type) {
-  if (type.getRank() == 1)
-    return value;
-  if (type.getRank() == 0)
-    return ExpandOp::create(b, loc, ShapedT::get({1}, type.getElementType()),
-                            value, ArrayRef<ReassociationIndices>{});
-  SmallVector<ReassociationIndices> all = {
-      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()))};
-  return CollapseOp::create(b, loc, value, all);
-}
-
-/// `value` as a 1-D tensor of its elements, row-major; a contiguous memref
-/// as a 1-D view of them.
-Value flatten(OpBuilder &b, Location loc, Value value) {
-  if (auto memref = dyn_cast<MemRefType>(value.getType()))
-    return flattenWith<memref::ExpandShapeOp, memref::CollapseShapeOp>(
-        b, loc, value, memref);
-  return flattenWith<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(
-      b, loc, value, cast<RankedTensorType>(value.getType()));
-}
-
-/// The 1-D `value` in `type`'s shape.
-Value unflatten(OpBuilder &b, Location loc, Value value,
-                RankedTensorType type) {
-  if (type.getRank() == 1)
-    return value;
-  if (type.getRank() == 0)
-    return tensor::CollapseShapeOp::create(b, loc, type, value,
-                                           ArrayRef<ReassociationIndices>{});
-  SmallVector<ReassociationIndices> all = {
-      llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()))};
-  return tensor::ExpandShapeOp::create(b, loc, type, value, all);
-}
-
 static Value slice1d(OpBuilder &b, Location loc, Value source,
                      OpFoldResult offset, int64_t size) {
   auto type = cast<RankedTensorType>(source.getType());

@@ -5,9 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "LocalOps.h"
-
-#include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
+#include "distopt/Codegen/SplitReductions.h"
+#include "distopt/Codegen/Shapes.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"

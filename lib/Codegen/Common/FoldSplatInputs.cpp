@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "distopt/Conversion/Passes.h"
+#include "distopt/Codegen/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -17,7 +17,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_FOLDSPLATINPUTSPASS
-#include "distopt/Conversion/Passes.h.inc"
+#include "distopt/Codegen/Passes.h.inc"
 } // namespace mlir::distopt
 
 using namespace mlir;

@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "distopt/Conversion/Passes.h"
+#include "distopt/Codegen/Passes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
@@ -18,7 +18,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_COLLAPSECONTIGUOUSLOOPSPASS
-#include "distopt/Conversion/Passes.h.inc"
+#include "distopt/Codegen/Passes.h.inc"
 } // namespace mlir::distopt
 
 using namespace mlir;

@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef DISTOPT_CONVERSION_DISTOPTTOLOOPS_SPLITREDUCTIONS_H
-#define DISTOPT_CONVERSION_DISTOPTTOLOOPS_SPLITREDUCTIONS_H
+#ifndef DISTOPT_CODEGEN_SPLITREDUCTIONS_H
+#define DISTOPT_CODEGEN_SPLITREDUCTIONS_H
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/PatternMatch.h"
@@ -42,4 +42,4 @@ LogicalResult splitWholeReduction(IRRewriter &rewriter, linalg::GenericOp op,
 
 } // namespace mlir::distopt
 
-#endif // DISTOPT_CONVERSION_DISTOPTTOLOOPS_SPLITREDUCTIONS_H
+#endif // DISTOPT_CODEGEN_SPLITREDUCTIONS_H

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "distopt/Conversion/Passes.h"
+#include "distopt/Codegen/Passes.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -15,7 +15,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_EXACTGPUSQRTPASS
-#include "distopt/Conversion/Passes.h.inc"
+#include "distopt/Codegen/Passes.h.inc"
 } // namespace mlir::distopt
 
 using namespace mlir;

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "distopt/Conversion/Passes.h"
+#include "distopt/Codegen/Passes.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -19,7 +19,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_ANNOTATEVECTORWIDTHPASS
-#include "distopt/Conversion/Passes.h.inc"
+#include "distopt/Codegen/Passes.h.inc"
 } // namespace mlir::distopt
 
 using namespace mlir;

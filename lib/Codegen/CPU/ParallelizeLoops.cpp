@@ -8,10 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "LocalOps.h"
-
-#include "distopt/Conversion/DistOptToLoops/SplitReductions.h"
-#include "distopt/Conversion/Passes.h"
+#include "distopt/Codegen/Passes.h"
+#include "distopt/Codegen/Shapes.h"
+#include "distopt/Codegen/SplitReductions.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -23,7 +22,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_PARALLELIZELOOPSPASS
-#include "distopt/Conversion/Passes.h.inc"
+#include "distopt/Codegen/Passes.h.inc"
 } // namespace mlir::distopt
 
 using namespace mlir;
