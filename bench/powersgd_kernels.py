@@ -9,7 +9,9 @@ the step: M is n x m, the factors n x r and m x r):
     contractions `--distopt-lower-local-ops` emits for a
     powersgd_all_reduce of that shape (taken from its output, each made a
     function of its operands) and lowered by `distopt-opt
-    --distopt-lower-to-cpu`, the CPU lowering distopt-compile runs; against
+    --distopt-lower-to-cpu`, the CPU lowering distopt-compile runs (which
+    calls the runtime's distopt_rt_matmul_f32, itself OpenBLAS's sgemm on
+    one thread, since --distopt-contractions-to-runtime); against
     cblas_sgemm.
   - orthogonalization of P (n x r) and Q (m x r): the dialect's own
     `distopt.orthogonalize`, lowered the same way; against modified
@@ -256,8 +258,11 @@ def measure(build, shapes, rank, repeat, tmp, threads=1):
     with open(os.path.join(tmp, "driver.c"), "w") as f:
         f.write(head + orth_dispatch(shapes) + "int main(void) {" + main)
     exe = os.path.join(tmp, "kernels")
+    # The lowered products call the runtime (distopt_rt_matmul_f32).
+    runtime = os.path.join(os.path.abspath(build), "runtime", "lib")
     subprocess.run(["gcc", "-O2", "-I", OPENBLAS_INCLUDE, os.path.join(tmp, "driver.c"),
                     os.path.join(tmp, "kernels.o"), "-o", exe, "-lopenblas", "-lm",
+                    f"-L{runtime}", "-ldistopt_rt", f"-Wl,-rpath,{runtime}",
                     f"-L{LLVM}/../lib", "-lomp", f"-Wl,-rpath,{LLVM}/../lib"], check=True)
     out = subprocess.run([exe], check=True, capture_output=True, text=True,
                          env=dict(os.environ, OPENBLAS_NUM_THREADS=str(threads),

@@ -8,6 +8,7 @@ set(DISTOPT_RT_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/Comm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Cuda.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Elements.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/Matmul.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/MpiTransport.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Nccl.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Runtime.cpp

@@ -198,6 +198,8 @@ void mlir::distopt::buildDistOptLowerToCPUPipeline(
     OpPassManager &pm, const DistOptLowerToCPUOptions &options,
     bool runtimeAllocator) {
   buildBufferizedStepPipeline(pm);
+  // Matrix products through the runtime's BLAS.
+  pm.addPass(createContractionsToRuntimePass());
   buildParallelLoopsPipeline(pm);
   buildLoopsToLLVMPipeline(pm, runtimeAllocator, options.elementwiseVectorBits);
 }

@@ -265,6 +265,20 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_convert(const void *in,
                                                     distopt_rt_dtype out_type,
                                                     int64_t count);
 
+/* For compiled steps: c += op(a) op(b) in f32, row-major, where op(a) is
+ * m x k (a holds its transpose, k x m, when transpose_a) and op(b) is k x n;
+ * lda, ldb and ldc are the rows' strides in elements. Through the BLAS the
+ * machine has, found at run time (OpenBLAS, else libblas.so.3 with CBLAS;
+ * on one thread, so a product's bits do not depend on a rank's threads,
+ * OpenBLAS's own setting put back after it), else a loop here;
+ * DISTOPT_BLAS=none asks for the loop. */
+DISTOPT_RT_API distopt_rt_status distopt_rt_matmul_f32(
+    int32_t transpose_a, int32_t transpose_b, int64_t m, int64_t n, int64_t k,
+    const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
+    int64_t ldc);
+/* The library distopt_rt_matmul_f32 calls, or "none" (the loop). */
+DISTOPT_RT_API const char *distopt_rt_blas(void);
+
 /* Completes and frees the request; returns the collective's status. */
 DISTOPT_RT_API distopt_rt_status distopt_rt_wait(distopt_rt_request *request);
 

@@ -163,6 +163,30 @@ def ReturnStatusPass : Pass<"distopt-return-status", "::mlir::ModuleOp"> {
                            "::mlir::ub::UBDialect"];
 }
 
+def ContractionsToRuntimePass
+    : Pass<"distopt-contractions-to-runtime", "::mlir::ModuleOp"> {
+  let summary = "Run f32 matrix products through the runtime's BLAS";
+  let description = [{
+    On a bufferized step (CPU), each `linalg.generic` of three loops, one of
+    them a reduction, whose body is `out + lhs * rhs` on f32 matrices with
+    contiguous rows (each operand indexed by two of the loops, the result
+    by the two parallel ones) becomes a call of `distopt_rt_matmul_f32`:
+    `out += op(a) op(b)`, each input read as it is or transposed. The
+    runtime runs it through the machine's BLAS (OpenBLAS, found at run
+    time, on one thread) or, without one, a loop of its own. Muon's
+    Newton-Schulz products and PowerSGD's factors then run at the
+    library's rate: a 768x768 orthogonalization took 1.13 s as loops and
+    0.08 s through OpenBLAS on this machine. The sums are added in the
+    library's order, not the loops': results differ in their last bits
+    (as torch's own do from the loops), and alike on every rank. The CPU
+    lowering runs it after bufferization.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
 def AsyncInPlacePass : Pass<"distopt-async-in-place", "::mlir::ModuleOp"> {
   let summary = "Let asynchronous collectives work in their input's buffer";
   let description = [{

@@ -34,13 +34,17 @@ bool isCheapElementwise(linalg::GenericOp op) {
          op.getBody()->getOperations().size() <= kMaxOpsPerElement + 1;
 }
 
-/// Fuses where the producer disappears: its one use is this input. (With
+/// Fuses where the producer disappears: its one use is this input (with
 /// other uses, upstream's fusion keeps the producer's result as a result of
 /// the fused op, where the consumer is: perhaps after, or inside a region
-/// that does not dominate, the other users.)
-bool shouldFuse(OpOperand *operand) {
+/// that does not dominate, the other users), which the consumer reads once
+/// per element (an identity map: a matrix product would compute each
+/// element again for every row or column it meets, and would no longer be
+/// a plain product for --distopt-contractions-to-runtime).
+bool shouldFuse(linalg::GenericOp consumer, OpOperand *operand) {
   auto producer = operand->get().getDefiningOp<linalg::GenericOp>();
-  return producer && isCheapElementwise(producer) && producer->hasOneUse();
+  return producer && isCheapElementwise(producer) && producer->hasOneUse() &&
+         consumer.getMatchingIndexingMap(operand).isIdentity();
 }
 
 /// Upstream's element-wise fusion alone: its pattern set would also give
@@ -52,7 +56,7 @@ struct FuseProducer : OpRewritePattern<linalg::GenericOp> {
   LogicalResult matchAndRewrite(linalg::GenericOp consumer,
                                 PatternRewriter &rewriter) const override {
     for (OpOperand &operand : consumer->getOpOperands()) {
-      if (!consumer.isDpsInput(&operand) || !shouldFuse(&operand) ||
+      if (!consumer.isDpsInput(&operand) || !shouldFuse(consumer, &operand) ||
           !linalg::areElementwiseOpsFusable(&operand))
         continue;
       FailureOr<linalg::ElementwiseOpFusionResult> fused =
