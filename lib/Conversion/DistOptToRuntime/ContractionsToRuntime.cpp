@@ -61,7 +61,8 @@ bool isMultiplyAdd(linalg::GenericOp op) {
 }
 
 struct ContractionToRuntime : public OpRewritePattern<linalg::GenericOp> {
-  using OpRewritePattern::OpRewritePattern;
+  ContractionToRuntime(MLIRContext *context, int64_t minDim)
+      : OpRewritePattern(context), minDim(minDim) {}
 
   LogicalResult matchAndRewrite(linalg::GenericOp op,
                                 PatternRewriter &rewriter) const override {
@@ -100,6 +101,14 @@ struct ContractionToRuntime : public OpRewritePattern<linalg::GenericOp> {
     if (!aRowAt || !bColAt || position(aMap, sum) != !*aRowAt ||
         position(bMap, sum) != !*bColAt)
       return rewriter.notifyMatchFailure(op, "not a product of two matrices");
+    // A thin product (PowerSGD's factors: a few columns) is a
+    // matrix-vector shape the BLAS is not tuned for; the loops run it
+    // faster.
+    SmallVector<int64_t> loops = op.getStaticLoopRanges();
+    if (llvm::any_of(loops, [&](int64_t size) {
+          return ShapedType::isDynamic(size) || size < minDim;
+        }))
+      return rewriter.notifyMatchFailure(op, "a thin or dynamic product");
     Value a = op.getDpsInputs()[first], b = op.getDpsInputs()[1 - first];
 
     Location loc = op.getLoc();
@@ -128,14 +137,18 @@ struct ContractionToRuntime : public OpRewritePattern<linalg::GenericOp> {
     rewriter.eraseOp(op);
     return success();
   }
+
+  int64_t minDim;
 };
 
 struct ContractionsToRuntimePass
     : public distopt::impl::ContractionsToRuntimePassBase<
           ContractionsToRuntimePass> {
+  using ContractionsToRuntimePassBase::ContractionsToRuntimePassBase;
+
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<ContractionToRuntime>(&getContext());
+    patterns.add<ContractionToRuntime>(&getContext(), minDim);
     walkAndApplyPatterns(getOperation(), std::move(patterns));
   }
 };

@@ -1,7 +1,10 @@
 // f32 matrix products on buffers become distopt_rt_matmul_f32 calls: each
 // input read as it is or transposed (from the loops its map names), in
 // either operand order; anything else is left to the loops.
-// RUN: distopt-opt %s --distopt-contractions-to-runtime | FileCheck %s
+// RUN: distopt-opt %s --distopt-contractions-to-runtime=min-dim=1 | FileCheck %s
+// Products with a loop below min-dim (32 by default) stay loops.
+// RUN: distopt-opt %s --distopt-contractions-to-runtime | FileCheck %s --check-prefix=THIN
+// THIN-NOT: distopt_rt_matmul_f32
 
 #mk = affine_map<(i, j, k) -> (i, k)>
 #km = affine_map<(i, j, k) -> (k, i)>
