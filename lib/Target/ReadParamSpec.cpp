@@ -236,6 +236,44 @@ LogicalResult SpecReader::readOptimizer(const json::Object &object,
   return success();
 }
 
+LogicalResult SpecReader::addGroupsForVectors() {
+  // (Groups added here come after the spec's, which they do not renumber.)
+  size_t specGroups = groups.size();
+  for (int64_t g = -1; g < static_cast<int64_t>(specGroups); ++g) {
+    const Optimizer &matrices = g < 0 ? optimizer : groups[g];
+    if (matrices.opName != MuonUpdateOp::getOperationName())
+      continue;
+    SmallVector<size_t> vectors;
+    for (auto [i, p] : llvm::enumerate(parameters))
+      if (groupKey(i) == g && p.shape.size() < 2)
+        vectors.push_back(i);
+    if (vectors.empty())
+      continue;
+    std::string path =
+        g < 0 ? std::string("optimizer")
+              : ("param_groups[" + Twine(g) + "]").str();
+    if (runtimeHyperparameters)
+      return error(path) << "Muon updates matrices only, and its vectors ('"
+                         << parameters[vectors.front()].name
+                         << "') would need a group of AdamW that "
+                            "runtime_hyperparameters does not know: give "
+                            "them a param group of type adamw";
+    // torch's AdamW at the group's rate (Moonshot's pairing: with
+    // adjust_lr_fn "match_rms_adamw", one rate fits both).
+    json::Object adamw{{"type", "adamw"}, {"lr", matrices.lr}};
+    Optimizer vectorsOptimizer;
+    if (failed(readOptimizer(adamw, vectorsOptimizer, path)))
+      return failure();
+    vectorsOptimizer.lrScale = matrices.lrScale;
+    if (groupOf.empty())
+      groupOf.assign(parameters.size(), -1);
+    for (size_t i : vectors)
+      groupOf[i] = groups.size();
+    groups.push_back(std::move(vectorsOptimizer));
+  }
+  return success();
+}
+
 LogicalResult SpecReader::readParamGroups(const json::Value &value,
                                           const json::Object &defaults) {
   const json::Array *list = value.getAsArray();
@@ -569,6 +607,8 @@ OwningOpRef<ModuleOp> SpecReader::read(StringRef text) {
   if (const json::Value *groupList = root->get("param_groups"))
     if (failed(readParamGroups(*groupList, *opt)))
       return nullptr;
+  if (failed(addGroupsForVectors()))
+    return nullptr;
   if (const json::Value *k = root->get("grad_accumulation")) {
     std::optional<int64_t> micro = k->getAsInteger();
     if (!micro || *micro < 1 || *micro > (int64_t(1) << 30)) {

@@ -3,9 +3,13 @@
 // group of its own type for what is not a matrix (the embedding too, by
 // choice here), with its own keys and the step's rate scaled.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json | FileCheck %s
-// A vector left in the Muon group is refused, naming it.
+// A vector left in a Muon group is updated by torch's AdamW at the group's
+// rate, in a group of its own; under runtime_hyperparameters, which would
+// not know that group, it is an error naming it.
 // RUN: sed -e 's/"\*.bias", //' %S/Inputs/muon.json \
-// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=VECTOR
+// RUN:   | distopt-translate --import-param-spec | FileCheck %s --check-prefix=VECTOR
+// RUN: sed -e 's/"\*.bias", //; s/"world_size": 2,/"world_size": 2, "runtime_hyperparameters": true,/' %S/Inputs/muon.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=RUNTIME
 // RUN: sed -e 's/"ns_steps": 4/"ns_steps": 4.5/' %S/Inputs/muon.json \
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=STEPS
 // RUN: sed -e 's/\[3.0, -3.2, 1.2\]/[3.0, 1.2]/' %S/Inputs/muon.json \
@@ -30,8 +34,10 @@
 // CHECK: distopt.adamw_update {{.*}} lr(%[[SCALED]]) {{.*}} : tensor<8xf32>, f64
 // CHECK: distopt.muon_update {{.*}} : tensor<4x2x3x3xf32>, f64
 //
-// VECTOR: error: 'distopt.muon_update' op orthogonalizes matrices: the parameter must have rank 2 or more, got 'tensor<8xf32>' (give vectors and scalars a group of their own, with AdamW)
-// VECTOR: note: in the update of parameter 'fc.bias'
+// VECTOR: distopt.check_rate %[[LR:[^ ]*]] param_group -1
+// VECTOR: distopt.muon_update {{.*}} lr(%[[LR]]) {{.*}} : tensor<8x8xf32>, f64
+// VECTOR: distopt.adamw_update {{.*}} lr(%[[LR]]) step(%{{[^)]*}}) : tensor<8xf32>, f64
+// RUNTIME: param spec: optimizer: Muon updates matrices only, and its vectors ('fc.bias') would need a group of AdamW that runtime_hyperparameters does not know: give them a param group of type adamw
 // STEPS: param spec: optimizer.ns_steps: expected an integer
 // COEFFICIENTS: param spec: optimizer.ns_coefficients: expected [a, b, c], three finite numbers
 // NESTEROV: param spec: optimizer.nesterov: expected true or false
