@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_HIERARCHICALALLREDUCEPASS
@@ -52,10 +53,53 @@ FailureOr<NodeGroups> declareNodeGroups(ModuleOp module, int64_t world,
   return NodeGroups{(*refs)[0], (*refs)[1]};
 }
 
-/// Replaces `op` (over `world` ranks) by its hierarchical form.
-void splitAllReduce(AllReduceOp op, const NodeGroups &groups, int64_t world,
-                    int64_t nodeSize) {
-  IRRewriter rewriter(op);
+/// The world size of an all_reduce the hierarchy takes, or 0: over the
+/// whole world, of `minBytes` or more, over two nodes of `nodeSize` ranks at
+/// least, of floats where it averages (an integer avg stays flat: its
+/// rounding is the runtime's).
+int64_t hierarchicalWorld(AllReduceOp op, int64_t nodeSize, int64_t minBytes) {
+  ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
+  auto type = cast<RankedTensorType>(op.getInput().getType());
+  if (!group || !group.isWorld() || type.getRank() == 0 ||
+      cast<CollectiveOpInterface>(op.getOperation()).getPayloadBytes() <
+          minBytes)
+    return 0;
+  int64_t size = group.getSize();
+  if (size % nodeSize != 0 || size / nodeSize < 2 || nodeSize < 2 ||
+      size > ::distopt::kMaxWorldSize)
+    return 0;
+  if (op.getReduction() == ReductionKind::Avg &&
+      !isa<FloatType>(type.getElementType()))
+    return 0;
+  return size;
+}
+
+/// A world all_reduce (over `world` ranks) as its hierarchical form: within
+/// the node, across the nodes, within the node.
+struct SplitAllReduce : public OpRewritePattern<AllReduceOp> {
+  SplitAllReduce(MLIRContext *context, NodeGroups groups, int64_t world,
+                 int64_t nodeSize, int64_t minBytes, llvm::Statistic &splits)
+      : OpRewritePattern(context), groups(groups), world(world),
+        nodeSize(nodeSize), minBytes(minBytes), splits(splits) {}
+
+  LogicalResult matchAndRewrite(AllReduceOp op,
+                                PatternRewriter &rewriter) const override {
+    if (hierarchicalWorld(op, nodeSize, minBytes) != world)
+      return rewriter.notifyMatchFailure(op, "not a world all_reduce to split");
+    rewriter.setInsertionPoint(op);
+    split(op, rewriter);
+    ++splits;
+    return success();
+  }
+
+  void split(AllReduceOp op, PatternRewriter &rewriter) const;
+
+  NodeGroups groups;
+  int64_t world, nodeSize, minBytes;
+  llvm::Statistic &splits;
+};
+
+void SplitAllReduce::split(AllReduceOp op, PatternRewriter &rewriter) const {
   Location loc = op.getLoc();
   auto type = cast<RankedTensorType>(op.getInput().getType());
   Type element = type.getElementType();
@@ -135,39 +179,23 @@ void HierarchicalAllReducePass::runOnOperation() {
        failed(checkDividesWorld(source, "distopt-hierarchical-all-reduce",
                                 "node-size", nodeSize, *worldSize, "nodes"))))
     return signalPassFailure();
-  SmallVector<AllReduceOp> candidates;
+  // The node groups are declared once, for the world of the first
+  // all_reduce the hierarchy takes (the module has one world).
   int64_t world = 0;
   getOperation().walk([&](AllReduceOp op) {
-    ProcessGroupOp group = lookupProcessGroup(op, op.getGroupAttr());
-    auto type = cast<RankedTensorType>(op.getInput().getType());
-    if (!group || !group.isWorld() || type.getRank() == 0 ||
-        cast<CollectiveOpInterface>(op.getOperation()).getPayloadBytes() <
-            minBytes)
-      return;
-    int64_t size = group.getSize();
-    // Two nodes at least, each of node-size ranks; floats for avg's
-    // division (integer avg stays flat: its rounding is the runtime's).
-    if (size % nodeSize != 0 || size / nodeSize < 2 || nodeSize < 2 ||
-        size > ::distopt::kMaxWorldSize)
-      return;
-    if (op.getReduction() == ReductionKind::Avg &&
-        !isa<FloatType>(type.getElementType()))
-      return;
-    if (world != 0 && world != size)
-      return;
-    world = size;
-    candidates.push_back(op);
+    world = hierarchicalWorld(op, nodeSize, minBytes);
+    return world ? WalkResult::interrupt() : WalkResult::advance();
   });
-  if (candidates.empty())
+  if (world == 0)
     return;
   FailureOr<NodeGroups> groups =
       declareNodeGroups(getOperation(), world, nodeSize);
   if (failed(groups))
     return signalPassFailure();
-  for (AllReduceOp op : candidates) {
-    splitAllReduce(op, *groups, world, nodeSize);
-    ++numSplit;
-  }
+  RewritePatternSet patterns(&getContext());
+  patterns.add<SplitAllReduce>(&getContext(), *groups, world, nodeSize,
+                               minBytes, numSplit);
+  walkAndApplyPatterns(getOperation(), std::move(patterns));
 }
 
 } // namespace

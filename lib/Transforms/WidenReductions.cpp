@@ -13,6 +13,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
@@ -27,6 +29,48 @@ using namespace mlir::distopt;
 
 namespace {
 
+/// Why `op`, a reduction in a narrow float type, stays narrow (a warning's
+/// text), or "" when it is widened.
+template <typename OpTy> std::string leftNarrow(OpTy op) {
+  if (op.getWireType())
+    return "its wire type is set explicitly";
+  Value result = op->getResult(0);
+  if (isa<TokenType>(result.getType()) &&
+      (!result.hasOneUse() || !isa<WaitOp>(*result.getUsers().begin())))
+    return "its token is not waited on exactly once";
+  return "";
+}
+
+/// Whether `op` reduces floats narrower than `wide` in a kind whose
+/// rounding depends on the precision (not max or min).
+template <typename OpTy> bool isNarrowSum(OpTy op, FloatType wide) {
+  auto narrow = dyn_cast<FloatType>(
+      cast<RankedTensorType>(op.getInput().getType()).getElementType());
+  ReductionKind kind = op.getReduction();
+  return narrow && narrow.getWidth() < wide.getWidth() &&
+         kind != ReductionKind::Max && kind != ReductionKind::Min;
+}
+
+/// A narrow reduction in `wide`, its users given the wide result.
+template <typename OpTy> struct WidenReduction : public OpRewritePattern<OpTy> {
+  WidenReduction(MLIRContext *context, FloatType wide, llvm::Statistic &count)
+      : OpRewritePattern<OpTy>(context), wide(wide), count(count) {}
+
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    if (!isNarrowSum(op, wide) || !leftNarrow(op).empty())
+      return rewriter.notifyMatchFailure(op, "not a reduction to widen");
+    widen(op, rewriter);
+    ++count;
+    return success();
+  }
+
+  void widen(OpTy op, PatternRewriter &rewriter) const;
+
+  FloatType wide;
+  llvm::Statistic &count;
+};
+
 struct WidenReductionsPass
     : public distopt::impl::WidenReductionsPassBase<WidenReductionsPass> {
   using WidenReductionsPassBase::WidenReductionsPassBase;
@@ -39,24 +83,37 @@ struct WidenReductionsPass
           << "--distopt-widen-reductions: dtype must be f32 or f64";
       return signalPassFailure();
     }
-    wide = dtype == ReduceDtype::F64 ? FloatType(Float64Type::get(context))
-                                     : FloatType(Float32Type::get(context));
-    SmallVector<Operation *> collectives;
+    FloatType wide = dtype == ReduceDtype::F64
+                         ? FloatType(Float64Type::get(context))
+                         : FloatType(Float32Type::get(context));
+    // What stays narrow says why, once.
     getOperation().walk([&](Operation *op) {
-      if (isa<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
-              ReduceScatterStartOp, ReduceOp, ReduceStartOp>(op))
-        collectives.push_back(op);
-    });
-    for (Operation *op : collectives)
       TypeSwitch<Operation *>(op)
           .Case<AllReduceOp, AllReduceStartOp, ReduceScatterOp,
                 ReduceScatterStartOp, ReduceOp, ReduceStartOp>(
-              [&](auto collective) { widen(collective); });
+              [&](auto collective) {
+                std::string why = leftNarrow(collective);
+                if (isNarrowSum(collective, wide) && !why.empty())
+                  collective.emitWarning()
+                      << "--distopt-widen-reductions: left in "
+                      << getElementTypeOrSelf(collective.getInput()) << ": "
+                      << why;
+              });
+    });
+    RewritePatternSet patterns(context);
+    patterns.add<WidenReduction<AllReduceOp>, WidenReduction<AllReduceStartOp>,
+                 WidenReduction<ReduceScatterOp>,
+                 WidenReduction<ReduceScatterStartOp>, WidenReduction<ReduceOp>,
+                 WidenReduction<ReduceStartOp>>(context, wide, numWidened);
+    // Only these rewrites: the step otherwise stays as it came.
+    GreedyRewriteConfig config;
+    config.enableFolding(false)
+        .enableConstantCSE(false)
+        .setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    if (failed(
+            applyPatternsGreedily(getOperation(), std::move(patterns), config)))
+      return signalPassFailure();
   }
-
-  template <typename OpTy> void widen(OpTy op);
-
-  FloatType wide;
 };
 
 } // namespace
@@ -74,34 +131,31 @@ static Type withElementType(Type type, Type element) {
 /// the two (an f32 main parameter's gradient reduced in f64) gets it
 /// rounded once to that type (nothing rounds to the narrow type first);
 /// every other user gets it rounded once to the narrow type.
-static void replaceWithWide(Value narrow, Value wide) {
+static void replaceWithWide(PatternRewriter &rewriter, Value narrow,
+                            Value wide) {
   Value rounded;
   unsigned wideBits =
       getElementTypeOrSelf(wide.getType()).getIntOrFloatBitWidth();
   for (OpOperand &use : llvm::make_early_inc_range(narrow.getUses())) {
     auto extend = dyn_cast<arith::ExtFOp>(use.getOwner());
     if (extend && extend.getType() == wide.getType()) {
-      extend.replaceAllUsesWith(wide);
-      extend.erase();
+      rewriter.replaceOp(extend, wide);
       continue;
     }
     if (extend &&
         getElementTypeOrSelf(extend.getType()).getIntOrFloatBitWidth() <
             wideBits) {
-      OpBuilder builder(extend);
-      Value once = arith::TruncFOp::create(builder, extend.getLoc(),
-                                           extend.getType(), wide);
-      extend.replaceAllUsesWith(once);
-      extend.erase();
+      rewriter.setInsertionPoint(extend);
+      rewriter.replaceOpWithNewOp<arith::TruncFOp>(extend, extend.getType(),
+                                                   wide);
       continue;
     }
     if (!rounded) {
-      OpBuilder builder(wide.getContext());
-      builder.setInsertionPointAfterValue(wide);
-      rounded = arith::TruncFOp::create(builder, wide.getLoc(),
+      rewriter.setInsertionPointAfterValue(wide);
+      rounded = arith::TruncFOp::create(rewriter, wide.getLoc(),
                                         narrow.getType(), wide);
     }
-    use.set(rounded);
+    rewriter.modifyOpInPlace(use.getOwner(), [&] { use.set(rounded); });
   }
 }
 
@@ -135,37 +189,23 @@ matchSplitAverage(Value reduced, double scale, int64_t size, FloatType wide) {
                         std::optional<double>(factor.convertToDouble()));
 }
 
-template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
+template <typename OpTy>
+void WidenReduction<OpTy>::widen(OpTy op, PatternRewriter &rewriter) const {
   auto inputType = cast<RankedTensorType>(op.getInput().getType());
-  auto narrow = dyn_cast<FloatType>(inputType.getElementType());
-  if (!narrow || narrow.getWidth() >= wide.getWidth())
-    return;
   ReductionKind kind = op.getReduction();
-  if (kind == ReductionKind::Max || kind == ReductionKind::Min)
-    return; // exact in any precision
-  if (op.getWireType()) {
-    op.emitWarning() << "--distopt-widen-reductions: left in " << narrow
-                     << ": its wire type is set explicitly";
-    return;
-  }
   // The value the step reads: the result, or the wait's for a start.
   Operation *wait = nullptr;
   Value reduced = op->getResult(0);
   if (isa<TokenType>(reduced.getType())) {
-    if (!reduced.hasOneUse() || !isa<WaitOp>(*reduced.getUsers().begin())) {
-      op.emitWarning() << "--distopt-widen-reductions: left in " << narrow
-                       << ": its token is not waited on exactly once";
-      return;
-    }
     wait = *reduced.getUsers().begin();
     reduced = wait->getResult(0);
   }
 
-  OpBuilder builder(op);
+  rewriter.setInsertionPoint(op);
   Location loc = op.getLoc();
-  Value extended =
-      arith::ExtFOp::create(builder, loc, inputType.clone(wide), op.getInput());
-  auto widened = cast<OpTy>(builder.clone(*op));
+  Value extended = arith::ExtFOp::create(rewriter, loc, inputType.clone(wide),
+                                         op.getInput());
+  auto widened = cast<OpTy>(rewriter.clone(*op));
   widened.getInputMutable().assign(extended);
   widened->getResult(0).setType(
       withElementType(op->getResult(0).getType(), wide));
@@ -185,7 +225,7 @@ template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
         widened.setReduction(ReductionKind::Avg);
         widened.removeScaleAttr();
       } else {
-        widened.setScaleAttr(builder.getF64FloatAttr(*factor));
+        widened.setScaleAttr(rewriter.getF64FloatAttr(*factor));
       }
       split = division;
       reduced = division.ops.front()->getResult(0);
@@ -193,15 +233,14 @@ template <typename OpTy> void WidenReductionsPass::widen(OpTy op) {
 
   Value wideResult = widened->getResult(0);
   if (wait) {
-    builder.setInsertionPoint(wait);
-    wideResult = WaitOp::create(builder, wait->getLoc(), wideResult);
+    rewriter.setInsertionPoint(wait);
+    wideResult = WaitOp::create(rewriter, wait->getLoc(), wideResult);
   }
-  replaceWithWide(reduced, wideResult);
+  replaceWithWide(rewriter, reduced, wideResult);
   if (split)
     for (Operation *divisionOp : split->ops)
-      divisionOp->erase();
+      rewriter.eraseOp(divisionOp);
   if (wait)
-    wait->erase();
-  op.erase();
-  ++numWidened;
+    rewriter.eraseOp(wait);
+  rewriter.eraseOp(op);
 }
