@@ -20,6 +20,8 @@ rounding), and must be bf16's: their parameters at least 10 times further
 from the float64 answer than float32 iterations are.
 
 usage: muon_vs_reference.py DISTOPT_COMPILE RUNTIME_LIB
+With DISTOPT_TEST_LOWERING set (a test lowering of distopt-opt, as
+--distopt-test-lower-to-gpu-on-host), the steps are compiled with it.
 """
 import math
 import os
@@ -107,6 +109,9 @@ def step_module(attrs):
 
 def main():
     distopt_compile, runtime_lib = sys.argv[1:3]
+    lowering = os.environ.get("DISTOPT_TEST_LOWERING")
+    compile_options = ([f"--lowering={lowering.lstrip('-')}{{runtime-allocator=true}}"]
+                       if lowering else [])
     torch.set_num_threads(1)
     rng = np.random.default_rng(41)
     tally = Tally()
@@ -137,7 +142,7 @@ def main():
                 plain = [t.numpy() for t in params]
 
             step = CompiledStep.compile(distopt_compile, runtime_lib, step_module(attrs), tmp,
-                                        name=f"muon{index}")
+                                        name=f"muon{index}", options=compile_options)
             current = [p.copy() for p in p0] + [np.zeros(s, np.float32) for s in SHAPES]
             n = len(SHAPES)
             for k in range(STEPS):
