@@ -249,9 +249,8 @@ LogicalResult SpecReader::addGroupsForVectors() {
         vectors.push_back(i);
     if (vectors.empty())
       continue;
-    std::string path =
-        g < 0 ? std::string("optimizer")
-              : ("param_groups[" + Twine(g) + "]").str();
+    std::string path = g < 0 ? std::string("optimizer")
+                             : ("param_groups[" + Twine(g) + "]").str();
     if (runtimeHyperparameters)
       return error(path) << "Muon updates matrices only, and its vectors ('"
                          << parameters[vectors.front()].name

@@ -272,10 +272,10 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_convert(const void *in,
  * on one thread, so a product's bits do not depend on a rank's threads,
  * OpenBLAS's own setting put back after it), else a loop here;
  * DISTOPT_BLAS=none asks for the loop. */
-DISTOPT_RT_API distopt_rt_status distopt_rt_matmul_f32(
-    int32_t transpose_a, int32_t transpose_b, int64_t m, int64_t n, int64_t k,
-    const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-    int64_t ldc);
+DISTOPT_RT_API distopt_rt_status
+distopt_rt_matmul_f32(int32_t transpose_a, int32_t transpose_b, int64_t m,
+                      int64_t n, int64_t k, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float *c, int64_t ldc);
 /* The library distopt_rt_matmul_f32 calls, or "none" (the loop). */
 DISTOPT_RT_API const char *distopt_rt_blas(void);
 
