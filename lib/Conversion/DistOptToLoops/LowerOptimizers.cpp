@@ -474,14 +474,13 @@ Value newtonSchulz(OpBuilder &b, Location loc, MuonUpdateOp op, Value x,
   return x;
 }
 
-void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
-  Location loc = op.getLoc();
-  UpdateBuilder u(builder, loc, op);
+/// Muon's momentum loop: b = lerp(b, g, 1 - mu) (the new state) and the
+/// direction to orthogonalize, lerp(g, b, mu) with Nesterov, else b.
+linalg::GenericOp muonMomentum(UpdateBuilder &u, MuonUpdateOp op) {
+  RewriterBase &builder = u.b;
+  Location loc = u.loc;
   auto paramType = cast<RankedTensorType>(op.getParam().getType());
-  int64_t rows = paramType.getDimSize(0);
-  int64_t cols = paramType.getNumElements() / std::max<int64_t>(rows, 1);
   Type element = paramType.getElementType();
-  // The momentum: b = lerp(b, g, 1 - mu); the direction: lerp(g, b, mu).
   Value mu64 = u.hyper("momentum");
   Value w64 = u.oneMinus(mu64);
   auto isSmall = [&](Value weight) -> Value {
@@ -500,7 +499,7 @@ void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
                                             utils::IteratorType::parallel);
   SmallVector<AffineMap> maps(
       3, builder.getMultiDimIdentityMap(paramType.getRank()));
-  auto momentum = linalg::GenericOp::create(
+  return linalg::GenericOp::create(
       builder, loc, TypeRange{paramType, paramType}, ValueRange{op.getGrad()},
       ValueRange{
           op.getState()[0],
@@ -522,6 +521,16 @@ void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
               element);
         linalg::YieldOp::create(nb, nloc, ValueRange{stored, direction});
       });
+}
+
+void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
+  Location loc = op.getLoc();
+  UpdateBuilder u(builder, loc, op);
+  auto paramType = cast<RankedTensorType>(op.getParam().getType());
+  int64_t rows = paramType.getDimSize(0);
+  int64_t cols = paramType.getNumElements() / std::max<int64_t>(rows, 1);
+  Type element = paramType.getElementType();
+  linalg::GenericOp momentum = muonMomentum(u, op);
   // Orthogonalized as a matrix of the first dimension's rows.
   Value direction = momentum.getResult(1);
   auto matrixType = RankedTensorType::get({rows, cols}, element);
