@@ -528,7 +528,8 @@ void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
   UpdateBuilder u(builder, loc, op);
   auto paramType = cast<RankedTensorType>(op.getParam().getType());
   int64_t rows = paramType.getDimSize(0);
-  int64_t cols = paramType.getNumElements() / std::max<int64_t>(rows, 1);
+  // (Not the elements over the rows: a tensor with no rows has columns.)
+  int64_t cols = ShapedType::getNumElements(paramType.getShape().drop_front());
   Type element = paramType.getElementType();
   linalg::GenericOp momentum = muonMomentum(u, op);
   // Orthogonalized as a matrix of the first dimension's rows.
