@@ -271,7 +271,9 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_convert(const void *in,
  * machine has, found at run time (OpenBLAS, else libblas.so.3 with CBLAS;
  * on one thread, so a product's bits do not depend on a rank's threads,
  * OpenBLAS's own setting put back after it), else a loop here;
- * DISTOPT_BLAS=none asks for the loop. */
+ * DISTOPT_BLAS=none asks for the loop, DISTOPT_BLAS=<library> for that
+ * library (UNAVAILABLE, naming it, where it does not open or has no
+ * cblas_sgemm). */
 DISTOPT_RT_API distopt_rt_status
 distopt_rt_matmul_f32(int32_t transpose_a, int32_t transpose_b, int64_t m,
                       int64_t n, int64_t k, const float *a, int64_t lda,

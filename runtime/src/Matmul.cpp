@@ -3,7 +3,8 @@
 // distopt_rt_matmul_f32: the matrix products of a compiled step (Muon's
 // Newton-Schulz iterations, PowerSGD's factors) through the BLAS the
 // machine has, found at run time as CUDA and NCCL are (no build-time
-// dependency): OpenBLAS, else any libblas.so.3 with CBLAS. On one thread, so
+// dependency): OpenBLAS, else any libblas.so.3 with CBLAS, or the library
+// DISTOPT_BLAS names. On one thread, so
 // that a product's bits do not depend on how many threads a rank runs (the
 // ranks of a replicated update must agree bit for bit); the library's own
 // setting, which the program (torch) may rely on, is put back after each
@@ -35,33 +36,53 @@ struct Blas {
   int (*getThreads)() = nullptr;
   void (*setThreads)(int) = nullptr;
   std::string name = "none";
+  /// Why the library DISTOPT_BLAS names cannot be used ("": it can).
+  std::string error;
 };
+
+/// Opens `library` as `result`'s BLAS; false (with dlerror's reason in
+/// `why`) where it does not open or has no cblas_sgemm.
+bool open(const char *library, Blas &result, std::string &why) {
+  void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    why = dlerror();
+    return false;
+  }
+  auto sgemm = reinterpret_cast<SgemmFn>(dlsym(handle, "cblas_sgemm"));
+  if (!sgemm) {
+    why = "it has no cblas_sgemm";
+    dlclose(handle);
+    return false;
+  }
+  auto getThreads =
+      reinterpret_cast<int (*)()>(dlsym(handle, "openblas_get_num_threads"));
+  auto setThreads = reinterpret_cast<void (*)(int)>(
+      dlsym(handle, "openblas_set_num_threads"));
+  if (getThreads && setThreads) {
+    result.getThreads = getThreads;
+    result.setThreads = setThreads;
+  }
+  result.sgemm = sgemm;
+  result.name = library;
+  return true;
+}
 
 const Blas &blas() {
   static const Blas found = [] {
     Blas result;
+    std::string why;
     const char *choice = std::getenv("DISTOPT_BLAS");
     if (choice && std::strcmp(choice, "none") == 0)
       return result;
-    for (const char *library : {"libopenblas.so.0", "libblas.so.3"}) {
-      void *handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-      if (!handle)
-        continue;
-      auto sgemm = reinterpret_cast<SgemmFn>(dlsym(handle, "cblas_sgemm"));
-      if (!sgemm) {
-        dlclose(handle);
-        continue;
-      }
-      result.getThreads = reinterpret_cast<int (*)()>(
-          dlsym(handle, "openblas_get_num_threads"));
-      result.setThreads = reinterpret_cast<void (*)(int)>(
-          dlsym(handle, "openblas_set_num_threads"));
-      if (!result.getThreads || !result.setThreads)
-        result.getThreads = nullptr, result.setThreads = nullptr;
-      result.sgemm = sgemm;
-      result.name = library;
-      break;
+    // A library named is that one, or an error: not a silent fallback.
+    if (choice && *choice) {
+      if (!open(choice, result, why))
+        result.error = std::string("DISTOPT_BLAS=") + choice + ": " + why;
+      return result;
     }
+    for (const char *library : {"libopenblas.so.0", "libblas.so.3"})
+      if (open(library, result, why))
+        break;
     return result;
   }();
   return found;
@@ -103,6 +124,9 @@ distopt_rt_status distopt_rt_matmul_f32(int32_t transpose_a,
   if (m == 0 || n == 0 || k == 0)
     return DISTOPT_RT_OK;
   const Blas &found = blas();
+  if (!found.error.empty())
+    return distopt::rt::fail(DISTOPT_RT_UNAVAILABLE,
+                             "distopt_rt_matmul_f32: " + found.error);
   bool fits = m <= kMaxInt && n <= kMaxInt && k <= kMaxInt && lda <= kMaxInt &&
               ldb <= kMaxInt && ldc <= kMaxInt;
   if (found.sgemm && fits) {
