@@ -174,16 +174,18 @@ def ContractionsToRuntimePass
     `out += op(a) op(b)`, each input read as it is or transposed. The
     runtime runs it through the machine's BLAS (OpenBLAS, found at run
     time, on one thread) or, without one, a loop of its own. Muon's
-    Newton-Schulz products and PowerSGD's factors then run at the
-    library's rate: a 768x768 orthogonalization took 1.13 s as loops and
-    0.08 s through OpenBLAS on this machine. The sums are added in the
+    Newton-Schulz products then run at the library's rate: a 768x768
+    Muon step took 1.13 s as loops and 0.12 s through OpenBLAS on this
+    machine, torch's own 0.12-0.13 s (B16). The sums are added in the
     library's order, not the loops': results differ in their last bits
     (as torch's own do from the loops), and alike on every rank. The CPU
     lowering runs it after bufferization.
 
-    Products with a dimension below `min-dim` stay loops: PowerSGD's
+    Products with a loop below `min-dim` iterations stay loops: PowerSGD's
     factors (a few columns) are matrix-vector shapes that sgemm is not
-    tuned for, and the loops ran them 1.5-4.7x faster (B6).
+    tuned for; the loops ran ResNet-50's rank-1 products at 11.8 GFLOP/s
+    against sgemm's 6.3 (bench/powersgd_kernels.py, 2026-11-27; B6's
+    table, 1.5-4.7x, is of an earlier run). `min-dim` must be positive.
   }];
   let options = [
     Option<"minDim", "min-dim", "int64_t", "32",

@@ -147,6 +147,12 @@ struct ContractionsToRuntimePass
   using ContractionsToRuntimePassBase::ContractionsToRuntimePassBase;
 
   void runOnOperation() override {
+    if (minDim < 1) {
+      getOperation().emitError()
+          << "--distopt-contractions-to-runtime: min-dim must be positive, got "
+          << static_cast<int64_t>(minDim);
+      return signalPassFailure();
+    }
     RewritePatternSet patterns(&getContext());
     patterns.add<ContractionToRuntime>(&getContext(), minDim);
     walkAndApplyPatterns(getOperation(), std::move(patterns));

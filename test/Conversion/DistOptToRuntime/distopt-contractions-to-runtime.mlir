@@ -5,6 +5,8 @@
 // Products with a loop below min-dim (32 by default) stay loops.
 // RUN: distopt-opt %s --distopt-contractions-to-runtime | FileCheck %s --check-prefix=THIN
 // THIN-NOT: distopt_rt_matmul_f32
+// RUN: not distopt-opt %s --distopt-contractions-to-runtime=min-dim=0 2>&1 | FileCheck %s --check-prefix=MINDIM
+// MINDIM: error: --distopt-contractions-to-runtime: min-dim must be positive, got 0
 
 #mk = affine_map<(i, j, k) -> (i, k)>
 #km = affine_map<(i, j, k) -> (k, i)>
