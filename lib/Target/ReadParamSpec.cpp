@@ -241,18 +241,21 @@ LogicalResult SpecReader::addGroupsForVectors() {
   size_t specGroups = groups.size();
   for (int64_t g = -1; g < static_cast<int64_t>(specGroups); ++g) {
     const Optimizer &matrices = g < 0 ? optimizer : groups[g];
-    if (matrices.opName != MuonUpdateOp::getOperationName())
-      continue;
+    RegisteredOperationName update =
+        *RegisteredOperationName::lookup(matrices.opName, context);
+    int64_t minRank =
+        update.getInterface<OptimizerOpInterface>()->getMinParamRank();
     SmallVector<size_t> vectors;
     for (auto [i, p] : llvm::enumerate(parameters))
-      if (groupKey(i) == g && p.shape.size() < 2)
+      if (groupKey(i) == g && static_cast<int64_t>(p.shape.size()) < minRank)
         vectors.push_back(i);
     if (vectors.empty())
       continue;
     std::string path = g < 0 ? std::string("optimizer")
                              : ("param_groups[" + Twine(g) + "]").str();
     if (runtimeHyperparameters)
-      return error(path) << "Muon updates matrices only, and its vectors ('"
+      return error(path) << specTypeOf(update) << " updates parameters of rank "
+                         << minRank << " or more, and the others ('"
                          << parameters[vectors.front()].name
                          << "') would need a group of AdamW that "
                             "runtime_hyperparameters does not know: give "

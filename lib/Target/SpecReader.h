@@ -140,8 +140,9 @@ private:
                               ArrayRef<StringRef> groupKeys = {});
   LogicalResult readParamGroups(const json::Value &value,
                                 const json::Object &defaults);
-  /// The vectors and scalars of each group whose update takes matrices
-  /// only (Muon's) move to a group of AdamW of their own.
+  /// The parameters of each group whose update takes a higher rank
+  /// (getMinParamRank: Muon's matrices) move to a group of AdamW of their
+  /// own.
   LogicalResult addGroupsForVectors();
   LogicalResult readClipping(const json::Value &value);
   LogicalResult readSchedule(const json::Value &value);

@@ -37,7 +37,7 @@
 // VECTOR: distopt.check_rate %[[LR:[^ ]*]] param_group -1
 // VECTOR: distopt.muon_update {{.*}} lr(%[[LR]]) {{.*}} : tensor<8x8xf32>, f64
 // VECTOR: distopt.adamw_update {{.*}} lr(%[[LR]]) step(%{{[^)]*}}) : tensor<8xf32>, f64
-// RUNTIME: param spec: optimizer: Muon updates matrices only, and its vectors ('fc.bias') would need a group of AdamW that runtime_hyperparameters does not know: give them a param group of type adamw
+// RUNTIME: param spec: optimizer: muon updates parameters of rank 2 or more, and the others ('fc.bias') would need a group of AdamW that runtime_hyperparameters does not know: give them a param group of type adamw
 // STEPS: param spec: optimizer.ns_steps: expected an integer
 // COEFFICIENTS: param spec: optimizer.ns_coefficients: expected [a, b, c], three finite numbers
 // NESTEROV: param spec: optimizer.nesterov: expected true or false

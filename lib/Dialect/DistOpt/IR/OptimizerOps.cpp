@@ -343,7 +343,7 @@ double MuonUpdateOp::getCompiledHyperparameter(StringRef key) {
 
 LogicalResult MuonUpdateOp::verify() {
   auto type = cast<RankedTensorType>(getParam().getType());
-  if (type.getRank() < 2)
+  if (type.getRank() < getMinParamRank())
     return emitOpError("orthogonalizes matrices: the parameter must have "
                        "rank 2 or more, got ")
            << type << " (give vectors and scalars a group of their own, "

@@ -142,6 +142,10 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
                           "alone; false for an update that reads the whole "
                           "matrix (Muon's orthogonalization).",
       "bool", "isElementwise">,
+    StaticInterfaceMethod<"The smallest rank of the parameters it updates "
+                          "(2 for an update of matrices only, as Muon's; "
+                          "the spec gives lower ranks to AdamW).",
+      "int64_t", "getMinParamRank">,
     StaticInterfaceMethod<"The param spec's `optimizer.type` of this update "
                           "(\"adamw\").",
       "::llvm::StringRef", "getSpecType">,

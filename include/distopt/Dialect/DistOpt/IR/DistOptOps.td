@@ -638,7 +638,8 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 // lowering (LowerOptimizers.cpp); the spec reader, the passes and the step
 // interface find it through OptimizerOpInterface.
 class DistOpt_OptimizerOp<string mnemonic, string specType,
-                          dag hyperparameters, bit elementwise = 1>
+                          dag hyperparameters, bit elementwise = 1,
+                          int minParamRank = 0>
     : DistOpt_Op<mnemonic, [Pure, AttrSizedOperandSegments,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
         DistOpt_OptimizerOpInterface]> {
@@ -678,6 +679,7 @@ class DistOpt_OptimizerOp<string mnemonic, string specType,
     static ::llvm::ArrayRef<::mlir::distopt::OptimizerSpecKey> getSpecKeys();
     static ::llvm::StringRef getSpecType() { return "}] # specType # [{"; }
     static bool isElementwise() { return }] # !if(elementwise, "true", "false") # [{; }
+    static int64_t getMinParamRank() { return }] # minParamRank # [{; }
     /// The compiled value of one of those (its attribute or default).
     double getCompiledHyperparameter(::llvm::StringRef key);
     /// The number of state tensors the hyperparameters call for.
@@ -826,7 +828,8 @@ def DistOpt_MuonUpdateOp : DistOpt_OptimizerOp<"muon_update", "muon", (ins
     DefaultValuedAttr<DenseF64ArrayAttr, "{3.4445, -4.775, 2.0315}">:
         $ns_coefficients,
     DefaultValuedAttr<StrAttr, "\"original\"">:$adjust_lr_fn,
-    OptionalAttr<TypeAttrOf<AnyFloat>>:$ns_dtype), /*elementwise=*/0> {
+    OptionalAttr<TypeAttrOf<AnyFloat>>:$ns_dtype), /*elementwise=*/0,
+    /*minParamRank=*/2> {
   let summary = "the update of torch.optim.Muon (momentum orthogonalized)";
   let description = [{
     For a matrix parameter (of rank 2, or more: then as the matrix of its
