@@ -229,7 +229,7 @@ static std::optional<ReductionChain> reductionFrom(Operation *first) {
 // StepStructure
 //===----------------------------------------------------------------------===//
 
-StepStructure::StepStructure(Operation *function) {
+StepStructure::StepStructure(Operation *function) : function(function) {
   function->walk([&](OptimizerOpInterface update) {
     GradientChain chain;
     chain.update = update;
@@ -242,16 +242,23 @@ StepStructure::StepStructure(Operation *function) {
     indexOf[update] = allChains.size();
     allChains.push_back(std::move(chain));
   });
+}
+
+ArrayRef<ReductionChain> StepStructure::reductions() const {
+  if (allReductions)
+    return *allReductions;
+  allReductions.emplace();
   Region &body = function->getRegion(0);
   if (!body.hasOneBlock())
-    return;
+    return *allReductions;
   DenseSet<Operation *> chained;
   for (Operation &op : body.front())
     if (startsReduction(&op) && !chained.contains(&op))
       if (std::optional<ReductionChain> chain = reductionFrom(&op)) {
         chained.insert(chain->ops.begin(), chain->ops.end());
-        allReductions.push_back(std::move(*chain));
+        allReductions->push_back(std::move(*chain));
       }
+  return *allReductions;
 }
 
 const GradientChain *StepStructure::chainOf(Operation *update) const {

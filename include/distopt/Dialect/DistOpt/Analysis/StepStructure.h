@@ -123,13 +123,15 @@ public:
   /// The chain of `update`, or null when it is not in the function.
   const GradientChain *chainOf(Operation *update) const;
   /// The reductions of the function's entry block, in the order they
-  /// start (none in a function of several blocks).
-  ArrayRef<ReductionChain> reductions() const { return allReductions; }
+  /// start (none in a function of several blocks); found on first use,
+  /// as only the split step asks.
+  ArrayRef<ReductionChain> reductions() const;
 
 private:
+  Operation *function;
   SmallVector<GradientChain> allChains;
   DenseMap<Operation *, unsigned> indexOf;
-  SmallVector<ReductionChain> allReductions;
+  mutable std::optional<SmallVector<ReductionChain>> allReductions;
 };
 
 } // namespace mlir::distopt
