@@ -542,14 +542,11 @@ std::string checkResults(const Interface &interface,
 }
 
 std::string checkStateArguments(const Interface &interface, size_t *arg) {
-  // torch.optim's state keys, which name tensors of the parameter's shape.
-  static const char *const kKeys[] = {"exp_avg",
-                                      "exp_avg_sq",
-                                      "max_exp_avg_sq",
-                                      "momentum_buffer",
-                                      "square_avg",
-                                      "grad_avg",
-                                      "sum"};
+  // torch.optim's state keys (and Dion's momentum), which name tensors of
+  // the parameter's shape (Dion's right_factor has one of its own).
+  static const char *const kKeys[] = {
+      "exp_avg",         "exp_avg_sq", "max_exp_avg_sq", "momentum",
+      "momentum_buffer", "square_avg", "grad_avg",       "sum"};
   std::map<std::string, int64_t, std::less<>> params;
   for (const Value &v : interface.args) {
     if (v.role != Role::Param && v.role != Role::MainParam)

@@ -149,9 +149,19 @@ StepSignature SpecReader::buildArguments() {
       sig.mainArg[i] = addArg(tensorType(p, f32), abi::kMainParam, p.name);
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Type stateElement = hasMain(p) ? f32 : p.elementType;
-    for (const std::string &state : optimizerOf(i).stateNames)
-      sig.stateArgs[i].push_back(addArg(tensorType(p, stateElement),
-                                        abi::kState, p.name + "." + state));
+    const Optimizer &update = optimizerOf(i);
+    auto shapes = RegisteredOperationName::lookup(update.opName, context)
+                      ->getInterface<OptimizerOpInterface>();
+    for (const std::string &state : update.stateNames) {
+      // The parameter's shape, or one the update keeps (Dion's factor).
+      SmallVector<int64_t> shape =
+          shapes->getStateShapeFor(state, p.shape, [&](StringRef key) {
+            return update.hyperparameters.get(key);
+          });
+      sig.stateArgs[i].push_back(
+          addArg(RankedTensorType::get(shape, stateElement), abi::kState,
+                 p.name + "." + state));
+    }
   }
   // The loss scale (f32, as torch's GradScaler keeps it) and its growth
   // tracker are scalar state, fed back and checkpointed.
@@ -419,7 +429,9 @@ void SpecReader::buildUpdate(StepValues &v, const StepSignature &sig, size_t i,
   }
   OperationState state(v.paramLocs[i], opt.opName);
   state.addOperands(operands);
-  state.addTypes(SmallVector<Type>(1 + states.size(), sig.argTypes[target]));
+  state.addTypes(sig.argTypes[target]);
+  for (size_t s : states)
+    state.addTypes(sig.argTypes[s]);
   state.addAttributes(opt.hyperparameters);
   state.addAttribute("operandSegmentSizes",
                      builder.getDenseI32ArrayAttr(
@@ -528,6 +540,17 @@ OwningOpRef<ModuleOp> mlir::distopt::importParamSpec(llvm::SourceMgr &sourceMgr,
   return SpecReader(context, loc).read(buffer->getBuffer());
 }
 
+LogicalResult mlir::distopt::describeOptimizer(llvm::SourceMgr &sourceMgr,
+                                               raw_ostream &os,
+                                               MLIRContext *context) {
+  context->loadDialect<DistOptDialect, func::FuncDialect>();
+  const llvm::MemoryBuffer *buffer =
+      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+  Location loc =
+      FileLineColLoc::get(context, buffer->getBufferIdentifier(), 1, 1);
+  return SpecReader(context, loc).describeOptimizer(buffer->getBuffer(), os);
+}
+
 void mlir::distopt::registerImportParamSpec() {
   TranslateToMLIRRegistration registration(
       "import-param-spec",
@@ -539,5 +562,13 @@ void mlir::distopt::registerImportParamSpec() {
       [](DialectRegistry &registry) {
         registry.insert<DistOptDialect, arith::ArithDialect, math::MathDialect,
                         func::FuncDialect, tensor::TensorDialect>();
+      });
+  TranslateRegistration describe(
+      "describe-optimizer",
+      "describe an optimizer of the spec (JSON {\"type\": ..., <keys>}): "
+      "every key with its default, its state and runtime keys (JSON)",
+      [](const std::shared_ptr<llvm::SourceMgr> &sourceMgr, raw_ostream &os,
+         MLIRContext *context) {
+        return describeOptimizer(*sourceMgr, os, context);
       });
 }

@@ -121,6 +121,13 @@ public:
       : context(context), loc(loc), builder(context) {}
 
   OwningOpRef<ModuleOp> read(StringRef text);
+  /// --describe-optimizer: the optimizer object `text` (`{"type": ...,
+  /// <keys>}`) with every key the spec reads, given or defaulted, as
+  /// `{"defaults": {"lr": .., <key>: ..}, "min_param_rank": N,
+  /// "runtime_keys": [..], "state_keys": [..]}`: what a host library needs
+  /// of an optimizer torch.optim has no class for (Muon in torch 1.13,
+  /// Dion).
+  LogicalResult describeOptimizer(StringRef text, raw_ostream &os);
 
 private:
   /// Reports an error at the spec file, prefixed by the JSON path.

@@ -160,27 +160,45 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
   FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
   ArrayRef<int64_t> owner = greedy.owners, offset = greedy.offsets;
 
-  Type paramElement = first.paramType().getElementType();
   std::string prefix = ("owned" + Twine(index)).str();
-  NamedAttribute layout(builder.getStringAttr(abi::kLayout),
-                        layoutAttr(builder, group, offset, owner));
-  auto ownedArgument = [&](Type element, StringRef role, StringRef name) {
-    return addArgument(func, flatType(greedy.capacity, element), role, name,
-                       {layout});
-  };
   // This rank's buffers: main parameters (if any), then each state tensor.
-  SmallVector<Value> buffers;
-  SmallVector<BlockArgument> bufferArgs;
-  if (first.paramIsMain) {
-    bufferArgs.push_back(
-        ownedArgument(paramElement, abi::kMainParam, prefix + ".main_param"));
-  }
+  // A state tensor of a shape of its own (Dion's right factor) has a
+  // buffer laid out as the parameters' (by owner, in the same order), with
+  // its own sizes.
+  SmallVector<std::optional<unsigned>> bufferState;
+  if (first.paramIsMain)
+    bufferState.push_back(std::nullopt);
   for (unsigned k = 0; k < first.state.size(); ++k)
-    bufferArgs.push_back(ownedArgument(
-        cast<RankedTensorType>(first.state[k].getType()).getElementType(),
-        abi::kState, prefix + "." + stateKey(func, first, k)));
-  for (BlockArgument arg : bufferArgs)
-    buffers.push_back(arg);
+    bufferState.push_back(k);
+  auto typeIn = [&](const Update &u, std::optional<unsigned> state) {
+    return state ? cast<RankedTensorType>(u.state[*state].getType())
+                 : u.paramType();
+  };
+  SmallVector<int64_t> byOwner = llvm::to_vector(
+      llvm::seq<int64_t>(0, static_cast<int64_t>(group.size())));
+  llvm::sort(byOwner, [&](int64_t a, int64_t b) {
+    return std::make_pair(owner[a], offset[a]) <
+           std::make_pair(owner[b], offset[b]);
+  });
+  SmallVector<SmallVector<int64_t>> bufferOffsets;
+  SmallVector<BlockArgument> bufferArgs;
+  for (std::optional<unsigned> state : bufferState) {
+    SmallVector<int64_t> &offsets = bufferOffsets.emplace_back(group.size());
+    SmallVector<int64_t> loads(greedy.loads.size(), 0);
+    for (int64_t i : byOwner) {
+      offsets[i] = loads[owner[i]];
+      loads[owner[i]] += typeIn(*group[i], state).getNumElements();
+    }
+    NamedAttribute layout(builder.getStringAttr(abi::kLayout),
+                          layoutAttr(builder, group, offsets, owner, state));
+    Type element = typeIn(first, state).getElementType();
+    std::string name = state ? prefix + "." + stateKey(func, first, *state)
+                             : prefix + ".main_param";
+    bufferArgs.push_back(
+        addArgument(func, flatType(*llvm::max_element(loads), element),
+                    state ? abi::kState : abi::kMainParam, name, {layout}));
+  }
+  SmallVector<Value> buffers(bufferArgs.begin(), bufferArgs.end());
 
   for (size_t i = 0; i < group.size(); ++i) {
     auto *u = group[i];
@@ -197,22 +215,26 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
         builder.getI64IntegerAttr(owner[i]), otherwise);
     OpBuilder inner = OpBuilder::atBlockEnd(&owned.getBody().emplaceBlock());
     Location ploc = u->op->getLoc();
-    ArrayRef<int64_t> shape = u->paramType().getShape();
-    int64_t numel = u->numel();
-    // This parameter's slot in a rank buffer, in its own shape.
-    auto slot = [&](Value buffer) -> Value {
+    // This parameter's tensor of `type` at `at` in a rank buffer.
+    auto sliceOf = [&](Value buffer, int64_t at, RankedTensorType type) {
       return unflatten(inner, ploc,
-                       sliceAt(inner, ploc, buffer, offset[i], numel), shape);
+                       sliceAt(inner, ploc, buffer, at, type.getNumElements()),
+                       type.getShape());
     };
-    auto store = [&](Value value, Value buffer) -> Value {
-      return insertAt(inner, ploc, flatten(inner, ploc, value), buffer,
-                      offset[i]);
+    // Its slot in rank buffer `b`, in its own shape.
+    auto slot = [&](unsigned b) -> Value {
+      return sliceOf(buffers[b], bufferOffsets[b][i],
+                     typeIn(*u, bufferState[b]));
+    };
+    auto store = [&](Value value, unsigned b) -> Value {
+      return insertAt(inner, ploc, flatten(inner, ploc, value), buffers[b],
+                      bufferOffsets[b][i]);
     };
     IRMapping mapping;
     unsigned b = 0;
     SmallVector<Value> oldSlots;
     if (u->paramIsMain) {
-      oldSlots.push_back(slot(buffers[b++]));
+      oldSlots.push_back(slot(b++));
       mapping.map(u->op->getOperand(0), oldSlots.back());
     }
     // The gradient: at stage 2 composed, from this rank's buffer of reduced
@@ -221,7 +243,7 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
     // clipping, the overflow check) stays as it is.
     Value g;
     if (greedy.grad) {
-      g = slot(greedy.grad);
+      g = sliceOf(greedy.grad, offset[i], u->paramType());
     } else if (stage == 1 && u->chained()) {
       g = u->op->getOperand(1);
     } else {
@@ -231,7 +253,7 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
     }
     mapping.map(u->op->getOperand(1), g);
     for (unsigned k = 0; k < u->state.size(); ++k) {
-      oldSlots.push_back(slot(buffers[b + k]));
+      oldSlots.push_back(slot(b + k));
       mapping.map(u->op->getOperand(2 + k), oldSlots.back());
     }
     Operation *update = inner.clone(*u->op, mapping);
@@ -244,13 +266,12 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
     SmallVector<Value> yielded;
     b = 0;
     if (u->paramIsMain) {
-      yielded.push_back(
-          store(kept(update->getResult(0), oldSlots[0]), buffers[b]));
+      yielded.push_back(store(kept(update->getResult(0), oldSlots[0]), b));
       ++b;
     }
     for (unsigned k = 0; k < u->state.size(); ++k)
-      yielded.push_back(store(kept(update->getResult(1 + k), oldSlots[b + k]),
-                              buffers[b + k]));
+      yielded.push_back(
+          store(kept(update->getResult(1 + k), oldSlots[b + k]), b + k));
     if (visible) {
       Value newVisible =
           kept(update->getResult(0), u->paramIsMain ? oldSlots[0] : u->param);

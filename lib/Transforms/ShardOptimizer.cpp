@@ -53,12 +53,16 @@ RankedTensorType flatType(int64_t size, Type element) {
 
 /// The attribute describing where each tensor of a group lives.
 ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
-                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners) {
+                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners,
+                     std::optional<unsigned> state) {
   SmallVector<Attribute> entries;
-  for (auto [i, u] : llvm::enumerate(group))
+  for (auto [i, u] : llvm::enumerate(group)) {
+    auto type = state ? cast<RankedTensorType>(u->state[*state].getType())
+                      : u->paramType();
     entries.push_back(abi::layoutEntry(
-        builder, u->name, offsets[i], u->paramType().getShape(),
+        builder, u->name, offsets[i], type.getShape(),
         owners.empty() ? std::nullopt : std::optional<int64_t>(owners[i])));
+  }
   return builder.getArrayAttr(entries);
 }
 

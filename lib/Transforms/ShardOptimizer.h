@@ -70,9 +70,12 @@ struct Update {
 };
 
 RankedTensorType flatType(int64_t size, Type element);
-/// The attribute describing where each tensor of a group lives.
+/// The attribute describing where each tensor of a group lives: the
+/// parameters, or with `state`, that state tensor of each update (of a shape
+/// of its own where the update keeps one: Dion's right factor).
 ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
-                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners = {});
+                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners = {},
+                     std::optional<unsigned> state = std::nullopt);
 /// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
 std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
 

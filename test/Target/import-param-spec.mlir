@@ -41,7 +41,7 @@
 // CHECK: return %[[PW]], %[[PB]], %[[BW]], %[[BB]]
 
 // KEY: unknown-key.json:1:1: error: param spec: optimizer: unknown key 'momentom' (expected one of type, lr, momentum, dampening, weight_decay, nesterov, maximize)
-// OPT: error: param spec: optimizer.type: unknown optimizer 'lamb' (expected adagrad, adam, adamw, muon, rmsprop or sgd)
+// OPT: error: param spec: optimizer.type: unknown optimizer 'lamb' (expected adagrad, adam, adamw, dion, muon, rmsprop or sgd)
 // WORLD: error: param spec: world_size: expected an integer from 1 to 1048576
 // SHAPE: error: param spec: parameters[0].shape: expected a list of positive integers
 // DTYPE: error: param spec: parameters[0].dtype: unsupported dtype 'f64' (expected f32, bf16 or f16)

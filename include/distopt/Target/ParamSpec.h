@@ -15,6 +15,7 @@
 
 namespace llvm {
 class SourceMgr;
+class raw_ostream;
 } // namespace llvm
 
 namespace mlir::distopt {
@@ -25,7 +26,16 @@ namespace mlir::distopt {
 OwningOpRef<ModuleOp> importParamSpec(llvm::SourceMgr &sourceMgr,
                                       MLIRContext *context);
 
-/// Registers `--import-param-spec` with mlir-translate's registry.
+/// Writes to `os` the optimizer object in the main buffer of `sourceMgr`
+/// (`{"type": ..., <keys>}`) with every key the spec reads, given or
+/// defaulted, its state keys, runtime keys and the lowest rank it updates
+/// (JSON): what a host library needs of an optimizer torch.optim has no
+/// class for. Errors are diagnostics, as importParamSpec's.
+LogicalResult describeOptimizer(llvm::SourceMgr &sourceMgr,
+                                llvm::raw_ostream &os, MLIRContext *context);
+
+/// Registers `--import-param-spec` and `--describe-optimizer` with
+/// mlir-translate's registry.
 void registerImportParamSpec();
 
 } // namespace mlir::distopt

@@ -573,6 +573,316 @@ void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
   builder.replaceOp(op, ValueRange{param, momentum.getResult(0)});
 }
 
+/// The rows of `t` (r x n) made orthonormal by modified Gram-Schmidt, top to
+/// bottom: row i is divided by its norm (summed in f64) plus `eps`, and every
+/// later row loses its projection on it. The rows are an scf.for (Dion's
+/// rank may be hundreds: unrolled, the IR would grow with it); each
+/// iteration rewrites the whole matrix, so that every shape is static.
+Value orthonormalizeRows(OpBuilder &b, Location loc, Value t, Value eps) {
+  auto type = cast<RankedTensorType>(t.getType());
+  auto element = cast<FloatType>(type.getElementType());
+  int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
+  if (rows == 0) // (a row slice of nothing would not verify)
+    return t;
+  MLIRContext *ctx = b.getContext();
+  AffineExpr d0 = getAffineDimExpr(0, ctx), d1 = getAffineDimExpr(1, ctx);
+  AffineMap identity = b.getMultiDimIdentityMap(2);
+  auto parallel = utils::IteratorType::parallel;
+  auto index = [&](OpBuilder &nb, int64_t v) -> Value {
+    return arith::ConstantIndexOp::create(nb, loc, v);
+  };
+  Value epsilon = convertTo(b, loc, eps, element);
+  auto loop = scf::ForOp::create(
+      b, loc, index(b, 0), index(b, rows), index(b, 1), ValueRange{t},
+      [&](OpBuilder &lb, Location l, Value i, ValueRange carried) {
+        Value matrix = carried[0];
+        Value row = tensor::ExtractSliceOp::create(
+            lb, l, RankedTensorType::get({cols}, element), matrix,
+            ArrayRef<OpFoldResult>{i, lb.getIndexAttr(0)},
+            ArrayRef<OpFoldResult>{lb.getIndexAttr(1), lb.getIndexAttr(cols)},
+            ArrayRef<OpFoldResult>{lb.getIndexAttr(1), lb.getIndexAttr(1)});
+        Value sumSq = reduceAll(
+            lb, l, row, arith::ConstantOp::create(lb, l, lb.getF64FloatAttr(0)),
+            [&](OpBuilder &nb, Location nl, Value e, Value sum) {
+              Value w = widen(nb, nl, e, nb.getF64Type());
+              return math::FmaOp::create(nb, nl, w, w, sum).getResult();
+            });
+        Value norm = arith::AddFOp::create(
+            lb, l,
+            convertTo(lb, l, math::SqrtOp::create(lb, l, sumSq), element),
+            epsilon);
+        Value unit = mapElements(
+            lb, l, {row}, tensor::EmptyOp::create(lb, l, {cols}, element),
+            [&](OpBuilder &nb, Location nl, ValueRange args) {
+              return arith::DivFOp::create(nb, nl, args[0], norm).getResult();
+            });
+        // dots(j) = row j . unit (summed in any order: it vectorizes).
+        Value zero = arith::ConstantOp::create(lb, l, lb.getZeroAttr(element));
+        Value zeros =
+            linalg::FillOp::create(
+                lb, l, zero,
+                Value(tensor::EmptyOp::create(lb, l, {rows}, element)))
+                .getResult(0);
+        Value dots =
+            linalg::GenericOp::create(
+                lb, l, TypeRange{zeros.getType()}, ValueRange{matrix, unit},
+                ValueRange{zeros},
+                SmallVector<AffineMap>{identity, AffineMap::get(2, 0, d1),
+                                       AffineMap::get(2, 0, d0)},
+                SmallVector<utils::IteratorType>{
+                    parallel, utils::IteratorType::reduction},
+                [&](OpBuilder &nb, Location nl, ValueRange args) {
+                  Value product =
+                      arith::MulFOp::create(nb, nl, args[0], args[1]);
+                  linalg::YieldOp::create(
+                      nb, nl,
+                      arith::AddFOp::create(nb, nl, args[2], product,
+                                            arith::FastMathFlags::reassoc)
+                          .getResult());
+                })
+                .getResult(0);
+        // Row i becomes the unit row, later rows lose their projection (in
+        // place: the loop's matrix stays one buffer).
+        Value next =
+            linalg::GenericOp::create(
+                lb, l, TypeRange{type}, ValueRange{unit, dots},
+                ValueRange{matrix},
+                SmallVector<AffineMap>{AffineMap::get(2, 0, d1),
+                                       AffineMap::get(2, 0, d0), identity},
+                SmallVector<utils::IteratorType>{parallel, parallel},
+                [&](OpBuilder &nb, Location nl, ValueRange args) {
+                  Value u = args[0], dot = args[1], old = args[2];
+                  Value j = linalg::IndexOp::create(nb, nl, 0);
+                  Value isRow = arith::CmpIOp::create(
+                      nb, nl, arith::CmpIPredicate::eq, j, i);
+                  Value isLater = arith::CmpIOp::create(
+                      nb, nl, arith::CmpIPredicate::ugt, j, i);
+                  Value projected = arith::SubFOp::create(
+                      nb, nl, old, arith::MulFOp::create(nb, nl, dot, u));
+                  Value kept =
+                      arith::SelectOp::create(nb, nl, isLater, projected, old);
+                  linalg::YieldOp::create(
+                      nb, nl,
+                      arith::SelectOp::create(nb, nl, isRow, u, kept)
+                          .getResult());
+                })
+                .getResult(0);
+        scf::YieldOp::create(lb, l, next);
+      });
+  return loop.getResult(0);
+}
+
+/// Dion's starting right factor (transposed, r x n), the same on every rank:
+/// element (i, j) is 2 u - 1, u the top 24 bits of a 32-bit hash of
+/// i n + j + seed * 0x9E3779B9, over 2^24 (exact in f32).
+Value dionStartingFactor(OpBuilder &b, Location loc, DionUpdateOp op,
+                         RankedTensorType type) {
+  int64_t cols = type.getDimSize(1);
+  uint32_t seedMix = static_cast<uint32_t>(op.getSeed()) * 0x9E3779B9u;
+  Type i32 = b.getI32Type();
+  Value init =
+      tensor::EmptyOp::create(b, loc, type.getShape(), type.getElementType());
+  return linalg::GenericOp::create(
+             b, loc, TypeRange{type}, ValueRange{}, ValueRange{init},
+             SmallVector<AffineMap>{b.getMultiDimIdentityMap(2)},
+             SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+             [&](OpBuilder &nb, Location l, ValueRange) {
+               auto i32Constant = [&](uint32_t v) -> Value {
+                 return arith::ConstantOp::create(
+                     nb, l, nb.getI32IntegerAttr(static_cast<int32_t>(v)));
+               };
+               Value flat = arith::AddIOp::create(
+                   nb, l,
+                   arith::MulIOp::create(
+                       nb, l, linalg::IndexOp::create(nb, l, 0),
+                       arith::ConstantIndexOp::create(nb, l, cols)),
+                   linalg::IndexOp::create(nb, l, 1));
+               // (index_cast truncates: the index modulo 2^32.)
+               Value x = arith::AddIOp::create(
+                   nb, l, arith::IndexCastOp::create(nb, l, i32, flat),
+                   i32Constant(seedMix));
+               auto xorShift = [&](Value v, uint32_t by) -> Value {
+                 return arith::XOrIOp::create(
+                     nb, l, v,
+                     arith::ShRUIOp::create(nb, l, v, i32Constant(by)));
+               };
+               x = xorShift(x, 16);
+               x = arith::MulIOp::create(nb, l, x, i32Constant(0x7feb352du));
+               x = xorShift(x, 15);
+               x = arith::MulIOp::create(nb, l, x, i32Constant(0x846ca68bu));
+               x = xorShift(x, 16);
+               Type element = type.getElementType();
+               Value top = arith::UIToFPOp::create(
+                   nb, l, element,
+                   arith::ShRUIOp::create(nb, l, x, i32Constant(8)));
+               Value u = arith::MulFOp::create(
+                   nb, l, top,
+                   arith::ConstantOp::create(nb, l,
+                                             FloatAttr::get(element, 0x1p-24)));
+               Value two = arith::ConstantOp::create(
+                   nb, l, FloatAttr::get(element, 2.0));
+               Value one = arith::ConstantOp::create(
+                   nb, l, FloatAttr::get(element, 1.0));
+               linalg::YieldOp::create(
+                   nb, l,
+                   arith::SubFOp::create(
+                       nb, l, arith::MulFOp::create(nb, l, u, two), one)
+                       .getResult());
+             })
+      .getResult(0);
+}
+
+/// Dion (see the op's description) on the parameter as a matrix, in the
+/// compute type: the four products through `contract` (a matmul each, which
+/// --distopt-contractions-to-runtime may give to BLAS), P kept transposed
+/// (r x m) so that the orthonormalization walks contiguous rows.
+void lowerDion(RewriterBase &builder, DionUpdateOp op) {
+  Location loc = op.getLoc();
+  UpdateBuilder u(builder, loc, op);
+  auto paramType = cast<RankedTensorType>(op.getParam().getType());
+  int64_t rows = paramType.getDimSize(0);
+  int64_t cols = ShapedType::getNumElements(paramType.getShape().drop_front());
+  auto factorType = cast<RankedTensorType>(op.getState()[1].getType());
+  int64_t rank = factorType.getDimSize(0);
+  Type ct = u.compute;
+  Type stateElement = factorType.getElementType();
+  SmallVector<ReassociationIndices> rowsOf = {
+      {0}, llvm::to_vector(llvm::seq<int64_t>(1, paramType.getRank()))};
+  auto asMatrix = [&](Value v) -> Value {
+    if (paramType.getRank() == 2)
+      return v;
+    auto type = cast<RankedTensorType>(v.getType());
+    return tensor::CollapseShapeOp::create(
+        builder, loc,
+        RankedTensorType::get({rows, cols}, type.getElementType()), v, rowsOf);
+  };
+  auto asParamShape = [&](Value v) -> Value {
+    if (paramType.getRank() == 2)
+      return v;
+    auto type = cast<RankedTensorType>(v.getType());
+    return tensor::ExpandShapeOp::create(
+        builder, loc,
+        RankedTensorType::get(paramType.getShape(), type.getElementType()), v,
+        rowsOf);
+  };
+  auto empty = [&](ArrayRef<int64_t> shape, Type t) -> Value {
+    return tensor::EmptyOp::create(builder, loc, shape, t);
+  };
+  Value first = u.isFirstStep();
+  Value zero = u.scalar(0.0);
+  bool maximize = op.getMaximize();
+  // B = M + G (M is zero at step 1).
+  Value b = mapElements(
+      builder, loc, {asMatrix(op.getGrad()), asMatrix(op.getState()[0])},
+      empty({rows, cols}, ct), [&](OpBuilder &nb, Location l, ValueRange args) {
+        Body m{nb, l};
+        Value g = convertTo(nb, l, args[0], ct);
+        Value old = m.select(first, zero, convertTo(nb, l, args[1], ct));
+        return maximize ? m.sub(old, g) : m.add(old, g);
+      });
+  // Q^T: the state, or the starting factor at step 1.
+  Value start = dionStartingFactor(builder, loc, op,
+                                   RankedTensorType::get({rank, cols}, ct));
+  Value oldFactor = mapElements(
+      builder, loc, {op.getState()[1], start}, empty({rank, cols}, ct),
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Body m{nb, l};
+        return m.select(first, args[1], convertTo(nb, l, args[0], ct));
+      });
+  Value eps = u.hyper("epsilon");
+  // P^T = Q^T B^T (dot products along rows), orthonormalized.
+  Value p = contract(builder, loc, oldFactor, b, dims(builder, 0, 2),
+                     dims(builder, 1, 2), dims(builder, 0, 1), 2, {rank, rows},
+                     /*reassociate=*/true);
+  // Twice: one pass of modified Gram-Schmidt leaves P^T P off the identity
+  // by about eps times P's condition number (1e-3 at 1e5 in f32), and
+  // Dion's update assumes orthonormal columns (Householder QR's, to
+  // rounding); a second pass restores that.
+  p = orthonormalizeRows(builder, loc, p, eps);
+  p = orthonormalizeRows(builder, loc, p, eps);
+  // R^T = P^T B (loops j, i, k).
+  Value r = contract(builder, loc, p, b, dims(builder, 0, 1),
+                     dims(builder, 1, 2), dims(builder, 0, 2), 1, {rank, cols});
+  // P R^T = (P^T)^T R^T (loops i, j, k).
+  auto lowRank = [&](Value factor) {
+    return contract(builder, loc, p, factor, dims(builder, 1, 0),
+                    dims(builder, 1, 2), dims(builder, 0, 2), 1, {rows, cols});
+  };
+  // M = B - (1 - mu) P R^T.
+  Value negKept =
+      u.scalar(arith::NegFOp::create(builder, loc, u.oneMinus(u.hyper("mu"))));
+  Value momentum = mapElements(
+      builder, loc, {b, lowRank(r)}, empty({rows, cols}, stateElement),
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Body m{nb, l};
+        return convertTo(nb, l, m.axpy(args[0], negKept, args[1]),
+                         stateElement);
+      });
+  // Q^T = each row of R^T over its norm (summed in f64) plus epsilon; a zero
+  // row keeps the old factor's.
+  Value normZeros = linalg::FillOp::create(builder, loc, u.f64(0),
+                                           empty({rank}, builder.getF64Type()))
+                        .getResult(0);
+  MLIRContext *ctx = builder.getContext();
+  AffineExpr d0 = getAffineDimExpr(0, ctx);
+  AffineMap identity = builder.getMultiDimIdentityMap(2);
+  Value sumSq =
+      linalg::GenericOp::create(
+          builder, loc, TypeRange{normZeros.getType()}, ValueRange{r},
+          ValueRange{normZeros},
+          SmallVector<AffineMap>{identity, AffineMap::get(2, 0, d0)},
+          SmallVector<utils::IteratorType>{utils::IteratorType::parallel,
+                                           utils::IteratorType::reduction},
+          [&](OpBuilder &nb, Location l, ValueRange args) {
+            Value w = widen(nb, l, args[0], nb.getF64Type());
+            linalg::YieldOp::create(
+                nb, l, math::FmaOp::create(nb, l, w, w, args[1]).getResult());
+          })
+          .getResult(0);
+  Value epsilon = u.scalar(eps);
+  Value newFactor =
+      linalg::GenericOp::create(
+          builder, loc, TypeRange{RankedTensorType::get({rank, cols}, ct)},
+          ValueRange{r, sumSq, oldFactor}, ValueRange{empty({rank, cols}, ct)},
+          SmallVector<AffineMap>{identity, AffineMap::get(2, 0, d0), identity,
+                                 identity},
+          SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
+          [&](OpBuilder &nb, Location l, ValueRange args) {
+            Body m{nb, l};
+            Value isZero = arith::CmpFOp::create(
+                nb, l, arith::CmpFPredicate::OEQ, args[1],
+                arith::ConstantOp::create(nb, l, nb.getF64FloatAttr(0)));
+            Value norm = m.add(convertTo(nb, l, m.sqrt(args[1]), ct), epsilon);
+            linalg::YieldOp::create(
+                nb, l, m.select(isZero, args[2], m.div(args[0], norm)));
+          })
+          .getResult(0);
+  // X = X (1 - lr wd) - lr sqrt(m / n) P Q^T.
+  double scale =
+      cols == 0
+          ? 0.0
+          : std::sqrt(static_cast<double>(rows) / static_cast<double>(cols));
+  Value negStep = u.scalar(arith::NegFOp::create(
+      builder, loc, arith::MulFOp::create(builder, loc, u.lr, u.f64(scale))));
+  Value decay = u.scalar(u.oneMinus(
+      arith::MulFOp::create(builder, loc, u.lr, u.hyper("weight_decay"))));
+  Type element = paramType.getElementType();
+  Value param = mapElements(
+      builder, loc, {lowRank(newFactor)}, asMatrix(op.getParam()),
+      [&](OpBuilder &nb, Location l, ValueRange args) {
+        Body m{nb, l};
+        Value x = m.mul(convertTo(nb, l, args[1], ct), decay);
+        return convertTo(nb, l, m.axpy(x, negStep, args[0]), element);
+      });
+  Value storedFactor =
+      mapElements(builder, loc, {newFactor}, op.getState()[1],
+                  [&](OpBuilder &nb, Location l, ValueRange args) {
+                    return convertTo(nb, l, args[0], stateElement);
+                  });
+  builder.replaceOp(op, ValueRange{asParamShape(param), asParamShape(momentum),
+                                   storedFactor});
+}
+
 /// An update whose every result is kept only under one condition (selected
 /// against the operand it updates) moves under scf.if on it.
 void runUnderCondition(const GradientChain &chain) {
@@ -637,6 +947,10 @@ struct LowerUpdate : OpInterfaceRewritePattern<OptimizerOpInterface> {
         })
         .Case([&](MuonUpdateOp muon) {
           lowerMuon(rewriter, muon);
+          return success();
+        })
+        .Case([&](DionUpdateOp dion) {
+          lowerDion(rewriter, dion);
           return success();
         })
         .Default([&](Operation *) {

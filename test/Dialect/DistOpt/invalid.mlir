@@ -524,7 +524,7 @@ func.func @optimizer_grad_type(%p: tensor<4xf32>, %g: tensor<4xf16>, %lr: f32, %
 // -----
 
 func.func @optimizer_state_type(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<8xf32>, %lr: f32, %t: i64) {
-  // expected-error @+1 {{state #1 type 'tensor<8xf32>' differs from the parameter type 'tensor<4xf32>'}}
+  // expected-error @+1 {{state #1 ('exp_avg_sq') type 'tensor<8xf32>' differs from the parameter type 'tensor<4xf32>'}}
   %r:3 = "distopt.adam_update"(%p, %g, %m, %v, %lr, %t) <{operandSegmentSizes = array<i32: 1, 1, 2, 1, 1, 0>}> : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<8xf32>, f32, i64) -> (tensor<4xf32>, tensor<4xf32>, tensor<8xf32>)
   return
 }
@@ -672,6 +672,46 @@ func.func @muon_dtype(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %b: tensor<4x2xf
 func.func @muon_state(%p: tensor<4x2xf32>, %g: tensor<4x2xf32>, %lr: f32, %t: i64) {
   // expected-error @+1 {{expects 1 state tensors (momentum_buffer) for these hyperparameters, got 0}}
   %r = distopt.muon_update %p, %g lr(%lr) step(%t) : tensor<4x2xf32>, f32
+  return
+}
+
+// -----
+
+func.func @dion_vector(%p: tensor<4xf32>, %g: tensor<4xf32>, %m: tensor<4xf32>, %q: tensor<4xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{orthonormalizes matrices: the parameter must have rank 2 or more, got 'tensor<4xf32>'}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) : tensor<4xf32>, f32
+  return
+}
+
+// -----
+
+func.func @dion_factor(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<6x4xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{state #1 ('right_factor') type 'tensor<6x4xf32>' differs from 'tensor<4x6xf32>', the type the update keeps}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 4} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x4xf32>], f32
+  return
+}
+
+// -----
+
+func.func @dion_rank(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<1x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'rank' must be at least 1, got 0}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 0} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<1x6xf32>], f32
+  return
+}
+
+// -----
+
+func.func @dion_fraction(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'rank_fraction' must be in (0, 1], got 1.5}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank_fraction = 1.5} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f32
+  return
+}
+
+// -----
+
+func.func @dion_mu(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'mu' must be in [0, 1), got 1}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {mu = 1.0} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f32
   return
 }
 

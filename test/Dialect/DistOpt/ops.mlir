@@ -166,6 +166,25 @@ func.func @muon(%p: tensor<64x3x3x3xbf16>, %g: tensor<64x3x3x3xbf16>, %b: tensor
   return
 }
 
+// Dion's right factor has a shape of its own (rank x columns), listed after
+// the parameter's type; a square factor of full rank is the parameter's
+// shape, and then not listed.
+// CHECK-LABEL: func.func @dion
+func.func @dion(%p: tensor<64x3x3x3xf32>, %g: tensor<64x3x3x3xf32>, %m: tensor<64x3x3x3xf32>, %q: tensor<7x27xf32>, %s: tensor<27x27xf32>, %lr: f32, %t: i64) {
+  // CHECK: distopt.dion_update %{{.*}}, %{{.*}} state(%{{.*}}, %{{.*}}) lr(%{{.*}}) step(%{{.*}}) {rank_fraction = 2.500000e-01 : f64} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
+  %a:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank_fraction = 0.25} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
+  // CHECK: distopt.dion_update {{.*}} {epsilon = 9.9999999999999995E-7 : f64, maximize, mu = 5.000000e-01 : f64, rank = 7 : i64, seed = 3 : i64, weight_decay = 0.000000e+00 : f64} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
+  %b:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 7, mu = 0.5, weight_decay = 0.0, epsilon = 1.0e-6, seed = 3, maximize} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
+  return
+}
+
+// CHECK-LABEL: func.func @dion_square
+func.func @dion_square(%p: tensor<27x27xf32>, %g: tensor<27x27xf32>, %m: tensor<27x27xf32>, %q: tensor<27x27xf32>, %lr: f32, %t: i64) {
+  // CHECK: distopt.dion_update {{.*}} : tensor<27x27xf32>, f32
+  %a:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) : tensor<27x27xf32>, f32
+  return
+}
+
 // Hyperparameters read at run time: f64 operands, by their torch names; the
 // attributes still say which state there is.
 // CHECK-LABEL: func.func @runtime_hyperparameters

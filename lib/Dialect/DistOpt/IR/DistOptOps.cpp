@@ -173,8 +173,9 @@ static void printTypesAndSameResults(OpAsmPrinter &printer, Operation *,
   llvm::interleaveComma(types, printer);
 }
 
-/// The parameter's type, which the gradient and each state tensor share (the
-/// verifier requires them to be equal).
+/// The parameter's type, which the gradient shares, and so does each state
+/// tensor unless its types follow in brackets (the verifier checks them
+/// against the update's getStateShapeFor).
 static ParseResult
 parseSameTypeAs(OpAsmParser &parser, Type &paramType,
                 ArrayRef<OpAsmParser::UnresolvedOperand> state, Type &gradType,
@@ -182,13 +183,22 @@ parseSameTypeAs(OpAsmParser &parser, Type &paramType,
   if (parser.parseType(paramType))
     return failure();
   gradType = paramType;
+  // State of other shapes than the parameter's (Dion's right factor) lists
+  // its types: `[tensor<8x4xf32>, tensor<2x4xf32>]`.
+  if (succeeded(parser.parseOptionalLSquare()))
+    return failure(parser.parseTypeList(stateTypes) || parser.parseRSquare());
   stateTypes.assign(state.size(), paramType);
   return success();
 }
 
 static void printSameTypeAs(OpAsmPrinter &printer, Operation *, Type paramType,
-                            OperandRange, Type, TypeRange) {
+                            OperandRange, Type, TypeRange stateTypes) {
   printer << paramType;
+  if (llvm::any_of(stateTypes, [&](Type t) { return t != paramType; })) {
+    printer << " [";
+    llvm::interleaveComma(stateTypes, printer);
+    printer << "]";
+  }
 }
 
 /// Hyperparameters given at run time, inside `runtime(...)`: `beta1 = %b1,

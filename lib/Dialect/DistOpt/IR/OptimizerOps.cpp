@@ -50,17 +50,21 @@ LogicalResult mlir::distopt::detail::verifyOptimizerOp(Operation *operation) {
     return op->emitOpError()
            << "gradient type " << op.getGrad().getType()
            << " differs from the parameter type " << paramType;
-  for (auto [index, state] : llvm::enumerate(op.getState()))
-    if (state.getType() != paramType)
-      return op->emitOpError()
-             << "state #" << index << " type " << state.getType()
-             << " differs from the parameter type " << paramType;
   SmallVector<StringRef> keys = op.getStateKeys();
   if (op.getState().size() != keys.size())
     return op->emitOpError()
            << "expects " << keys.size() << " state tensors ("
            << (keys.empty() ? std::string("none") : llvm::join(keys, ", "))
            << ") for these hyperparameters, got " << op.getState().size();
+  for (auto [index, state] : llvm::enumerate(op.getState())) {
+    Type expected = op.getStateTypeFor(keys[index]);
+    if (state.getType() != expected)
+      return op->emitOpError()
+             << "state #" << index << " ('" << keys[index] << "') type "
+             << state.getType() << " differs from "
+             << (expected == paramType ? "the parameter type " : "") << expected
+             << (expected == paramType ? "" : ", the type the update keeps");
+  }
   FloatAttr lr;
   if (matchPattern(op.getLr(), m_Constant(&lr)) &&
       !(lr.getValueAsDouble() >= 0))
@@ -111,6 +115,7 @@ DISTOPT_OPTIMIZER_INFER(AdamWUpdateOp)
 DISTOPT_OPTIMIZER_INFER(RMSpropUpdateOp)
 DISTOPT_OPTIMIZER_INFER(AdagradUpdateOp)
 DISTOPT_OPTIMIZER_INFER(MuonUpdateOp)
+DISTOPT_OPTIMIZER_INFER(DionUpdateOp)
 #undef DISTOPT_OPTIMIZER_INFER
 
 /// A hyperparameter's value as getStateKeysFor's lookup gives it: its
@@ -368,6 +373,90 @@ LogicalResult MuonUpdateOp::verify() {
   if (std::optional<Type> dtype = getNsDtype();
       dtype && !dtype->isF32() && !dtype->isBF16())
     return emitOpError("'ns_dtype' must be f32 or bf16, got ") << *dtype;
+  return success();
+}
+
+SmallVector<StringRef>
+DionUpdateOp::getStateKeysFor(function_ref<Attribute(StringRef)>) {
+  return {"momentum", "right_factor"};
+}
+
+/// Dion's rank for a matrix of `rows` x `cols`: `rank` if given, else the
+/// fraction of the smaller dimension rounded up; in [1, min(rows, cols)].
+static int64_t dionRank(int64_t rows, int64_t cols, std::optional<int64_t> rank,
+                        double fraction) {
+  int64_t smaller = std::min(rows, cols);
+  if (smaller <= 0)
+    return 0;
+  int64_t r = rank ? *rank
+                   : static_cast<int64_t>(
+                         std::ceil(fraction * static_cast<double>(smaller)));
+  return std::clamp<int64_t>(r, 1, smaller);
+}
+
+SmallVector<int64_t>
+DionUpdateOp::getStateShapeFor(StringRef key, ArrayRef<int64_t> paramShape,
+                               function_ref<Attribute(StringRef)> lookup) {
+  // A non-matrix (which the verifier refuses) or an unknown shape keeps the
+  // parameter's, so that the verifier's message is about the parameter.
+  if (key != "right_factor" || paramShape.size() < 2 ||
+      ShapedType::isDynamicShape(paramShape))
+    return SmallVector<int64_t>(paramShape);
+  int64_t rows = paramShape.front();
+  int64_t cols = ShapedType::getNumElements(paramShape.drop_front());
+  std::optional<int64_t> rank;
+  if (auto given = dyn_cast_or_null<IntegerAttr>(lookup("rank")))
+    rank = given.getInt();
+  return {dionRank(rows, cols, rank, valueOr(lookup("rank_fraction"), 1.0)),
+          cols};
+}
+
+ArrayRef<OptimizerSpecKey> DionUpdateOp::getSpecKeys() {
+  static const OptimizerSpecKey keys[] = {
+      {"mu", OptimizerSpecKey::Number},
+      {"weight_decay", OptimizerSpecKey::Number},
+      {"epsilon", OptimizerSpecKey::Number},
+      {"rank", OptimizerSpecKey::Integer},
+      {"rank_fraction", OptimizerSpecKey::Number},
+      {"seed", OptimizerSpecKey::Integer},
+      {"maximize", OptimizerSpecKey::Flag}};
+  return keys;
+}
+
+ArrayRef<StringRef> DionUpdateOp::getRuntimeHyperparameterKeys() {
+  static constexpr StringRef keys[] = {"mu", "weight_decay", "epsilon"};
+  return keys;
+}
+
+double DionUpdateOp::getCompiledHyperparameter(StringRef key) {
+  return llvm::StringSwitch<APFloat>(key)
+      .Case("mu", getMu())
+      .Case("epsilon", getEpsilon())
+      .Default(getWeightDecay())
+      .convertToDouble();
+}
+
+LogicalResult DionUpdateOp::verify() {
+  auto type = cast<RankedTensorType>(getParam().getType());
+  if (type.getRank() < getMinParamRank())
+    return emitOpError("orthonormalizes matrices: the parameter must have "
+                       "rank 2 or more, got ")
+           << type << " (give vectors and scalars a group of their own, "
+           << "with AdamW)";
+  if (!type.hasStaticShape())
+    return emitOpError("needs the parameter's shape, got ") << type;
+  if (failed(checkRange(*this, "mu", getMu(), 0, 1.0)) ||
+      failed(checkRange(*this, "weight_decay", getWeightDecay(), 0)) ||
+      failed(checkRange(*this, "epsilon", getEpsilon(), 0)))
+    return failure();
+  if (std::optional<uint64_t> rank = getRank();
+      rank && static_cast<int64_t>(*rank) < 1)
+    return emitOpError("'rank' must be at least 1, got ")
+           << static_cast<int64_t>(*rank);
+  double fraction = getRankFraction().convertToDouble();
+  if (!(fraction > 0 && fraction <= 1))
+    return emitOpError("'rank_fraction' must be in (0, 1], got ")
+           << formatDouble(fraction);
   return success();
 }
 

@@ -132,6 +132,19 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
       "::llvm::SmallVector<::llvm::StringRef>", "getStateKeysFor",
       (ins "::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>":
            $hyperparameter)>,
+    StaticInterfaceMethod<"The shape of state tensor `key` of a parameter "
+                          "of shape `paramShape`, for the hyperparameters "
+                          "`hyperparameter` gives (as getStateKeysFor): the "
+                          "parameter's, unless the update keeps a factor of "
+                          "its own shape (Dion's right factor).",
+      "::llvm::SmallVector<int64_t>", "getStateShapeFor",
+      (ins "::llvm::StringRef":$key, "::llvm::ArrayRef<int64_t>":$paramShape,
+           "::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>":
+               $hyperparameter),
+      /*methodBody=*/"",
+      /*defaultImplementation=*/[{
+        return ::llvm::SmallVector<int64_t>(paramShape);
+      }]>,
     StaticInterfaceMethod<"The hyperparameters (f64 attributes) that may be "
                           "given at run time instead, by their torch.optim "
                           "names.",
@@ -164,6 +177,19 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
   ];
 
   let extraSharedClassDeclaration = [{
+    /// The type state tensor `key` must have: the parameter's element
+    /// type, in the shape getStateShapeFor gives.
+    ::mlir::RankedTensorType getStateTypeFor(::llvm::StringRef key) {
+      auto param = ::llvm::cast<::mlir::RankedTensorType>(
+          $_op.getParam().getType());
+      return ::mlir::RankedTensorType::get(
+          $_op.getStateShapeFor(key, param.getShape(),
+                                [&](::llvm::StringRef name) {
+                                  return $_op->getAttr(name);
+                                }),
+          param.getElementType());
+    }
+
     /// The operand that gives hyperparameter `key` at run time, or null
     /// when it is compiled in (its attribute).
     ::mlir::Value getRuntimeHyperparameter(::llvm::StringRef key) {

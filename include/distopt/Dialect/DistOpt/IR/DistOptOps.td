@@ -625,9 +625,10 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 // Optimizer updates
 //===----------------------------------------------------------------------===//
 
-/// An optimizer update: `param` and `grad` (and every state tensor) share one
-/// floating-point tensor type; `lr` is a float scalar; `step` is the 1-based
-/// number of this step. Hyperparameters are attributes, except those named in
+/// An optimizer update: `param` and `grad` share one floating-point tensor
+/// type, and so does every state tensor except one of a shape of its own
+/// (getStateShapeFor: Dion's right factor); `lr` is a float scalar; `step`
+/// is the 1-based number of this step. Hyperparameters are attributes, except those named in
 /// `runtime_hyperparameter_names`, whose f64 values are the
 /// `runtime_hyperparameters` operands (the attribute, if any, then says what
 /// the structure follows: which state tensors there are). Results: the new
@@ -639,7 +640,7 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 // interface find it through OptimizerOpInterface.
 class DistOpt_OptimizerOp<string mnemonic, string specType,
                           dag hyperparameters, bit elementwise = 1,
-                          int minParamRank = 0>
+                          int minParamRank = 0, bit ownStateShapes = 0>
     : DistOpt_Op<mnemonic, [Pure, AttrSizedOperandSegments,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
         DistOpt_OptimizerOpInterface]> {
@@ -684,7 +685,12 @@ class DistOpt_OptimizerOp<string mnemonic, string specType,
     double getCompiledHyperparameter(::llvm::StringRef key);
     /// The number of state tensors the hyperparameters call for.
     unsigned getExpectedNumState() { return getStateKeys().size(); }
-  }];
+  }] # !if(ownStateShapes, [{
+    static ::llvm::SmallVector<int64_t> getStateShapeFor(
+        ::llvm::StringRef key, ::llvm::ArrayRef<int64_t> paramShape,
+        ::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>
+            hyperparameter);
+  }], "");
 }
 
 def DistOpt_SGDUpdateOp : DistOpt_OptimizerOp<"sgd_update", "sgd", (ins
@@ -859,6 +865,56 @@ def DistOpt_MuonUpdateOp : DistOpt_OptimizerOp<"muon_update", "muon", (ins
     ```mlir
     %p1, %b1 = distopt.muon_update %p, %g state(%b) lr(%lr) step(%t) {adjust_lr_fn = "match_rms_adamw"}
         : tensor<256x128xf32>, f32
+    ```
+  }];
+}
+
+def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
+    DefaultValuedAttr<F64Attr, "0.95">:$mu,
+    DefaultValuedAttr<F64Attr, "0.01">:$weight_decay,
+    DefaultValuedAttr<F64Attr, "1e-08">:$epsilon,
+    OptionalAttr<I64Attr>:$rank,
+    DefaultValuedAttr<F64Attr, "1.0">:$rank_fraction,
+    DefaultValuedAttr<I64Attr, "0">:$seed), /*elementwise=*/0,
+    /*minParamRank=*/2, /*ownStateShapes=*/1> {
+  let summary = "the update of Dion (orthonormalized by low-rank power "
+                "iteration, with error feedback)";
+  let description = [{
+    Dion (Ahn et al., "Dion: Distributed Orthonormalized Updates", 2025,
+    Algorithm 1, as Microsoft's reference implementation runs it) for a
+    matrix parameter X of m rows and n columns (of rank 2, or more: then as
+    the matrix of its first dimension's rows), with `G = grad` (negated if
+    `maximize`) and rank `r`:
+
+    ```
+    B  = M + G                             (M: state `momentum`)
+    P  = B Q                               (m x r; Q: n x r, see below)
+    P  = orthonormalize(P)                 (modified Gram-Schmidt, twice)
+    R  = B^T P                             (n x r)
+    M  = B - (1 - mu) P R^T                (error feedback)
+    Q  = R / (||R||_column + epsilon)      (a zero column keeps its old Q)
+    X  = X (1 - lr weight_decay)
+    X  = X - lr sqrt(m / n) P Q^T
+    ```
+
+    `r` is `rank` when given, else `ceil(rank_fraction * min(m, n))`, and at
+    most `min(m, n)` (at least 1 when both are non-zero). The state
+    `right_factor` holds Q transposed, r x n, so that each of its rows is
+    contiguous. At step 1 the momentum is zero and Q is drawn from `seed`:
+    element (i, j) of Q^T is `2 u - 1`, `u` the top 24 bits of
+    `h(i n + j + seed * 0x9E3779B9)` over 2^24, in 32-bit arithmetic, with
+    `h(x)`: `x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b;
+    x ^= x >> 16` (every rank draws the same factor without communicating).
+    The orthonormalization is modified Gram-Schmidt over the columns, left
+    to right, run twice (once leaves the columns off orthonormal by about
+    the rounding times P's condition number; twice, to rounding, as the
+    paper's QR); each column is divided by its norm plus `epsilon`, so that
+    a zero column stays zero.
+    Products accumulate in f32 (f64 for f64 parameters).
+
+    ```mlir
+    %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 32 : i64}
+        : tensor<256x128xf32> [tensor<256x128xf32>, tensor<32x128xf32>], f32
     ```
   }];
 }

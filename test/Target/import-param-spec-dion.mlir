@@ -1,0 +1,39 @@
+// Dion from the spec: its keys into the op's attributes, a group of its own
+// with a fixed rank, each right factor an argument of its own shape (rank x
+// columns, the rank from the group's fraction of the smaller dimension or
+// its fixed rank; f32 beside a bf16 parameter's fp32 main copy), and AdamW
+// for the vector.
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json | FileCheck %s
+// RUN: sed -e 's/"rank_fraction": 0.5/"rank_fraction": 0/' %S/Inputs/dion.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=FRACTION
+// RUN: sed -e 's/"rank": 3/"rank": 3.5/' %S/Inputs/dion.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=RANK
+// RUN: sed -e 's/"rank": 3/"rank": -3/' %S/Inputs/dion.json \
+// RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+// The flat ZeRO layout cuts matrices across ranks: refused; the greedy one
+// updates each whole on its owner, the factors in a buffer of their own.
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=1 2>&1 | FileCheck %s --check-prefix=FLAT
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
+
+// CHECK-LABEL: func.func @step
+// CHECK-SAME: %{{[^:]*}}: tensor<4x8xf32> {distopt.name = "emb.weight.right_factor", distopt.role = "state"}
+// CHECK-SAME: %{{[^:]*}}: tensor<3x6xf32> {distopt.name = "fc.weight.right_factor", distopt.role = "state"}
+// CHECK-SAME: %{{[^:]*}}: tensor<2x18xf32> {distopt.name = "conv.weight.right_factor", distopt.role = "state"}
+// CHECK: distopt.dion_update {{.*}} {mu = 9.000000e-01 : f64, rank_fraction = 5.000000e-01 : f64, seed = 5 : i64, weight_decay = 1.000000e-01 : f64} : tensor<16x8xf32> [tensor<16x8xf32>, tensor<4x8xf32>], f64
+// CHECK: distopt.dion_update {{.*}} {mu = 9.000000e-01 : f64, rank = 3 : i64, {{.*}} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<3x6xf32>], f64
+// CHECK: distopt.adamw_update {{.*}} : tensor<8xf32>, f64
+// CHECK: distopt.dion_update {{.*}} : tensor<4x2x3x3xf32> [tensor<4x2x3x3xf32>, tensor<2x18xf32>], f64
+//
+// FRACTION: error: 'distopt.dion_update' op 'rank_fraction' must be in (0, 1], got 0
+// RANK: param spec: param_groups[0].rank: expected an integer
+// NEGATIVE: error: 'distopt.dion_update' op 'rank' must be at least 1, got -3
+// FLAT: error: cannot shard 'distopt.dion_update': its update reads the whole matrix
+// Each right factor's buffer is laid out as its parameter's, in its own
+// shape.
+// GREEDY: func.func @step
+// GREEDY-SAME: tensor<128xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "owned0.momentum", distopt.role = "state"}
+// GREEDY-SAME: tensor<32xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 4, 8>}], distopt.name = "owned0.right_factor", distopt.role = "state"}
+// GREEDY: distopt.owned_by @{{.*}} rank
+// GREEDY: distopt.dion_update {{.*}} : tensor<16x8xf32> [tensor<16x8xf32>, tensor<4x8xf32>], f64
