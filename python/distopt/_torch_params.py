@@ -2,6 +2,9 @@
 groups as torch.optim takes them, and which of a group's hyperparameters
 the compiled step reads at run time or is built on."""
 
+import json
+import subprocess
+
 import torch
 
 from .errors import DistoptError
@@ -28,23 +31,83 @@ def _torch_class(kind):
     return None
 
 
+def _describe(recipe):
+    """distopt's description of the recipe's optimizer, from the spec reader
+    (distopt-translate --describe-optimizer), which checks its keys and
+    values: {"defaults": {"lr": .., <every key the spec reads>: ..},
+    "min_param_rank": N, "runtime_keys": [..], "state_keys": [..]}."""
+    from .compiler import _tool
+    done = subprocess.run([_tool("distopt-translate"), "--describe-optimizer"],
+                          input=json.dumps(recipe), capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        errors = [line.split("error: ", 1)[1] for line in
+                  done.stderr.splitlines() if "error: " in line]
+        raise ValueError("the recipe: " + ("; ".join(errors) or
+                                            done.stderr.strip()))
+    return json.loads(done.stdout)
+
+
 def _torch_defaults(recipe):
     """The hyperparameters of the recipe as torch.optim's class of the same
     type keeps them in param_groups, every key included, so that
-    state_dict() loads into it."""
+    state_dict() loads into it; for a type torch.optim has no class for
+    (Muon in torch 1.13, Dion), every key the spec reads, with the
+    defaults of distopt's update."""
     kind = recipe["type"]
-    cls = _torch_class(kind) if isinstance(kind, str) else None
-    if cls is None:
+    if not isinstance(kind, str):
         raise ValueError(f"unknown optimizer type {kind!r}: the recipe's "
                          "type is the name of a torch.optim class in lower "
                          "case (\"adamw\"), one distopt compiles "
                          "(docs/param-spec.md)")
+    cls = _torch_class(kind)
+    if cls is None:
+        return {k: tuple(v) if isinstance(v, list) else v
+                for k, v in _describe(recipe)["defaults"].items()}
     kwargs = {k: tuple(v) if k in _TUPLE_KEYS else v
               for k, v in recipe.items() if k != "type"}
     try:
         return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
     except TypeError as e:  # an unknown keyword: torch names it
         raise ValueError(f"the recipe: {e}") from None
+
+
+def _group_defaults(recipe, defaults, extra):
+    """A group's hyperparameters as its optimizer keeps them: the recipe's
+    `defaults`, or for a group of another type (AdamW beside Muon) that
+    optimizer's, with the group's keys."""
+    kind = extra.get("type", recipe["type"])
+    if kind == recipe["type"]:
+        return defaults
+    return _torch_defaults({k: v for k, v in extra.items()
+                            if k not in _EXECUTION_KEYS})
+
+
+def _min_param_rank(kind):
+    """The lowest rank of the parameters an optimizer of type `kind`
+    updates (2 for Muon's and Dion's matrices; 0 for torch.optim's)."""
+    if _torch_class(kind) is not None:
+        return 0
+    return _describe({"type": kind})["min_param_rank"]
+
+
+def _split_vectors(groups, kind, lr):
+    """torch.optim-style groups with the parameters of lower rank than
+    their group's optimizer takes (a Muon or Dion group's biases, norms)
+    moved to an AdamW group of their own at the group's rate (`lr` where
+    the group has none; the spec reader's rule, docs/param-spec.md), after
+    the given groups."""
+    out, extra_groups = [], []
+    for named, extra in groups:
+        rank = _min_param_rank(extra.get("type", kind))
+        kept = [(n, p) for n, p in named if p.dim() >= rank]
+        moved = [(n, p) for n, p in named if p.dim() < rank]
+        if moved:
+            extra_groups.append(
+                (moved, {"type": "adamw", "lr": extra.get("lr", lr)}))
+        if kept:
+            out.append((kept, extra))
+    return out + extra_groups
 
 
 def _keeps_step(kind):
@@ -74,14 +137,23 @@ def _glob_literal(name):
     return "".join("\\" + c if c in "\\*?[]{}" else c for c in name)
 
 
-def _structure(group, defaults):
+def _structure(group, defaults, kind, runtime_keys=()):
     """What of a group's hyperparameters the compiled step is built on, as
     {key: what it is}: torch's flags for the optimizer (amsgrad, nesterov,
-    centered, maximize), and whether there is a momentum buffer."""
+    centered, maximize), whether there is a momentum buffer, and every
+    other value compiled in (not among the step's `runtime_keys`: Muon's
+    ns_steps, Dion's rank)."""
     out = {k: bool(group.get(k, False)) for k, v in defaults.items()
            if isinstance(v, bool) and k not in _EXECUTION_KEYS}
-    if "momentum" in defaults:
+    if "momentum" in defaults and _torch_class(kind) is not None:
+        # (SGD's and RMSprop's buffer exists for a non-zero momentum only.)
         out["momentum"] = "0" if group["momentum"] == 0 else "non-zero"
+    runtime = {_tuple_key(k)[0] for k in runtime_keys}
+    for key, value in defaults.items():
+        if key not in out and key != "lr" and key not in runtime and \
+                key not in _EXECUTION_KEYS and key != "type":
+            now = group.get(key, value)
+            out[key] = repr(tuple(now) if isinstance(now, list) else now)
     return out
 
 
@@ -106,12 +178,12 @@ def _check_value(where, key, value):
     return x
 
 
-def _check_structure(compiled, group, defaults, error, where):
+def _check_structure(compiled, group, defaults, kind, error, where):
     """What the step was compiled on (`compiled`, _structure's) must not
     change: `error` naming the key."""
-    now = _structure(group, defaults)
+    now = _structure(group, defaults, kind)
     for key, was in compiled.items():
-        if now[key] != was:
+        if now.get(key, was) != was:
             raise error(
                 f"{where}: '{key}' is {now[key]} (was {was}), but the step "
                 "was compiled for the latter: it decides the state the step "

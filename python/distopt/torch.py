@@ -33,8 +33,9 @@ from ._state import StateView
 from ._torch_params import (
     _EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS, _check_options,
     _check_structure, _check_value, _clip_arguments, _default_comm, _glob_literal, _group_runtime_keys,
-    _group_values, _keeps_step, _named_groups, _runtime_values,
-    _split_pipeline, _structure, _torch_defaults)
+    _group_defaults, _group_values, _keeps_step, _named_groups,
+    _runtime_values, _split_pipeline, _split_vectors, _structure,
+    _torch_defaults)
 from .errors import DistoptError
 from .step import Session, Step
 
@@ -51,7 +52,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
       are left out.
     recipe: the optimizer and its defaults (docs/param-spec.md): {"type":
       "sgd" | "adam" | "adamw" | "rmsprop" | "adagrad", "lr": ..., and
-      torch.optim's keyword names}.
+      torch.optim's keyword names}, or "muon" | "dion" with the spec's
+      keys; a Muon or Dion group's parameters of rank < 2 go to an AdamW
+      group of their own at its rate. A group may name its own "type".
     pipeline: distopt-pipeline's options ("zero-stage=2",
       "powersgd-rank=4", "bucket-cap-mb=25", ...).
     comm: an mpi4py communicator (default: COMM_WORLD where mpi4py is
@@ -109,7 +112,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
                              "class's name in lower case: \"adamw\")")
         defaults = _torch_defaults(recipe)
         self.kind = recipe["type"]
-        groups = _named_groups(params)
+        groups = _split_vectors(_named_groups(params), self.kind,
+                                defaults["lr"])
+        # Each group's optimizer and its hyperparameters (a group may name
+        # another type: AdamW for what Muon or Dion does not update).
+        self._kinds = [extra.get("type", self.kind) for _, extra in groups]
+        self._group_defaults = [_group_defaults(recipe, defaults, extra)
+                                for _, extra in groups]
         self.comm = comm if comm is not None else _default_comm()
         world = self.comm.Get_size() if self.comm is not None else 1
         named = [entry for members, _ in groups for entry in members]
@@ -128,7 +137,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                      "runtime_hyperparameters": True,
                      "optimizer": dict(recipe), "parameters": parameters,
                      "param_groups": [
-                         self._spec_group(i, members, extra, defaults)
+                         self._spec_group(i, members, extra)
                          for i, (members, extra) in enumerate(groups)]}
         if grad_accumulation != 1:
             self.spec["grad_accumulation"] = grad_accumulation
@@ -158,13 +167,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._reducer = Reducer(self, bool(overlap))
         self._versions = None
         self._constructed = False
-        super().__init__([dict(extra, params=[p for _, p in members])
-                          for members, extra in groups], defaults)
+        super().__init__([dict(self._group_defaults[i], **extra,
+                               params=[p for _, p in members])
+                          for i, (members, extra) in enumerate(groups)],
+                         defaults)
         self._constructed = True
-        self._structure = [_structure(g, self.defaults)
-                           for g in self.param_groups]
         self._runtime_keys = _group_runtime_keys(self.compiled,
                                                  len(self.param_groups))
+        self._structure = [
+            _structure(g, self._group_defaults[i], self._kinds[i],
+                       self._runtime_keys[i])
+            for i, g in enumerate(self.param_groups)]
         self._members = [list(g["params"]) for g in self.param_groups]
         self._pushed = {}
         self._push_hyperparameters()
@@ -177,14 +190,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
                           if t.role == "main_param"}
         self._seen_versions(params=True)
 
-    def _spec_group(self, index, members, extra, defaults):
-        """A torch group as the spec's: its parameters by exact name and
-        every hyperparameter it sets (the structural ones included)."""
+    def _spec_group(self, index, members, extra):
+        """A torch group as the spec's: its parameters by exact name, its
+        optimizer's type where it is not the recipe's, and every
+        hyperparameter it sets (the structural ones included)."""
         group = {"params": [_glob_literal(name) for name, _ in members]}
+        if self._kinds[index] != self.kind:
+            group["type"] = self._kinds[index]
         for key, value in extra.items():
-            if key in _EXECUTION_KEYS or key not in defaults:
+            if key in _EXECUTION_KEYS or value is None or \
+                    key not in self._group_defaults[index]:
                 continue  # how torch runs it, or a key of the program's
-            group[key] = list(value) if key in _TUPLE_KEYS else value
+            group[key] = list(value) if isinstance(value, tuple) else value
         return group
 
     def add_param_group(self, param_group):
@@ -245,8 +262,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     self._pushed[(i, key)] = value
 
     def _check_structure(self, index, group, error, where):
-        _check_structure(self._structure[index], group, self.defaults, error,
-                         where)
+        _check_structure(self._structure[index], group,
+                         self._group_defaults[index], self._kinds[index],
+                         error, where)
 
     def _pull_hyperparameters(self):
         """The session's hyperparameters (restored from a checkpoint) into
@@ -640,7 +658,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for i, (group, loaded) in enumerate(zip(self.param_groups, groups)):
             merged.append(dict(group))
             for key, value in loaded.items():
-                if key != "params" and key in self.defaults:
+                if key != "params" and key in self._group_defaults[i]:
                     merged[i][key] = tuple(value) if key in _TUPLE_KEYS \
                         else value
             self._check_structure(i, merged[i], ValueError,
