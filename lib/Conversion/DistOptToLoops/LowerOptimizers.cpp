@@ -576,8 +576,9 @@ void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
 /// The rows of `t` (r x n) made orthonormal by modified Gram-Schmidt, top to
 /// bottom: row i is divided by its norm (summed in f64) plus `eps`, and every
 /// later row loses its projection on it. The rows are an scf.for (Dion's
-/// rank may be hundreds: unrolled, the IR would grow with it); each
-/// iteration rewrites the whole matrix, so that every shape is static.
+/// rank may be hundreds: unrolled, the IR would grow with it), each
+/// iteration on the rows after row i only (a slice of dynamic size: over
+/// the whole matrix, masked, the loop took twice the time).
 Value orthonormalizeRows(OpBuilder &b, Location loc, Value t, Value eps) {
   auto type = cast<RankedTensorType>(t.getType());
   auto element = cast<FloatType>(type.getElementType());
@@ -592,15 +593,18 @@ Value orthonormalizeRows(OpBuilder &b, Location loc, Value t, Value eps) {
     return arith::ConstantIndexOp::create(nb, loc, v);
   };
   Value epsilon = convertTo(b, loc, eps, element);
+  auto laterType = RankedTensorType::get({ShapedType::kDynamic, cols}, element);
   auto loop = scf::ForOp::create(
       b, loc, index(b, 0), index(b, rows), index(b, 1), ValueRange{t},
       [&](OpBuilder &lb, Location l, Value i, ValueRange carried) {
         Value matrix = carried[0];
+        OpFoldResult zeroIndex = lb.getIndexAttr(0), one = lb.getIndexAttr(1),
+                     width = lb.getIndexAttr(cols);
         Value row = tensor::ExtractSliceOp::create(
             lb, l, RankedTensorType::get({cols}, element), matrix,
-            ArrayRef<OpFoldResult>{i, lb.getIndexAttr(0)},
-            ArrayRef<OpFoldResult>{lb.getIndexAttr(1), lb.getIndexAttr(cols)},
-            ArrayRef<OpFoldResult>{lb.getIndexAttr(1), lb.getIndexAttr(1)});
+            ArrayRef<OpFoldResult>{i, zeroIndex},
+            ArrayRef<OpFoldResult>{one, width},
+            ArrayRef<OpFoldResult>{one, one});
         Value sumSq = reduceAll(
             lb, l, row, arith::ConstantOp::create(lb, l, lb.getF64FloatAttr(0)),
             [&](OpBuilder &nb, Location nl, Value e, Value sum) {
@@ -616,16 +620,28 @@ Value orthonormalizeRows(OpBuilder &b, Location loc, Value t, Value eps) {
             [&](OpBuilder &nb, Location nl, ValueRange args) {
               return arith::DivFOp::create(nb, nl, args[0], norm).getResult();
             });
-        // dots(j) = row j . unit (summed in any order: it vectorizes).
+        matrix = tensor::InsertSliceOp::create(
+            lb, l, unit, matrix, ArrayRef<OpFoldResult>{i, zeroIndex},
+            ArrayRef<OpFoldResult>{one, width},
+            ArrayRef<OpFoldResult>{one, one});
+        // The rows after row i: r - i - 1 of them.
+        Value first = arith::AddIOp::create(lb, l, i, index(lb, 1));
+        Value count = arith::SubIOp::create(lb, l, index(lb, rows), first);
+        Value later = tensor::ExtractSliceOp::create(
+            lb, l, laterType, matrix, ArrayRef<OpFoldResult>{first, zeroIndex},
+            ArrayRef<OpFoldResult>{count, width},
+            ArrayRef<OpFoldResult>{one, one});
+        // dots(j) = later row j . unit (summed in any order: it vectorizes).
         Value zero = arith::ConstantOp::create(lb, l, lb.getZeroAttr(element));
-        Value zeros =
-            linalg::FillOp::create(
-                lb, l, zero,
-                Value(tensor::EmptyOp::create(lb, l, {rows}, element)))
-                .getResult(0);
+        Value zeros = linalg::FillOp::create(
+                          lb, l, zero,
+                          Value(tensor::EmptyOp::create(
+                              lb, l, ArrayRef<int64_t>{ShapedType::kDynamic},
+                              element, ValueRange{count})))
+                          .getResult(0);
         Value dots =
             linalg::GenericOp::create(
-                lb, l, TypeRange{zeros.getType()}, ValueRange{matrix, unit},
+                lb, l, TypeRange{zeros.getType()}, ValueRange{later, unit},
                 ValueRange{zeros},
                 SmallVector<AffineMap>{identity, AffineMap::get(2, 0, d1),
                                        AffineMap::get(2, 0, d0)},
@@ -641,33 +657,29 @@ Value orthonormalizeRows(OpBuilder &b, Location loc, Value t, Value eps) {
                           .getResult());
                 })
                 .getResult(0);
-        // Row i becomes the unit row, later rows lose their projection (in
-        // place: the loop's matrix stays one buffer).
-        Value next =
+        // Later rows lose their projection on the unit row (in place: the
+        // loop's matrix stays one buffer).
+        Value projected =
             linalg::GenericOp::create(
-                lb, l, TypeRange{type}, ValueRange{unit, dots},
-                ValueRange{matrix},
+                lb, l, TypeRange{laterType}, ValueRange{unit, dots},
+                ValueRange{later},
                 SmallVector<AffineMap>{AffineMap::get(2, 0, d1),
                                        AffineMap::get(2, 0, d0), identity},
                 SmallVector<utils::IteratorType>{parallel, parallel},
                 [&](OpBuilder &nb, Location nl, ValueRange args) {
                   Value u = args[0], dot = args[1], old = args[2];
-                  Value j = linalg::IndexOp::create(nb, nl, 0);
-                  Value isRow = arith::CmpIOp::create(
-                      nb, nl, arith::CmpIPredicate::eq, j, i);
-                  Value isLater = arith::CmpIOp::create(
-                      nb, nl, arith::CmpIPredicate::ugt, j, i);
-                  Value projected = arith::SubFOp::create(
-                      nb, nl, old, arith::MulFOp::create(nb, nl, dot, u));
-                  Value kept =
-                      arith::SelectOp::create(nb, nl, isLater, projected, old);
                   linalg::YieldOp::create(
                       nb, nl,
-                      arith::SelectOp::create(nb, nl, isRow, u, kept)
+                      arith::SubFOp::create(
+                          nb, nl, old, arith::MulFOp::create(nb, nl, dot, u))
                           .getResult());
                 })
                 .getResult(0);
-        scf::YieldOp::create(lb, l, next);
+        matrix = tensor::InsertSliceOp::create(
+            lb, l, projected, matrix, ArrayRef<OpFoldResult>{first, zeroIndex},
+            ArrayRef<OpFoldResult>{count, width},
+            ArrayRef<OpFoldResult>{one, one});
+        scf::YieldOp::create(lb, l, matrix);
       });
   return loop.getResult(0);
 }
