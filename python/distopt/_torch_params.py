@@ -79,8 +79,11 @@ def _group_defaults(recipe, defaults, extra):
     kind = extra.get("type", recipe["type"])
     if kind == recipe["type"]:
         return defaults
-    return _torch_defaults({k: v for k, v in extra.items()
-                            if k not in _EXECUTION_KEYS})
+    # (Keys of the program's own in the group, a "name", are not the
+    # optimizer's: kept in the group, as by torch, and not used.)
+    known = _torch_defaults({"type": kind})
+    return _torch_defaults(dict({k: v for k, v in extra.items()
+                                 if k in known}, type=kind))
 
 
 def _min_param_rank(kind):

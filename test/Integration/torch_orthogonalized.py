@@ -9,8 +9,10 @@ ranks (so the mean of the ranks' gradients is the whole batch's). Its
 matrices are updated by Muon (muon_vs_reference.py's equations) or Dion
 (dion_vs_reference.py's), its vectors by torch.optim.AdamW: the recipe
 names only Muon or Dion, and DistributedOptimizer gives what is not a
-matrix an AdamW group at the recipe's rate (docs/host-library.md). Plain
-and under ZeRO-2's greedy layout (each matrix whole on its owner). The
+matrix an AdamW group at the recipe's rate (docs/host-library.md), or the
+vectors' group is given, of type adamw with a rate and a key of the
+program's own. Plain and under ZeRO-2's greedy layout (each matrix whole
+on its owner). The
 parameters must agree within 1e-5 of each tensor's magnitude: f32
 rounding of different summation orders (the batch split across ranks,
 BLAS against torch's products), which the orthogonalization carries on.
@@ -84,12 +86,14 @@ def rate(step):
     return 1.0 / (1 + 0.5 * step)
 
 
-def reference(kind, options, lr):
+def reference(kind, options, lr, vector_lr=None):
     """The whole batch in one process: Muon or Dion on the matrices, AdamW
-    on the vectors, at the rate the schedule gives."""
+    on the vectors (at `vector_lr`, else `lr`), at the rate the schedule
+    gives."""
     net = Net()
     vectors = [p for p in net.parameters() if p.dim() < 2]
-    adamw = torch.optim.AdamW(vectors, lr=lr)
+    vector_lr = vector_lr or lr
+    adamw = torch.optim.AdamW(vectors, lr=vector_lr)
     state = {}
     for p in net.parameters():
         if p.dim() >= 2:
@@ -113,14 +117,19 @@ def reference(kind, options, lr):
                 else:
                     dion_step(p, p.grad, m, q, lr * rate(step), **options)
         for group in adamw.param_groups:
-            group["lr"] = lr * rate(step)
+            group["lr"] = vector_lr * rate(step)
         adamw.step()
     return net
 
 
-def ours(kind, options, lr, pipeline):
+def ours(kind, options, lr, pipeline, vector_lr=None):
     net = Net()
-    opt = DistributedOptimizer(net.named_parameters(),
+    params = list(net.named_parameters())
+    if vector_lr:  # the vectors' group given, with a key of the program's
+        params = [{"params": [(n, p) for n, p in params if p.dim() >= 2]},
+                  {"params": [(n, p) for n, p in params if p.dim() < 2],
+                   "type": "adamw", "lr": vector_lr, "name": "vectors"}]
+    opt = DistributedOptimizer(params,
                                dict(options, type=kind, lr=lr),
                                pipeline=pipeline, comm=comm, cache=CACHE,
                                model=f"{kind}-net")
@@ -136,10 +145,12 @@ def ours(kind, options, lr, pipeline):
     return net, opt
 
 
-def compare(kind, options, lr, pipeline):
-    want = reference(kind, options, lr)
-    got, opt = ours(kind, options, lr, pipeline)
-    label = f"{kind} {options} [{pipeline or 'plain'}] at {size} ranks"
+def compare(kind, options, lr, pipeline, vector_lr=None):
+    want = reference(kind, options, lr, vector_lr)
+    got, opt = ours(kind, options, lr, pipeline, vector_lr)
+    label = (f"{kind} {options} [{pipeline or 'plain'}]"
+             f"{' vectors at ' + str(vector_lr) if vector_lr else ''} "
+             f"at {size} ranks")
     check([g.get("type", kind) for g in opt.param_groups] == [kind, "adamw"],
           f"{label}: the vectors in an AdamW group of their own")
     worst = 0.0
@@ -170,6 +181,7 @@ opt = compare("muon", {"adjust_lr_fn": "match_rms_adamw", "weight_decay": 0.05},
               0.01, "zero-stage=2 zero-strategy=greedy")
 refused(opt, "ns_steps", 3)
 compare("dion", {"rank_fraction": 0.25}, 0.02, "")
+compare("dion", {"rank": 3}, 0.02, "", vector_lr=0.003)
 opt = compare("dion", {"rank": 4, "mu": 0.9}, 0.02,
               "zero-stage=2 zero-strategy=greedy")
 refused(opt, "rank", 2)
