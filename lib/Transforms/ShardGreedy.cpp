@@ -2,7 +2,8 @@
 //
 // --distopt-shard-optimizer=strategy=greedy (ZeroRedundancyOptimizer, OSS):
 // whole parameters are given to ranks, largest first, each to the least
-// loaded rank; the owner updates them inside distopt.owned_by and
+// loaded rank (counting the groups of updates before); the owner updates
+// them inside distopt.owned_by and
 // broadcasts the result. Each rank's state lives in one buffer as large as
 // the most loaded rank's. At stage 2, what spans the gradients (the
 // overflow check, clipping) reads a buffer laid out the same way, into
@@ -85,23 +86,31 @@ Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
   FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
   int64_t size = lookupProcessGroup(func, groupRef).getSize();
 
-  // Sorted-greedy: largest first, each to the least loaded rank (ties: the
-  // lower rank, then program order), as ZeroRedundancyOptimizer does.
+  // Sorted-greedy: largest first, each to the least loaded rank counting
+  // the groups assigned before (ties: the lower rank, then program order),
+  // as ZeroRedundancyOptimizer does.
   SmallVector<unsigned> order(group.size());
   std::iota(order.begin(), order.end(), 0);
   llvm::stable_sort(order, [&](unsigned a, unsigned b) {
     return group[a]->numel() > group[b]->numel();
   });
+  SmallVector<int64_t> &owned = ownedElements[groupRef];
+  owned.resize(size, 0);
   GreedyGroup greedy;
   greedy.loads.assign(size, 0);
   greedy.owners.resize(group.size());
   greedy.offsets.resize(group.size());
   for (unsigned i : order) {
-    int64_t rank = llvm::min_element(greedy.loads) - greedy.loads.begin();
+    int64_t rank = 0;
+    for (int64_t r = 1; r < size; ++r)
+      if (owned[r] + greedy.loads[r] < owned[rank] + greedy.loads[rank])
+        rank = r;
     greedy.owners[i] = rank;
     greedy.offsets[i] = greedy.loads[rank];
     greedy.loads[rank] += group[i]->numel();
   }
+  for (int64_t r = 0; r < size; ++r)
+    owned[r] += greedy.loads[r];
   greedy.capacity = *llvm::max_element(greedy.loads);
   if (stage != 2)
     return greedy;

@@ -136,6 +136,11 @@ public:
   };
   void shardGreedy(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups);
   GreedyGroup assignGreedy(func::FuncOp func, ArrayRef<Update *> group);
+  /// Per process group, the elements each rank owns in the groups of
+  /// updates assigned so far: a group starts from them (as OSS balances
+  /// across torch's param groups), so that groups of one tensor each (a
+  /// Muon matrix with a rate of its own) do not all go to rank 0.
+  llvm::DenseMap<Attribute, SmallVector<int64_t>> ownedElements;
   void updateGreedy(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
                     const GreedyGroup &greedy);
   /// What spans the groups (the overflow check, clipping by the global

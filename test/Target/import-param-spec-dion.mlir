@@ -31,9 +31,15 @@
 // NEGATIVE: error: 'distopt.dion_update' op 'rank' must be at least 1, got -3
 // FLAT: error: cannot shard 'distopt.dion_update': its update reads the whole matrix
 // Each right factor's buffer is laid out as its parameter's, in its own
-// shape.
+// shape. Each group of updates holds one tensor here: the assignment counts
+// what the groups before gave each rank (as OSS across param groups), so
+// the embedding (128 elements) goes to rank 0 and the rest (48 + 8 + 72)
+// to rank 1, not everything to rank 0.
 // GREEDY: func.func @step
 // GREEDY-SAME: tensor<128xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "owned0.momentum", distopt.role = "state"}
 // GREEDY-SAME: tensor<32xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 4, 8>}], distopt.name = "owned0.right_factor", distopt.role = "state"}
+// GREEDY-SAME: {distopt.layout = [{name = "fc.weight", offset = 0 : i64, owner = 1 : i64, shape = array<i64: 8, 6>}], distopt.name = "owned1.momentum"
+// GREEDY-SAME: {distopt.layout = [{name = "fc.bias", offset = 0 : i64, owner = 1 : i64, shape = array<i64: 8>}], distopt.name = "owned2.exp_avg"
+// GREEDY-SAME: {distopt.layout = [{name = "conv.weight", offset = 0 : i64, owner = 1 : i64, shape = array<i64: 4, 2, 3, 3>}], distopt.name = "owned3.momentum"
 // GREEDY: distopt.owned_by @{{.*}} rank
 // GREEDY: distopt.dion_update {{.*}} : tensor<16x8xf32> [tensor<16x8xf32>, tensor<4x8xf32>], f64

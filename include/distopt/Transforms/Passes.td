@@ -378,10 +378,14 @@ def ShardOptimizerPass
     2 x (N-1)/N bytes per gradient byte (`--distopt-report` counts both).
 
     `strategy=greedy` (ZeroRedundancyOptimizer, fairscale OSS; stages 1 and
-    2, stage 3 is an error): whole parameters go to ranks largest first, each to the least loaded
-    rank. The owner updates a parameter inside `distopt.owned_by` and
-    `broadcast`s it; at stage 2 its gradient is `reduce`d to the owner only.
-    Each rank's state lives in one buffer as long as the most loaded rank's.
+    2, stage 3 is an error): whole parameters go to ranks largest first,
+    each to the least loaded rank, counting the elements earlier groups of
+    updates gave it (as OSS counts across param groups). The owner updates
+    a parameter inside `distopt.owned_by` and `broadcast`s it; at stage 2
+    its gradient is `reduce`d to the owner only. Each group's state lives in
+    one buffer per state key, as long as the most loaded rank's (a state of
+    its own shape, Dion's right factor, has its own offsets). This is also
+    the owner plan for updates that read a whole matrix (Muon, Dion).
 
     The signature changes: the per-parameter state (and main parameter, and
     at stage 3 parameter) arguments and results are replaced by sharded ones,
