@@ -3,11 +3,11 @@
 // --distopt-shard-optimizer=strategy=greedy (ZeroRedundancyOptimizer, OSS):
 // whole parameters are given to ranks, largest first, each to the least
 // loaded rank (counting the groups of updates before); the owner updates
-// them inside distopt.owned_by and
-// broadcasts the result. Each rank's state lives in one buffer as large as
-// the most loaded rank's. At stage 2, what spans the gradients (the
-// overflow check, clipping) reads a buffer laid out the same way, into
-// which each owner copies the gradients reduced to it.
+// them inside distopt.owned_by and broadcasts the result. Each rank's
+// state lives in one buffer per state key as large as the most loaded
+// rank's. At stage 2, what spans the gradients (the overflow check,
+// clipping) reads a buffer laid out the same way, into which each owner
+// copies the gradients reduced to it.
 //
 //===----------------------------------------------------------------------===//
 

@@ -2,6 +2,7 @@
 groups as torch.optim takes them, and which of a group's hyperparameters
 the compiled step reads at run time or is built on."""
 
+import functools
 import json
 import subprocess
 
@@ -31,15 +32,26 @@ def _torch_class(kind):
     return None
 
 
+def _without_none(keys):
+    """Keys whose value is None (an optional key with no value: Dion's
+    rank, Muon's ns_dtype) left out: the spec takes them as absent."""
+    return {k: v for k, v in keys.items() if v is not None}
+
+
+@functools.lru_cache(maxsize=None)
+def _described(text):
+    from .compiler import _tool
+    return subprocess.run([_tool("distopt-translate"),
+                           "--describe-optimizer"], input=text,
+                          capture_output=True, text=True)
+
+
 def _describe(recipe):
     """distopt's description of the recipe's optimizer, from the spec reader
     (distopt-translate --describe-optimizer), which checks its keys and
     values: {"defaults": {"lr": .., <every key the spec reads>: ..},
     "min_param_rank": N, "runtime_keys": [..], "state_keys": [..]}."""
-    from .compiler import _tool
-    done = subprocess.run([_tool("distopt-translate"), "--describe-optimizer"],
-                          input=json.dumps(recipe), capture_output=True,
-                          text=True)
+    done = _described(json.dumps(_without_none(recipe), sort_keys=True))
     if done.returncode != 0:
         errors = [line.split("error: ", 1)[1] for line in
                   done.stderr.splitlines() if "error: " in line]
@@ -61,11 +73,13 @@ def _torch_defaults(recipe):
                          "case (\"adamw\"), one distopt compiles "
                          "(docs/param-spec.md)")
     cls = _torch_class(kind)
-    if cls is None:
+    if cls is None or _describe({"type": kind})["min_param_rank"] > 0:
+        # Not torch's (or torch's Muon, in a torch that has one: distopt's
+        # keys and defaults, and its AdamW group for the vectors).
         return {k: tuple(v) if isinstance(v, list) else v
                 for k, v in _describe(recipe)["defaults"].items()}
     kwargs = {k: tuple(v) if k in _TUPLE_KEYS else v
-              for k, v in recipe.items() if k != "type"}
+              for k, v in _without_none(recipe).items() if k != "type"}
     try:
         return dict(cls([torch.zeros(1, requires_grad=True)], **kwargs).defaults)
     except TypeError as e:  # an unknown keyword: torch names it
@@ -79,37 +93,43 @@ def _group_defaults(recipe, defaults, extra):
     kind = extra.get("type", recipe["type"])
     if kind == recipe["type"]:
         return defaults
+    # The group's rate is the recipe's unless it has its own, as in torch.
     # (Keys of the program's own in the group, a "name", are not the
     # optimizer's: kept in the group, as by torch, and not used.)
-    known = _torch_defaults({"type": kind})
-    return _torch_defaults(dict({k: v for k, v in extra.items()
-                                 if k in known}, type=kind))
+    known = _torch_defaults({"type": kind, "lr": defaults["lr"]})
+    keys = {k: v for k, v in _without_none(extra).items() if k in known}
+    return _torch_defaults(dict({"lr": defaults["lr"]}, **keys, type=kind))
 
 
 def _min_param_rank(kind):
-    """The lowest rank of the parameters an optimizer of type `kind`
-    updates (2 for Muon's and Dion's matrices; 0 for torch.optim's)."""
-    if _torch_class(kind) is not None:
-        return 0
+    """The lowest rank of the parameters distopt's update of type `kind`
+    takes (2 for Muon's and Dion's matrices, 0 for torch.optim's others)."""
     return _describe({"type": kind})["min_param_rank"]
 
 
 def _split_vectors(groups, kind, lr):
     """torch.optim-style groups with the parameters of lower rank than
     their group's optimizer takes (a Muon or Dion group's biases, norms)
-    moved to an AdamW group of their own at the group's rate (`lr` where
-    the group has none; the spec reader's rule, docs/param-spec.md), after
-    the given groups."""
+    given to AdamW at the group's rate (`lr` where the group has none; the
+    spec reader's rule, docs/param-spec.md), with the group's keys AdamW
+    knows (a weight_decay): a group of such parameters only becomes that
+    AdamW group in place; the others' go to a group of their own after the
+    given groups."""
     out, extra_groups = [], []
+    adamw = _torch_defaults({"type": "adamw", "lr": lr})
     for named, extra in groups:
         rank = _min_param_rank(extra.get("type", kind))
         kept = [(n, p) for n, p in named if p.dim() >= rank]
         moved = [(n, p) for n, p in named if p.dim() < rank]
+        vectors = dict({k: v for k, v in _without_none(extra).items()
+                        if k in adamw}, type="adamw")
+        vectors.setdefault("lr", lr)
+        if moved and not kept:
+            out.append((moved, dict(extra, **vectors)))
+            continue
         if moved:
-            extra_groups.append(
-                (moved, {"type": "adamw", "lr": extra.get("lr", lr)}))
-        if kept:
-            out.append((kept, extra))
+            extra_groups.append((moved, vectors))
+        out.append((kept, extra))
     return out + extra_groups
 
 
@@ -140,6 +160,16 @@ def _glob_literal(name):
     return "".join("\\" + c if c in "\\*?[]{}" else c for c in name)
 
 
+def _comparable(value):
+    """A hyperparameter's value for comparison: numbers as floats (a rank
+    of 2 and of 2.0 are one rank), sequences as tuples."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_comparable(v) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def _structure(group, defaults, kind, runtime_keys=()):
     """What of a group's hyperparameters the compiled step is built on, as
     {key: what it is}: torch's flags for the optimizer (amsgrad, nesterov,
@@ -155,8 +185,7 @@ def _structure(group, defaults, kind, runtime_keys=()):
     for key, value in defaults.items():
         if key not in out and key != "lr" and key not in runtime and \
                 key not in _EXECUTION_KEYS and key != "type":
-            now = group.get(key, value)
-            out[key] = repr(tuple(now) if isinstance(now, list) else now)
+            out[key] = _comparable(group.get(key, value))
     return out
 
 

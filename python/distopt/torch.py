@@ -171,6 +171,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                params=[p for _, p in members])
                           for i, (members, extra) in enumerate(groups)],
                          defaults)
+        # torch gave every group the recipe's keys; a group of another type
+        # (AdamW beside Muon) keeps its own and the caller's only.
+        for i, (group, (_, extra)) in enumerate(zip(self.param_groups,
+                                                    groups)):
+            if self._kinds[i] != self.kind:
+                for key in set(defaults) - set(self._group_defaults[i]) - \
+                        set(extra):
+                    del group[key]
         self._constructed = True
         self._runtime_keys = _group_runtime_keys(self.compiled,
                                                  len(self.param_groups))
@@ -682,11 +690,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     raise ValueError(
                         f"state '{key}' of parameter '{name}': the step "
                         f"keeps {sorted(known) or 'no state'}")
-                if tuple(value.shape) != tuple(p.shape):
+                # (The parameter's shape, or one of the state's own:
+                # Dion's right factor, rank x columns.)
+                want = self.compiled.tensor(f"{name}.{key}", "state").shape
+                if tuple(value.shape) != tuple(want):
                     raise ValueError(
                         f"state '{key}' of parameter '{name}' has shape "
-                        f"{list(value.shape)}, the parameter "
-                        f"{list(p.shape)}")
+                        f"{list(value.shape)}, the step keeps "
+                        f"{list(want)}")
                 self.session.write(f"{name}.{key}", value, "state")
         if steps is not None:
             self.session.steps_done = steps

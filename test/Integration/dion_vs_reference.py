@@ -2,7 +2,7 @@
 """distopt.dion_update, compiled by distopt-compile and called in process,
 against Dion's update written here from the paper's equations (Ahn et al.,
 "Dion: Distributed Orthonormalized Updates", 2025, Algorithm 1, as
-Microsoft's reference implementation runs it):
+Microsoft's dion_simple.py runs it: a wide matrix is not transposed):
 
     B = M + G;  P = orthonormalize(B Q);  R = B^T P
     M = B - (1 - mu) P R^T;  Q = R / (column norms + epsilon)
@@ -187,6 +187,22 @@ def main():
             tally.check(not bad, f"Dion({label}): within the bound over {STEPS} steps "
                         f"(worst error / bound {worst:.2f})"
                         + (f"; differs: {', '.join(bad)}" if bad else ""))
+        # A zero gradient with epsilon 0: zero rows of P stay zero (not
+        # 0 / 0), the factor keeps its rows, the parameter only decays.
+        factors = factor_shapes({})
+        step = CompiledStep.compile(distopt_compile, runtime_lib,
+                                    step_module("{epsilon = 0.0}", factors), tmp,
+                                    name="dion_zero", options=compile_options)
+        p0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+        n = len(SHAPES)
+        out = step([p.copy() for p in p0]
+                   + [np.zeros(s, np.float32) for s in SHAPES] * 2
+                   + [np.zeros(f, np.float32) for f in factors] + [0.02, 1])
+        decayed = all(np.array_equal(o, (p * np.float32(1 - 0.02 * 0.01)))
+                      for o, p in zip(out[:n], p0))
+        tally.check(all(np.all(np.isfinite(o)) for o in out) and decayed,
+                    "Dion(epsilon=0) on a zero gradient: finite, the "
+                    "parameters decayed only")
     return tally.finish()
 
 

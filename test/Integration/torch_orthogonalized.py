@@ -187,6 +187,57 @@ opt = compare("dion", {"rank": 4, "mu": 0.9}, 0.02,
 refused(opt, "rank", 2)
 
 
+def groups_and_state():
+    """Groups of other types and state dicts: an SGD group beside Muon
+    (torch 1.13's SGD needs a rate: the recipe's), a typed group without a
+    rate takes the recipe's, a group of vectors only stays where it is with
+    its keys, no group keeps the other optimizer's keys, a rank given as
+    2.0 is rank 2, and Dion's state_dict (its right factor of its own shape)
+    loads into a fresh optimizer that then steps as the first does."""
+    net = Net()
+    named = list(net.named_parameters())
+    matrices = [(n, p) for n, p in named if p.dim() >= 2]
+    vectors = [(n, p) for n, p in named if p.dim() < 2]
+    opt = DistributedOptimizer(
+        [{"params": matrices[:1]}, {"params": matrices[1:], "type": "sgd"},
+         {"params": vectors, "weight_decay": 0.0}],
+        {"type": "muon", "lr": 0.02}, comm=comm, cache=CACHE, model="typed")
+    kinds = [(g.get("type"), g["lr"], g.get("weight_decay")) for g in
+             opt.param_groups]
+    check(kinds == [(None, 0.02, 0.1), ("sgd", 0.02, 0), ("adamw", 0.02, 0.0)],
+          f"the groups' types, rates and decay: {kinds}")
+    check("nesterov" not in opt.param_groups[2] and
+          "amsgrad" not in opt.param_groups[0],
+          "a group keeps its own optimizer's keys only")
+
+    def run(opt, net, steps):
+        for step in range(steps):
+            x, y = batch(step)
+            opt.zero_grad()
+            loss_of(net, x, y).backward()
+            opt.step()
+
+    first = Net()
+    recipe = {"type": "dion", "lr": 0.02, "rank": 3}
+    a = DistributedOptimizer(first.named_parameters(), recipe, comm=comm,
+                             cache=CACHE, model="dion-state")
+    run(a, first, 3)
+    a.param_groups[0]["rank"] = 3.0
+    a.step()  # the same rank
+    second = Net()
+    second.load_state_dict(first.state_dict())
+    b = DistributedOptimizer(second.named_parameters(), recipe, comm=comm,
+                             cache=CACHE, model="dion-state")
+    b.load_state_dict(a.state_dict())
+    shape = tuple(b.state_dict()["state"][0]["right_factor"].shape)
+    check(shape == (3, 2 * 3 * 3), f"the right factor's shape: {shape}")
+    run(a, first, 2)
+    run(b, second, 2)
+    same = all(torch.equal(p, q) for p, q in zip(first.parameters(),
+                                                   second.parameters()))
+    check(same, "a state_dict loaded into another optimizer steps alike")
+
+
 def rejected(recipe, words):
     """A recipe the spec reader refuses: ValueError with its message."""
     try:
@@ -197,6 +248,7 @@ def rejected(recipe, words):
         check(words in str(e), f"{recipe}: the error says '{words}': {e}")
 
 
+groups_and_state()
 rejected({"type": "lamb", "lr": 0.1}, "unknown optimizer 'lamb' (expected "
          "adagrad, adam, adamw, dion, muon, rmsprop or sgd)")
 rejected({"type": "dion", "lr": 0.1, "rank_fraction": 2.0},

@@ -615,10 +615,17 @@ Value orthonormalizeRows(OpBuilder &b, Location loc, Value t, Value eps) {
             lb, l,
             convertTo(lb, l, math::SqrtOp::create(lb, l, sumSq), element),
             epsilon);
+        // (A zero row stays zero, also with epsilon 0: not 0 / 0.)
+        Value isZero = arith::CmpFOp::create(
+            lb, l, arith::CmpFPredicate::OEQ, norm,
+            arith::ConstantOp::create(lb, l, lb.getZeroAttr(element)));
         Value unit = mapElements(
             lb, l, {row}, tensor::EmptyOp::create(lb, l, {cols}, element),
             [&](OpBuilder &nb, Location nl, ValueRange args) {
-              return arith::DivFOp::create(nb, nl, args[0], norm).getResult();
+              return arith::SelectOp::create(
+                         nb, nl, isZero, args[0],
+                         arith::DivFOp::create(nb, nl, args[0], norm))
+                  .getResult();
             });
         matrix = tensor::InsertSliceOp::create(
             lb, l, unit, matrix, ArrayRef<OpFoldResult>{i, zeroIndex},
@@ -792,15 +799,24 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
         Value old = m.select(first, zero, convertTo(nb, l, args[1], ct));
         return maximize ? m.sub(old, g) : m.add(old, g);
       });
-  // Q^T: the state, or the starting factor at step 1.
-  Value start = dionStartingFactor(builder, loc, op,
-                                   RankedTensorType::get({rank, cols}, ct));
-  Value oldFactor = mapElements(
-      builder, loc, {op.getState()[1], start}, empty({rank, cols}, ct),
-      [&](OpBuilder &nb, Location l, ValueRange args) {
-        Body m{nb, l};
-        return m.select(first, args[1], convertTo(nb, l, args[0], ct));
-      });
+  // Q^T: the starting factor at step 1 (drawn then only), else the state.
+  auto factorCompute = RankedTensorType::get({rank, cols}, ct);
+  auto drawn = scf::IfOp::create(builder, loc, TypeRange{factorCompute}, first,
+                                 /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&drawn.getThenRegion().front());
+    scf::YieldOp::create(builder, loc,
+                         dionStartingFactor(builder, loc, op, factorCompute));
+    builder.setInsertionPointToStart(&drawn.getElseRegion().front());
+    scf::YieldOp::create(
+        builder, loc,
+        mapElements(builder, loc, {op.getState()[1]}, empty({rank, cols}, ct),
+                    [&](OpBuilder &nb, Location l, ValueRange args) {
+                      return convertTo(nb, l, args[0], ct);
+                    }));
+  }
+  Value oldFactor = drawn.getResult(0);
   Value eps = u.hyper("epsilon");
   // P^T = Q^T B^T (dot products along rows), orthonormalized.
   Value p = contract(builder, loc, oldFactor, b, dims(builder, 0, 2),

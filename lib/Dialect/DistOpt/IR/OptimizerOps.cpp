@@ -388,6 +388,10 @@ static int64_t dionRank(int64_t rows, int64_t cols, std::optional<int64_t> rank,
   int64_t smaller = std::min(rows, cols);
   if (smaller <= 0)
     return 0;
+  // (Run before the verifier, which refuses a fraction outside (0, 1]:
+  // no cast of a NaN or a huge product.)
+  if (!(fraction > 0 && fraction <= 1))
+    fraction = 1;
   int64_t r = rank ? *rank
                    : static_cast<int64_t>(
                          std::ceil(fraction * static_cast<double>(smaller)));

@@ -881,7 +881,9 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
                 "iteration, with error feedback)";
   let description = [{
     Dion (Ahn et al., "Dion: Distributed Orthonormalized Updates", 2025,
-    Algorithm 1, as Microsoft's reference implementation runs it) for a
+    Algorithm 1, as Microsoft's `dion_simple.py` runs it: a wide matrix is
+    not transposed, where their `dion.py` works on the transpose when
+    m < n, with an m x r factor) for a
     matrix parameter X of m rows and n columns (of rank 2, or more: then as
     the matrix of its first dimension's rows), with `G = grad` (negated if
     `maximize`) and rank `r`:
@@ -908,8 +910,8 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     The orthonormalization is modified Gram-Schmidt over the columns, left
     to right, run twice (once leaves the columns off orthonormal by about
     the rounding times P's condition number; twice, to rounding, as the
-    paper's QR); each column is divided by its norm plus `epsilon`, so that
-    a zero column stays zero.
+    paper's QR); each column is divided by its norm plus `epsilon`, and a
+    zero column stays zero (also with `epsilon` 0).
     Products accumulate in f32 (f64 for f64 parameters).
 
     ```mlir
