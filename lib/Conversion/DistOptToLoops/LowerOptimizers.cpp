@@ -523,23 +523,52 @@ linalg::GenericOp muonMomentum(UpdateBuilder &u, MuonUpdateOp op) {
       });
 }
 
+/// A parameter of an update of matrices (Muon, Dion) as the matrix of its
+/// first dimension's rows (a conv weight flattened), and back.
+struct MatrixView {
+  explicit MatrixView(Value param)
+      : shape(cast<RankedTensorType>(param.getType()).getShape()),
+        rows(shape.front()),
+        // (Not the elements over the rows: a tensor with no rows has
+        // columns.)
+        cols(ShapedType::getNumElements(shape.drop_front())),
+        rowsOf({{0}, llvm::to_vector(llvm::seq<int64_t>(1, shape.size()))}) {}
+
+  /// `v` (of the parameter's shape, any element type) as rows x cols.
+  Value collapse(OpBuilder &b, Location loc, Value v) const {
+    if (shape.size() == 2)
+      return v;
+    return tensor::CollapseShapeOp::create(
+        b, loc, RankedTensorType::get({rows, cols}, elementOf(v)), v, rowsOf);
+  }
+  /// `v` (rows x cols) in the parameter's shape.
+  Value expand(OpBuilder &b, Location loc, Value v) const {
+    if (shape.size() == 2)
+      return v;
+    return tensor::ExpandShapeOp::create(
+        b, loc, RankedTensorType::get(shape, elementOf(v)), v, rowsOf);
+  }
+
+  ArrayRef<int64_t> shape;
+  int64_t rows, cols;
+  SmallVector<ReassociationIndices> rowsOf;
+
+private:
+  static Type elementOf(Value v) {
+    return cast<RankedTensorType>(v.getType()).getElementType();
+  }
+};
+
 void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
-  auto paramType = cast<RankedTensorType>(op.getParam().getType());
-  int64_t rows = paramType.getDimSize(0);
-  // (Not the elements over the rows: a tensor with no rows has columns.)
-  int64_t cols = ShapedType::getNumElements(paramType.getShape().drop_front());
-  Type element = paramType.getElementType();
+  MatrixView matrix(op.getParam());
+  int64_t rows = matrix.rows, cols = matrix.cols;
+  Type element =
+      cast<RankedTensorType>(op.getParam().getType()).getElementType();
   linalg::GenericOp momentum = muonMomentum(u, op);
   // Orthogonalized as a matrix of the first dimension's rows.
-  Value direction = momentum.getResult(1);
-  auto matrixType = RankedTensorType::get({rows, cols}, element);
-  SmallVector<ReassociationIndices> rowsOf = {
-      {0}, llvm::to_vector(llvm::seq<int64_t>(1, paramType.getRank()))};
-  if (paramType.getRank() > 2)
-    direction = tensor::CollapseShapeOp::create(builder, loc, matrixType,
-                                                direction, rowsOf);
+  Value direction = matrix.collapse(builder, loc, momentum.getResult(1));
   Type ns = op.getNsDtype() ? *op.getNsDtype() : builder.getF32Type();
   Value x = mapElements(
       builder, loc, {direction},
@@ -547,11 +576,8 @@ void lowerMuon(RewriterBase &builder, MuonUpdateOp op) {
       [&](OpBuilder &nb, Location l, ValueRange args) {
         return convertTo(nb, l, args[0], ns);
       });
-  x = newtonSchulz(builder, loc, op, x, u.hyper("eps"));
-  if (paramType.getRank() > 2)
-    x = tensor::ExpandShapeOp::create(
-        builder, loc, RankedTensorType::get(paramType.getShape(), ns), x,
-        rowsOf);
+  x = matrix.expand(builder, loc,
+                    newtonSchulz(builder, loc, op, x, u.hyper("eps")));
   // p = p (1 - lr wd) - lr ratio X.
   double ratio =
       op.getAdjustLrFn() == "match_rms_adamw"
@@ -759,31 +785,14 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
   Location loc = op.getLoc();
   UpdateBuilder u(builder, loc, op);
   auto paramType = cast<RankedTensorType>(op.getParam().getType());
-  int64_t rows = paramType.getDimSize(0);
-  int64_t cols = ShapedType::getNumElements(paramType.getShape().drop_front());
+  MatrixView matrix(op.getParam());
+  int64_t rows = matrix.rows, cols = matrix.cols;
   auto factorType = cast<RankedTensorType>(op.getState()[1].getType());
   int64_t rank = factorType.getDimSize(0);
   Type ct = u.compute;
   Type stateElement = factorType.getElementType();
-  SmallVector<ReassociationIndices> rowsOf = {
-      {0}, llvm::to_vector(llvm::seq<int64_t>(1, paramType.getRank()))};
-  auto asMatrix = [&](Value v) -> Value {
-    if (paramType.getRank() == 2)
-      return v;
-    auto type = cast<RankedTensorType>(v.getType());
-    return tensor::CollapseShapeOp::create(
-        builder, loc,
-        RankedTensorType::get({rows, cols}, type.getElementType()), v, rowsOf);
-  };
-  auto asParamShape = [&](Value v) -> Value {
-    if (paramType.getRank() == 2)
-      return v;
-    auto type = cast<RankedTensorType>(v.getType());
-    return tensor::ExpandShapeOp::create(
-        builder, loc,
-        RankedTensorType::get(paramType.getShape(), type.getElementType()), v,
-        rowsOf);
-  };
+  auto asMatrix = [&](Value v) { return matrix.collapse(builder, loc, v); };
+  auto asParamShape = [&](Value v) { return matrix.expand(builder, loc, v); };
   auto empty = [&](ArrayRef<int64_t> shape, Type t) -> Value {
     return tensor::EmptyOp::create(builder, loc, shape, t);
   };
