@@ -97,6 +97,8 @@ DISTOPT_RT_API void memrefCopy(int64_t element_size,
  *     else the launcher's local rank modulo the device count); without a
  *     driver or device it returns DISTOPT_RT_UNAVAILABLE.
  *   distopt_rt_cuda_copy: any direction (unified addressing), synchronous.
+ *   distopt_rt_cuda_launches: the kernels this process has launched so far
+ *     (a step's count is the difference across it).
  */
 DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_init(int64_t device);
 DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_check(void);
@@ -107,6 +109,7 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_copy(void *dst,
                                                       const void *src,
                                                       uint64_t bytes);
 DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_synchronize(void);
+DISTOPT_RT_API uint64_t distopt_rt_cuda_launches(void);
 
 /* Creates a communicator over all processes of the run.
  *   backend: "mpi" (initialises MPI if needed), "single" (one process) or

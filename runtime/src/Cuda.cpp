@@ -39,6 +39,7 @@ int deviceIndex = -1;
 CUstream stream = nullptr;
 CUcontext context = nullptr;
 std::string sticky;
+std::atomic<uint64_t> launchCount{0};
 
 /// The device for this process: `requested`, else DISTOPT_RT_CUDA_DEVICE,
 /// else the launcher's local rank modulo the device count.
@@ -269,6 +270,10 @@ distopt_rt_status distopt_rt_cuda_synchronize(void) {
   return gpuStatus("distopt_rt_cuda_synchronize");
 }
 
+uint64_t distopt_rt_cuda_launches(void) {
+  return launchCount.load(std::memory_order_relaxed);
+}
+
 // MLIR's GPU runtime functions, as gpu-to-llvm and the gpu.binary
 // translation call them.
 
@@ -294,7 +299,13 @@ DISTOPT_RT_EXPORT void mgpuModuleUnload(void *module) {
 DISTOPT_RT_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
   const Driver *d = driver();
   CUfunction function = nullptr;
-  if (d && module)
+  // A step's module is loaded by its library's constructor: without it no
+  // kernel could run, and nothing else would say so.
+  if (d && !module)
+    setError(std::string("CUDA: kernel ") + name +
+             " requested before its module was loaded (the step library's "
+             "constructors did not run)");
+  else if (d)
     check(
         d->cuModuleGetFunction(&function, static_cast<CUmodule>(module), name),
         ("cuModuleGetFunction(" + std::string(name) + ")").c_str());
@@ -308,11 +319,17 @@ DISTOPT_RT_EXPORT void mgpuLaunchKernel(void *function, intptr_t gridX,
                                         void **params, void **extra,
                                         size_t /*paramsCount*/) {
   const Driver *d = driver();
-  if (!d || !function)
+  if (!d)
     return;
+  if (!function) {
+    setError("CUDA: a kernel launch without a kernel (its module or "
+             "function failed to load)");
+    return;
+  }
   // An empty tensor's loop has no iterations.
   if (gridX == 0 || gridY == 0 || gridZ == 0)
     return;
+  launchCount.fetch_add(1, std::memory_order_relaxed);
   check(d->cuLaunchKernel(static_cast<CUfunction>(function), gridX, gridY,
                           gridZ, blockX, blockY, blockZ, smem, asStream(s),
                           params, extra),

@@ -34,6 +34,8 @@ struct Run {
   std::vector<distopt_step_tensor> tensors;
   /// Per step run: its time in seconds; the loss, where the step has one.
   std::vector<double> times, losses;
+  // Kernels launched by the last step (steps compiled for cuda).
+  uint64_t launches = 0;
   /// Fills' buffers, kept from step to step: fresh ones of a large
   /// gradient's size each step cost page faults that slow the step too.
   std::vector<double> fillValues;

@@ -255,6 +255,9 @@ void printSummary(const Run &run, int64_t firstStep, int64_t lastStep,
        << llvm::format("%.3f", percentile(0.9)) << ")";
   }
   os << "\n";
+  if (run.launches)
+    os << "distopt-run: " << run.launches << " kernel launches in step "
+       << lastStep << "\n";
   if (!run.losses.empty())
     os << "distopt-run: loss " << llvm::format("%.6f", run.losses.front())
        << " at step " << firstStep << ", "
@@ -382,7 +385,9 @@ int main(int argc, char **argv) {
     fillGradients(run, step,
                   llvm::is_contained(injectInf, step) &&
                       step % run.size == run.rank);
+    uint64_t launchesBefore = distopt_rt_cuda_launches();
     check(distopt_session_run(run.session), "running the step");
+    run.launches = distopt_rt_cuda_launches() - launchesBefore;
     run.times.push_back(distopt_session_last_seconds(run.session));
     if (!losses.empty()) {
       double loss = 0;

@@ -363,6 +363,9 @@ targetMachine(MLIRContext *context, const StepLibraryOptions &options) {
     features.AddFeature(feature);
   }
   llvm::TargetOptions targetOptions;
+  // Global constructors (a GPU step's module load) in .init_array, which the
+  // dynamic loader runs; it ignores .ctors, and lld keeps that section as is.
+  targetOptions.UseInitArray = true;
   return std::unique_ptr<llvm::TargetMachine>(llvmTarget->createTargetMachine(
       triple, cpuName, features.getString(), targetOptions, llvm::Reloc::PIC_));
 }
