@@ -209,6 +209,7 @@ void mlir::distopt::buildOffloadPipeline(OpPassManager &pm, int64_t blockSize) {
   pm.addNestedPass<func::FuncOp>(
       createOffloadToGPUPass(OffloadToGPUPassOptions{blockSize}));
   pm.addNestedPass<func::FuncOp>(createConvertParallelLoopToGpuPass());
+  pm.addNestedPass<func::FuncOp>(createVerifyOffloadPass());
 }
 
 void mlir::distopt::buildDistOptLowerToGPUPipeline(

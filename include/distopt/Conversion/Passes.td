@@ -246,6 +246,18 @@ def OffloadToGPUPass
                            "::mlir::memref::MemRefDialect"];
 }
 
+def VerifyOffloadPass
+    : Pass<"distopt-verify-offload", "::mlir::func::FuncOp"> {
+  let summary = "Check that every parallel loop became a GPU launch";
+  let description = [{
+    Runs after `convert-parallel-loops-to-gpu`, which leaves a nest it
+    cannot map as it is, without a word: run on the host, such a loop would
+    read and write device memory (a segmentation fault on a GPU, correct
+    results in the host emulation). An `scf.parallel` left outside a
+    `gpu.launch` is an error here, at the loop.
+  }];
+}
+
 def ConvertShardToDistOptPass
     : Pass<"convert-shard-to-distopt", "::mlir::ModuleOp"> {
   let summary = "Turn the upstream shard dialect's collectives into distopt's";

@@ -34,6 +34,7 @@
 
 namespace mlir::distopt {
 #define GEN_PASS_DEF_OFFLOADTOGPUPASS
+#define GEN_PASS_DEF_VERIFYOFFLOADPASS
 #include "distopt/Conversion/Passes.h.inc"
 } // namespace mlir::distopt
 
@@ -239,16 +240,24 @@ OffloadToGPUPass::mapParallelLoop(scf::ParallelOp loop) {
     blocks->emitError("internal error: could not map to the GPU");
     return failure();
   }
-  // Loops nested deeper run sequentially in each thread.
-  LogicalResult nested = success();
-  threads.getBody()->walk([&](scf::ParallelOp inner) {
+  // Loops nested deeper run sequentially in each thread: as scf.for nests
+  // (convert-parallel-loops-to-gpu gives up, silently, on a parallel loop
+  // inside another op's region, such as a contraction's j loop inside its
+  // k loop), or mapped as sequential where they reduce.
+  SmallVector<scf::ParallelOp> inner;
+  threads.getBody()->walk([&](scf::ParallelOp op) { inner.push_back(op); });
+  IRRewriter rewriter(ctx);
+  for (scf::ParallelOp op : inner) { // innermost first
+    if (op.getNumResults() == 0) {
+      rewriter.setInsertionPoint(op);
+      if (succeeded(scf::parallelForToNestedFors(rewriter, op)))
+        continue;
+    }
     SmallVector<gpu::ParallelLoopDimMappingAttr> seq(
-        inner.getNumLoops(), mapping(gpu::Processor::Sequential));
-    if (failed(gpu::setMappingAttr(inner, seq)))
-      nested = inner->emitError("internal error: could not map to the GPU");
-  });
-  if (failed(nested))
-    return failure();
+        op.getNumLoops(), mapping(gpu::Processor::Sequential));
+    if (failed(gpu::setMappingAttr(op, seq)))
+      return op->emitError("internal error: could not map to the GPU");
+  }
   return blocks;
 }
 
@@ -577,4 +586,21 @@ void OffloadToGPUPass::runOnOperation() {
       return signalPassFailure();
 }
 
+} // namespace
+
+namespace {
+struct VerifyOffloadPass
+    : mlir::distopt::impl::VerifyOffloadPassBase<VerifyOffloadPass> {
+  void runOnOperation() override {
+    WalkResult result = getOperation().walk([](scf::ParallelOp loop) {
+      if (loop->getParentOfType<gpu::LaunchOp>())
+        return WalkResult::advance();
+      loop.emitError("internal error: a parallel loop was not mapped to the "
+                     "GPU; on the host it would touch device memory");
+      return WalkResult::interrupt();
+    });
+    if (result.wasInterrupted())
+      signalPassFailure();
+  }
+};
 } // namespace
