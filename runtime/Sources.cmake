@@ -16,6 +16,7 @@ set(DISTOPT_RT_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/SessionHyperparameters.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/SessionRun.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/SessionTensors.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/StagedCollectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Step.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../lib/StepInterface/JSON.cpp

@@ -112,9 +112,12 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_cuda_synchronize(void);
 DISTOPT_RT_API uint64_t distopt_rt_cuda_launches(void);
 
 /* Creates a communicator over all processes of the run.
- *   backend: "mpi" (initialises MPI if needed), "single" (one process) or
+ *   backend: "mpi" (initialises MPI if needed), "single" (one process),
  *     "nccl" (buffers in device memory; NCCL, libnccl.so.2, loaded at run
- *     time and bootstrapped over MPI under mpirun, else one process).
+ *     time and bootstrapped over MPI under mpirun, else one process) or
+ *     "host-staged" (buffers in device memory, copied to the host and
+ *     reduced there by the host backend: for machines without NCCL, and
+ *     several ranks on one GPU, which NCCL refuses; not fast).
  *   expected_size: the world size the step was compiled for; another size
  *     is DISTOPT_RT_WORLD_SIZE_MISMATCH. 0 accepts any size.
  *   timeout_seconds: how long any collective may wait for its peers before
@@ -187,8 +190,9 @@ DISTOPT_RT_API distopt_rt_status distopt_rt_reduce_start(
     distopt_rt_dtype dtype, distopt_rt_reduction op, double scale, int64_t root,
     distopt_rt_dtype wire, distopt_rt_request **request);
 /* For compiled steps: the communicator of the whole run, created on first
- * use and destroyed at exit. The backend is DISTOPT_RT_BACKEND ("mpi" or
- * "single"; by default "mpi" when launched by mpirun, else "single"), the
+ * use and destroyed at exit. The backend is DISTOPT_RT_BACKEND (any of
+ * distopt_rt_comm_create's; by default "mpi" when launched by mpirun, else
+ * "single"), the
  * timeout DISTOPT_RT_TIMEOUT seconds (default 300). After
  * distopt_rt_cuda_init, the default backend is "nccl". `expected_size` as in
  * distopt_rt_comm_create; later calls must expect the same size. */

@@ -181,10 +181,11 @@ std::unique_ptr<Communicator> Communicator::split(int64_t color, int64_t key,
   if (!part)
     return nullptr;
   part->timeout = transport->timeout;
-  // NCCL gets a communicator of its own, bootstrapped over the part.
+  // Device collectives of the same kind over the part (NCCL: a
+  // communicator of its own, bootstrapped over it).
   std::unique_ptr<DeviceCollectives> partDevice;
   if (device) {
-    partDevice = createNcclCollectives(*part, status);
+    partDevice = device->over(*part, status);
     if (!partDevice)
       return nullptr;
   }

@@ -183,12 +183,21 @@ public:
   /// Runs `c` to completion or fails naming `what` (rank, operation, sizes),
   /// with DISTOPT_RT_TIMEOUT after the communicator's timeout.
   virtual distopt_rt_status execute(const Collective &c, const What &what) = 0;
+  /// The same kind of collectives over the ranks of `part` (a group split
+  /// from this one's ranks), or null with the last error set in `status`.
+  virtual std::unique_ptr<DeviceCollectives>
+  over(Transport &part, distopt_rt_status *status) = 0;
 };
 
 /// NCCL over the ranks of `bootstrap`, which carries its unique id. Null
 /// (with the last error set in `status`) when CUDA or NCCL is unavailable.
 std::unique_ptr<DeviceCollectives>
 createNcclCollectives(Transport &bootstrap, distopt_rt_status *status);
+/// The host-staged backend over the ranks of `bootstrap`
+/// (StagedCollectives.cpp). Null (with the last error set in `status`)
+/// without CUDA.
+std::unique_ptr<DeviceCollectives>
+createStagedCollectives(Transport &bootstrap, distopt_rt_status *status);
 
 struct Request {
   std::mutex mutex;

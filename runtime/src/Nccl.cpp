@@ -72,6 +72,8 @@ struct Nccl {
                             ncclComm_t, CUstream);
   ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t,
                          ncclRedOp_t, int, ncclComm_t, CUstream);
+  ncclResult_t (*groupStart)();
+  ncclResult_t (*groupEnd)();
 };
 
 /// Loads NCCL once; null with `why` set if it cannot.
@@ -112,6 +114,8 @@ const Nccl *loadNccl(std::string &why) {
     get("ncclAllGather", nccl.allGather);
     get("ncclBroadcast", nccl.broadcast);
     get("ncclReduce", nccl.reduce);
+    get("ncclGroupStart", nccl.groupStart);
+    get("ncclGroupEnd", nccl.groupEnd);
     return error.empty();
   }();
   why = error;
@@ -165,6 +169,10 @@ public:
 
   distopt_rt_status init(Transport &transport);
   distopt_rt_status execute(const Collective &c, const What &what) override;
+  std::unique_ptr<DeviceCollectives> over(Transport &part,
+                                          distopt_rt_status *status) override {
+    return createNcclCollectives(part, status);
+  }
 
 private:
   /// Fails with the NCCL error `result` of `call`.
@@ -350,7 +358,32 @@ distopt_rt_status NcclCollectives::execute(const Collective &c,
     if (r != kNcclSuccess && r != kNcclInProgress)
       return ncclFailure(r, what, "ncclRedOpCreatePreMulSum");
   }
-  ncclResult_t r = enqueue(c, op);
+  // NCCL 2.28 (PyTorch 2.11's, on an H200 at one rank) leaves the last
+  // count % 4 elements of a large f32 reduction that scales (avg,
+  // premul_sum) unwritten; small counts are right. Those elements go in a
+  // call of their own, in one group with the rest. A reduce-scatter's
+  // chunks are not contiguous across ranks: at one rank only.
+  int64_t tail = c.count % 4;
+  bool scales = c.op == DISTOPT_RT_AVG || c.op == DISTOPT_RT_PREMUL_SUM;
+  ncclResult_t r;
+  if (reduces && scales && c.type == DISTOPT_RT_F32 && tail && c.count > 4 &&
+      (c.kind != Collective::ReduceScatter || size == 1)) {
+    Collective head = c, rest = c;
+    head.count -= tail;
+    rest.count = tail;
+    rest.send = static_cast<const float *>(c.send) + head.count;
+    rest.recv = static_cast<float *>(c.recv) + head.count;
+    r = nccl.groupStart();
+    if (r == kNcclSuccess)
+      r = enqueue(head, op);
+    if (r == kNcclSuccess || r == kNcclInProgress)
+      r = enqueue(rest, op);
+    ncclResult_t end = nccl.groupEnd();
+    if (r == kNcclSuccess || r == kNcclInProgress)
+      r = end;
+  } else {
+    r = enqueue(c, op);
+  }
   if (r != kNcclSuccess && r != kNcclInProgress)
     return ncclFailure(r, what, name(c.kind));
   // The dialect's reduce leaves other ranks their own input.

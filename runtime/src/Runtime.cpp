@@ -162,15 +162,18 @@ distopt_rt_status distopt_rt_comm_create(const char *backend,
     std::unique_ptr<Transport> transport;
     distopt_rt_status status = DISTOPT_RT_OK;
     bool nccl = std::strcmp(backend, "nccl") == 0;
+    bool staged = std::strcmp(backend, "host-staged") == 0;
+    bool onDevice = nccl || staged;
     if (std::strcmp(backend, "single") == 0)
       transport = createSingleTransport();
-    else if (std::strcmp(backend, "mpi") == 0 || (nccl && launchedByMpi()))
+    else if (std::strcmp(backend, "mpi") == 0 || (onDevice && launchedByMpi()))
       transport = createMpiTransport(&status);
-    else if (nccl)
+    else if (onDevice)
       transport = createSingleTransport();
     else
       return invalid(call, std::string("unknown backend '") + backend +
-                               "' (expected mpi, single or nccl)");
+                               "' (expected mpi, single, nccl or "
+                               "host-staged)");
     if (!transport)
       return status;
     transport->timeout = timeoutSeconds;
@@ -178,8 +181,9 @@ distopt_rt_status distopt_rt_comm_create(const char *backend,
       return worldSizeMismatch(transport->rank(), expectedSize,
                                transport->size());
     std::unique_ptr<DeviceCollectives> device;
-    if (nccl) {
-      device = createNcclCollectives(*transport, &status);
+    if (onDevice) {
+      device = nccl ? createNcclCollectives(*transport, &status)
+                    : createStagedCollectives(*transport, &status);
       if (!device)
         return status;
     }

@@ -1,7 +1,9 @@
 //===- collectives_test.cpp - the runtime's collectives, checked -*- C++
 //-*-===//
 //
-// Run under mpirun (or alone with --backend=single). Modes:
+// Run under mpirun (or alone with --backend=single). --backend=nccl and
+// --backend=host-staged run the collectives on device copies of the
+// buffers (NCCL: one GPU per rank). Modes:
 //   check     every collective x dtype x reduction x wire x size, in place
 //             and not, sync and async, against a local simulation of all
 //             ranks. Inputs are small half-integers, so every sum, product,
@@ -43,6 +45,7 @@
 namespace {
 
 int passed = 0, failed = 0;
+std::string lastDifference; // where the last failed `same` found one
 int64_t myRank = 0, worldSize = 1;
 
 void expect(bool ok, const std::string &what) {
@@ -51,8 +54,9 @@ void expect(bool ok, const std::string &what) {
     return;
   }
   ++failed;
-  std::fprintf(stderr, "rank %lld: FAILED: %s\n", (long long)myRank,
-               what.c_str());
+  std::fprintf(stderr, "rank %lld: FAILED: %s%s\n", (long long)myRank,
+               what.c_str(), lastDifference.c_str());
+  lastDifference.clear();
 }
 
 // Element codecs for the test's reference computations (values are exact).
@@ -178,7 +182,140 @@ std::string describe(const char *what, distopt_rt_dtype t,
 
 bool same(const std::vector<char> &a, const std::vector<char> &b,
           size_t bytes) {
-  return std::memcmp(a.data(), b.data(), bytes) == 0;
+  lastDifference.clear();
+  if (std::memcmp(a.data(), b.data(), bytes) == 0)
+    return true;
+  size_t at = 0;
+  while (a[at] == b[at])
+    ++at;
+  char text[160];
+  std::snprintf(text, sizeof text, " (first difference at byte %zu of %zu:", at,
+                bytes);
+  lastDifference = text;
+  for (const std::vector<char> *v : {&a, &b}) {
+    lastDifference += v == &a ? " got" : ", want";
+    for (size_t i = at & ~size_t(7); i < std::min(bytes, (at & ~size_t(7)) + 8);
+         ++i) {
+      std::snprintf(text, sizeof text, " %02x",
+                    static_cast<unsigned char>((*v)[i]));
+      lastDifference += text;
+    }
+  }
+  lastDifference += ")";
+  return false;
+}
+
+bool onDevice = false;  // collectives take device memory
+bool compresses = true; // the backend compresses on the wire
+
+/// Runs `call` on device copies of the host buffers `regions` (pointer and
+/// bytes; a buffer inside another, as an in-place all-gather's slot, maps
+/// into that one's copy), then copies every buffer back. On the host
+/// backends, `call` takes the host buffers themselves.
+template <typename Call>
+distopt_rt_status staged(std::vector<std::pair<const void *, size_t>> regions,
+                         Call call) {
+  auto identity = [](const void *p) { return const_cast<void *>(p); };
+  if (!onDevice)
+    return call(identity);
+  std::sort(regions.begin(), regions.end(),
+            [](auto &a, auto &b) { return a.second > b.second; });
+  struct Copy {
+    char *host;
+    size_t bytes;
+    char *device;
+  };
+  std::vector<Copy> copies;
+  auto containing = [&](const void *p) -> Copy * {
+    for (Copy &c : copies)
+      if (static_cast<const char *>(p) >= c.host &&
+          static_cast<const char *>(p) < c.host + std::max<size_t>(c.bytes, 1))
+        return &c;
+    return nullptr;
+  };
+  distopt_rt_status status = DISTOPT_RT_OK;
+  for (auto [host, bytes] : regions) {
+    if (containing(host))
+      continue;
+    void *device = nullptr;
+    status = distopt_rt_cuda_alloc(std::max<size_t>(bytes, 1), &device);
+    copies.push_back({static_cast<char *>(const_cast<void *>(host)), bytes,
+                      static_cast<char *>(device)});
+    if (status == DISTOPT_RT_OK)
+      status = distopt_rt_cuda_copy(device, host, bytes);
+  }
+  if (status == DISTOPT_RT_OK)
+    status = call([&](const void *p) -> void * {
+      Copy *c = containing(p);
+      return c->device + (static_cast<const char *>(p) - c->host);
+    });
+  for (Copy &c : copies) {
+    if (status == DISTOPT_RT_OK)
+      status = distopt_rt_cuda_copy(c.host, c.device, c.bytes);
+    distopt_rt_cuda_free(c.device);
+  }
+  return status;
+}
+
+distopt_rt_status allReduce(distopt_rt_comm *comm, const void *send, void *recv,
+                            int64_t count, distopt_rt_dtype t,
+                            distopt_rt_reduction op, double scale,
+                            distopt_rt_dtype wire, bool async) {
+  size_t bytes = count * sizeOf(t);
+  return staged({{send, bytes}, {recv, bytes}}, [&](auto at) {
+    if (!async)
+      return distopt_rt_all_reduce(comm, at(send), at(recv), count, t, op,
+                                   scale, wire);
+    distopt_rt_request *request = nullptr;
+    distopt_rt_status status = distopt_rt_all_reduce_start(
+        comm, at(send), at(recv), count, t, op, scale, wire, &request);
+    return status == DISTOPT_RT_OK ? distopt_rt_wait(request) : status;
+  });
+}
+
+distopt_rt_status reduceScatter(distopt_rt_comm *comm, const void *send,
+                                void *recv, int64_t count, distopt_rt_dtype t,
+                                distopt_rt_reduction op, double scale,
+                                distopt_rt_dtype wire) {
+  size_t bytes = count * sizeOf(t);
+  return staged({{send, bytes * worldSize}, {recv, bytes}}, [&](auto at) {
+    return distopt_rt_reduce_scatter(comm, at(send), at(recv), count, t, op,
+                                     scale, wire);
+  });
+}
+
+distopt_rt_status reduce(distopt_rt_comm *comm, const void *send, void *recv,
+                         int64_t count, distopt_rt_dtype t,
+                         distopt_rt_reduction op, double scale, int64_t root,
+                         distopt_rt_dtype wire) {
+  size_t bytes = count * sizeOf(t);
+  return staged({{send, bytes}, {recv, bytes}}, [&](auto at) {
+    return distopt_rt_reduce(comm, at(send), at(recv), count, t, op, scale,
+                             root, wire);
+  });
+}
+
+distopt_rt_status allGather(distopt_rt_comm *comm, const void *send, void *recv,
+                            int64_t count, distopt_rt_dtype t,
+                            distopt_rt_dtype wire, bool async) {
+  size_t bytes = count * sizeOf(t);
+  return staged({{send, bytes}, {recv, bytes * worldSize}}, [&](auto at) {
+    if (!async)
+      return distopt_rt_all_gather(comm, at(send), at(recv), count, t, wire);
+    distopt_rt_request *request = nullptr;
+    distopt_rt_status status = distopt_rt_all_gather_start(
+        comm, at(send), at(recv), count, t, wire, &request);
+    return status == DISTOPT_RT_OK ? distopt_rt_wait(request) : status;
+  });
+}
+
+distopt_rt_status broadcast(distopt_rt_comm *comm, const void *send, void *recv,
+                            int64_t count, distopt_rt_dtype t, int64_t root,
+                            distopt_rt_dtype wire) {
+  size_t bytes = count * sizeOf(t);
+  return staged({{send, bytes}, {recv, bytes}}, [&](auto at) {
+    return distopt_rt_broadcast(comm, at(send), at(recv), count, t, root, wire);
+  });
 }
 
 /// `brief`: fewer types and sizes (one of each kind of path), for the many
@@ -201,7 +338,7 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
   for (distopt_rt_dtype t : types) {
     bool isFloat = t != DISTOPT_RT_I32 && t != DISTOPT_RT_I64;
     std::vector<distopt_rt_dtype> wires = {t};
-    if (t == DISTOPT_RT_F32 || t == DISTOPT_RT_F64) {
+    if (compresses && (t == DISTOPT_RT_F32 || t == DISTOPT_RT_F64)) {
       wires.push_back(DISTOPT_RT_BF16);
       wires.push_back(DISTOPT_RT_F16);
     }
@@ -223,17 +360,8 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
               store(t, want.data(), i, reduceAll(t, op, scale, i));
             }
             void *out = inPlace ? send.data() : recv.data();
-            distopt_rt_status status;
-            if (async) {
-              distopt_rt_request *request = nullptr;
-              status = distopt_rt_all_reduce_start(
-                  comm, send.data(), out, count, t, op, scale, wire, &request);
-              if (status == DISTOPT_RT_OK)
-                status = distopt_rt_wait(request);
-            } else {
-              status = distopt_rt_all_reduce(comm, send.data(), out, count, t,
-                                             op, scale, wire);
-            }
+            distopt_rt_status status = allReduce(comm, send.data(), out, count,
+                                                 t, op, scale, wire, async);
             expect(status == DISTOPT_RT_OK &&
                        same(inPlace ? send : recv, want, bytes),
                    describe("all_reduce", t, op, wire, count, inPlace, async) +
@@ -250,8 +378,8 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
             for (int64_t i = 0; i < count; ++i)
               store(t, wantPart.data(), i,
                     reduceAll(t, op, scale, myRank * count + i));
-            status = distopt_rt_reduce_scatter(comm, full.data(), part.data(),
-                                               count, t, op, scale, wire);
+            status = reduceScatter(comm, full.data(), part.data(), count, t, op,
+                                   scale, wire);
             expect(
                 status == DISTOPT_RT_OK && same(part, wantPart, bytes),
                 describe("reduce_scatter", t, op, wire, count, false, false) +
@@ -259,8 +387,8 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
 
             // reduce to the last rank; the others keep their input.
             int64_t root = worldSize - 1;
-            status = distopt_rt_reduce(comm, send.data(), recv.data(), count, t,
-                                       op, scale, root, wire);
+            status = reduce(comm, send.data(), recv.data(), count, t, op, scale,
+                            root, wire);
             std::vector<char> own = buffer(t, count);
             for (int64_t i = 0; i < count; ++i)
               store(t, own.data(), i,
@@ -286,17 +414,8 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
           if (inPlace)
             std::memcpy(slot, mine.data(), bytes);
           const void *sent = inPlace ? slot : mine.data();
-          distopt_rt_status status;
-          if (async) {
-            distopt_rt_request *request = nullptr;
-            status = distopt_rt_all_gather_start(comm, sent, all.data(), count,
-                                                 t, wire, &request);
-            if (status == DISTOPT_RT_OK)
-              status = distopt_rt_wait(request);
-          } else {
-            status =
-                distopt_rt_all_gather(comm, sent, all.data(), count, t, wire);
-          }
+          distopt_rt_status status =
+              allGather(comm, sent, all.data(), count, t, wire, async);
           expect(status == DISTOPT_RT_OK &&
                      same(all, wantAll, bytes * worldSize),
                  describe("all_gather", t, DISTOPT_RT_SUM, wire, count, inPlace,
@@ -306,9 +425,9 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
           std::vector<char> got = buffer(t, count), wantRoot = buffer(t, count);
           for (int64_t i = 0; i < count; ++i)
             store(t, wantRoot.data(), i, input(t, root, i));
-          status = distopt_rt_broadcast(comm, mine.data(),
-                                        inPlace ? mine.data() : got.data(),
-                                        count, t, root, wire);
+          status =
+              broadcast(comm, mine.data(), inPlace ? mine.data() : got.data(),
+                        count, t, root, wire);
           expect(status == DISTOPT_RT_OK &&
                      same(inPlace ? mine : got, wantRoot, bytes),
                  describe("broadcast", t, DISTOPT_RT_SUM, wire, count, inPlace,
@@ -317,7 +436,10 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
         }
   }
 
-  // Several requests in flight complete in order, with a sync call behind.
+  // Several requests in flight complete in order, with a sync call behind
+  // (host buffers).
+  if (onDevice)
+    return;
   std::vector<std::vector<float>> data(4, std::vector<float>(70000));
   std::vector<distopt_rt_request *> requests(3);
   for (int k = 0; k < 4; ++k)
@@ -557,6 +679,14 @@ int main(int argc, char **argv) {
       mode = arg;
   }
   distopt_rt_comm *comm = nullptr;
+  if (backend == "nccl" || backend == "host-staged") {
+    onDevice = true;
+    compresses = backend != "nccl"; // NCCL refuses to
+    if (distopt_rt_cuda_init(-1) != DISTOPT_RT_OK) {
+      std::fprintf(stderr, "no GPU: %s\n", distopt_rt_last_error());
+      return 2;
+    }
+  }
   if (mode == "mismatch") {
     distopt_rt_status status =
         distopt_rt_comm_create(backend.c_str(), 0, 60, &comm);
