@@ -7,6 +7,10 @@
 //                                     floating-point tensors may differ by N
 //                                     units in the last place (e.g. runs on
 //                                     different hardware)
+//   distopt-checkpoint diff --max-rel-diff R A B
+//                                     or by R normwise, ||A - B|| / ||B|| per
+//                                     tensor (steps whose rounding is
+//                                     amplified: orthogonalizations)
 //   distopt-checkpoint fits CKPT STEP.json
 //                                     whether a step (its interface, from
 //                                     distopt-run STEP.so --describe=json)
@@ -19,6 +23,7 @@
 
 #include "distopt/Checkpoint/Checkpoint.h"
 
+#include "llvm/ADT/APFloat.h"
 #include "llvm/Support/CRC.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
@@ -26,6 +31,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 using namespace llvm;
@@ -88,7 +95,64 @@ static int64_t maxUlp(const checkpoint::Tensor &x,
   return worst;
 }
 
-static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
+/// Element `i` of a floating-point tensor (f64, f32, bf16, f16).
+static double element(const checkpoint::Tensor &t, size_t i) {
+  if (t.dtype == "f64") {
+    double v;
+    std::memcpy(&v, &t.data[8 * i], 8);
+    return v;
+  }
+  if (t.dtype == "f32") {
+    float v;
+    std::memcpy(&v, &t.data[4 * i], 4);
+    return v;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, &t.data[2 * i], 2);
+  APFloat v(t.dtype == "bf16" ? APFloat::BFloat() : APFloat::IEEEhalf(),
+            APInt(16, bits));
+  bool lost;
+  v.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+  return v.convertToDouble();
+}
+
+/// ||x - y|| / ||y|| (2-norms; 0 when both are 0, infinity when only y is);
+/// -1 for a type that is not floating point.
+static double relativeDifference(const checkpoint::Tensor &x,
+                                 const checkpoint::Tensor &y) {
+  size_t bytes = x.dtype == "f64"                        ? 8
+                 : x.dtype == "f32"                      ? 4
+                 : x.dtype == "bf16" || x.dtype == "f16" ? 2
+                                                         : 0;
+  if (!bytes)
+    return -1;
+  double distance = 0, norm = 0;
+  for (size_t i = 0; i < x.data.size() / bytes; ++i) {
+    double a = element(x, i), b = element(y, i);
+    distance += (a - b) * (a - b);
+    norm += b * b;
+  }
+  if (distance == 0)
+    return 0;
+  return norm == 0 ? INFINITY : std::sqrt(distance / norm);
+}
+
+static std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+/// How far two checkpoints may differ: bit for bit (neither set), by
+/// `maxUlp` units in the last place per element, or by `maxRelative`
+/// normwise per tensor.
+struct Tolerance {
+  int64_t maxUlp = 0;
+  double maxRelative = -1;
+};
+
+static int diff(StringRef a, StringRef b, Tolerance tolerance) {
+  int64_t allowedUlp = tolerance.maxUlp;
   auto left = checkpoint::read(a.str());
   if (!left) {
     errs() << "distopt-checkpoint: " << left.error() << "\n";
@@ -100,6 +164,9 @@ static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
     return 1;
   }
   int differences = 0;
+  // The largest difference among those allowed, and where.
+  double largest = 0;
+  std::string largestIn;
   auto report = [&](const Twine &what) {
     errs() << "distopt-checkpoint: " << what << "\n";
     ++differences;
@@ -112,23 +179,44 @@ static int diff(StringRef a, StringRef b, int64_t allowedUlp) {
       report(describe(t) + " is only in " + a);
     else if (other->dtype != t.dtype || other->shape != t.shape)
       report(describe(t) + " has another dtype or shape in " + b);
-    else if (other->data != t.data) {
+    else if (other->data != t.data && tolerance.maxRelative >= 0) {
+      double r = relativeDifference(t, *other);
+      if (r < 0 || !(r <= tolerance.maxRelative))
+        report(describe(t) + " differs" +
+               (r >= 0 ? " by " + Twine(formatNumber(r)) + " (normwise)"
+                       : Twine()));
+      else if (r > largest)
+        largest = r, largestIn = describe(t);
+    } else if (other->data != t.data) {
       int64_t ulp = allowedUlp > 0 ? maxUlp(t, *other) : -1;
       if (ulp < 0 || ulp > allowedUlp)
         report(describe(t) + " differs" +
                (ulp > 0 ? " by up to " + Twine(ulp) + " ulp" : Twine()));
+      else if (ulp > largest)
+        largest = static_cast<double>(ulp), largestIn = describe(t);
     }
   }
   for (const checkpoint::Tensor &t : right->tensors)
     if (!left->find(t.role, t.name, t.rank))
       report(describe(t) + " is only in " + b);
-  if (differences == 0)
-    outs() << "distopt-checkpoint: " << left->tensors.size()
-           << (allowedUlp > 0 ? " tensors equal within " +
-                                    std::to_string(allowedUlp) + " ulp"
-                              : std::string(" tensors bitwise equal"))
-           << " (saved on " << left->worldSize << " and " << right->worldSize
+  if (differences == 0) {
+    outs() << "distopt-checkpoint: " << left->tensors.size();
+    if (tolerance.maxRelative >= 0)
+      outs() << " tensors equal within " << formatNumber(tolerance.maxRelative)
+             << " (normwise)";
+    else if (allowedUlp > 0)
+      outs() << " tensors equal within " << allowedUlp << " ulp";
+    else
+      outs() << " tensors bitwise equal";
+    outs() << " (saved on " << left->worldSize << " and " << right->worldSize
            << " ranks)\n";
+    if (!largestIn.empty())
+      outs() << "distopt-checkpoint: largest difference "
+             << (tolerance.maxRelative >= 0
+                     ? formatNumber(largest)
+                     : std::to_string(int64_t(largest)) + " ulp")
+             << ", " << largestIn << "\n";
+  }
   return differences ? 1 : 0;
 }
 
@@ -168,16 +256,23 @@ int main(int argc, char **argv) {
   if (argc == 3 && std::strcmp(argv[1], "info") == 0)
     return info(argv[2]);
   if (argc == 4 && std::strcmp(argv[1], "diff") == 0)
-    return diff(argv[2], argv[3], 0);
-  int64_t ulp = 0;
+    return diff(argv[2], argv[3], Tolerance());
+  Tolerance tolerance;
   if (argc == 6 && std::strcmp(argv[1], "diff") == 0 &&
       std::strcmp(argv[2], "--max-ulp") == 0 &&
-      !StringRef(argv[3]).getAsInteger(10, ulp) && ulp >= 0)
-    return diff(argv[4], argv[5], ulp);
+      !StringRef(argv[3]).getAsInteger(10, tolerance.maxUlp) &&
+      tolerance.maxUlp >= 0)
+    return diff(argv[4], argv[5], tolerance);
+  if (argc == 6 && std::strcmp(argv[1], "diff") == 0 &&
+      std::strcmp(argv[2], "--max-rel-diff") == 0 &&
+      !StringRef(argv[3]).getAsDouble(tolerance.maxRelative) &&
+      tolerance.maxRelative >= 0)
+    return diff(argv[4], argv[5], tolerance);
   if (argc == 4 && std::strcmp(argv[1], "fits") == 0)
     return fits(argv[2], argv[3]);
   errs() << "usage: distopt-checkpoint info CKPT\n"
-            "       distopt-checkpoint diff [--max-ulp N] A B\n"
+            "       distopt-checkpoint diff [--max-ulp N | --max-rel-diff R] "
+            "A B\n"
             "       distopt-checkpoint fits CKPT STEP.json\n";
   return 2;
 }
