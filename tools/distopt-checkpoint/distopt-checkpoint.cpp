@@ -77,14 +77,19 @@ static int64_t orderedBits(const char *p, unsigned bytes) {
   return bits & sign ? -magnitude : magnitude;
 }
 
+/// The bytes of an element of a floating-point tensor (0: not one).
+static unsigned floatBytes(const checkpoint::Tensor &t) {
+  return t.dtype == "f64"                        ? 8
+         : t.dtype == "f32"                      ? 4
+         : t.dtype == "bf16" || t.dtype == "f16" ? 2
+                                                 : 0;
+}
+
 /// The largest distance in ulp between two tensors of one floating-point
 /// type (-1 for another type or a NaN on one side only).
 static int64_t maxUlp(const checkpoint::Tensor &x,
                       const checkpoint::Tensor &y) {
-  unsigned bytes = x.dtype == "f64"                        ? 8
-                   : x.dtype == "f32"                      ? 4
-                   : x.dtype == "bf16" || x.dtype == "f16" ? 2
-                                                           : 0;
+  unsigned bytes = floatBytes(x);
   if (!bytes)
     return -1;
   int64_t worst = 0;
@@ -120,10 +125,7 @@ static double element(const checkpoint::Tensor &t, size_t i) {
 /// -1 for a type that is not floating point.
 static double relativeDifference(const checkpoint::Tensor &x,
                                  const checkpoint::Tensor &y) {
-  size_t bytes = x.dtype == "f64"                        ? 8
-                 : x.dtype == "f32"                      ? 4
-                 : x.dtype == "bf16" || x.dtype == "f16" ? 2
-                                                         : 0;
+  size_t bytes = floatBytes(x);
   if (!bytes)
     return -1;
   double distance = 0, norm = 0;
