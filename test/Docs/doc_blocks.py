@@ -80,9 +80,14 @@ def main():
     docs = sys.argv[4:] or ([os.path.join(root, "README.md")] +
                             sorted(glob.glob(os.path.join(root, "docs",
                                                           "*.md"))))
+    # OpenMPI's session directory of its own (as test/mpirun.sh gives each
+    # launch): launches racing to create the shared one under $TMPDIR fail.
+    session = os.path.join(scratch, "ompi-session")
+    os.makedirs(session, exist_ok=True)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1",
+               OMPI_MCA_orte_tmpdir_base=session,
                PATH=os.path.join(root, "build", "bin") + os.pathsep +
                os.environ["PATH"])
     counts = {"run": 0, "parsed": 0, "snippet": 0, "skipped": 0}
