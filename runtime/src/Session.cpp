@@ -273,9 +273,12 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   if (status != DISTOPT_RT_OK)
     return status;
 
-  std::vector<size_t> resultArg;
-  if ((status = matchResults(abi, abi.results, resultArg)) != DISTOPT_RT_OK)
+  if ((status =
+           matchResults(abi, abi.results, session->resultArgs[&abi.results])) !=
+      DISTOPT_RT_OK)
     return session->error(status, lastError());
+  for (const step::Entry &entry : abi.entries)
+    (void)matchResults(abi, entry.results, session->resultArgs[&entry.results]);
   session->lr = options.lr >= 0 ? options.lr : abi.lr.value_or(1e-3);
   // Accumulators: each adds the gradient argument of its name and shape,
   // on the host.

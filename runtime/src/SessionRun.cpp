@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <set>
 
 using namespace distopt;
 using namespace distopt::rt;
@@ -75,9 +74,11 @@ distopt_rt_status callStep(PackedEntry entry, void **args,
   return status;
 }
 
-/// The storage one call packs its arguments in.
+/// The storage one call packs its arguments in: every tensor's descriptor
+/// (pointers, offset, sizes, strides) in one allocation.
 struct PackedArgs {
-  std::vector<std::vector<int64_t>> descriptors;
+  std::vector<int64_t> descriptors;
+  std::vector<size_t> descriptorAt;
   std::vector<void *> descriptorPtrs;
   std::vector<float> floats;
   std::vector<double> doubles;
@@ -87,9 +88,19 @@ struct PackedArgs {
   std::vector<uint16_t> halves;
   std::vector<void *> packed;
 
-  explicit PackedArgs(size_t n)
-      : descriptors(n), descriptorPtrs(n), floats(n), doubles(n), ints(n),
-        int32s(n), bits(n), halves(n), packed(1 + n) {}
+  explicit PackedArgs(const step::Interface &abi)
+      : descriptorAt(abi.args.size()), descriptorPtrs(abi.args.size()),
+        floats(abi.args.size()), doubles(abi.args.size()),
+        ints(abi.args.size()), int32s(abi.args.size()), bits(abi.args.size()),
+        halves(abi.args.size()), packed(1 + abi.args.size()) {
+    size_t words = 0;
+    for (size_t i = 0; i < abi.args.size(); ++i) {
+      descriptorAt[i] = words;
+      if (abi.args[i].isTensor())
+        words += 3 + 2 * abi.args[i].shape->size();
+    }
+    descriptors.resize(words);
+  }
 };
 
 /// Argument `i` into `p`: a descriptor of its buffer, or its scalar (the
@@ -100,17 +111,17 @@ void packArgument(const distopt_session *s, size_t i, int64_t stepNumber,
   const step::Value &v = s->step->abi.args[i];
   if (v.isTensor()) {
     auto address = reinterpret_cast<int64_t>(s->data[i]);
-    std::vector<int64_t> &d = p.descriptors[i];
-    d = {address, address, 0};
-    d.insert(d.end(), v.shape->begin(), v.shape->end());
+    int64_t *d = p.descriptors.data() + p.descriptorAt[i];
+    size_t rank = v.shape->size();
+    d[0] = d[1] = address;
+    d[2] = 0;
     int64_t stride = 1;
-    std::vector<int64_t> strides(v.shape->size());
-    for (size_t k = strides.size(); k-- > 0;) {
-      strides[k] = stride;
+    for (size_t k = rank; k-- > 0;) {
+      d[3 + k] = (*v.shape)[k];
+      d[3 + rank + k] = stride;
       stride *= (*v.shape)[k];
     }
-    d.insert(d.end(), strides.begin(), strides.end());
-    p.descriptorPtrs[i] = d.data();
+    p.descriptorPtrs[i] = d;
     p.packed[1 + i] = &p.descriptorPtrs[i];
     return;
   }
@@ -152,7 +163,7 @@ distopt_rt_status invoke(distopt_session *s, PackedEntry entry,
                          int64_t stepNumber, std::vector<double> *scalars) {
   const step::Interface &abi = s->step->abi;
   size_t numArgs = abi.args.size();
-  PackedArgs p(numArgs);
+  PackedArgs p(abi);
   size_t resultBytes = 0;
   std::vector<int64_t> offsets = resultOffsets(results, resultBytes);
   std::vector<int64_t> storage((resultBytes + 7) / 8 + 1);
@@ -186,9 +197,11 @@ distopt_rt_status invoke(distopt_session *s, PackedEntry entry,
     return status;
   }
 
-  std::vector<size_t> resultArg;
-  matchResults(abi, results, resultArg);
-  std::set<void *> allocations;
+  const std::vector<size_t> &resultArg = s->resultArgs.at(&results);
+  // Sorted vectors, not sets: a step of hundreds of tensors runs this every
+  // step, and node allocations were most of its host time.
+  std::vector<void *> allocations;
+  allocations.reserve(results.size());
   const char *base = reinterpret_cast<const char *>(storage.data());
   auto copy = [&](void *to, const void *from, size_t bytes) {
     if (s->device)
@@ -226,11 +239,16 @@ distopt_rt_status invoke(distopt_session *s, PackedEntry entry,
       copy(first, returned, r.dtype->bytes);
       (*scalars)[k] = scalarValue(*r.dtype, first);
     }
-    allocations.insert(reinterpret_cast<void *>(d[0]));
+    allocations.push_back(reinterpret_cast<void *>(d[0]));
   }
+  std::sort(allocations.begin(), allocations.end());
+  allocations.erase(std::unique(allocations.begin(), allocations.end()),
+                    allocations.end());
+  std::vector<void *> arguments(s->data.begin(), s->data.end());
+  std::sort(arguments.begin(), arguments.end());
   for (void *allocation : allocations) {
     bool isArgument =
-        std::find(s->data.begin(), s->data.end(), allocation) != s->data.end();
+        std::binary_search(arguments.begin(), arguments.end(), allocation);
     if (isArgument || reinterpret_cast<uintptr_t>(allocation) == kGlobalMarker)
       continue;
     if (s->device)

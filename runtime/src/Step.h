@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace distopt::rt {
@@ -185,6 +186,11 @@ struct distopt_session {
   std::shared_ptr<distopt::rt::BufferKeeper> keeper;
   /// Per result: its value as a double, for scalars.
   std::vector<double> scalars;
+  /// For the step's results and each entry point's: the argument each
+  /// result updates (matchResults), found once rather than every step.
+  std::unordered_map<const std::vector<distopt::step::Value> *,
+                     std::vector<size_t>>
+      resultArgs;
   /// Per argument: the value of scalar state (a loss scale, its growth
   /// tracker), fed back from the result of the same role and name, and of
   /// each hyperparameter.
