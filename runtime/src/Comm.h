@@ -217,6 +217,8 @@ public:
 
   int64_t rank() const { return transport->rank(); }
   int64_t size() const { return transport->size(); }
+  /// Collectives take device buffers (nccl, host-staged).
+  bool onDevice() const { return device != nullptr; }
 
   /// A communicator over the ranks that pass the same `color`, ordered by
   /// `key`, after the collectives started here have completed; `name` names

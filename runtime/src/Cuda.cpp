@@ -207,6 +207,17 @@ CUdeviceptr address(const void *ptr) {
   return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr));
 }
 
+/// A step's GPU module, as its library's constructor registers it: loaded
+/// into the device's context at the first kernel lookup, so that opening a
+/// step (to describe it, or before the program picks its device) does not
+/// start CUDA.
+struct LazyModule {
+  explicit LazyModule(const void *image) : image(image) {}
+  const void *image;
+  std::once_flag once;
+  CUmodule module = nullptr;
+};
+
 /// Streams other than the compute stream were created by mgpuStreamCreate's
 /// callers only if they asked for more; compiled steps use one.
 CUstream asStream(void *s) { return s ? static_cast<CUstream>(s) : stream; }
@@ -278,11 +289,7 @@ uint64_t distopt_rt_cuda_launches(void) {
 // translation call them.
 
 DISTOPT_RT_EXPORT void *mgpuModuleLoad(void *data, size_t /*size*/) {
-  const Driver *d = driver();
-  CUmodule module = nullptr;
-  if (d)
-    check(d->cuModuleLoadData(&module, data), "cuModuleLoadData");
-  return module;
+  return new LazyModule(data);
 }
 
 /// PTX: the driver compiles it for the device (with its own optimization).
@@ -291,24 +298,36 @@ DISTOPT_RT_EXPORT void *mgpuModuleLoadJIT(void *data, int /*optLevel*/) {
 }
 
 DISTOPT_RT_EXPORT void mgpuModuleUnload(void *module) {
-  const Driver *d = driver();
-  if (d && module)
-    check(d->cuModuleUnload(static_cast<CUmodule>(module)), "cuModuleUnload");
+  auto *lazy = static_cast<LazyModule *>(module);
+  if (!lazy)
+    return;
+  // Only a module that was loaded needs the driver.
+  if (lazy->module)
+    if (const Driver *d = driver())
+      check(d->cuModuleUnload(lazy->module), "cuModuleUnload");
+  delete lazy;
 }
 
 DISTOPT_RT_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
   const Driver *d = driver();
-  CUfunction function = nullptr;
-  // A step's module is loaded by its library's constructor: without it no
-  // kernel could run, and nothing else would say so.
-  if (d && !module)
+  if (!d)
+    return nullptr;
+  // A step's module is registered by its library's constructor: without it
+  // no kernel could run, and nothing else would say so.
+  auto *lazy = static_cast<LazyModule *>(module);
+  if (!lazy) {
     setError(std::string("CUDA: kernel ") + name +
              " requested before its module was loaded (the step library's "
              "constructors did not run)");
-  else if (d)
-    check(
-        d->cuModuleGetFunction(&function, static_cast<CUmodule>(module), name),
-        ("cuModuleGetFunction(" + std::string(name) + ")").c_str());
+    return nullptr;
+  }
+  std::call_once(lazy->once, [&] {
+    check(d->cuModuleLoadData(&lazy->module, lazy->image), "cuModuleLoadData");
+  });
+  CUfunction function = nullptr;
+  if (lazy->module)
+    check(d->cuModuleGetFunction(&function, lazy->module, name),
+          ("cuModuleGetFunction(" + std::string(name) + ")").c_str());
   return function;
 }
 

@@ -84,7 +84,7 @@ const Nccl *loadNccl(std::string &why) {
     // PyTorch's pip packages keep NCCL out of the library path: a path may
     // be given.
     const char *path = std::getenv("DISTOPT_RT_NCCL_LIBRARY");
-    if (!path)
+    if (!path || !*path) // dlopen("") would open the program itself
       path = "libnccl.so.2";
     void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!library) {

@@ -265,6 +265,18 @@ distopt_rt_status distopt_session_create(distopt_step *step,
   }
   if (status != DISTOPT_RT_OK)
     return status;
+  // Host collectives on device pointers would fault; NCCL's on host ones
+  // would fail inside NCCL.
+  if (session->stepComm->impl->onDevice() != session->device) {
+    const char *env = std::getenv("DISTOPT_RT_BACKEND");
+    std::string which = !backend.empty() ? backend : env ? env : "default";
+    return session->invalid(
+        std::string("a step compiled for ") + abi.device +
+        (session->device ? " needs collectives on device buffers (nccl or "
+                           "host-staged), not the "
+                         : " needs collectives on host buffers, not the ") +
+        which + " backend");
+  }
   distopt_rt_comm_rank(session->comm, &session->rank);
   distopt_rt_comm_size(session->comm, &session->size);
   status = checkSameStep(session->comm, abi, session->rank);

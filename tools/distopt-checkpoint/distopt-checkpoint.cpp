@@ -121,7 +121,8 @@ static double element(const checkpoint::Tensor &t, size_t i) {
   return v.convertToDouble();
 }
 
-/// ||x - y|| / ||y|| (2-norms; 0 when both are 0, infinity when only y is);
+/// ||x - y|| / ||y|| over the elements whose bits differ (2-norms; 0 when
+/// none differ, infinity when y is 0, NaN where an inf or NaN differs);
 /// -1 for a type that is not floating point.
 static double relativeDifference(const checkpoint::Tensor &x,
                                  const checkpoint::Tensor &y) {
@@ -130,6 +131,13 @@ static double relativeDifference(const checkpoint::Tensor &x,
     return -1;
   double distance = 0, norm = 0;
   for (size_t i = 0; i < x.data.size() / bytes; ++i) {
+    // Equal bits are no difference, also where both are inf or NaN; a NaN
+    // or an inf on one side only makes the tensor differ (below).
+    if (std::memcmp(&x.data[i * bytes], &y.data[i * bytes], bytes) == 0) {
+      double b = element(y, i);
+      norm += std::isfinite(b) ? b * b : 0;
+      continue;
+    }
     double a = element(x, i), b = element(y, i);
     distance += (a - b) * (a - b);
     norm += b * b;

@@ -128,3 +128,41 @@ func.func @alloc_in_loop(%n: index) {
   }
   return
 }
+
+// -----
+
+// A contraction's loops as the lowering leaves them: parallel rows, the
+// reduction loop, parallel columns inside it. The rows become the launch;
+// the column loop, inside the reduction loop's region, runs sequentially in
+// each thread (left a parallel loop, convert-parallel-loops-to-gpu would
+// keep the whole nest on the host, reading device memory:
+// verify-offload.mlir).
+// CHECK-LABEL: func.func @products
+// CHECK: scf.parallel
+// CHECK: scf.parallel
+// CHECK: scf.for
+// CHECK-NEXT: scf.for
+// CHECK: memref.store
+// CHECK-NOT: scf.parallel
+// CHECK: return
+func.func @products(%a: memref<24x10xf32>, %b: memref<10x10xf32>, %c: memref<24x10xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c10 = arith.constant 10 : index
+  %c24 = arith.constant 24 : index
+  scf.parallel (%i) = (%c0) to (%c24) step (%c1) {
+    scf.for %k = %c0 to %c10 step %c1 {
+      scf.parallel (%j) = (%c0) to (%c10) step (%c1) {
+        %x = memref.load %a[%i, %k] : memref<24x10xf32>
+        %y = memref.load %b[%k, %j] : memref<10x10xf32>
+        %z = memref.load %c[%i, %j] : memref<24x10xf32>
+        %p = arith.mulf %x, %y : f32
+        %s = arith.addf %z, %p : f32
+        memref.store %s, %c[%i, %j] : memref<24x10xf32>
+        scf.reduce
+      }
+    }
+    scf.reduce
+  }
+  return
+}
