@@ -29,6 +29,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "device_staging.h"
 #include "distopt_rt.h"
 
 #include <algorithm>
@@ -41,6 +42,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+using namespace device_staging;
 
 namespace {
 
@@ -60,14 +63,8 @@ void expect(bool ok, const std::string &what) {
 }
 
 // Element codecs for the test's reference computations (values are exact).
-size_t sizeOf(distopt_rt_dtype t) {
-  return t == DISTOPT_RT_F64 || t == DISTOPT_RT_I64    ? 8
-         : t == DISTOPT_RT_BF16 || t == DISTOPT_RT_F16 ? 2
-                                                       : 4;
-}
-
 void store(distopt_rt_dtype t, void *base, int64_t i, double v) {
-  char *p = static_cast<char *>(base) + i * sizeOf(t);
+  char *p = static_cast<char *>(base) + i * elementBytes(t);
   switch (t) {
   case DISTOPT_RT_F32: {
     float f = static_cast<float>(v);
@@ -167,7 +164,7 @@ double reduceAll(distopt_rt_dtype t, distopt_rt_reduction op, double scale,
 }
 
 std::vector<char> buffer(distopt_rt_dtype t, int64_t count) {
-  return std::vector<char>(std::max<int64_t>(count, 1) * sizeOf(t));
+  return std::vector<char>(std::max<int64_t>(count, 1) * elementBytes(t));
 }
 
 std::string describe(const char *what, distopt_rt_dtype t,
@@ -205,118 +202,7 @@ bool same(const std::vector<char> &a, const std::vector<char> &b,
   return false;
 }
 
-bool onDevice = false;  // collectives take device memory
 bool compresses = true; // the backend compresses on the wire
-
-/// Runs `call` on device copies of the host buffers `regions` (pointer and
-/// bytes; a buffer inside another, as an in-place all-gather's slot, maps
-/// into that one's copy), then copies every buffer back. On the host
-/// backends, `call` takes the host buffers themselves.
-template <typename Call>
-distopt_rt_status staged(std::vector<std::pair<const void *, size_t>> regions,
-                         Call call) {
-  auto identity = [](const void *p) { return const_cast<void *>(p); };
-  if (!onDevice)
-    return call(identity);
-  std::sort(regions.begin(), regions.end(),
-            [](auto &a, auto &b) { return a.second > b.second; });
-  struct Copy {
-    char *host;
-    size_t bytes;
-    char *device;
-  };
-  std::vector<Copy> copies;
-  auto containing = [&](const void *p) -> Copy * {
-    for (Copy &c : copies)
-      if (static_cast<const char *>(p) >= c.host &&
-          static_cast<const char *>(p) < c.host + std::max<size_t>(c.bytes, 1))
-        return &c;
-    return nullptr;
-  };
-  distopt_rt_status status = DISTOPT_RT_OK;
-  for (auto [host, bytes] : regions) {
-    if (containing(host))
-      continue;
-    void *device = nullptr;
-    status = distopt_rt_cuda_alloc(std::max<size_t>(bytes, 1), &device);
-    copies.push_back({static_cast<char *>(const_cast<void *>(host)), bytes,
-                      static_cast<char *>(device)});
-    if (status == DISTOPT_RT_OK)
-      status = distopt_rt_cuda_copy(device, host, bytes);
-  }
-  if (status == DISTOPT_RT_OK)
-    status = call([&](const void *p) -> void * {
-      Copy *c = containing(p);
-      return c->device + (static_cast<const char *>(p) - c->host);
-    });
-  for (Copy &c : copies) {
-    if (status == DISTOPT_RT_OK)
-      status = distopt_rt_cuda_copy(c.host, c.device, c.bytes);
-    distopt_rt_cuda_free(c.device);
-  }
-  return status;
-}
-
-distopt_rt_status allReduce(distopt_rt_comm *comm, const void *send, void *recv,
-                            int64_t count, distopt_rt_dtype t,
-                            distopt_rt_reduction op, double scale,
-                            distopt_rt_dtype wire, bool async) {
-  size_t bytes = count * sizeOf(t);
-  return staged({{send, bytes}, {recv, bytes}}, [&](auto at) {
-    if (!async)
-      return distopt_rt_all_reduce(comm, at(send), at(recv), count, t, op,
-                                   scale, wire);
-    distopt_rt_request *request = nullptr;
-    distopt_rt_status status = distopt_rt_all_reduce_start(
-        comm, at(send), at(recv), count, t, op, scale, wire, &request);
-    return status == DISTOPT_RT_OK ? distopt_rt_wait(request) : status;
-  });
-}
-
-distopt_rt_status reduceScatter(distopt_rt_comm *comm, const void *send,
-                                void *recv, int64_t count, distopt_rt_dtype t,
-                                distopt_rt_reduction op, double scale,
-                                distopt_rt_dtype wire) {
-  size_t bytes = count * sizeOf(t);
-  return staged({{send, bytes * worldSize}, {recv, bytes}}, [&](auto at) {
-    return distopt_rt_reduce_scatter(comm, at(send), at(recv), count, t, op,
-                                     scale, wire);
-  });
-}
-
-distopt_rt_status reduce(distopt_rt_comm *comm, const void *send, void *recv,
-                         int64_t count, distopt_rt_dtype t,
-                         distopt_rt_reduction op, double scale, int64_t root,
-                         distopt_rt_dtype wire) {
-  size_t bytes = count * sizeOf(t);
-  return staged({{send, bytes}, {recv, bytes}}, [&](auto at) {
-    return distopt_rt_reduce(comm, at(send), at(recv), count, t, op, scale,
-                             root, wire);
-  });
-}
-
-distopt_rt_status allGather(distopt_rt_comm *comm, const void *send, void *recv,
-                            int64_t count, distopt_rt_dtype t,
-                            distopt_rt_dtype wire, bool async) {
-  size_t bytes = count * sizeOf(t);
-  return staged({{send, bytes}, {recv, bytes * worldSize}}, [&](auto at) {
-    if (!async)
-      return distopt_rt_all_gather(comm, at(send), at(recv), count, t, wire);
-    distopt_rt_request *request = nullptr;
-    distopt_rt_status status = distopt_rt_all_gather_start(
-        comm, at(send), at(recv), count, t, wire, &request);
-    return status == DISTOPT_RT_OK ? distopt_rt_wait(request) : status;
-  });
-}
-
-distopt_rt_status broadcast(distopt_rt_comm *comm, const void *send, void *recv,
-                            int64_t count, distopt_rt_dtype t, int64_t root,
-                            distopt_rt_dtype wire) {
-  size_t bytes = count * sizeOf(t);
-  return staged({{send, bytes}, {recv, bytes}}, [&](auto at) {
-    return distopt_rt_broadcast(comm, at(send), at(recv), count, t, root, wire);
-  });
-}
 
 /// `brief`: fewer types and sizes (one of each kind of path), for the many
 /// groups of `groups`, whose collectives run the same algorithms.
@@ -346,7 +232,7 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
       for (int64_t count : counts)
         for (int variant = 0; variant < 4; ++variant) {
           bool inPlace = variant & 1, async = variant & 2;
-          size_t bytes = count * sizeOf(t);
+          size_t bytes = count * elementBytes(t);
           for (distopt_rt_reduction op : ops) {
             if (op == DISTOPT_RT_PREMUL_SUM && !isFloat)
               continue;
@@ -379,7 +265,7 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
               store(t, wantPart.data(), i,
                     reduceAll(t, op, scale, myRank * count + i));
             status = reduceScatter(comm, full.data(), part.data(), count, t, op,
-                                   scale, wire);
+                                   scale, wire, worldSize);
             expect(
                 status == DISTOPT_RT_OK && same(part, wantPart, bytes),
                 describe("reduce_scatter", t, op, wire, count, false, false) +
@@ -414,8 +300,8 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
           if (inPlace)
             std::memcpy(slot, mine.data(), bytes);
           const void *sent = inPlace ? slot : mine.data();
-          distopt_rt_status status =
-              allGather(comm, sent, all.data(), count, t, wire, async);
+          distopt_rt_status status = allGather(comm, sent, all.data(), count, t,
+                                               wire, async, worldSize);
           expect(status == DISTOPT_RT_OK &&
                      same(all, wantAll, bytes * worldSize),
                  describe("all_gather", t, DISTOPT_RT_SUM, wire, count, inPlace,
