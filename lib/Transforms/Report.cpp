@@ -1,8 +1,9 @@
 //===- Report.cpp - what a step communicates and stores ---------*- C++ -*-===//
 //
 // --distopt-report: a table per step function: its buckets, the bytes each
-// rank sends per collective kind (ring algorithms), the model-state bytes
-// each rank holds, and the compression ratio. The IR is not changed.
+// rank sends per collective kind (ring algorithms), what each owner updates
+// (ZeRO's owner plan), the model-state bytes each rank holds, and the
+// compression ratio. The IR is not changed.
 //
 //===----------------------------------------------------------------------===//
 
@@ -65,6 +66,12 @@ struct StepReport {
   /// The collectives' traffic by process group (a group over a mesh's axes
   /// says which: inside a node or across nodes).
   std::map<std::string, CollectiveRow> byGroup;
+  /// Updates that run on one owner (ZeRO's greedy layout, and updates that
+  /// read whole matrices under either): what each rank updates.
+  struct OwnerLoad {
+    int64_t tensors = 0, elements = 0, flops = 0;
+  };
+  std::map<int64_t, OwnerLoad> owners;
 };
 
 /// The reducing collective that yields `value`, seen through an average's
@@ -333,6 +340,15 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     else
       addCompressed(op, n, row, report);
   });
+  func.walk([&](OwnedByOp owned) {
+    owned.getBody().walk([&](OptimizerOpInterface update) {
+      StepReport::OwnerLoad &load = report.owners[owned.getOwner()];
+      ++load.tensors;
+      load.elements +=
+          cast<RankedTensorType>(update.getParam().getType()).getNumElements();
+      load.flops += update.getUpdateFlops();
+    });
+  });
   llvm::SetVector<Block *> powerSGDBlocks;
   func.walk([&](PowerSGDAllReduceOp op) {
     ++report.powerSGDTensors;
@@ -402,6 +418,27 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
       os << "their P and Q factors all-reduced in " << r.powerSGDBatches
          << (r.powerSGDBatches == 1 ? " batch" : " batches")
          << " of 2 all_reduces)\n";
+  }
+
+  if (!r.owners.empty()) {
+    // The slowest owner sets the step's time: its share of the FLOPs
+    // against an even split (1.00 = balanced).
+    os << "\nupdates on their owners (ZeRO greedy; whole matrices under "
+          "either strategy)\n";
+    os << llvm::format("  %6s %8s %14s %14s\n", "rank", "tensors", "elements",
+                       "update MFLOP");
+    int64_t most = 0, total = 0;
+    for (auto &[rank, load] : r.owners) {
+      os << llvm::format("  %6lld %8lld %14lld %14.3f\n", (long long)rank,
+                         (long long)load.tensors, (long long)load.elements,
+                         load.flops / 1e6);
+      most = std::max(most, load.flops);
+      total += load.flops;
+    }
+    if (total > 0 && r.worldSize > 0)
+      os << llvm::format("  most loaded rank: %.2fx the mean of %lld ranks\n",
+                         static_cast<double>(most) * r.worldSize / total,
+                         (long long)r.worldSize);
   }
 
   os << "\nmodel state per rank\n";

@@ -1,10 +1,12 @@
 //===- ShardComposed.cpp - What spans ZeRO's shards -------------*- C++ -*-===//
 //
-// The overflow check, loss scaling and clipping by the global norm read
-// every gradient. Under ZeRO a rank holds only its part of the reduced
-// gradients, so both strategies rebuild them over those parts: the check
-// and the norm are agreed over the group with one scalar reduction, and
-// each update reads its gradient unscaled and clipped from its rank's part.
+// The order of the sharding (each group's part of the reduced gradients,
+// what spans the groups, the updates) and what spans them: the overflow
+// check, loss scaling and clipping by the global norm read every gradient.
+// Under ZeRO a rank holds only its part of the reduced gradients, so both
+// strategies rebuild them over those parts: the check and the norm are
+// agreed over the group with one scalar reduction, and each update reads
+// its gradient unscaled and clipped from its rank's part.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,103 @@
 using namespace mlir;
 using namespace mlir::distopt;
 using namespace mlir::distopt::zero;
+
+/// Each tensor's [begin, end) in a greedy group's buffer of N x capacity
+/// elements whose chunk r is rank r's, in order.
+static SmallVector<int64_t> ownedBounds(ArrayRef<Update *> group,
+                                        const Sharder::GreedyGroup &greedy) {
+  SmallVector<std::pair<int64_t, int64_t>> where;
+  for (auto [i, u] : llvm::enumerate(group)) {
+    int64_t begin = greedy.owners[i] * greedy.capacity + greedy.offsets[i];
+    where.push_back({begin, begin + u->numel()});
+  }
+  llvm::sort(where);
+  SmallVector<int64_t> pairs;
+  for (auto [begin, end] : where)
+    llvm::append_values(pairs, begin, end);
+  return pairs;
+}
+
+void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
+                    ArrayRef<bool> flat) {
+  bool mixed =
+      llvm::is_contained(flat, true) && llvm::is_contained(flat, false);
+  SmallVector<FlatGroup> flats(groups.size());
+  SmallVector<GreedyGroup, 0> greedy(groups.size());
+  // Every group's part of the reduced gradients first.
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    if (flat[g])
+      flats[g] = reduceFlat(func, group);
+    else
+      greedy[g] = assignGreedy(func, group, /*composeAtStage1=*/mixed);
+  }
+  // What spans the groups reads every part at once: packing the flat
+  // groups' parameters first gives the reduce-scatters work to overlap with
+  // (--distopt-overlap-collectives), as the updates do without it.
+  bool spanning = llvm::any_of(groups, [](ArrayRef<Update *> group) {
+    return group.front()->finiteCheck || group.front()->clip;
+  });
+  // The parts: a flat group's chunk (always: its divisions and conversions
+  // apply to it), a greedy one's buffer of owned gradients where one was
+  // built (something spans them); with, for each, where its tensors lie in
+  // a flat buffer whose chunk r is rank r's part.
+  SmallVector<SmallVector<Update *>> parts;
+  SmallVector<unsigned> members;
+  SmallVector<Value> grads;
+  SmallVector<SmallVector<int64_t>> bounds;
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    if (flat[g]) {
+      if (spanning)
+        flats[g].param = packParamsFlat(func, group, flats[g]);
+      grads.push_back(flats[g].grad);
+      SmallVector<int64_t> &pairs = bounds.emplace_back();
+      for (auto [u, offset] : llvm::zip_equal(group, flats[g].offsets))
+        llvm::append_values(pairs, offset, offset + u->numel());
+    } else if (greedy[g].grad) {
+      grads.push_back(greedy[g].grad);
+      bounds.push_back(ownedBounds(group, greedy[g]));
+    } else {
+      continue;
+    }
+    parts.push_back(group);
+    members.push_back(g);
+  }
+  if (!parts.empty())
+    composeChunks(func, parts, grads, bounds,
+                  flat[members.front()]
+                      ? chunkGroup(*parts.front().front())
+                      : parts.front().front()->reduction.getGroupAttr());
+  for (auto [k, g] : llvm::enumerate(members))
+    (flat[g] ? flats[g].grad : greedy[g].grad) = grads[k];
+
+  // The updates, each kind's buffers numbered apart ("flat0", "owned0").
+  unsigned flatIndex = 0, ownedIndex = 0;
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    if (flat[g])
+      updateFlat(func, group, flatIndex++, flats[g]);
+    else
+      updateGreedy(func, group, ownedIndex++, greedy[g]);
+  }
+
+  // What the parts replaced goes. At stage 1 a greedy group whose
+  // gradients were not gathered into parts keeps what the step computed
+  // from the reduced gradients (every rank holds them).
+  SmallVector<SmallVector<Update *>> composed;
+  for (auto [g, group] : llvm::enumerate(groups)) {
+    if (flat[g] || stage == 2 || greedy[g].grad) {
+      composed.push_back(group);
+      continue;
+    }
+    for (Update *u : group) {
+      toErase.append(u->downcasts.begin(), u->downcasts.end());
+      toErase.append(u->selects.begin(), u->selects.end());
+      toErase.push_back(u->op);
+      if (!u->chained())
+        toErase.append(u->elementwise.rbegin(), u->elementwise.rend());
+    }
+  }
+  eraseComposed(composed);
+}
 
 void Sharder::composeChunks(func::FuncOp func,
                             ArrayRef<SmallVector<Update *>> groups,

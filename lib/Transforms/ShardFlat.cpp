@@ -274,38 +274,3 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     gatherInto(newParam, params);
   }
 }
-
-void Sharder::shardFlat(func::FuncOp func,
-                        ArrayRef<SmallVector<Update *>> groups) {
-  // Every group's gradient chunk first, then what spans the groups, then
-  // the updates.
-  SmallVector<Sharder::FlatGroup> flats;
-  SmallVector<Value> grads;
-  SmallVector<SmallVector<int64_t>> bounds;
-  for (ArrayRef<Update *> group : groups) {
-    flats.push_back(reduceFlat(func, group));
-    grads.push_back(flats.back().grad);
-    // Where each tensor lies in the group's flat buffer.
-    SmallVector<int64_t> &pairs = bounds.emplace_back();
-    for (auto [u, offset] : llvm::zip_equal(group, flats.back().offsets)) {
-      pairs.push_back(offset);
-      pairs.push_back(offset + u->numel());
-    }
-  }
-  // What spans the groups reads every reduced chunk at once: packing the
-  // parameters first gives the reduce-scatters work to overlap with
-  // (--distopt-overlap-collectives), as the updates do without it.
-  bool spanning = llvm::any_of(groups, [](ArrayRef<Update *> group) {
-    return group.front()->finiteCheck || group.front()->clip;
-  });
-  if (spanning)
-    for (auto [flat, group] : llvm::zip_equal(flats, groups))
-      flat.param = packParamsFlat(func, group, flat);
-  composeChunks(func, groups, grads, bounds,
-                chunkGroup(*groups.front().front()));
-  for (auto [index, group] : llvm::enumerate(groups)) {
-    flats[index].grad = grads[index];
-    updateFlat(func, group, index, flats[index]);
-  }
-  eraseComposed(groups);
-}

@@ -81,21 +81,35 @@ static Value insertAt(OpBuilder &b, Location loc, Value flat, Value buffer,
 }
 
 Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
-                                           ArrayRef<Update *> group) {
+                                           ArrayRef<Update *> group,
+                                           bool composeAtStage1) {
   Update &first = *group.front();
   FlatSymbolRefAttr groupRef = first.reduction.getGroupAttr();
   int64_t size = lookupProcessGroup(func, groupRef).getSize();
 
-  // Sorted-greedy: largest first, each to the least loaded rank counting
-  // the groups assigned before (ties: the lower rank, then program order),
-  // as ZeroRedundancyOptimizer does.
+  // Sorted-greedy: the heaviest first, each to the least loaded rank
+  // counting the groups assigned before (ties: the lower rank, then program
+  // order), as ZeroRedundancyOptimizer does. An element-wise update weighs
+  // its elements (its memory and its time both grow with them), counting
+  // every group's; one that reads whole matrices its arithmetic (Muon's
+  // Newton-Schulz products grow with m^2 n, not m n), balanced against
+  // such updates only.
+  bool byFlops =
+      balanceFlops && !cast<OptimizerOpInterface>(first.op).isElementwise();
+  SmallVector<int64_t> weight;
+  for (Update *u : group)
+    weight.push_back(byFlops
+                         ? cast<OptimizerOpInterface>(u->op).getUpdateFlops()
+                         : u->numel());
   SmallVector<unsigned> order(group.size());
   std::iota(order.begin(), order.end(), 0);
-  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
-    return group[a]->numel() > group[b]->numel();
-  });
-  SmallVector<int64_t> &owned = ownedElements[groupRef];
+  llvm::stable_sort(
+      order, [&](unsigned a, unsigned b) { return weight[a] > weight[b]; });
+  SmallVector<int64_t> &elements = ownedElements[groupRef];
+  elements.resize(size, 0);
+  SmallVector<int64_t> &owned = byFlops ? ownedFlops[groupRef] : elements;
   owned.resize(size, 0);
+  SmallVector<int64_t> added(size, 0);
   GreedyGroup greedy;
   greedy.loads.assign(size, 0);
   greedy.owners.resize(group.size());
@@ -103,26 +117,36 @@ Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
   for (unsigned i : order) {
     int64_t rank = 0;
     for (int64_t r = 1; r < size; ++r)
-      if (owned[r] + greedy.loads[r] < owned[rank] + greedy.loads[rank])
+      if (owned[r] + added[r] < owned[rank] + added[rank])
         rank = r;
     greedy.owners[i] = rank;
     greedy.offsets[i] = greedy.loads[rank];
     greedy.loads[rank] += group[i]->numel();
+    added[rank] += weight[i];
   }
-  for (int64_t r = 0; r < size; ++r)
-    owned[r] += greedy.loads[r];
+  for (int64_t r = 0; r < size; ++r) {
+    if (byFlops)
+      owned[r] += added[r];
+    elements[r] += greedy.loads[r];
+  }
   greedy.capacity = *llvm::max_element(greedy.loads);
-  if (stage != 2)
+  if (stage == 2) {
+    // Each gradient is reduced to its owner only.
+    for (auto [i, u] : llvm::enumerate(group)) {
+      OpBuilder at(u->reduction);
+      greedy.reduced.push_back(ReduceOp::create(
+          at, u->reduction.getLoc(), u->reduction.getType(),
+          u->reduction.getInput(), groupRef, u->reduction.getWireTypeAttr(),
+          u->reduction.getReductionAttr(), u->reduction.getScaleAttr(),
+          at.getI64IntegerAttr(greedy.owners[i])));
+    }
+  } else if (composeAtStage1 && (first.clip || first.finiteCheck)) {
+    // Every rank holds each reduced gradient; the buffer below takes the
+    // ones this rank owns, as at stage 2, for what spans them.
+    for (Update *u : group)
+      greedy.reduced.push_back(u->reduction.getResult());
+  } else {
     return greedy;
-
-  // Stage 2: each gradient is reduced to its owner only.
-  for (auto [i, u] : llvm::enumerate(group)) {
-    OpBuilder at(u->reduction);
-    greedy.reduced.push_back(ReduceOp::create(
-        at, u->reduction.getLoc(), u->reduction.getType(),
-        u->reduction.getInput(), groupRef, u->reduction.getWireTypeAttr(),
-        u->reduction.getReductionAttr(), u->reduction.getScaleAttr(),
-        at.getI64IntegerAttr(greedy.owners[i])));
   }
   if (!composed(first))
     return greedy;
@@ -309,55 +333,4 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
   }
   for (auto [k, arg] : llvm::enumerate(bufferArgs))
     newResults.push_back({buffers[k], func.getArgAttrDict(arg.getArgNumber())});
-}
-
-void Sharder::shardGreedy(func::FuncOp func,
-                          ArrayRef<SmallVector<Update *>> groups) {
-  SmallVector<GreedyGroup, 0> greedy;
-  for (ArrayRef<Update *> group : groups)
-    greedy.push_back(assignGreedy(func, group));
-
-  // What spans the groups, over each rank's buffer of reduced gradients:
-  // rank r's is chunk r of a flat buffer of N x capacity elements.
-  SmallVector<SmallVector<Update *>> spanning;
-  SmallVector<unsigned> members;
-  SmallVector<Value> grads;
-  SmallVector<SmallVector<int64_t>> bounds;
-  for (auto [g, group] : llvm::enumerate(groups)) {
-    if (!greedy[g].grad)
-      continue;
-    spanning.push_back(group);
-    members.push_back(g);
-    grads.push_back(greedy[g].grad);
-    SmallVector<std::pair<int64_t, int64_t>> where;
-    for (auto [i, u] : llvm::enumerate(group)) {
-      int64_t begin =
-          greedy[g].owners[i] * greedy[g].capacity + greedy[g].offsets[i];
-      where.push_back({begin, begin + u->numel()});
-    }
-    llvm::sort(where);
-    SmallVector<int64_t> &pairs = bounds.emplace_back();
-    for (auto [begin, end] : where)
-      llvm::append_values(pairs, begin, end);
-  }
-  if (!spanning.empty())
-    composeChunks(func, spanning, grads, bounds,
-                  spanning.front().front()->reduction.getGroupAttr());
-  for (auto [k, g] : llvm::enumerate(members))
-    greedy[g].grad = grads[k];
-
-  for (auto [index, group] : llvm::enumerate(groups))
-    updateGreedy(func, group, index, greedy[index]);
-
-  if (stage == 2)
-    return eraseComposed(groups);
-  // Stage 1: what the step computed from the reduced gradients stays.
-  for (ArrayRef<Update *> group : groups)
-    for (Update *u : group) {
-      toErase.append(u->downcasts.begin(), u->downcasts.end());
-      toErase.append(u->selects.begin(), u->selects.end());
-      toErase.push_back(u->op);
-      if (!u->chained())
-        toErase.append(u->elementwise.rbegin(), u->elementwise.rend());
-    }
 }

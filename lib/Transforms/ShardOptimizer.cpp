@@ -118,6 +118,10 @@ struct ShardOptimizerPass
     if (!shardGroup.empty() && strategy == ZeroStrategy::Greedy)
       return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
                                "(shard-group) is built for strategy=flat";
+    if (ownerBalance != "flops" && ownerBalance != "elements")
+      return emitError(loc) << "--distopt-shard-optimizer: owner-balance "
+                               "must be flops or elements, got '"
+                            << ownerBalance.getValue() << "'";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -233,13 +237,20 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
     return arg && arg.getOwner() == &entry;
   };
 
-  // The flat layout cuts a parameter across ranks; an update that reads
-  // the whole matrix needs it whole on one rank.
-  if (!cast<OptimizerOpInterface>(op).isElementwise() &&
-      strategy != ZeroStrategy::Greedy)
-    return fail("its update reads the whole matrix, which the flat layout "
-                "cuts across ranks (strategy=greedy updates each parameter "
-                "whole on the rank that owns it)");
+  // An update that reads the whole matrix runs whole on one owner (the
+  // flat strategy gives such updates to owners as the greedy one does);
+  // stage 3 and hybrid sharding keep only chunks of each parameter.
+  if (!cast<OptimizerOpInterface>(op).isElementwise()) {
+    if (stage == 3)
+      return fail("its update reads the whole matrix, and stage 3 keeps "
+                  "only a chunk of each parameter on a rank (stages 1 and 2 "
+                  "update each matrix whole on the rank that owns it)");
+    if (!shardGroup.empty())
+      return fail("its update reads the whole matrix, and hybrid sharding "
+                  "(shard-group) lays parameters out in chunks only "
+                  "(without it, stages 1 and 2 update each matrix whole on "
+                  "the rank that owns it)");
+  }
   Value param = op->getOperand(0);
   StringRef role =
       isEntryArg(param)
@@ -577,13 +588,16 @@ void ShardOptimizerPass::runOnOperation() {
     if (failed(lookupHybridGroups(func, world, shardRef, replicateRef)))
       return signalPassFailure();
   }
-  Sharder sharder(stage, alignment, shardRef, replicateRef);
+  Sharder sharder(stage, alignment, shardRef, replicateRef,
+                  /*balanceFlops=*/ownerBalance == "flops");
   unsigned firstNewArg = func.getNumArguments();
-  if (strategy == ZeroStrategy::Flat) {
-    sharder.shardFlat(func, groups);
-  } else {
-    sharder.shardGreedy(func, groups);
-  }
+  // The flat strategy lays out the element-wise groups; the greedy one,
+  // and updates that read whole matrices, keep each tensor on an owner.
+  SmallVector<bool> flat = llvm::map_to_vector(groups, [&](auto &group) {
+    return strategy == ZeroStrategy::Flat &&
+           cast<OptimizerOpInterface>(group.front()->op).isElementwise();
+  });
+  sharder.shard(func, groups, flat);
   if (failed(rewriteResults(func, updates, sharder)) ||
       failed(eraseDeadArguments(func, updates, firstNewArg)))
     return signalPassFailure();

@@ -85,9 +85,9 @@ std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
 class Sharder {
 public:
   Sharder(int64_t stage, int64_t alignment, FlatSymbolRefAttr shardGroup,
-          FlatSymbolRefAttr replicateGroup)
+          FlatSymbolRefAttr replicateGroup, bool balanceFlops)
       : shardGroup(shardGroup), replicateGroup(replicateGroup), stage(stage),
-        alignment(alignment) {}
+        alignment(alignment), balanceFlops(balanceFlops) {}
 
   /// Hybrid sharding: the group whose ranks share the chunks out and the
   /// group across which each chunk is replicated; both null otherwise.
@@ -111,9 +111,14 @@ public:
     /// the update (packParamsFlat); else updateFlat packs them.
     Value param;
   };
-  /// Shards every group of like updates the flat way: chunks first, then
-  /// what spans groups, then the updates.
-  void shardFlat(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups);
+  /// Shards every group of like updates: those of `flat` (a group each)
+  /// the flat way, the others whole on their owners (the greedy way: the
+  /// greedy strategy's groups, and the flat strategy's updates that read
+  /// whole matrices, which the flat layout would cut). Each group's part of
+  /// the reduced gradients first, then what spans the groups over those
+  /// parts, then the updates (ShardComposed.cpp).
+  void shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
+             ArrayRef<bool> flat);
   FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group);
   void updateFlat(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
                   const FlatGroup &flat);
@@ -134,13 +139,18 @@ public:
     SmallVector<Value> reduced;
     Value grad;
   };
-  void shardGreedy(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups);
-  GreedyGroup assignGreedy(func::FuncOp func, ArrayRef<Update *> group);
-  /// Per process group, the elements each rank owns in the groups of
-  /// updates assigned so far: a group starts from them (as OSS balances
+  /// Assigns the group's tensors to owners. `composeAtStage1`: also at
+  /// stage 1, gather what each rank owns of the reduced gradients into
+  /// `grad` where something spans them (a check or a clip that flat groups
+  /// beside it compose over parts).
+  GreedyGroup assignGreedy(func::FuncOp func, ArrayRef<Update *> group,
+                           bool composeAtStage1);
+  /// Per process group, the elements each rank owns in the groups
+  /// assigned so far, and the update FLOPs in those that read whole
+  /// matrices: a group starts from them (as OSS balances
   /// across torch's param groups), so that groups of one tensor each (a
   /// Muon matrix with a rate of its own) do not all go to rank 0.
-  llvm::DenseMap<Attribute, SmallVector<int64_t>> ownedElements;
+  llvm::DenseMap<Attribute, SmallVector<int64_t>> ownedElements, ownedFlops;
   void updateGreedy(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
                     const GreedyGroup &greedy);
   /// What spans the groups (the overflow check, clipping by the global
@@ -171,6 +181,9 @@ public:
 
 private:
   int64_t stage, alignment;
+  /// Whether updates that read whole matrices are balanced by their FLOPs
+  /// (else by elements, as the others).
+  bool balanceFlops;
 };
 
 } // namespace mlir::distopt::zero

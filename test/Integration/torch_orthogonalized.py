@@ -177,11 +177,14 @@ def refused(opt, key, value):
 
 
 compare("muon", {}, 0.02, "")
+# ZeRO's default flat layout gives the matrices to owners and lays out the
+# AdamW group flat; the greedy one gives every tensor to an owner.
 opt = compare("muon", {"adjust_lr_fn": "match_rms_adamw", "weight_decay": 0.05},
-              0.01, "zero-stage=2 zero-strategy=greedy")
+              0.01, "zero-stage=2")
+compare("muon", {}, 0.02, "zero-stage=1 zero-strategy=greedy")
 refused(opt, "ns_steps", 3)
 compare("dion", {"rank_fraction": 0.25}, 0.02, "")
-compare("dion", {"rank": 3}, 0.02, "", vector_lr=0.003)
+compare("dion", {"rank": 3}, 0.02, "zero-stage=1", vector_lr=0.003)
 opt = compare("dion", {"rank": 4, "mu": 0.9}, 0.02,
               "zero-stage=2 zero-strategy=greedy")
 refused(opt, "rank", 2)

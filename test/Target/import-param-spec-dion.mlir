@@ -10,10 +10,10 @@
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=RANK
 // RUN: sed -e 's/"rank": 3/"rank": -3/' %S/Inputs/dion.json \
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=NEGATIVE
-// The flat ZeRO layout cuts matrices across ranks: refused; the greedy one
-// updates each whole on its owner, the factors in a buffer of their own.
+// ZeRO updates each matrix whole on its owner, the factors in a buffer of
+// their own; the flat strategy lays out only the AdamW group (fc.bias) flat.
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
-// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=1 2>&1 | FileCheck %s --check-prefix=FLAT
+// RUN:   | distopt-opt --distopt-shard-optimizer=stage=2 --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
 
@@ -29,12 +29,18 @@
 // FRACTION: error: 'distopt.dion_update' op 'rank_fraction' must be in (0, 1], got 0
 // RANK: param spec: param_groups[0].rank: expected an integer
 // NEGATIVE: error: 'distopt.dion_update' op 'rank' must be at least 1, got -3
-// FLAT: error: cannot shard 'distopt.dion_update': its update reads the whole matrix
+// FLAT: func.func @step
+// FLAT-SAME: distopt.name = "owned0.right_factor"
+// FLAT-SAME: {distopt.layout = [{name = "fc.weight", offset = 0 : i64, owner = 1 : i64, shape = array<i64: 3, 6>}], distopt.name = "owned1.right_factor", distopt.role = "state"}
+// FLAT-SAME: {distopt.layout = [{name = "fc.bias", offset = 0 : i64, shape = array<i64: 8>}], distopt.name = "flat0.exp_avg_sq", distopt.role = "state", distopt.shard_of = 32 : i64}
+// FLAT-SAME: {distopt.layout = [{name = "conv.weight", offset = 0 : i64, owner = 1 : i64, shape = array<i64: 2, 18>}], distopt.name = "owned2.right_factor", distopt.role = "state"}
+// FLAT: distopt.reduce_scatter
+// FLAT: distopt.dion_update {{.*}} : tensor<16x8xf32> [tensor<16x8xf32>, tensor<4x8xf32>], f64
 // Each right factor's buffer is laid out as its parameter's, in its own
 // shape. Each group of updates holds one tensor here: the assignment counts
 // what the groups before gave each rank (as OSS across param groups), so
-// the embedding (128 elements) goes to rank 0 and the rest (48 + 8 + 72)
-// to rank 1, not everything to rank 0.
+// the embedding (6.4k FLOPs at rank 4) goes to rank 0 and the other
+// matrices (1.9k each) to rank 1, not everything to rank 0.
 // GREEDY: func.func @step
 // GREEDY-SAME: tensor<128xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "owned0.momentum", distopt.role = "state"}
 // GREEDY-SAME: tensor<32xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 4, 8>}], distopt.name = "owned0.right_factor", distopt.role = "state"}

@@ -18,10 +18,26 @@
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=NESTEROV
 // RUN: sed -e 's/"bf16"/"float99"/' %S/Inputs/muon.json \
 // RUN:   | not distopt-translate --import-param-spec 2>&1 | FileCheck %s --check-prefix=DTYPE
-// The flat ZeRO layout cuts matrices across ranks: refused for Muon's
-// updates; the greedy one updates each whole on its owner.
+// Under the flat ZeRO layout, which would cut matrices across ranks, the
+// AdamW group is laid out flat and Muon's matrices go whole to owners,
+// balanced by the arithmetic of their orthogonalization: fc.weight (8x8,
+// 13k FLOPs) to rank 0, conv.weight (4x18, 6k) to rank 1, where balancing
+// elements (72 against 64) would swap them. Stage 3, which keeps only
+// chunks of the parameters, refuses them.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
-// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=1 2>&1 | FileCheck %s --check-prefix=FLAT
+// RUN:   | distopt-opt --distopt-shard-optimizer=stage=1 --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=3 2>&1 | FileCheck %s --check-prefix=STAGE3
+// The report shows each owner's share: 4 x (4 m^2 n + 2 m^3) + 10 m n
+// FLOPs for 4 iterations on an m x n matrix (m <= n).
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer=stage=1 --distopt-report -o /dev/null | FileCheck %s --check-prefix=OWNERS
+// Balanced by elements instead (the pipeline's zero-owner-balance), the
+// two swap; another word is refused.
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 zero-owner-balance=elements" --distopt-report -o /dev/null | FileCheck %s --check-prefix=ELEMENTS
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer="stage=1 owner-balance=bytes" 2>&1 | FileCheck %s --check-prefix=BALANCE
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
 
@@ -42,6 +58,23 @@
 // COEFFICIENTS: param spec: optimizer.ns_coefficients: expected [a, b, c], three finite numbers
 // NESTEROV: param spec: optimizer.nesterov: expected true or false
 // DTYPE: param spec: optimizer.ns_dtype: unsupported dtype 'float99' (expected f32, bf16 or f16)
-// FLAT: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, which the flat layout cuts across ranks (strategy=greedy updates each parameter whole on the rank that owns it)
+// FLAT: func.func @step
+// FLAT-SAME: {distopt.layout = [{name = "emb.weight", offset = 0 : i64, shape = array<i64: 16, 8>}, {name = "fc.bias", offset = 128 : i64, shape = array<i64: 8>}], distopt.name = "flat0.exp_avg", distopt.role = "state", distopt.shard_of = 160 : i64}
+// FLAT-SAME: {distopt.layout = [{name = "fc.weight", offset = 0 : i64, owner = 0 : i64, shape = array<i64: 8, 8>}, {name = "conv.weight", offset = 0 : i64, owner = 1 : i64, shape = array<i64: 4, 2, 3, 3>}], distopt.name = "owned0.momentum_buffer", distopt.role = "state"}
+// FLAT: distopt.owned_by @{{.*}} rank 0
+// FLAT: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64
+// FLAT: distopt.owned_by @{{.*}} rank 1
+// FLAT: distopt.muon_update {{.*}} : tensor<4x2x3x3xf32>, f64
+// OWNERS:      updates on their owners
+// OWNERS-NEXT:   rank  tensors       elements   update MFLOP
+// OWNERS-NEXT:      0        1             64          0.013
+// OWNERS-NEXT:      1        1             72          0.006
+// OWNERS-NEXT: most loaded rank: 1.38x the mean of 2 ranks
+// ELEMENTS:      updates on their owners
+// ELEMENTS-NEXT:   rank  tensors       elements   update MFLOP
+// ELEMENTS-NEXT:      0        1             72          0.006
+// ELEMENTS-NEXT:      1        1             64          0.013
+// BALANCE: error: --distopt-shard-optimizer: owner-balance must be flops or elements, got 'bytes'
+// STAGE3: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
 // GREEDY: distopt.owned_by @{{.*}} rank
 // GREEDY: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64

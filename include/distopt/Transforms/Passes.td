@@ -384,8 +384,18 @@ def ShardOptimizerPass
     a parameter inside `distopt.owned_by` and `broadcast`s it; at stage 2
     its gradient is `reduce`d to the owner only. Each group's state lives in
     one buffer per state key, as long as the most loaded rank's (a state of
-    its own shape, Dion's right factor, has its own offsets). This is also
-    the owner plan for updates that read a whole matrix (Muon, Dion).
+    its own shape, Dion's right factor, has its own offsets).
+
+    Updates that read a whole matrix (Muon, Dion: `isElementwise()` false)
+    take this owner plan under either strategy: `strategy=flat` lays out
+    the element-wise groups flat and gives such groups' matrices whole to
+    owners (stages 1 and 2; stage 3 and hybrid sharding, which keep only
+    chunks, refuse them). Their weight is the update's arithmetic
+    (`getUpdateFlops()`: Muon's Newton-Schulz products grow with m^2 n, so
+    two matrices of equal size can differ by their smaller side), balanced
+    against the FLOPs earlier such groups gave each rank; `owner-balance=
+    elements` weighs their elements instead, as for the others (for
+    comparisons: B16). `--distopt-report` prints each owner's share.
 
     The signature changes: the per-parameter state (and main parameter, and
     at stage 3 parameter) arguments and results are replaced by sharded ones,
@@ -443,6 +453,9 @@ def ShardOptimizerPass
            "zeroStrategyChoices()">,
     Option<"alignment", "alignment", "int64_t", "64",
            "Byte alignment of each tensor in the flat layout">,
+    Option<"ownerBalance", "owner-balance", "std::string", "\"flops\"",
+           "What owners of updates that read whole matrices balance: flops "
+           "(their arithmetic) or elements">,
     Option<"shardGroup", "shard-group", "std::string", "",
            "Hybrid sharding: shard over this process group (runs of "
            "consecutive ranks) instead of the gradients' world group">,
@@ -684,7 +697,10 @@ def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
     PowerSGD's P and Q counted as sent; PowerSGD's collectives counted as
     the lowering issues them, two per batch of tensors); the model-state bytes each rank holds (parameter arguments,
     gradients after reduction, optimizer state with main parameters), per
-    parameter of the model (`distopt.num_parameters`); and the compression
+    parameter of the model (`distopt.num_parameters`); what each owner
+    updates where updates run on owners (ZeRO's greedy layout, and updates
+    that read whole matrices: tensors, elements, `getUpdateFlops()`, and
+    the most loaded rank's FLOPs against the mean); and the compression
     ratio. The IR is unchanged.
 
     For a mixed-precision Adam spec these match the ZeRO paper's figures:

@@ -15,6 +15,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -376,6 +377,33 @@ LogicalResult MuonUpdateOp::verify() {
   return success();
 }
 
+/// `flops` as an int64_t, saturated (an attribute may ask for absurd
+/// iteration counts; the estimate only orders ranks' loads).
+static int64_t saturatedFlops(double flops) {
+  constexpr double kMax = 9.0e18; // below INT64_MAX, exact as a double
+  return flops >= kMax ? static_cast<int64_t>(kMax)
+                       : static_cast<int64_t>(std::max(flops, 0.0));
+}
+
+/// The parameter as a matrix: its first dimension's rows, the rest columns.
+static std::pair<double, double> matrixDims(Value param) {
+  ArrayRef<int64_t> shape = cast<RankedTensorType>(param.getType()).getShape();
+  if (shape.empty())
+    return {1, 1};
+  return {static_cast<double>(shape.front()),
+          static_cast<double>(ShapedType::getNumElements(shape.drop_front()))};
+}
+
+int64_t MuonUpdateOp::getUpdateFlops() {
+  // Each Newton-Schulz iteration on the m x n matrix (m <= n): X X^T
+  // (2 m^2 n), A A (2 m^3), B X (2 m^2 n); the element-wise loops besides.
+  auto [rows, cols] = matrixDims(getParam());
+  double m = std::min(rows, cols), n = std::max(rows, cols);
+  double iterations = static_cast<double>(std::max<int64_t>(getNsSteps(), 0));
+  return saturatedFlops(iterations * (4 * m * m * n + 2 * m * m * m) +
+                        10 * m * n);
+}
+
 SmallVector<StringRef>
 DionUpdateOp::getStateKeysFor(function_ref<Attribute(StringRef)>) {
   return {"momentum", "right_factor"};
@@ -413,6 +441,18 @@ DionUpdateOp::getStateShapeFor(StringRef key, ArrayRef<int64_t> paramShape,
     rank = given.getInt();
   return {dionRank(rows, cols, rank, valueOr(lookup("rank_fraction"), 1.0)),
           cols};
+}
+
+int64_t DionUpdateOp::getUpdateFlops() {
+  // Four products of m x n by rank r (B Q, B^T P, P R^T, P Q^T), two
+  // Gram-Schmidt passes over P (2 m r^2 each), the element-wise loops.
+  auto [m, n] = matrixDims(getParam());
+  double r = 1;
+  if (getState().size() == 2)
+    if (auto factor = cast<RankedTensorType>(getState()[1].getType());
+        factor.getRank() == 2)
+      r = static_cast<double>(factor.getDimSize(0));
+  return saturatedFlops(8 * m * n * r + 4 * m * r * r + 10 * m * n);
 }
 
 ArrayRef<OptimizerSpecKey> DionUpdateOp::getSpecKeys() {

@@ -170,6 +170,11 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
                     "getRuntimeHyperparameterKeys(): its attribute, or "
                     "the attribute's default.",
       "double", "getCompiledHyperparameter", (ins "::llvm::StringRef":$key)>,
+    InterfaceMethod<"The floating-point operations of one update, roughly "
+                    "(ZeRO's owner plan balances them across ranks): the "
+                    "elements for an element-wise update (a few each), the "
+                    "matrix products for one that reads whole matrices.",
+      "int64_t", "getUpdateFlops">,
     InterfaceMethod<"The operands that give hyperparameters at run time.",
       "::mlir::Operation::operand_range", "getRuntimeHyperparameters">,
     InterfaceMethod<"Their names, one per operand.",

@@ -685,7 +685,16 @@ class DistOpt_OptimizerOp<string mnemonic, string specType,
     double getCompiledHyperparameter(::llvm::StringRef key);
     /// The number of state tensors the hyperparameters call for.
     unsigned getExpectedNumState() { return getStateKeys().size(); }
-  }] # !if(ownStateShapes, [{
+  }] # !if(elementwise, [{
+    /// An element-wise update's work grows with its elements.
+    int64_t getUpdateFlops() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getParam().getType())
+          .getNumElements();
+    }
+  }], [{
+    /// The matrix products of one update (OptimizerOps.cpp).
+    int64_t getUpdateFlops();
+  }]) # !if(ownStateShapes, [{
     static ::llvm::SmallVector<int64_t> getStateShapeFor(
         ::llvm::StringRef key, ::llvm::ArrayRef<int64_t> paramShape,
         ::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>
