@@ -135,30 +135,53 @@ namespace {
 /// through an scf.if whose branches both yield it (a step skipped on
 /// overflow updates in place under scf.if and yields the argument either
 /// way; bufferization leaves the if's result for the canonicalizer to fold).
-Value viewedArgument(Value value) {
-  while (auto cast = value.getDefiningOp<memref::CastOp>())
-    value = cast.getSource();
-  Value root = value;
-  while (Operation *def = root.getDefiningOp()) {
-    if (auto cast = dyn_cast<memref::CastOp>(def)) {
-      root = cast.getSource();
-    } else if (auto collapse = dyn_cast<memref::CollapseShapeOp>(def)) {
-      root = collapse.getSrc();
-    } else if (auto expand = dyn_cast<memref::ExpandShapeOp>(def)) {
-      root = expand.getSrc();
-    } else if (auto branch = dyn_cast<scf::IfOp>(def);
-               branch && !branch.getElseRegion().empty()) {
-      unsigned index = llvm::cast<OpResult>(root).getResultNumber();
-      Value taken = viewedArgument(branch.thenYield().getOperand(index));
-      if (taken != viewedArgument(branch.elseYield().getOperand(index)))
+/// `seen` remembers each if's answer: ZeRO's owners chain one if per
+/// tensor, each branch yielding the previous if's result, and following
+/// both branches anew at each link took 2^n walks (minutes at ResNet-50's
+/// 54 matrices).
+class ViewedArguments {
+public:
+  Value operator()(Value value) {
+    while (auto cast = value.getDefiningOp<memref::CastOp>())
+      value = cast.getSource();
+    Value root = value;
+    while (Operation *def = root.getDefiningOp()) {
+      if (auto cast = dyn_cast<memref::CastOp>(def)) {
+        root = cast.getSource();
+      } else if (auto collapse = dyn_cast<memref::CollapseShapeOp>(def)) {
+        root = collapse.getSrc();
+      } else if (auto expand = dyn_cast<memref::ExpandShapeOp>(def)) {
+        root = expand.getSrc();
+      } else if (auto branch = dyn_cast<scf::IfOp>(def);
+                 branch && !branch.getElseRegion().empty()) {
+        Value taken = throughBranches(branch, llvm::cast<OpResult>(root));
+        if (!taken)
+          break;
+        root = taken;
+      } else {
         break;
-      root = taken;
-    } else {
-      break;
+      }
     }
+    return root.getType() == value.getType() ? root : value;
   }
-  return root.getType() == value.getType() ? root : value;
-}
+
+private:
+  /// What both branches yield as `result`, seen through; null if they
+  /// differ.
+  Value throughBranches(scf::IfOp branch, OpResult result) {
+    auto [it, fresh] = seen.try_emplace(result, Value());
+    if (!fresh)
+      return it->second;
+    unsigned index = result.getResultNumber();
+    Value taken = (*this)(branch.thenYield().getOperand(index));
+    Value other = (*this)(branch.elseYield().getOperand(index));
+    Value answer = taken == other ? taken : Value();
+    seen[result] = answer;
+    return answer;
+  }
+
+  llvm::DenseMap<Value, Value> seen;
+};
 
 struct MarkInPlaceResultsPass
     : public distopt::impl::MarkInPlaceResultsPassBase<MarkInPlaceResultsPass> {
@@ -183,6 +206,7 @@ struct MarkInPlaceResultsPass
       }
       SmallVector<int64_t> inPlace;
       llvm::BitVector dropped(ret.getNumOperands());
+      ViewedArguments viewedArgument;
       for (OpOperand &operand : ret->getOpOperands()) {
         auto arg = dyn_cast<BlockArgument>(viewedArgument(operand.get()));
         unsigned result = operand.getOperandNumber();
