@@ -69,7 +69,8 @@ struct StepReport {
   /// Updates that run on one owner (ZeRO's greedy layout, and updates that
   /// read whole matrices under either): what each rank updates.
   struct OwnerLoad {
-    int64_t tensors = 0, elements = 0, flops = 0;
+    int64_t tensors = 0, elements = 0;
+    double flops = 0; // (sums may pass int64_t's range)
   };
   std::map<int64_t, OwnerLoad> owners;
 };
@@ -346,7 +347,7 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       ++load.tensors;
       load.elements +=
           cast<RankedTensorType>(update.getParam().getType()).getNumElements();
-      load.flops += update.getUpdateFlops();
+      load.flops += static_cast<double>(update.getUpdateFlops());
     });
   });
   llvm::SetVector<Block *> powerSGDBlocks;
@@ -427,7 +428,7 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
           "either strategy)\n";
     os << llvm::format("  %6s %8s %14s %14s\n", "rank", "tensors", "elements",
                        "update MFLOP");
-    int64_t most = 0, total = 0;
+    double most = 0, total = 0;
     for (auto &[rank, load] : r.owners) {
       os << llvm::format("  %6lld %8lld %14lld %14.3f\n", (long long)rank,
                          (long long)load.tensors, (long long)load.elements,
@@ -437,8 +438,7 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
     }
     if (total > 0 && r.worldSize > 0)
       os << llvm::format("  most loaded rank: %.2fx the mean of %lld ranks\n",
-                         static_cast<double>(most) * r.worldSize / total,
-                         (long long)r.worldSize);
+                         most * r.worldSize / total, (long long)r.worldSize);
   }
 
   os << "\nmodel state per rank\n";

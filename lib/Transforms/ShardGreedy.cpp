@@ -96,20 +96,22 @@ Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
   // such updates only.
   bool byFlops =
       balanceFlops && !cast<OptimizerOpInterface>(first.op).isElementwise();
-  SmallVector<int64_t> weight;
+  // (In doubles: sums of FLOPs may pass int64_t's range, elements are
+  // exact below 2^53.)
+  SmallVector<double> weight;
   for (Update *u : group)
-    weight.push_back(byFlops
-                         ? cast<OptimizerOpInterface>(u->op).getUpdateFlops()
-                         : u->numel());
+    weight.push_back(static_cast<double>(
+        byFlops ? cast<OptimizerOpInterface>(u->op).getUpdateFlops()
+                : u->numel()));
   SmallVector<unsigned> order(group.size());
   std::iota(order.begin(), order.end(), 0);
   llvm::stable_sort(
       order, [&](unsigned a, unsigned b) { return weight[a] > weight[b]; });
-  SmallVector<int64_t> &elements = ownedElements[groupRef];
+  SmallVector<double> &elements = ownedElements[groupRef];
   elements.resize(size, 0);
-  SmallVector<int64_t> &owned = byFlops ? ownedFlops[groupRef] : elements;
+  SmallVector<double> &owned = byFlops ? ownedFlops[groupRef] : elements;
   owned.resize(size, 0);
-  SmallVector<int64_t> added(size, 0);
+  SmallVector<double> added(size, 0);
   GreedyGroup greedy;
   greedy.loads.assign(size, 0);
   greedy.owners.resize(group.size());
@@ -127,7 +129,7 @@ Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
   for (int64_t r = 0; r < size; ++r) {
     if (byFlops)
       owned[r] += added[r];
-    elements[r] += greedy.loads[r];
+    elements[r] += static_cast<double>(greedy.loads[r]);
   }
   greedy.capacity = *llvm::max_element(greedy.loads);
   if (stage == 2) {

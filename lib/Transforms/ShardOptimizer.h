@@ -1,8 +1,9 @@
 //===- ShardOptimizer.h - ZeRO sharding's strategies ------------*- C++ -*-===//
 //
 // Private to --distopt-shard-optimizer: the analysed updates and the state
-// of one run, shared by the pass (ShardOptimizer.cpp) and its two
-// strategies, flat (ShardFlat.cpp) and greedy (ShardGreedy.cpp).
+// of one run, shared by the pass (ShardOptimizer.cpp), its two strategies,
+// flat (ShardFlat.cpp) and greedy (ShardGreedy.cpp), and the order that
+// runs them and what spans their parts (ShardComposed.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -150,7 +151,7 @@ public:
   /// matrices: a group starts from them (as OSS balances
   /// across torch's param groups), so that groups of one tensor each (a
   /// Muon matrix with a rate of its own) do not all go to rank 0.
-  llvm::DenseMap<Attribute, SmallVector<int64_t>> ownedElements, ownedFlops;
+  llvm::DenseMap<Attribute, SmallVector<double>> ownedElements, ownedFlops;
   void updateGreedy(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
                     const GreedyGroup &greedy);
   /// What spans the groups (the overflow check, clipping by the global

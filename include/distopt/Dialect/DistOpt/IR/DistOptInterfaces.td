@@ -172,8 +172,9 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
       "double", "getCompiledHyperparameter", (ins "::llvm::StringRef":$key)>,
     InterfaceMethod<"The floating-point operations of one update, roughly "
                     "(ZeRO's owner plan balances them across ranks): the "
-                    "elements for an element-wise update (a few each), the "
-                    "matrix products for one that reads whole matrices.",
+                    "matrix products of one that reads whole matrices; for "
+                    "an element-wise update its element count (its work "
+                    "grows with it).",
       "int64_t", "getUpdateFlops">,
     InterfaceMethod<"The operands that give hyperparameters at run time.",
       "::mlir::Operation::operand_range", "getRuntimeHyperparameters">,
