@@ -88,8 +88,8 @@ def main():
     parser.add_argument("--batch", type=int, default=32,
                         help="global batch of 64-character sequences")
     parser.add_argument("--pipeline", default="",
-                        help="distopt-pipeline options (Muon and Dion need "
-                             "zero-strategy=greedy under ZeRO)")
+                        help="distopt-pipeline options (under ZeRO, stages "
+                             "1 and 2, each matrix is updated on one owner)")
     parser.add_argument("--plot", metavar="PNG")
     args = parser.parse_args()
     torch.set_num_threads(1)

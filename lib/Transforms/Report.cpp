@@ -347,7 +347,8 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       ++load.tensors;
       load.elements +=
           cast<RankedTensorType>(update.getParam().getType()).getNumElements();
-      load.flops += static_cast<double>(update.getUpdateFlops());
+      if (!update.isElementwise()) // (theirs are their elements)
+        load.flops += static_cast<double>(update.getUpdateFlops());
     });
   });
   llvm::SetVector<Block *> powerSGDBlocks;
@@ -422,8 +423,9 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
   }
 
   if (!r.owners.empty()) {
-    // The slowest owner sets the step's time: its share of the FLOPs
-    // against an even split (1.00 = balanced).
+    // The slowest owner sets the step's time: its share of the FLOPs of
+    // updates that read whole matrices against an even split (1.00 =
+    // balanced); element-wise updates count in elements only.
     os << "\nupdates on their owners (ZeRO greedy; whole matrices under "
           "either strategy)\n";
     os << llvm::format("  %6s %8s %14s %14s\n", "rank", "tensors", "elements",

@@ -4,7 +4,8 @@
 // of a group of like updates are laid out in one flat buffer padded to a
 // multiple of N chunks; rank r owns chunk r: reduce(-scatter) -> update the
 // chunk -> all_gather. Hybrid: N is the shard group's size, and the chunk is
-// also all-reduced across the replicate group.
+// also all-reduced across the replicate group. Groups of updates that read
+// whole matrices go to owners instead (ShardGreedy.cpp).
 //
 //===----------------------------------------------------------------------===//
 

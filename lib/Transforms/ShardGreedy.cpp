@@ -3,11 +3,13 @@
 // --distopt-shard-optimizer=strategy=greedy (ZeroRedundancyOptimizer, OSS):
 // whole parameters are given to ranks, largest first, each to the least
 // loaded rank (counting the groups of updates before); the owner updates
-// them inside distopt.owned_by and broadcasts the result. Each rank's
-// state lives in one buffer per state key as large as the most loaded
-// rank's. At stage 2, what spans the gradients (the overflow check,
+// them inside distopt.owned_by and broadcasts the result. Also the owner
+// plan of the flat strategy's updates that read whole matrices. Each
+// rank's state lives in one buffer per state key as large as the most
+// loaded rank's. At stage 2, what spans the gradients (the overflow check,
 // clipping) reads a buffer laid out the same way, into which each owner
-// copies the gradients reduced to it.
+// copies the gradients reduced to it; at stage 1 too where flat groups
+// share the check or the clip (composeAtStage1).
 //
 //===----------------------------------------------------------------------===//
 
@@ -272,10 +274,11 @@ void Sharder::updateGreedy(func::FuncOp func, ArrayRef<Update *> group,
       oldSlots.push_back(slot(b++));
       mapping.map(u->op->getOperand(0), oldSlots.back());
     }
-    // The gradient: at stage 2 composed, from this rank's buffer of reduced
-    // gradients, unscaled and clipped; at stage 1 every rank holds the
-    // reduced gradient, and what the step computes from it (unscaling,
-    // clipping, the overflow check) stays as it is.
+    // The gradient: where composed (stage 2, or stage 1 beside flat groups
+    // that share the check or the clip), from this rank's buffer of reduced
+    // gradients, unscaled and clipped; otherwise at stage 1 every rank
+    // holds the reduced gradient, and what the step computes from it
+    // (unscaling, clipping, the overflow check) stays as it is.
     Value g;
     if (greedy.grad) {
       g = sliceOf(greedy.grad, offset[i], u->paramType());

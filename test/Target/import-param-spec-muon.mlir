@@ -28,6 +28,8 @@
 // RUN:   | distopt-opt --distopt-shard-optimizer=stage=1 --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | not distopt-opt --distopt-shard-optimizer=stage=3 2>&1 | FileCheck %s --check-prefix=STAGE3
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=1" 2>&1 | FileCheck %s --check-prefix=HYBRID
 // The report shows each owner's share: 4 x (4 m^2 n + 2 m^3) + 10 m n
 // FLOPs for 4 iterations on an m x n matrix (m <= n).
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
@@ -75,6 +77,7 @@
 // ELEMENTS-NEXT:      0        1             72          0.006
 // ELEMENTS-NEXT:      1        1             64          0.013
 // BALANCE: error: --distopt-shard-optimizer: owner-balance must be flops or elements, got 'bytes'
+// HYBRID: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and hybrid sharding (shard-group) lays parameters out in chunks only
 // STAGE3: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
 // GREEDY: distopt.owned_by @{{.*}} rank
 // GREEDY: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64

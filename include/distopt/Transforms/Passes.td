@@ -395,7 +395,9 @@ def ShardOptimizerPass
     two matrices of equal size can differ by their smaller side), balanced
     against the FLOPs earlier such groups gave each rank; `owner-balance=
     elements` weighs their elements instead, as for the others (for
-    comparisons: B16). `--distopt-report` prints each owner's share.
+    comparisons: B16). Evening FLOPs may leave one rank more elements, and
+    each state buffer is as long as the most loaded rank's (the report's
+    elements column). `--distopt-report` prints each owner's share.
 
     The signature changes: the per-parameter state (and main parameter, and
     at stage 3 parameter) arguments and results are replaced by sharded ones,
@@ -420,7 +422,9 @@ def ShardOptimizerPass
     finite, and what reads the check (the loss scale's update) moves after
     it. `strategy=greedy` keeps such a chain whole at stage 1 (every rank
     holds the reduced gradient; the owner updates from the chain's result,
-    kept by the same condition). At stage 2 each owner copies the gradients
+    kept by the same condition). At stage 2, and at stage 1 where owners'
+    groups share the check or the clip with flat groups (`strategy=flat`
+    with updates that read whole matrices), each owner copies the gradients
     reduced to it into its rank's buffer of reduced gradients (laid out as
     its state buffer, zeros after its last tensor), and the check and the
     clipping are rebuilt over those buffers as over flat chunks: a tensor
@@ -699,8 +703,9 @@ def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
     gradients after reduction, optimizer state with main parameters), per
     parameter of the model (`distopt.num_parameters`); what each owner
     updates where updates run on owners (ZeRO's greedy layout, and updates
-    that read whole matrices: tensors, elements, `getUpdateFlops()`, and
-    the most loaded rank's FLOPs against the mean); and the compression
+    that read whole matrices: tensors, elements, the latter's
+    `getUpdateFlops()`, and the most loaded rank's FLOPs against the mean);
+    and the compression
     ratio. The IR is unchanged.
 
     For a mixed-precision Adam spec these match the ZeRO paper's figures:
