@@ -6,17 +6,66 @@
 // Under ZeRO a rank holds only its part of the reduced gradients, so both
 // strategies rebuild them over those parts: the check and the norm are
 // agreed over the group with one scalar reduction, and each update reads
-// its gradient unscaled and clipped from its rank's part.
+// its gradient unscaled and clipped from its rank's part. Also the helpers
+// both strategies share (layouts, new arguments).
 //
 //===----------------------------------------------------------------------===//
 
 #include "ShardOptimizer.h"
+
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
 #include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 using namespace mlir::distopt;
 using namespace mlir::distopt::zero;
+
+namespace mlir::distopt::zero {
+
+RankedTensorType flatType(int64_t size, Type element) {
+  return RankedTensorType::get({size}, element);
+}
+
+/// The attribute describing where each tensor of a group lives.
+ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
+                     ArrayRef<int64_t> offsets, ArrayRef<int64_t> owners,
+                     std::optional<unsigned> state) {
+  SmallVector<Attribute> entries;
+  for (auto [i, u] : llvm::enumerate(group)) {
+    auto type = state ? cast<RankedTensorType>(u->state[*state].getType())
+                      : u->paramType();
+    entries.push_back(abi::layoutEntry(
+        builder, u->name, offsets[i], type.getShape(),
+        owners.empty() ? std::nullopt : std::optional<int64_t>(owners[i])));
+  }
+  return builder.getArrayAttr(entries);
+}
+
+/// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
+std::string stateKey(func::FuncOp func, const Update &u, unsigned k) {
+  StringRef name = abi::getArgName(func, u.state[k].getArgNumber());
+  if (name.consume_front(u.name) && name.consume_front("."))
+    return name.str();
+  return ("state" + Twine(k)).str();
+}
+
+BlockArgument Sharder::addArgument(func::FuncOp func, Type type, StringRef role,
+                                   StringRef name,
+                                   ArrayRef<NamedAttribute> extra) {
+  Builder builder(func.getContext());
+  NamedAttrList attrs;
+  attrs.set(abi::kRole, builder.getStringAttr(role));
+  attrs.set(abi::kName, builder.getStringAttr(name));
+  for (NamedAttribute attr : extra)
+    attrs.set(attr.getName(), attr.getValue());
+  unsigned index = func.getNumArguments();
+  (void)func.insertArgument(index, type, attrs.getDictionary(func.getContext()),
+                            func.getLoc());
+  return func.getArgument(index);
+}
+
+} // namespace mlir::distopt::zero
 
 /// Each tensor's [begin, end) in a greedy group's buffer of N x capacity
 /// elements whose chunk r is rank r's, in order.
