@@ -72,10 +72,6 @@ struct ShardOptimizerPass
     if (!shardGroup.empty() && strategy == ZeroStrategy::Greedy)
       return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
                                "(shard-group) is built for strategy=flat";
-    if (ownerBalance != "flops" && ownerBalance != "elements")
-      return emitError(loc) << "--distopt-shard-optimizer: owner-balance "
-                               "must be flops or elements, got '"
-                            << ownerBalance.getValue() << "'";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -543,7 +539,7 @@ void ShardOptimizerPass::runOnOperation() {
       return signalPassFailure();
   }
   Sharder sharder(stage, alignment, shardRef, replicateRef,
-                  /*balanceFlops=*/ownerBalance == "flops");
+                  /*balanceFlops=*/ownerBalance == OwnerBalance::Flops);
   unsigned firstNewArg = func.getNumArguments();
   // The flat strategy lays out the element-wise groups; the greedy one,
   // and updates that read whole matrices, keep each tensor on an owner.

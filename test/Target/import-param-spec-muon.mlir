@@ -35,11 +35,13 @@
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer=stage=1 --distopt-report -o /dev/null | FileCheck %s --check-prefix=OWNERS
 // Balanced by elements instead (the pipeline's zero-owner-balance), the
-// two swap; another word is refused.
+// two swap; another word is refused, by the pipeline even without zero-stage.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 zero-owner-balance=elements" --distopt-report -o /dev/null | FileCheck %s --check-prefix=ELEMENTS
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | not distopt-opt --distopt-shard-optimizer="stage=1 owner-balance=bytes" 2>&1 | FileCheck %s --check-prefix=BALANCE
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-owner-balance=bytes" 2>&1 | FileCheck %s --check-prefix=PIPELINE-BALANCE
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
 
@@ -76,7 +78,8 @@
 // ELEMENTS-NEXT:   rank  tensors       elements   update MFLOP
 // ELEMENTS-NEXT:      0        1             72          0.006
 // ELEMENTS-NEXT:      1        1             64          0.013
-// BALANCE: error: --distopt-shard-optimizer: owner-balance must be flops or elements, got 'bytes'
+// BALANCE: for the --owner-balance option: 'bytes' is not one of: flops, elements
+// PIPELINE-BALANCE: for the --zero-owner-balance option: 'bytes' is not one of: flops, elements
 // HYBRID: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and hybrid sharding (shard-group) lays parameters out in chunks only
 // STAGE3: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
 // GREEDY: distopt.owned_by @{{.*}} rank

@@ -32,11 +32,11 @@ struct DistOptPipelineOptions
   Option<ZeroStrategy> zeroStrategy{
       *this, "zero-strategy", llvm::cl::desc("flat or greedy"),
       llvm::cl::init(ZeroStrategy::Flat), zeroStrategyChoices()};
-  Option<std::string> zeroOwnerBalance{
+  Option<OwnerBalance> zeroOwnerBalance{
       *this, "zero-owner-balance",
       llvm::cl::desc("ZeRO: what owners of updates that read whole matrices "
                      "(Muon, Dion) balance: flops or elements"),
-      llvm::cl::init("flops")};
+      llvm::cl::init(OwnerBalance::Flops), ownerBalanceChoices()};
   Option<int64_t> hybridShardSize{
       *this, "hybrid-shard-size",
       llvm::cl::desc("Hybrid sharding: ZeRO inside groups of this many "

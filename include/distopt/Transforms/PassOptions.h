@@ -33,6 +33,15 @@ inline llvm::cl::ValuesClass zeroStrategyChoices() {
       clEnumValN(ZeroStrategy::Greedy, "greedy", "whole parameters"));
 }
 
+/// What the owners of updates that read whole matrices balance.
+enum class OwnerBalance { Flops, Elements };
+
+inline llvm::cl::ValuesClass ownerBalanceChoices() {
+  return llvm::cl::values(
+      clEnumValN(OwnerBalance::Flops, "flops", "the updates' arithmetic"),
+      clEnumValN(OwnerBalance::Elements, "elements", "their elements"));
+}
+
 /// The type bf16/f16 gradients are reduced in (None: their own).
 enum class ReduceDtype { None, F32, F64 };
 
@@ -54,6 +63,7 @@ inline llvm::cl::ValuesClass pipelineReduceDtypeChoices() {
 
 DISTOPT_CHOICE_PARSER(mlir::distopt::CollectiveBackend)
 DISTOPT_CHOICE_PARSER(mlir::distopt::ZeroStrategy)
+DISTOPT_CHOICE_PARSER(mlir::distopt::OwnerBalance)
 DISTOPT_CHOICE_PARSER(mlir::distopt::ReduceDtype)
 
 #endif // DISTOPT_TRANSFORMS_PASSOPTIONS_H

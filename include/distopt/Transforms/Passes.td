@@ -457,9 +457,10 @@ def ShardOptimizerPass
            "zeroStrategyChoices()">,
     Option<"alignment", "alignment", "int64_t", "64",
            "Byte alignment of each tensor in the flat layout">,
-    Option<"ownerBalance", "owner-balance", "std::string", "\"flops\"",
+    Option<"ownerBalance", "owner-balance", "OwnerBalance",
+           "OwnerBalance::Flops",
            "What owners of updates that read whole matrices balance: flops "
-           "(their arithmetic) or elements">,
+           "(their arithmetic) or elements", "ownerBalanceChoices()">,
     Option<"shardGroup", "shard-group", "std::string", "",
            "Hybrid sharding: shard over this process group (runs of "
            "consecutive ranks) instead of the gradients' world group">,
