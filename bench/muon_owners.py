@@ -21,7 +21,12 @@ and by FLOPs: the median of 5 launches' medians (one launch of each in
 turn), the lowest 10th and highest 90th percentile. One thread per rank
 (OpenBLAS's products too).
 
-    bench/muon_owners.py [--build build] [--steps 8] [--launches 5]
+--rates instead measures one thread's Muon update rate (GFLOP/s, the
+formula above over the median of 5 steps, compiled and called in process
+as bench/muon.py does) on ResNet-50's shapes of m from 64 to 512: the
+figures docs/benchmarks.md fits the rate curve to.
+
+    bench/muon_owners.py [--build build] [--steps 8] [--launches 5] [--rates]
 """
 import argparse
 import json
@@ -63,6 +68,32 @@ def muon_step(build, spec_name, world, tmp):
     return path + ".mlir"
 
 
+def rates(build):
+    """One thread's Muon update rate on each shape (rows x cols)."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "test", "Integration"))
+    from common import percentile
+    from compiled_step import CompiledStep
+    from muon import step_text, timed
+    rng = np.random.default_rng(1)
+    runtime = os.path.join(build, "runtime", "lib", "libdistopt_rt.so")
+    print("| shape | m | ms | GFLOP/s |")
+    print("|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for rows, cols in [(64, 576), (256, 64), (128, 1152), (256, 2304),
+                           (2048, 512), (512, 4608)]:
+            step = CompiledStep.compile(os.path.join(build, "bin", "distopt-compile"), runtime,
+                                        step_text(rows, cols), tmp, name=f"m{rows}x{cols}")
+            p = rng.standard_normal((rows, cols)).astype(np.float32)
+            g = rng.standard_normal((rows, cols)).astype(np.float32)
+            b = np.zeros_like(p)
+            seconds = percentile(timed(lambda k: step([p, g, b, 0.02, k + 1]), 5), 0.5)
+            m, n = min(rows, cols), max(rows, cols)
+            flops = 5 * (4 * m * m * n + 2 * m ** 3) + 10 * m * n
+            print(f"| {rows}x{cols} | {m} | {seconds * 1e3:.2f} | {flops / seconds / 1e9:.1f} |",
+                  flush=True)
+
+
 def most_loaded(build, step, balance):
     text = report(build, step, f"zero-stage=2 zero-owner-balance={balance}")
     match = re.search(r"most loaded rank: ([\d.]+)x", text)
@@ -74,7 +105,10 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--launches", type=int, default=5)
+    parser.add_argument("--rates", action="store_true")
     args = parser.parse_args()
+    if args.rates:
+        return rates(args.build)
     with tempfile.TemporaryDirectory() as tmp:
         print("| model | ranks | most loaded / mean, by elements | by FLOPs |")
         print("|---|---:|---:|---:|")
