@@ -85,7 +85,8 @@ void mlir::distopt::buildDistOptPipeline(
   // rejects what it does not support (stage 0 with hybrid sharding too).
   if (options.zeroStage != 0 || options.hybridShardSize != 0) {
     ShardOptimizerPassOptions shard{options.zeroStage, options.zeroStrategy,
-                                    /*alignment=*/64, options.zeroOwnerBalance};
+                                    /*alignment=*/64, options.zeroOwnerBalance,
+                                    options.zeroMatrixPlan};
     if (options.hybridShardSize != 0) {
       shard.shardGroup = "hybrid_shard";
       shard.replicateGroup = "hybrid_replicate";

@@ -73,6 +73,8 @@ struct StepReport {
     double flops = 0; // (sums may pass int64_t's range)
   };
   std::map<int64_t, OwnerLoad> owners;
+  /// matrix-plan=auto's predictions (abi::kMatrixPlans), when made.
+  ArrayAttr matrixPlans;
 };
 
 /// The reducing collective that yields `value`, seen through an average's
@@ -341,6 +343,7 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     else
       addCompressed(op, n, row, report);
   });
+  report.matrixPlans = func->getAttrOfType<ArrayAttr>(abi::kMatrixPlans);
   func.walk([&](OwnedByOp owned) {
     owned.getBody().walk([&](OptimizerOpInterface update) {
       StepReport::OwnerLoad &load = report.owners[owned.getOwner()];
@@ -441,6 +444,34 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
     if (total > 0 && r.worldSize > 0)
       os << llvm::format("  most loaded rank: %.2fx the mean of %lld ranks\n",
                          most * r.worldSize / total, (long long)r.worldSize);
+  }
+
+  if (r.matrixPlans) {
+    // Each group's split, and what the model predicted of the others.
+    os << "\nwhole matrices gathered or on owners (matrix-plan=auto's "
+          "model)\n";
+    for (auto plan : r.matrixPlans.getAsRange<DictionaryAttr>()) {
+      auto number = [&](StringRef key) {
+        auto value = plan.getAs<FloatAttr>(key);
+        return value ? value.getValueAsDouble() : 0.0;
+      };
+      auto count = plan.getAs<IntegerAttr>("matrices");
+      auto gathered = plan.getAs<ArrayAttr>("gathered");
+      int64_t total = count ? count.getInt() : 0;
+      int64_t shared = gathered ? static_cast<int64_t>(gathered.size()) : 0;
+      os << llvm::format("  %lld matrices: %lld gathered, %lld on owners, "
+                         "predicted %.1f us (all on owners %.1f us, all "
+                         "gathered %.1f us)\n",
+                         (long long)total, (long long)shared,
+                         (long long)(total - shared), number("chosen_us"),
+                         number("all_owners_us"), number("all_gathered_us"));
+      if (shared > 0) {
+        os << "    gathered:";
+        for (auto name : gathered.getAsRange<StringAttr>())
+          os << " " << name.getValue();
+        os << "\n";
+      }
+    }
   }
 
   os << "\nmodel state per rank\n";

@@ -84,7 +84,10 @@ static SmallVector<int64_t> ownedBounds(ArrayRef<Update *> group,
 }
 
 void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
-                    ArrayRef<bool> flat) {
+                    ArrayRef<Plan> plans) {
+  // Flat layouts (chunk by chunk or gathered) against owners.
+  SmallVector<bool> flat = llvm::map_to_vector(
+      plans, [](Plan plan) { return plan != Plan::Owners; });
   bool mixed =
       llvm::is_contained(flat, true) && llvm::is_contained(flat, false);
   SmallVector<FlatGroup> flats(groups.size());
@@ -139,7 +142,8 @@ void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
   unsigned flatIndex = 0, ownedIndex = 0;
   for (auto [g, group] : llvm::enumerate(groups)) {
     if (flat[g])
-      updateFlat(func, group, flatIndex++, flats[g]);
+      updateFlat(func, group, flatIndex++, flats[g],
+                 /*gathered=*/plans[g] == Plan::Gathered);
     else
       updateGreedy(func, group, ownedIndex++, greedy[g]);
   }

@@ -5,7 +5,9 @@
 // multiple of N chunks; rank r owns chunk r: reduce(-scatter) -> update the
 // chunk -> all_gather. Hybrid: N is the shard group's size, and the chunk is
 // also all-reduced across the replicate group. Groups of updates that read
-// whole matrices go to owners instead (ShardGreedy.cpp).
+// whole matrices go to owners instead (ShardGreedy.cpp), or are laid out
+// the same way and updated whole on every rank from gathered chunks (the
+// gather plan, `gathered`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -116,7 +118,7 @@ Value Sharder::packParamsFlat(func::FuncOp func, ArrayRef<Update *> group,
 }
 
 void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
-                         unsigned index, const FlatGroup &flat) {
+                         unsigned index, const FlatGroup &flat, bool gathered) {
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
   Location loc = first.op->getLoc();
@@ -148,22 +150,90 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     paramShard = flat.param ? flat.param : packParamsFlat(func, group, flat);
   }
 
-  // The update, cloned onto the chunks.
-  IRMapping mapping;
-  mapping.map(first.op->getOperand(0), paramShard);
-  mapping.map(first.op->getOperand(1), gradShard);
   SmallVector<BlockArgument> stateShards;
   for (unsigned k = 0; k < first.state.size(); ++k) {
     Type element =
         cast<RankedTensorType>(first.state[k].getType()).getElementType();
     stateShards.push_back(shardArgument(
         element, abi::kState, prefix + "." + stateKey(func, first, k)));
-    mapping.map(first.op->getOperand(2 + k), stateShards.back());
   }
-  Operation *update = builder.clone(*first.op, mapping);
-  for (Value result : update->getResults())
-    result.setType(flatType(
-        shard, cast<RankedTensorType>(result.getType()).getElementType()));
+  // The new parameter's chunk and each new state's; and, gathered, each
+  // new parameter whole (every rank computed them all).
+  SmallVector<Value> updatedChunks;
+  SmallVector<Value> wholeParams;
+  if (!gathered) {
+    // The update, cloned onto the chunks.
+    IRMapping mapping;
+    mapping.map(first.op->getOperand(0), paramShard);
+    mapping.map(first.op->getOperand(1), gradShard);
+    for (auto [k, arg] : llvm::enumerate(stateShards))
+      mapping.map(first.op->getOperand(2 + k), arg);
+    Operation *update = builder.clone(*first.op, mapping);
+    for (Value result : update->getResults()) {
+      result.setType(flatType(
+          shard, cast<RankedTensorType>(result.getType()).getElementType()));
+      updatedChunks.push_back(result);
+    }
+  } else {
+    // Every tensor whole from the gathered chunks (the parameters are
+    // whole already at stages 1 and 2 without main parameters), updated as
+    // unsharded, and this rank's chunk of each result kept.
+    auto gatherWhole = [&](Value chunk, TypeRange types) {
+      auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
+      Value all = AllGatherOp::create(builder, loc, flatType(padded, element),
+                                      chunk, groupRef, /*wire_type=*/nullptr);
+      return SmallVector<Value>(BucketUnpackOp::create(builder, loc, types, all,
+                                                       bucketAlignment(element))
+                                    .getResults());
+    };
+    auto chunkOf = [&](ValueRange wholes) -> Value {
+      auto element =
+          cast<RankedTensorType>(wholes.front().getType()).getElementType();
+      Value all = BucketPackOp::create(builder, loc, flatType(padded, element),
+                                       wholes, bucketAlignment(element));
+      return ShardSliceOp::create(builder, loc, flatType(shard, element), all,
+                                  groupRef);
+    };
+    auto typesOf = [&](function_ref<Type(Update &)> type) {
+      return llvm::map_to_vector(group, [&](Update *u) { return type(*u); });
+    };
+    SmallVector<Value> params =
+        llvm::map_to_vector(group, [](Update *u) -> Value { return u->param; });
+    if (first.paramIsMain || stage == 3)
+      params = gatherWhole(
+          paramShard, typesOf([](Update &u) { return u.param.getType(); }));
+    SmallVector<Value> grads = gatherWhole(
+        gradShard,
+        typesOf([](Update &u) { return u.op->getOperand(1).getType(); }));
+    SmallVector<SmallVector<Value>> states;
+    for (auto [index, arg] : llvm::enumerate(stateShards)) {
+      size_t k = index; // lambdas capture no structured bindings
+      states.push_back(gatherWhole(
+          arg, typesOf([&](Update &u) { return u.state[k].getType(); })));
+    }
+    SmallVector<SmallVector<Value>> results(1 + stateShards.size());
+    for (auto [i, u] : llvm::enumerate(group)) {
+      IRMapping mapping;
+      mapping.map(u->op->getOperand(0), params[i]);
+      mapping.map(u->op->getOperand(1), grads[i]);
+      for (auto [k, state] : llvm::enumerate(states))
+        mapping.map(u->op->getOperand(2 + k), state[i]);
+      Operation *update = builder.clone(*u->op, mapping);
+      for (auto [r, result] : llvm::enumerate(update->getResults()))
+        results[r].push_back(result);
+    }
+    // (At stages 1 and 2 a plain parameter's chunk is not needed.)
+    for (auto [r, wholes] : llvm::enumerate(results))
+      updatedChunks.push_back(r == 0 && !first.paramIsMain && stage < 3
+                                  ? Value()
+                                  : chunkOf(wholes));
+    if (stage < 3)
+      for (auto [i, whole] : llvm::enumerate(results.front()))
+        wholeParams.push_back(
+            first.keep ? arith::SelectOp::create(builder, loc, first.keep,
+                                                 whole, params[i])
+                       : whole);
+  }
 
   // A skipped step keeps the old chunks, as the selects kept the tensors.
   auto kept = [&](Value updated, Value old) -> Value {
@@ -175,9 +245,9 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     return func.getArgAttrDict(arg.getArgNumber());
   };
   for (auto [k, arg] : llvm::enumerate(stateShards))
-    newResults.push_back(
-        {kept(update->getResult(1 + k), arg), resultAttrs(arg)});
-  Value newParam = kept(update->getResult(0), paramShard);
+    newResults.push_back({kept(updatedChunks[1 + k], arg), resultAttrs(arg)});
+  Value newParam =
+      updatedChunks.front() ? kept(updatedChunks.front(), paramShard) : Value();
   if (first.paramIsMain || stage == 3)
     newResults.push_back(
         {newParam, resultAttrs(cast<BlockArgument>(paramShard))});
@@ -241,7 +311,20 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     gatherAtUses(paramShard, params, updates);
   }
 
-  if (first.paramIsMain) {
+  if (gathered && stage < 3) {
+    // Every rank holds the new parameters (or main parameters) whole.
+    for (auto [u, whole] : llvm::zip_equal(group, wholeParams)) {
+      if (!u->paramIsMain) {
+        (u->selects.empty() ? u->op->getResult(0)
+                            : u->selects.front().getResult())
+            .replaceAllUsesWith(whole);
+        continue;
+      }
+      for (arith::TruncFOp trunc : u->downcasts)
+        trunc.getResult().replaceAllUsesWith(
+            arith::TruncFOp::create(builder, loc, trunc.getType(), whole));
+    }
+  } else if (first.paramIsMain) {
     // Model parameters: rounded from the updated main chunk.
     Type modelElement = gradElement;
     if (!group.front()->downcasts.empty())

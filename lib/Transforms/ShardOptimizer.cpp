@@ -72,6 +72,16 @@ struct ShardOptimizerPass
     if (!shardGroup.empty() && strategy == ZeroStrategy::Greedy)
       return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
                                "(shard-group) is built for strategy=flat";
+    bool anyRate = updateGflops != 0 || latencyUs != 0 || bandwidthGbPerS != 0;
+    if (anyRate && !(updateGflops > 0 && latencyUs > 0 && bandwidthGbPerS > 0))
+      return emitError(loc) << "--distopt-shard-optimizer: update-gflops, "
+                               "latency-us and bandwidth-gb-per-s are given "
+                               "together, each positive";
+    if (anyRate && matrixPlan != MatrixPlan::Auto)
+      return emitError(loc) << "--distopt-shard-optimizer: update-gflops, "
+                               "latency-us and bandwidth-gb-per-s choose "
+                               "matrix-plan=auto's plans; matrix-plan is "
+                               "forced here";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -103,6 +113,16 @@ private:
 };
 
 } // namespace
+
+/// Whether every state tensor of the update has the parameter's shape, so
+/// that its chunks lie as the parameter's (not Dion's right factor).
+static bool statesShapedAsParam(Operation *op) {
+  auto update = cast<OptimizerOpInterface>(op);
+  auto shape = cast<RankedTensorType>(update.getParam().getType()).getShape();
+  return llvm::all_of(update.getState(), [&](Value state) {
+    return cast<RankedTensorType>(state.getType()).getShape() == shape;
+  });
+}
 
 /// Hybrid sharding's groups, named by the options, of the gradients' world.
 LogicalResult
@@ -187,19 +207,24 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
     return arg && arg.getOwner() == &entry;
   };
 
-  // An update that reads the whole matrix runs whole on one owner (the
-  // flat strategy gives such updates to owners as the greedy one does);
-  // stage 3 and hybrid sharding keep only chunks of each parameter.
-  if (!cast<OptimizerOpInterface>(op).isElementwise()) {
-    if (stage == 3)
-      return fail("its update reads the whole matrix, and stage 3 keeps "
-                  "only a chunk of each parameter on a rank (stages 1 and 2 "
-                  "update each matrix whole on the rank that owns it)");
-    if (!shardGroup.empty())
-      return fail("its update reads the whole matrix, and hybrid sharding "
-                  "(shard-group) lays parameters out in chunks only "
-                  "(without it, stages 1 and 2 update each matrix whole on "
-                  "the rank that owns it)");
+  // An update that reads the whole matrix runs whole on one owner, or on
+  // every rank from gathered chunks (matrix-plan); stage 3 and hybrid
+  // sharding keep only chunks of each parameter, so no owner.
+  if (!cast<OptimizerOpInterface>(op).isElementwise() &&
+      (stage == 3 || !shardGroup.empty())) {
+    StringRef where = stage == 3 ? "stage 3 keeps only a chunk of each "
+                                   "parameter on a rank"
+                                 : "hybrid sharding (shard-group) lays "
+                                   "parameters out in chunks only";
+    if (matrixPlan == MatrixPlan::Owner)
+      return fail("its update reads the whole matrix, and " + where +
+                  " (matrix-plan=gather updates it whole on every rank)");
+    if (!statesShapedAsParam(op))
+      return fail("its update reads the whole matrix and keeps state of "
+                  "another shape, and " +
+                  where +
+                  " (stages 1 and 2 update each matrix whole on the rank "
+                  "that owns it)");
   }
   Value param = op->getOperand(0);
   StringRef role =
@@ -541,13 +566,53 @@ void ShardOptimizerPass::runOnOperation() {
   Sharder sharder(stage, alignment, shardRef, replicateRef,
                   /*balanceFlops=*/ownerBalance == OwnerBalance::Flops);
   unsigned firstNewArg = func.getNumArguments();
-  // The flat strategy lays out the element-wise groups; the greedy one,
-  // and updates that read whole matrices, keep each tensor on an owner.
-  SmallVector<bool> flat = llvm::map_to_vector(groups, [&](auto &group) {
-    return strategy == ZeroStrategy::Flat &&
-           cast<OptimizerOpInterface>(group.front()->op).isElementwise();
-  });
-  sharder.shard(func, groups, flat);
+  // The flat strategy lays out the element-wise groups; the greedy one
+  // keeps each tensor on an owner. Updates that read whole matrices take
+  // their matrix plan, or the cost model's, split per matrix.
+  SmallVector<SmallVector<Update *>> planned;
+  SmallVector<Sharder::Plan> plans;
+  SmallVector<Attribute> predictions;
+  bool ownersRun = stage < 3 && !shardRef;
+  for (SmallVector<Update *> &group : groups) {
+    Operation *first = group.front()->op;
+    if (cast<OptimizerOpInterface>(first).isElementwise()) {
+      planned.push_back(group);
+      plans.push_back(strategy == ZeroStrategy::Flat ? Sharder::Plan::Flat
+                                                     : Sharder::Plan::Owners);
+      continue;
+    }
+    bool gatherable = statesShapedAsParam(first);
+    if (!gatherable || matrixPlan == MatrixPlan::Owner ||
+        (matrixPlan == MatrixPlan::Auto && ownersRun && updateGflops == 0)) {
+      planned.push_back(group);
+      plans.push_back(Sharder::Plan::Owners);
+      continue;
+    }
+    SmallVector<bool> gathered(group.size(), true);
+    if (matrixPlan == MatrixPlan::Auto && ownersRun) {
+      MatrixCostModel model{
+          updateGflops * 1e9, latencyUs * 1e-6, bandwidthGbPerS * 1e9,
+          lookupProcessGroup(func, group.front()->reduction.getGroupAttr())
+              .getSize(),
+          stage};
+      gathered = model.choose(group);
+      predictions.push_back(model.describe(func.getContext(), group, gathered));
+    }
+    for (bool gather : {true, false}) {
+      SmallVector<Update *> part;
+      for (auto [u, g] : llvm::zip_equal(group, gathered))
+        if (g == gather)
+          part.push_back(u);
+      if (part.empty())
+        continue;
+      planned.push_back(part);
+      plans.push_back(gather ? Sharder::Plan::Gathered : Sharder::Plan::Owners);
+    }
+  }
+  if (!predictions.empty())
+    func->setAttr(abi::kMatrixPlans,
+                  ArrayAttr::get(func.getContext(), predictions));
+  sharder.shard(func, planned, plans);
   if (failed(rewriteResults(func, updates, sharder)) ||
       failed(eraseDeadArguments(func, updates, firstNewArg)))
     return signalPassFailure();

@@ -3,7 +3,8 @@
 // Private to --distopt-shard-optimizer: the analysed updates and the state
 // of one run, shared by the pass (ShardOptimizer.cpp), its two strategies,
 // flat (ShardFlat.cpp) and greedy (ShardGreedy.cpp), and the order that
-// runs them and what spans their parts (ShardComposed.cpp).
+// runs them and what spans their parts (ShardComposed.cpp); the cost model
+// of the plans of updates that read whole matrices (MatrixPlan.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +81,29 @@ ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
 /// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
 std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
 
+/// matrix-plan=auto's cost model for a group of updates that read whole
+/// matrices, at stages 1 and 2 (MatrixPlan.cpp). The step time of the
+/// group's part is modelled as the owners' (a broadcast of each matrix, at
+/// stage 2 also a reduce to its owner, and the busiest owner's arithmetic
+/// after the sorted-greedy assignment by FLOPs) plus the gathered
+/// matrices' (one all-gather per gathered buffer and, at stage 2, one
+/// reduce-scatter, each moving (N-1)/N of their bytes, and every rank's
+/// arithmetic of them all), a collective of S bytes taking latency +
+/// S / bandwidth. The gathered matrices are the k cheapest by FLOPs, k the
+/// one predicted fastest (no gathered matrix on a tie).
+struct MatrixCostModel {
+  double flopsPerS, latencyS, bytesPerS;
+  int64_t ranks, stage;
+
+  /// Predicted seconds with `gathered` (one flag per update) gathered.
+  double predict(ArrayRef<Update *> group, ArrayRef<bool> gathered) const;
+  /// Which updates to gather.
+  SmallVector<bool> choose(ArrayRef<Update *> group) const;
+  /// The prediction as the report reads it (abi::kMatrixPlans' entries).
+  DictionaryAttr describe(MLIRContext *context, ArrayRef<Update *> group,
+                          ArrayRef<bool> gathered) const;
+};
+
 /// Rewrites groups of like updates of one function into sharded ones,
 /// collecting the arguments it adds, the results they return and the ops
 /// it replaces; the pass then rebuilds the signature.
@@ -112,17 +136,21 @@ public:
     /// the update (packParamsFlat); else updateFlat packs them.
     Value param;
   };
-  /// Shards every group of like updates: those of `flat` (a group each)
-  /// the flat way, the others whole on their owners (the greedy way: the
-  /// greedy strategy's groups, and the flat strategy's updates that read
-  /// whole matrices, which the flat layout would cut). Each group's part of
+  /// How a group is sharded: laid out flat and updated chunk by chunk;
+  /// whole on owners (the greedy strategy's groups, and the owner plan of
+  /// updates that read whole matrices); or laid out flat and updated
+  /// whole on every rank from gathered chunks (the gather plan).
+  enum class Plan { Flat, Owners, Gathered };
+  /// Shards every group of like updates by its plan. Each group's part of
   /// the reduced gradients first, then what spans the groups over those
   /// parts, then the updates (ShardComposed.cpp).
   void shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
-             ArrayRef<bool> flat);
+             ArrayRef<Plan> plans);
   FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group);
+  /// Updates the group's chunks: each chunk alone, or (`gathered`) every
+  /// tensor whole from the gathered chunks, keeping this rank's chunk.
   void updateFlat(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
-                  const FlatGroup &flat);
+                  const FlatGroup &flat, bool gathered);
   /// This rank's chunk of the group's parameters packed into a flat buffer
   /// (stages 1 and 2 without main parameters), or null.
   Value packParamsFlat(func::FuncOp func, ArrayRef<Update *> group,

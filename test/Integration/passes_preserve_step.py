@@ -39,6 +39,14 @@ VARIANTS = {
     "zero1-flat": [FUSE, "--distopt-shard-optimizer=stage=1"],
     "zero2-flat": [FUSE, "--distopt-shard-optimizer=stage=2"],
     "zero3-flat": [FUSE, "--distopt-shard-optimizer=stage=3"],
+    # Whole matrices (Muon) gathered on every rank; and split by the cost
+    # model, whose rates here gather the cheaper matrices and leave the
+    # others to owners.
+    "zero1-gather": [FUSE, "--distopt-shard-optimizer=stage=1 matrix-plan=gather"],
+    "zero2-gather": [FUSE, "--distopt-shard-optimizer=stage=2 matrix-plan=gather"],
+    "zero3-gather": [FUSE, "--distopt-shard-optimizer=stage=3 matrix-plan=gather"],
+    "zero2-modelled": [FUSE, "--distopt-shard-optimizer=stage=2 update-gflops=0.1 "
+                       "latency-us=1000 bandwidth-gb-per-s=1"],
     "zero1-greedy": [FUSE, "--distopt-shard-optimizer=stage=1 strategy=greedy"],
     "zero2-greedy": [FUSE, "--distopt-shard-optimizer=stage=2 strategy=greedy"],
     # min-work-ratio=0: asynchronous even where these tiny steps have too
@@ -67,6 +75,8 @@ VARIANTS = {
     "pipeline-zero2": ["--distopt-pipeline=zero-stage=2"],
     "pipeline-zero3": ["--distopt-pipeline=zero-stage=3"],
     "pipeline-views": ["--distopt-pipeline=grad-as-bucket-view"],
+    "pipeline-hybrid-zero2": ["--distopt-pipeline=zero-stage=2 hybrid-shard-size=2"],
+    "pipeline-hybrid-zero3": ["--distopt-pipeline=zero-stage=3 hybrid-shard-size=2"],
     "pipeline-zero1-views": ["--distopt-pipeline=zero-stage=1 grad-as-bucket-view "
                              "param-as-bucket-view"],
     "pipeline-widened-zero1": ["--distopt-pipeline=reduce-dtype=f32 zero-stage=1"],
@@ -83,6 +93,12 @@ VARIANTS = {
                          "--distopt-shard-optimizer=stage=2 strategy=greedy"],
     "pipeline-f64-zero2": ["--distopt-pipeline=reduce-dtype=f64 zero-stage=2"],
 }
+# Run only where --only names them: the plans of whole-matrix updates
+# (the default specs have none) and hybrid sharding (its world sizes).
+NAMED_ONLY = {"zero1-gather", "zero2-gather", "zero3-gather", "zero2-modelled",
+              "pipeline-hybrid-zero2", "pipeline-hybrid-zero3"}
+
+
 def run_harness(step_text, ranks, harness, tmp):
     path = os.path.join(tmp, "step.mlir")
     with open(path, "w") as f:
@@ -161,7 +177,7 @@ def main():
                     failures += not ok
                     print(f"{'PASS' if ok else 'FAIL'}: {spec_name} {ranks} ranks: equals torch.optim.SGD bit for bit")
                 for variant, flags in VARIANTS.items():
-                    if only and variant not in only:
+                    if (variant not in only) if only else variant in NAMED_ONLY:
                         continue
                     checks += 1
                     text = subprocess.run([opt] + flags, input=base_text, check=True,

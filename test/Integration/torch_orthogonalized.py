@@ -182,6 +182,9 @@ compare("muon", {}, 0.02, "")
 opt = compare("muon", {"adjust_lr_fn": "match_rms_adamw", "weight_decay": 0.05},
               0.01, "zero-stage=2")
 compare("muon", {}, 0.02, "zero-stage=1 zero-strategy=greedy")
+# Stage 3 has no owners: the matrices are laid out flat and every rank
+# updates each whole from the gathered chunks (the gather plan).
+compare("muon", {"nesterov": False}, 0.02, "zero-stage=3")
 refused(opt, "ns_steps", 3)
 compare("dion", {"rank_fraction": 0.25}, 0.02, "")
 compare("dion", {"rank": 3}, 0.02, "zero-stage=1", vector_lr=0.003)

@@ -16,6 +16,14 @@
 // RUN:   | distopt-opt --distopt-shard-optimizer=stage=2 --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
+// Dion's right factor is not laid out as its matrix: the gather plan,
+// which stage 3 needs, cannot chunk it; forced at stage 2, Dion keeps its
+// owners.
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=3 2>&1 | FileCheck %s --check-prefix=STAGE3
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
+// STAGE3: error: cannot shard 'distopt.dion_update': its update reads the whole matrix and keeps state of another shape, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
 
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: %{{[^:]*}}: tensor<4x8xf32> {distopt.name = "emb.weight.right_factor", distopt.role = "state"}

@@ -22,14 +22,49 @@
 // AdamW group is laid out flat and Muon's matrices go whole to owners,
 // balanced by the arithmetic of their orthogonalization: fc.weight (8x8,
 // 13k FLOPs) to rank 0, conv.weight (4x18, 6k) to rank 1, where balancing
-// elements (72 against 64) would swap them. Stage 3, which keeps only
-// chunks of the parameters, refuses them.
+// elements (72 against 64) would swap them. Stage 3 and hybrid sharding,
+// which keep only chunks of the parameters, have no owners: the matrices
+// are laid out flat too, and every rank gathers their chunks (parameters,
+// gradients, momentum), updates each whole and keeps its chunk; forcing
+// the owner plan there is an error.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer=stage=1 --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
-// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=3 2>&1 | FileCheck %s --check-prefix=STAGE3
+// RUN:   | distopt-opt --distopt-shard-optimizer=stage=3 --distopt-verify-collectives | FileCheck %s --check-prefix=GATHER3
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
-// RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=1" 2>&1 | FileCheck %s --check-prefix=HYBRID
+// RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=1" --distopt-verify-collectives | FileCheck %s --check-prefix=GATHER-HYBRID
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer="stage=3 matrix-plan=owner" 2>&1 | FileCheck %s --check-prefix=STAGE3
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=1 zero-matrix-plan=owner" 2>&1 | FileCheck %s --check-prefix=HYBRID
+// Forced at stage 2: the gradient chunks reduce-scattered with the AdamW
+// group's, then gathered with the momentum's; the new parameters need no
+// gather (every rank computed them).
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=GATHER2
+// The cost model (matrix-plan=auto with rates) at stage 2: fc.weight
+// 12928 FLOPs, conv.weight 5840, 256 and 288 bytes. On owners: two
+// broadcasts and two reduces of 5000 us each, and fc.weight's owner's
+// 1292.8 us at 10 MFLOP/s: 21293.9 us. Gathered: three collectives (the
+// reduce-scatter, the gradient's and the momentum's gathers) of half the
+// bytes and both updates on every rank: 3 x 5000.272 + 1876.8 = 16877.6
+// us. The owners win at a 50 us latency; the split of a larger group is
+// test/Integration/Inputs/muon-bf16.json's (passes-preserve-step.test
+// runs it).
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.01 latency-us=5000 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.01 latency-us=50 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-OWNERS
+// RUN: sed -e 's/"world_size": 2/"world_size": 3/' %S/../Integration/Inputs/muon-bf16.json \
+// RUN:   | distopt-translate --import-param-spec \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.1 latency-us=1000 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-SPLIT
+// The rates come together, and only where the plan is the model's.
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1" 2>&1 | FileCheck %s --check-prefix=RATES
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=owner update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=FORCED
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 zero-matrix-plan=split" 2>&1 | FileCheck %s --check-prefix=PLAN
 // The report shows each owner's share: 4 x (4 m^2 n + 2 m^3) + 10 m n
 // FLOPs for 4 iterations on an m x n matrix (m <= n).
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
@@ -80,7 +115,37 @@
 // ELEMENTS-NEXT:      1        1             64          0.013
 // BALANCE: for the --owner-balance option: 'bytes' is not one of: flops, elements
 // PIPELINE-BALANCE: for the --zero-owner-balance option: 'bytes' is not one of: flops, elements
-// HYBRID: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and hybrid sharding (shard-group) lays parameters out in chunks only
-// STAGE3: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
+// HYBRID: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and hybrid sharding (shard-group) lays parameters out in chunks only (matrix-plan=gather updates it whole on every rank)
+// STAGE3: error: cannot shard 'distopt.muon_update': its update reads the whole matrix, and stage 3 keeps only a chunk of each parameter on a rank (matrix-plan=gather updates it whole on every rank)
+// GATHER3: func.func @step
+// GATHER3-SAME: {distopt.layout = [{name = "fc.weight", offset = 0 : i64, shape = array<i64: 8, 8>}, {name = "conv.weight", offset = 64 : i64, shape = array<i64: 4, 2, 3, 3>}], distopt.name = "flat1.momentum_buffer", distopt.role = "state", distopt.shard_of = 160 : i64}
+// GATHER3-SAME: distopt.name = "flat1.param", distopt.role = "param", distopt.shard_of = 160 : i64
+// GATHER3-NOT: distopt.owned_by
+// GATHER3: %[[PARAMS:.*]] = distopt.all_gather %{{.*}} on @world : tensor<80xf32> -> tensor<160xf32>
+// GATHER3: distopt.bucket_unpack %[[PARAMS]]
+// GATHER3: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64
+// GATHER3: distopt.muon_update {{.*}} : tensor<4x2x3x3xf32>, f64
+// GATHER3: distopt.shard_slice {{.*}} : tensor<160xf32> -> tensor<80xf32>
+// GATHER-HYBRID: distopt.name = "flat1.momentum_buffer"
+// GATHER-HYBRID: distopt.all_gather %{{.*}} on @hybrid_shard
+// GATHER-HYBRID: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64
+// GATHER2-NOT: distopt.owned_by
+// GATHER2-COUNT-2: distopt.reduce_scatter
+// GATHER2: distopt.adamw_update
+// GATHER2: distopt.all_gather
+// GATHER2-COUNT-2: distopt.all_gather %{{.*}} on @world : tensor<80xf32> -> tensor<160xf32>
+// GATHER2-COUNT-2: distopt.muon_update
+// GATHER2: distopt.shard_slice %{{.*}} on @world : tensor<160xf32> -> tensor<80xf32>
+// GATHER2-NOT: distopt.all_gather
+// GATHER2: return
+// MODEL:      whole matrices gathered or on owners (matrix-plan=auto's model)
+// MODEL-NEXT:   2 matrices: 2 gathered, 0 on owners, predicted 16877.6 us (all on owners 21293.9 us, all gathered 16877.6 us)
+// MODEL-NEXT:     gathered: fc.weight conv.weight
+// MODEL-OWNERS: 2 matrices: 0 gathered, 2 on owners, predicted 1493.9 us (all on owners 1493.9 us, all gathered 2027.6 us)
+// MODEL-SPLIT: 5 matrices: 3 gathered, 2 on owners
+// MODEL-SPLIT-NEXT: gathered: l1.w l2.w conv.w
+// RATES: update-gflops, latency-us and bandwidth-gb-per-s are given together, each positive
+// FORCED: update-gflops, latency-us and bandwidth-gb-per-s choose matrix-plan=auto's plans; matrix-plan is forced here
+// PLAN: for the --zero-matrix-plan option: 'split' is not one of: auto, owner, gather
 // GREEDY: distopt.owned_by @{{.*}} rank
 // GREEDY: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64

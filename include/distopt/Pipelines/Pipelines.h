@@ -37,6 +37,12 @@ struct DistOptPipelineOptions
       llvm::cl::desc("ZeRO: what owners of updates that read whole matrices "
                      "(Muon, Dion) balance: flops or elements"),
       llvm::cl::init(OwnerBalance::Flops), ownerBalanceChoices()};
+  Option<MatrixPlan> zeroMatrixPlan{
+      *this, "zero-matrix-plan",
+      llvm::cl::desc("ZeRO: how updates that read whole matrices (Muon) run: "
+                     "auto (owners where they can, else gathered), owner or "
+                     "gather"),
+      llvm::cl::init(MatrixPlan::Auto), matrixPlanChoices()};
   Option<int64_t> hybridShardSize{
       *this, "hybrid-shard-size",
       llvm::cl::desc("Hybrid sharding: ZeRO inside groups of this many "

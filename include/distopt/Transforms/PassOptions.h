@@ -42,6 +42,22 @@ inline llvm::cl::ValuesClass ownerBalanceChoices() {
       clEnumValN(OwnerBalance::Elements, "elements", "their elements"));
 }
 
+/// How ZeRO updates a matrix that an update reads whole (Muon's
+/// orthogonalization): on one owner, or on every rank from gathered chunks.
+enum class MatrixPlan { Auto, Owner, Gather };
+
+inline llvm::cl::ValuesClass matrixPlanChoices() {
+  return llvm::cl::values(
+      clEnumValN(MatrixPlan::Auto, "auto",
+                 "owner where it can run, else gather; per matrix by the "
+                 "cost model when rates are given"),
+      clEnumValN(MatrixPlan::Owner, "owner",
+                 "whole on one owner, then broadcast"),
+      clEnumValN(MatrixPlan::Gather, "gather",
+                 "gathered and updated on every rank, each keeping its "
+                 "chunk"));
+}
+
 /// The type bf16/f16 gradients are reduced in (None: their own).
 enum class ReduceDtype { None, F32, F64 };
 
@@ -64,6 +80,7 @@ inline llvm::cl::ValuesClass pipelineReduceDtypeChoices() {
 DISTOPT_CHOICE_PARSER(mlir::distopt::CollectiveBackend)
 DISTOPT_CHOICE_PARSER(mlir::distopt::ZeroStrategy)
 DISTOPT_CHOICE_PARSER(mlir::distopt::OwnerBalance)
+DISTOPT_CHOICE_PARSER(mlir::distopt::MatrixPlan)
 DISTOPT_CHOICE_PARSER(mlir::distopt::ReduceDtype)
 
 #endif // DISTOPT_TRANSFORMS_PASSOPTIONS_H

@@ -387,11 +387,28 @@ def ShardOptimizerPass
     its own shape, Dion's right factor, has its own offsets).
 
     Updates that read a whole matrix (Muon, Dion: `isElementwise()` false)
-    take this owner plan under either strategy: `strategy=flat` lays out
-    the element-wise groups flat and gives such groups' matrices whole to
-    owners (stages 1 and 2; stage 3 and hybrid sharding, which keep only
-    chunks, refuse them). Their weight is the update's arithmetic
-    (`getUpdateFlops()`: Muon's Newton-Schulz products grow with m^2 n, so
+    cannot update a chunk alone; `matrix-plan` says how they run.
+    `owner`: this owner plan, under either strategy (`strategy=flat` lays
+    out the element-wise groups flat and gives such groups' matrices whole
+    to owners; stages 1 and 2 only). `gather` (Moonshot's distributed
+    Muon; updates whose state has the parameter's shape, so not Dion):
+    the matrices are laid out flat like an element-wise group, and every
+    rank all-gathers the group's composed gradient chunks and state chunks
+    (and main parameter or, at stage 3, parameter chunks), updates every
+    matrix whole, and keeps its chunk of the new state; the new parameters
+    need no gather at stages 1 and 2 (every rank computed them). It runs at
+    every stage and under hybrid sharding, at the price of every rank doing
+    every matrix's arithmetic and of one more gather than the owners'
+    broadcast. `auto` (the default): owners where they can run (stages 1
+    and 2 without hybrid sharding), else gather; given the rate of the
+    updates (`update-gflops`) and the link's (`latency-us`,
+    `bandwidth-gb-per-s`, as `distopt-calibrate` prints them), it chooses
+    per matrix instead: the cheapest matrices gathered (one latency per
+    group of them), the rest on owners (one broadcast each, the busiest
+    owner's arithmetic), whichever split the model predicts fastest
+    (docs/choosing-a-pipeline.md has the formulas; `--distopt-report`
+    prints the prediction). Dion always takes owners. The owners' weight
+    is the update's arithmetic (`getUpdateFlops()`: Muon's Newton-Schulz products grow with m^2 n, so
     two matrices of equal size can differ by their smaller side), balanced
     against the FLOPs earlier such groups gave each rank; `owner-balance=
     elements` weighs their elements instead, as for the others (for
@@ -461,6 +478,19 @@ def ShardOptimizerPass
            "OwnerBalance::Flops",
            "What owners of updates that read whole matrices balance: flops "
            "(their arithmetic) or elements", "ownerBalanceChoices()">,
+    Option<"matrixPlan", "matrix-plan", "MatrixPlan", "MatrixPlan::Auto",
+           "How updates that read whole matrices (Muon) run: auto, owner "
+           "or gather", "matrixPlanChoices()">,
+    Option<"updateGflops", "update-gflops", "double", "0.0",
+           "matrix-plan=auto: the rate (GFLOP/s) one rank runs such "
+           "updates at; with latency-us and bandwidth-gb-per-s, the plan "
+           "is chosen per matrix">,
+    Option<"latencyUs", "latency-us", "double", "0.0",
+           "matrix-plan=auto: a collective's latency in microseconds "
+           "(distopt-calibrate)">,
+    Option<"bandwidthGbPerS", "bandwidth-gb-per-s", "double", "0.0",
+           "matrix-plan=auto: the link's bandwidth in GB/s "
+           "(distopt-calibrate)">,
     Option<"shardGroup", "shard-group", "std::string", "",
            "Hybrid sharding: shard over this process group (runs of "
            "consecutive ranks) instead of the gradients' world group">,

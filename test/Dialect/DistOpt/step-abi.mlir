@@ -118,3 +118,10 @@ func.func @step_apply() attributes {distopt.entry = "apply"} {
 func.func @step() attributes {distopt.bucket = 1 : i64} {
   return
 }
+
+// -----
+
+// expected-error @below {{"distopt.matrix_plans" must be an array of dictionaries, got [1]}}
+func.func @step() attributes {distopt.matrix_plans = [1 : i64]} {
+  return
+}

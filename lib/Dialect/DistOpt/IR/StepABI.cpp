@@ -164,6 +164,11 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
     return check(isa<StringAttr>(value), "a string");
   if (name == abi::kInitialLr)
     return check(isa<FloatAttr, IntegerAttr>(value), "a number");
+  if (name == abi::kMatrixPlans) {
+    auto plans = dyn_cast<ArrayAttr>(value);
+    return check(plans && llvm::all_of(plans, llvm::IsaPred<DictionaryAttr>),
+                 "an array of dictionaries");
+  }
   // On the entry points of a split step, and the lowering's marks.
   if (name == abi::kEntry) {
     auto entry = dyn_cast<StringAttr>(value);

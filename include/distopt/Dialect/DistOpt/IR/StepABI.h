@@ -38,6 +38,11 @@ constexpr llvm::StringLiteral kSeed = "distopt.seed";
 /// The number of model parameters (elements), before any sharding.
 constexpr llvm::StringLiteral kNumParameters = "distopt.num_parameters";
 
+/// On a step function ZeRO sharded with matrix-plan=auto and rates: the
+/// cost model's prediction for each group of updates that read whole
+/// matrices (--distopt-report prints it).
+constexpr llvm::StringLiteral kMatrixPlans = "distopt.matrix_plans";
+
 /// Roles. A parameter's gradient, main copy and state share its name; a
 /// state tensor's name is the parameter's followed by `.` and torch's state
 /// key (`exp_avg`, `momentum_buffer`, ...).
