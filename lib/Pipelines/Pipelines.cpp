@@ -84,9 +84,11 @@ void mlir::distopt::buildDistOptPipeline(
   // Stage 0 means no sharding; any other value goes to the pass, which
   // rejects what it does not support (stage 0 with hybrid sharding too).
   if (options.zeroStage != 0 || options.hybridShardSize != 0) {
-    ShardOptimizerPassOptions shard{options.zeroStage, options.zeroStrategy,
-                                    /*alignment=*/64, options.zeroOwnerBalance,
-                                    options.zeroMatrixPlan};
+    ShardOptimizerPassOptions shard{
+        options.zeroStage,      options.zeroStrategy,
+        /*alignment=*/64,       options.zeroOwnerBalance,
+        options.zeroMatrixPlan, options.zeroUpdateGflops,
+        options.zeroLatencyUs,  options.zeroBandwidthGbPerS};
     if (options.hybridShardSize != 0) {
       shard.shardGroup = "hybrid_shard";
       shard.replicateGroup = "hybrid_replicate";

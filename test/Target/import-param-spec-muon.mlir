@@ -55,12 +55,16 @@
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.01 latency-us=5000 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.01 latency-us=50 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-OWNERS
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-pipeline="zero-stage=2 zero-update-gflops=0.01 zero-latency-us=5000 zero-bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL
 // RUN: sed -e 's/"world_size": 2/"world_size": 3/' %S/../Integration/Inputs/muon-bf16.json \
 // RUN:   | distopt-translate --import-param-spec \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.1 latency-us=1000 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-SPLIT
 // The rates come together, and only where the plan is the model's.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | not distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1" 2>&1 | FileCheck %s --check-prefix=RATES
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 zero-update-gflops=1" 2>&1 | FileCheck %s --check-prefix=RATES
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | not distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=owner update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=FORCED
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \

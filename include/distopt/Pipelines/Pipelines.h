@@ -43,6 +43,23 @@ struct DistOptPipelineOptions
                      "auto (owners where they can, else gathered), owner or "
                      "gather"),
       llvm::cl::init(MatrixPlan::Auto), matrixPlanChoices()};
+  Option<double> zeroUpdateGflops{
+      *this, "zero-update-gflops",
+      llvm::cl::desc("ZeRO, zero-matrix-plan=auto: the rate (GFLOP/s) one "
+                     "rank runs updates of whole matrices at; with "
+                     "zero-latency-us and zero-bandwidth-gb-per-s, the plan "
+                     "is chosen per matrix"),
+      llvm::cl::init(0.0)};
+  Option<double> zeroLatencyUs{
+      *this, "zero-latency-us",
+      llvm::cl::desc("ZeRO, zero-matrix-plan=auto: a collective's latency in "
+                     "microseconds (distopt-calibrate)"),
+      llvm::cl::init(0.0)};
+  Option<double> zeroBandwidthGbPerS{
+      *this, "zero-bandwidth-gb-per-s",
+      llvm::cl::desc("ZeRO, zero-matrix-plan=auto: the link's bandwidth in "
+                     "GB/s (distopt-calibrate)"),
+      llvm::cl::init(0.0)};
   Option<int64_t> hybridShardSize{
       *this, "hybrid-shard-size",
       llvm::cl::desc("Hybrid sharding: ZeRO inside groups of this many "
