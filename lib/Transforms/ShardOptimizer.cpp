@@ -598,7 +598,11 @@ void ShardOptimizerPass::runOnOperation() {
       gathered = model.choose(group);
       predictions.push_back(model.describe(func.getContext(), group, gathered));
     }
-    for (bool gather : {true, false}) {
+    // The owners' part first: their reductions start at the gradients and
+    // overlap the owners' arithmetic, where the gathered part's
+    // collectives wait for the reductions started before them (the link
+    // serves them in order) and hold up what follows.
+    for (bool gather : {false, true}) {
       SmallVector<Update *> part;
       for (auto [u, g] : llvm::zip_equal(group, gathered))
         if (g == gather)

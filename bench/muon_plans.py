@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""B16, Muon's plans under ZeRO-2 measured against the cost model's
+predictions: each matrix on an owner (zero-matrix-plan=owner), gathered and
+updated whole on every rank (gather, Moonshot's), and the cost model's
+per-matrix split (auto with the rates measured here).
+
+Muon on ResNet-18 (CIFAR)'s matrices (bench/muon_owners.py's recipe) at 2
+ranks, on shared memory and, where scripts/cluster can run, across 2
+emulated nodes of 1 rank linked at 1 Gb/s. The rates: one rank's Muon
+update rate is the model's FLOPs (getUpdateFlops(), summed from
+--distopt-report's owners) over the unsharded step's median time on 2
+ranks (each updating every matrix, as the two share the machine); the link's latency and bandwidth are distopt-calibrate's 2-rank
+all-reduce on that link (bench/hybrid.py's reading of its samples).
+
+For each plan: --distopt-report's prediction of the matrices' part of the
+step (all on owners, all gathered, the model's split) and distopt-run's
+median ms per step after the first (the median of `--launches` launches'
+medians, one launch of each plan in turn; p10-p90 over them). The
+prediction leaves out the element-wise work and the other groups'
+collectives, so the measured times are longer by about the same amount
+for every plan: the differences are what to compare.
+
+    bench/muon_plans.py [--build build] [--steps 4] [--launches 3]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from types import SimpleNamespace
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Timing, cluster_available, compile_step, launch, report, run_timing  # noqa: E402
+from hybrid import calibrate  # noqa: E402
+from muon_owners import muon_step  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLANS = ["owner", "gather", "auto"]
+
+
+def update_rate(build, step, tmp, steps):
+    """One rank's Muon update rate (FLOP/s) while the other computes too:
+    the matrices' FLOPs over the unsharded step's median time on 2 ranks
+    (each updates every matrix)."""
+    text = report(build, step, "zero-stage=2 zero-matrix-plan=owner")
+    flops = sum(float(m) for m in re.findall(r"^\s+\d+\s+\d+\s+\d+\s+([\d.]+)$", text, re.M)) * 1e6
+    sub = os.path.join(tmp, "rate")
+    os.makedirs(sub)
+    seconds = run_timing(launch(build, compile_step(build, step, "", sub), 2, steps)).median / 1e3
+    return flops, flops / seconds
+
+
+def prediction(text):
+    """(chosen, all on owners, all gathered) ms and the gathered count from
+    --distopt-report's model section."""
+    match = re.search(r"(\d+) matrices: (\d+) gathered, \d+ on owners, predicted ([\d.]+) us "
+                      r"\(all on owners ([\d.]+) us, all gathered ([\d.]+) us\)", text)
+    total, gathered, chosen, owners, everywhere = match.groups()
+    return float(chosen) / 1e3, float(owners) / 1e3, float(everywhere) / 1e3, int(gathered), int(total)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--launches", type=int, default=3)
+    args = parser.parse_args()
+    links = [("shared memory", None)]
+    if cluster_available():
+        links.append(("2 nodes, 1 Gb/s", "1gbit"))
+    with tempfile.TemporaryDirectory() as tmp:
+        step = muon_step(args.build, "resnet18-cifar.json", 2, tmp)
+        flops, rate = update_rate(args.build, step, tmp, args.steps)
+        print(f"ResNet-18 (CIFAR), Muon: {flops / 1e9:.1f} GFLOP of updates per step; "
+              f"one rank's rate {rate / 1e9:.1f} GFLOP/s\n")
+        print("| link | latency us | GB/s | plan | matrices gathered | predicted ms "
+              "| measured ms per step (p10-p90) |")
+        print("|---|---:|---:|---|---:|---:|---:|")
+        for label, shaped in links:
+            latency, bandwidth = calibrate(SimpleNamespace(build=args.build),
+                                           shaped or "unshaped", across=shaped is not None)
+            rates = (f"zero-update-gflops={rate / 1e9:.3f} zero-latency-us={latency * 1e6:.3f} "
+                     f"zero-bandwidth-gb-per-s={bandwidth / 1e9:.4f}")
+            chosen, owners, everywhere, gathered, total = prediction(
+                report(args.build, step, f"zero-stage=2 {rates}"))
+            predicted = {"owner": (owners, 0), "gather": (everywhere, total),
+                         "auto": (chosen, gathered)}
+            libraries = []
+            for plan in PLANS:
+                sub = os.path.join(tmp, f"{len(links)}-{plan}-{shaped}")
+                os.makedirs(sub)
+                options = (f"zero-stage=2 {rates}" if plan == "auto"
+                           else f"zero-stage=2 zero-matrix-plan={plan}")
+                libraries.append(compile_step(args.build, step, options, sub))
+            runs = {plan: [] for plan in PLANS}
+            for _ in range(args.launches):
+                for plan, library in zip(PLANS, libraries):
+                    runs[plan].append(run_timing(run_on(args.build, library, shaped, args.steps)))
+            for plan in PLANS:
+                timings = runs[plan]
+                timing = Timing(statistics.median(t.median for t in timings),
+                                min(t.lo for t in timings), max(t.hi for t in timings))
+                ms, shared = predicted[plan]
+                print(f"| {label} | {latency * 1e6:.0f} | {bandwidth / 1e9:.3f} | {plan} "
+                      f"| {shared} of {total} | {ms:.0f} | {timing.fmt(0)} |", flush=True)
+
+
+def run_on(build, library, shaped, steps):
+    """distopt-run on 2 ranks: here, or on 2 emulated nodes whose links
+    are shaped to `shaped`."""
+    if shaped is None:
+        return launch(build, library, 2, steps)
+    command = [os.path.join(ROOT, "scripts", "cluster"), "--nodes", "2", "--ranks-per-node", "1",
+               "--rate", shaped, "--", os.path.join(build, "bin", "distopt-run"), library,
+               "--steps", str(steps), "--progress-seconds", "0"]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+if __name__ == "__main__":
+    main()
