@@ -158,7 +158,8 @@ void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
       continue;
     }
     for (Update *u : group) {
-      toErase.append(u->downcasts.begin(), u->downcasts.end());
+      if (u->paramIsMain)
+        toErase.append(u->downcasts.begin(), u->downcasts.end());
       toErase.append(u->selects.begin(), u->selects.end());
       toErase.push_back(u->op);
       if (!u->chained())
@@ -251,8 +252,12 @@ void Sharder::eraseComposed(ArrayRef<SmallVector<Update *>> groups) {
           if (op)
             erase.insert(op);
   };
+  // The model copies rounded from main parameters were replaced; a
+  // rounding of a plain parameter reads its replacement and stays.
   eraseEach([](Update &u) {
-    SmallVector<Operation *> ops(u.downcasts.begin(), u.downcasts.end());
+    SmallVector<Operation *> ops;
+    if (u.paramIsMain)
+      ops.append(u.downcasts.begin(), u.downcasts.end());
     ops.append(u.selects.begin(), u.selects.end());
     ops.push_back(u.op);
     return ops;
