@@ -82,8 +82,11 @@ void mlir::distopt::buildDistOptPipeline(
     func.addPass(createWidenReductionsPass(
         WidenReductionsPassOptions{options.reduceDtype}));
   // Stage 0 means no sharding; any other value goes to the pass, which
-  // rejects what it does not support (stage 0 with hybrid sharding too).
-  if (options.zeroStage != 0 || options.hybridShardSize != 0) {
+  // rejects what it does not support (stage 0 with hybrid sharding or the
+  // matrix plan's rates too).
+  if (options.zeroStage != 0 || options.hybridShardSize != 0 ||
+      options.zeroUpdateGflops != 0 || options.zeroLatencyUs != 0 ||
+      options.zeroBandwidthGbPerS != 0) {
     ShardOptimizerPassOptions shard{
         options.zeroStage,      options.zeroStrategy,
         /*alignment=*/64,       options.zeroOwnerBalance,

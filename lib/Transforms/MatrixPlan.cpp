@@ -12,6 +12,7 @@
 
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
+#include <functional>
 #include <numeric>
 
 using namespace mlir;
@@ -22,25 +23,55 @@ static double flopsOf(const Update &u) {
   return static_cast<double>(cast<OptimizerOpInterface>(u.op).getUpdateFlops());
 }
 
-static double bytesOf(const Update &u) {
+/// The bytes of `u`'s tensor in the element type of `type`.
+static double bytesOf(const Update &u, Type type) {
   return static_cast<double>(u.numel()) *
-         static_cast<double>(getElementBytes(u.paramType().getElementType()));
+         static_cast<double>(
+             getElementBytes(cast<RankedTensorType>(type).getElementType()));
 }
 
 double MatrixCostModel::predict(ArrayRef<Update *> group,
                                 ArrayRef<bool> gathered) const {
   auto collective = [&](double bytes) { return latencyS + bytes / bytesPerS; };
-  double time = 0, gatheredFlops = 0, gatheredBytes = 0;
+  const Update &first = *group.front();
+  // The buffers the gather plan moves, each one collective of the gathered
+  // tensors in it: at stage 2 the gradients' reduce-scatter; the composed
+  // gradient chunks' all-gather (at stage 1 only to clip: else every rank
+  // holds the gradients); each state's; the main parameters'.
+  SmallVector<std::function<Type(const Update &)>> buffers;
+  if (stage == 2)
+    buffers.push_back([](const Update &u) -> Type {
+      AllReduceOp reduction = u.reduction; // (its accessors are not const)
+      return reduction.getType();
+    });
+  if (stage == 2 || first.clip)
+    buffers.push_back(
+        [](const Update &u) { return u.op->getOperand(1).getType(); });
+  for (unsigned k = 0; k < first.state.size(); ++k)
+    buffers.push_back(
+        [k](const Update &u) -> Type { return u.state[k].getType(); });
+  if (first.paramIsMain)
+    buffers.push_back(
+        [](const Update &u) -> Type { return u.param.getType(); });
+  double time = 0, gatheredFlops = 0;
+  SmallVector<double> gatheredBytes(buffers.size(), 0);
   SmallVector<double> owned;
   for (auto [u, gather] : llvm::zip_equal(group, gathered)) {
     if (gather) {
       gatheredFlops += flopsOf(*u);
-      gatheredBytes += bytesOf(*u);
+      for (auto [b, buffer] : llvm::enumerate(buffers))
+        gatheredBytes[b] += bytesOf(*u, buffer(*u));
       continue;
     }
     owned.push_back(flopsOf(*u));
-    // Its broadcast, and at stage 2 its reduce to the owner.
-    time += collective(bytesOf(*u)) * (stage == 2 ? 2 : 1);
+    // At stage 2 its reduce to the owner; its broadcast (of the model
+    // copy with main parameters, and none where the step returns none).
+    if (stage == 2)
+      time += collective(bytesOf(*u, u->reduction.getType()));
+    if (!u->paramIsMain)
+      time += collective(bytesOf(*u, u->param.getType()));
+    else if (!u->downcasts.empty())
+      time += collective(bytesOf(*u, u->downcasts.front().getType()));
   }
   // The busiest owner after the sorted-greedy assignment.
   llvm::sort(owned, std::greater<double>());
@@ -49,14 +80,11 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
     *llvm::min_element(load) += flops;
   time += *llvm::max_element(load) / flopsPerS;
   if (llvm::is_contained(gathered, true)) {
-    // The gradient, each state and the main parameter gathered, and at
-    // stage 2 the gradient reduce-scattered, every rank then computing all.
-    const Update &first = *group.front();
-    double buffers = 1 + static_cast<double>(first.state.size()) +
-                     (first.paramIsMain ? 1 : 0) + (stage == 2 ? 1 : 0);
+    // Each rank sends (N-1)/N of each buffer, then computes every matrix.
     double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
-    time +=
-        buffers * collective(share * gatheredBytes) + gatheredFlops / flopsPerS;
+    for (double bytes : gatheredBytes)
+      time += collective(share * bytes);
+    time += gatheredFlops / flopsPerS;
   }
   return time;
 }

@@ -115,7 +115,8 @@ void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
   SmallVector<SmallVector<int64_t>> bounds;
   for (auto [g, group] : llvm::enumerate(groups)) {
     if (flat[g]) {
-      if (spanning)
+      // (The gather plan reads whole parameters.)
+      if (spanning && plans[g] == Plan::Flat)
         flats[g].param = packParamsFlat(func, group, flats[g]);
       grads.push_back(flats[g].grad);
       SmallVector<int64_t> &pairs = bounds.emplace_back();

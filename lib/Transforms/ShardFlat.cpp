@@ -146,7 +146,7 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
   if (first.paramIsMain || stage == 3) {
     StringRef role = first.paramIsMain ? abi::kMainParam : abi::kParam;
     paramShard = shardArgument(paramElement, role, prefix + "." + role.str());
-  } else {
+  } else if (!gathered) {
     paramShard = flat.param ? flat.param : packParamsFlat(func, group, flat);
   }
 
@@ -157,6 +157,56 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     stateShards.push_back(shardArgument(
         element, abi::kState, prefix + "." + stateKey(func, first, k)));
   }
+  // Stage 3: where the step itself uses a parameter (a forward pass, say),
+  // the parameter is gathered from the shards just before its first use.
+  // The selects that kept the old tensors go with the updates.
+  auto replaced = [&](Operation *user) {
+    return llvm::any_of(
+        group, [&](Update *u) { return llvm::is_contained(u->selects, user); });
+  };
+  auto gatherAtUses = [&](Value chunk, ArrayRef<Value> fulls,
+                          ArrayRef<Operation *> updates) -> SmallVector<Value> {
+    Block &entry = func.getBody().front();
+    Operation *firstUse = nullptr;
+    for (auto [full, update] : llvm::zip_equal(fulls, updates))
+      for (Operation *user : full.getUsers())
+        if (user != update && !replaced(user))
+          if (Operation *inEntry = entry.findAncestorOpInBlock(*user))
+            if (!firstUse || inEntry->isBeforeInBlock(firstUse))
+              firstUse = inEntry;
+    if (!firstUse)
+      return {};
+    OpBuilder at(firstUse);
+    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
+    Value all = AllGatherOp::create(at, loc, flatType(padded, element), chunk,
+                                    groupRef, /*wire_type=*/nullptr);
+    SmallVector<Type> types;
+    for (Value full : fulls)
+      types.push_back(full.getType());
+    auto unpack =
+        BucketUnpackOp::create(at, loc, types, all, bucketAlignment(element));
+    for (auto [full, update, now] :
+         llvm::zip_equal(fulls, updates, unpack.getResults())) {
+      Operation *updateOp = update; // lambdas capture no structured bindings
+      Value(full).replaceUsesWithIf(now, [&](OpOperand &use) {
+        return use.getOwner() != updateOp && !replaced(use.getOwner());
+      });
+    }
+    return SmallVector<Value>(unpack.getResults());
+  };
+  // The parameters gathered where the step uses them (whole, as the
+  // update before them reads them).
+  SmallVector<Value> paramsAtUses;
+  if (stage == 3 && !first.paramIsMain) {
+    SmallVector<Value> params;
+    SmallVector<Operation *> updates;
+    for (Update *u : group) {
+      params.push_back(u->param);
+      updates.push_back(u->op);
+    }
+    paramsAtUses = gatherAtUses(paramShard, params, updates);
+  }
+
   // The new parameter's chunk and each new state's; and, gathered, each
   // new parameter whole (every rank computed them all).
   SmallVector<Value> updatedChunks;
@@ -199,12 +249,29 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     };
     SmallVector<Value> params =
         llvm::map_to_vector(group, [](Update *u) -> Value { return u->param; });
-    if (first.paramIsMain || stage == 3)
+    if (!paramsAtUses.empty())
+      params = paramsAtUses;
+    else if (first.paramIsMain || stage == 3)
       params = gatherWhole(
           paramShard, typesOf([](Update &u) { return u.param.getType(); }));
-    SmallVector<Value> grads = gatherWhole(
-        gradShard,
-        typesOf([](Update &u) { return u.op->getOperand(1).getType(); }));
+    // At stage 1 every rank holds the reduced gradients: only the clip
+    // needs the chunks (its norm spans ranks); divisions and conversions
+    // apply to the whole as they did to the chunk.
+    SmallVector<Value> grads;
+    if (stage == 1 && !first.clip) {
+      for (Update *u : group) {
+        Value g = u->reduction.getResult();
+        if (u->divide)
+          g = createDivision(builder, u->divide->getLoc(), g, u->divisor);
+        for (Operation *link : u->elementwise)
+          g = applyElementwiseLink(builder, link, g);
+        grads.push_back(g);
+      }
+    } else {
+      grads = gatherWhole(gradShard, typesOf([](Update &u) {
+                            return u.op->getOperand(1).getType();
+                          }));
+    }
     SmallVector<SmallVector<Value>> states;
     for (auto [index, arg] : llvm::enumerate(stateShards)) {
       size_t k = index; // lambdas capture no structured bindings
@@ -265,52 +332,6 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     for (auto [old, now] : llvm::zip_equal(replaced, unpack.getResults()))
       Value(old).replaceAllUsesWith(now);
   };
-  // Stage 3: where the step itself uses a parameter (a forward pass, say),
-  // the parameter is gathered from the shards just before its first use.
-  // The selects that kept the old tensors go with the updates.
-  auto replaced = [&](Operation *user) {
-    return llvm::any_of(
-        group, [&](Update *u) { return llvm::is_contained(u->selects, user); });
-  };
-  auto gatherAtUses = [&](Value chunk, ArrayRef<Value> fulls,
-                          ArrayRef<Operation *> updates) {
-    Block &entry = func.getBody().front();
-    Operation *firstUse = nullptr;
-    for (auto [full, update] : llvm::zip_equal(fulls, updates))
-      for (Operation *user : full.getUsers())
-        if (user != update && !replaced(user))
-          if (Operation *inEntry = entry.findAncestorOpInBlock(*user))
-            if (!firstUse || inEntry->isBeforeInBlock(firstUse))
-              firstUse = inEntry;
-    if (!firstUse)
-      return;
-    OpBuilder at(firstUse);
-    auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
-    Value all = AllGatherOp::create(at, loc, flatType(padded, element), chunk,
-                                    groupRef, /*wire_type=*/nullptr);
-    SmallVector<Type> types;
-    for (Value full : fulls)
-      types.push_back(full.getType());
-    auto unpack =
-        BucketUnpackOp::create(at, loc, types, all, bucketAlignment(element));
-    for (auto [full, update, now] :
-         llvm::zip_equal(fulls, updates, unpack.getResults())) {
-      Operation *updateOp = update; // lambdas capture no structured bindings
-      Value(full).replaceUsesWithIf(now, [&](OpOperand &use) {
-        return use.getOwner() != updateOp && !replaced(use.getOwner());
-      });
-    }
-  };
-  if (stage == 3 && !first.paramIsMain) {
-    SmallVector<Value> params;
-    SmallVector<Operation *> updates;
-    for (Update *u : group) {
-      params.push_back(u->param);
-      updates.push_back(u->op);
-    }
-    gatherAtUses(paramShard, params, updates);
-  }
-
   if (gathered && stage < 3) {
     // Every rank holds the new parameters (or main parameters) whole.
     for (auto [u, whole] : llvm::zip_equal(group, wholeParams)) {

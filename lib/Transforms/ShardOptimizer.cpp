@@ -58,6 +58,22 @@ struct ShardOptimizerPass
                                "(shard-group, the pipeline's "
                                "hybrid-shard-size) needs stage 1, 2 or 3 "
                                "(the pipeline's zero-stage)";
+    bool anyRate = updateGflops != 0 || latencyUs != 0 || bandwidthGbPerS != 0;
+    if (anyRate && !(updateGflops > 0 && latencyUs > 0 && bandwidthGbPerS > 0))
+      return emitError(loc) << "--distopt-shard-optimizer: update-gflops, "
+                               "latency-us and bandwidth-gb-per-s are given "
+                               "together, each positive";
+    if (anyRate && (stage == 0 || stage == 3 || !shardGroup.empty()))
+      return emitError(loc)
+             << "--distopt-shard-optimizer: update-gflops, latency-us and "
+                "bandwidth-gb-per-s choose between owners and gathering, "
+                "which only stages 1 and 2 without hybrid sharding have (the "
+                "pipeline's zero-stage, hybrid-shard-size)";
+    if (anyRate && matrixPlan != MatrixPlan::Auto)
+      return emitError(loc) << "--distopt-shard-optimizer: update-gflops, "
+                               "latency-us and bandwidth-gb-per-s choose "
+                               "matrix-plan=auto's plans; matrix-plan is "
+                               "forced here";
     if (stage < 1 || stage > 3)
       return emitError(loc) << "--distopt-shard-optimizer: stage must be 1, 2 "
                                "or 3, got "
@@ -72,16 +88,6 @@ struct ShardOptimizerPass
     if (!shardGroup.empty() && strategy == ZeroStrategy::Greedy)
       return emitError(loc) << "--distopt-shard-optimizer: hybrid sharding "
                                "(shard-group) is built for strategy=flat";
-    bool anyRate = updateGflops != 0 || latencyUs != 0 || bandwidthGbPerS != 0;
-    if (anyRate && !(updateGflops > 0 && latencyUs > 0 && bandwidthGbPerS > 0))
-      return emitError(loc) << "--distopt-shard-optimizer: update-gflops, "
-                               "latency-us and bandwidth-gb-per-s are given "
-                               "together, each positive";
-    if (anyRate && matrixPlan != MatrixPlan::Auto)
-      return emitError(loc) << "--distopt-shard-optimizer: update-gflops, "
-                               "latency-us and bandwidth-gb-per-s choose "
-                               "matrix-plan=auto's plans; matrix-plan is "
-                               "forced here";
     if (alignment < 1 || !llvm::isPowerOf2_64(alignment) || alignment % 4 != 0)
       return emitError(loc) << "--distopt-shard-optimizer: alignment must be "
                                "a power of two of at least 4 bytes, got "
@@ -582,6 +588,12 @@ void ShardOptimizerPass::runOnOperation() {
       continue;
     }
     bool gatherable = statesShapedAsParam(first);
+    if (!gatherable && matrixPlan == MatrixPlan::Gather)
+      first->emitWarning()
+          << "matrix-plan=gather: '" << first->getName()
+          << "' keeps state of another shape than its matrix, which the "
+             "gather plan cannot lay out in chunks; its matrices go to "
+             "owners";
     if (!gatherable || matrixPlan == MatrixPlan::Owner ||
         (matrixPlan == MatrixPlan::Auto && ownersRun && updateGflops == 0)) {
       planned.push_back(group);
@@ -616,6 +628,11 @@ void ShardOptimizerPass::runOnOperation() {
   if (!predictions.empty())
     func->setAttr(abi::kMatrixPlans,
                   ArrayAttr::get(func.getContext(), predictions));
+  else if (updateGflops > 0)
+    func.emitWarning() << "--distopt-shard-optimizer: update-gflops, "
+                          "latency-us and bandwidth-gb-per-s are unused: no "
+                          "update here reads whole matrices with state "
+                          "shaped as them (Muon's)";
   sharder.shard(func, planned, plans);
   if (failed(rewriteResults(func, updates, sharder)) ||
       failed(eraseDeadArguments(func, updates, firstNewArg)))

@@ -23,6 +23,12 @@
 // RUN:   | not distopt-opt --distopt-shard-optimizer=stage=3 2>&1 | FileCheck %s --check-prefix=STAGE3
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" -o /dev/null 2>&1 | FileCheck %s --check-prefix=GATHER-WARNING
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNUSED-RATES
+// GATHER-WARNING: warning: matrix-plan=gather: 'distopt.dion_update' keeps state of another shape than its matrix, which the gather plan cannot lay out in chunks; its matrices go to owners
+// UNUSED-RATES: warning: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s are unused: no update here reads whole matrices with state shaped as them (Muon's)
 // STAGE3: error: cannot shard 'distopt.dion_update': its update reads the whole matrix and keeps state of another shape, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
 
 // CHECK-LABEL: func.func @step

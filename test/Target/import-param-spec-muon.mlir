@@ -39,7 +39,8 @@
 // RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 hybrid-shard-size=1 zero-matrix-plan=owner" 2>&1 | FileCheck %s --check-prefix=HYBRID
 // Forced at stage 2: the gradient chunks reduce-scattered with the AdamW
 // group's, then gathered with the momentum's; the new parameters need no
-// gather (every rank computed them).
+// gather (every rank computed them) and are not packed; the new momentum
+// is packed for this rank's chunk.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=GATHER2
 // The cost model (matrix-plan=auto with rates) at stage 2: fc.weight
@@ -69,6 +70,10 @@
 // RUN:   | not distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=owner update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=FORCED
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | not distopt-opt --distopt-pipeline="zero-stage=2 zero-matrix-plan=split" 2>&1 | FileCheck %s --check-prefix=PLAN
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-update-gflops=1 zero-latency-us=5 zero-bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=NO-CHOICE
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | not distopt-opt --distopt-pipeline="zero-stage=3 zero-update-gflops=1 zero-latency-us=5 zero-bandwidth-gb-per-s=1" 2>&1 | FileCheck %s --check-prefix=NO-CHOICE
 // The report shows each owner's share: 4 x (4 m^2 n + 2 m^3) + 10 m n
 // FLOPs for 4 iterations on an m x n matrix (m <= n).
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
@@ -135,10 +140,13 @@
 // GATHER-HYBRID: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64
 // GATHER2-NOT: distopt.owned_by
 // GATHER2-COUNT-2: distopt.reduce_scatter
+// GATHER2: distopt.bucket_pack
 // GATHER2: distopt.adamw_update
+// GATHER2-NOT: distopt.bucket_pack
 // GATHER2: distopt.all_gather
 // GATHER2-COUNT-2: distopt.all_gather %{{.*}} on @world : tensor<80xf32> -> tensor<160xf32>
 // GATHER2-COUNT-2: distopt.muon_update
+// GATHER2: distopt.bucket_pack
 // GATHER2: distopt.shard_slice %{{.*}} on @world : tensor<160xf32> -> tensor<80xf32>
 // GATHER2-NOT: distopt.all_gather
 // GATHER2: return
@@ -150,6 +158,7 @@
 // MODEL-SPLIT-NEXT: gathered: l1.w l2.w conv.w
 // RATES: update-gflops, latency-us and bandwidth-gb-per-s are given together, each positive
 // FORCED: update-gflops, latency-us and bandwidth-gb-per-s choose matrix-plan=auto's plans; matrix-plan is forced here
+// NO-CHOICE: error: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s choose between owners and gathering, which only stages 1 and 2 without hybrid sharding have (the pipeline's zero-stage, hybrid-shard-size)
 // PLAN: for the --zero-matrix-plan option: 'split' is not one of: auto, owner, gather
 // GREEDY: distopt.owned_by @{{.*}} rank
 // GREEDY: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64

@@ -393,21 +393,27 @@ def ShardOptimizerPass
     to owners; stages 1 and 2 only). `gather` (Moonshot's distributed
     Muon; updates whose state has the parameter's shape, so not Dion):
     the matrices are laid out flat like an element-wise group, and every
-    rank all-gathers the group's composed gradient chunks and state chunks
-    (and main parameter or, at stage 3, parameter chunks), updates every
-    matrix whole, and keeps its chunk of the new state; the new parameters
-    need no gather at stages 1 and 2 (every rank computed them). It runs at
-    every stage and under hybrid sharding, at the price of every rank doing
-    every matrix's arithmetic and of one more gather than the owners'
-    broadcast. `auto` (the default): owners where they can run (stages 1
-    and 2 without hybrid sharding), else gather; given the rate of the
-    updates (`update-gflops`) and the link's (`latency-us`,
-    `bandwidth-gb-per-s`, as `distopt-calibrate` prints them), it chooses
-    per matrix instead: the cheapest matrices gathered (one latency per
-    group of them), the rest on owners (one broadcast each, the busiest
-    owner's arithmetic), whichever split the model predicts fastest
-    (docs/choosing-a-pipeline.md has the formulas; `--distopt-report`
-    prints the prediction). Dion always takes owners. The owners' weight
+    rank all-gathers the group's state chunks, its composed gradient
+    chunks (at stage 1 only where clipping needs the chunks: else every
+    rank holds the reduced gradients and converts them whole), and its
+    main parameter or, at stage 3, parameter chunks (those the step
+    gathered for its own uses, where it has any), updates every matrix
+    whole, and keeps its chunk of the new state; the new parameters need
+    no gather at stages 1 and 2 (every rank computed them). It runs at
+    every stage and under hybrid sharding, at the price of every rank
+    doing every matrix's arithmetic; its collectives are one per buffer
+    for the whole group, where owners pay a broadcast per matrix (and at
+    stage 2 a reduce). `auto` (the default): owners where they can run
+    (stages 1 and 2 without hybrid sharding), else gather; given the rate
+    of the updates (`update-gflops`) and the link's (`latency-us`,
+    `bandwidth-gb-per-s`, as `distopt-calibrate` prints them; stages 1
+    and 2 only), it chooses per matrix instead: the cheapest matrices
+    gathered, the rest on owners, whichever split the model predicts
+    fastest (docs/choosing-a-pipeline.md has the formulas;
+    `--distopt-report` prints the prediction). The owners' part goes
+    first: its reductions start with the gradients, and the gathered
+    part's collectives would wait behind them. Dion always takes owners
+    (with a warning under `gather`). The owners' weight
     is the update's arithmetic (`getUpdateFlops()`: Muon's Newton-Schulz products grow with m^2 n, so
     two matrices of equal size can differ by their smaller side), balanced
     against the FLOPs earlier such groups gave each rank; `owner-balance=
