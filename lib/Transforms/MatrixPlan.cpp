@@ -1,10 +1,11 @@
 //===- MatrixPlan.cpp - Owners or gathers for whole matrices ----*- C++ -*-===//
 //
-// matrix-plan=auto's cost model (ShardOptimizer.h says what it counts):
-// which of a group's matrices ZeRO gathers onto every rank and which it
-// gives to owners, from the updates' FLOP rate and the link's latency and
-// bandwidth. Small matrices cost little arithmetic and one latency each on
-// an owner; gathered, they share the group's few collectives.
+// Each group's plan under ZeRO, and matrix-plan=auto's cost model
+// (ShardOptimizer.h says what it counts): which of a group's matrices ZeRO
+// gathers onto every rank and which it gives to owners, from the updates'
+// FLOP rate and the link's latency and bandwidth. Small matrices cost
+// little arithmetic and one latency each on an owner; gathered, they share
+// the group's few collectives.
 //
 //===----------------------------------------------------------------------===//
 
@@ -127,4 +128,78 @@ DictionaryAttr MatrixCostModel::describe(MLIRContext *context,
       b.getNamedAttr("all_owners_us", micros(none)),
       b.getNamedAttr("all_gathered_us", micros(all)),
   });
+}
+
+bool mlir::distopt::zero::statesShapedAsParam(Operation *op) {
+  auto update = cast<OptimizerOpInterface>(op);
+  auto shape = cast<RankedTensorType>(update.getParam().getType()).getShape();
+  return llvm::all_of(update.getState(), [&](Value state) {
+    return cast<RankedTensorType>(state.getType()).getShape() == shape;
+  });
+}
+
+void mlir::distopt::zero::planGroups(
+    func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
+    const PlanOptions &options, SmallVectorImpl<SmallVector<Update *>> &planned,
+    SmallVectorImpl<Sharder::Plan> &plans) {
+  SmallVector<Attribute> predictions;
+  // Owners keep whole parameters: stages 1 and 2 without hybrid sharding.
+  bool ownersRun = options.stage < 3 && !options.hybrid;
+  for (ArrayRef<Update *> group : groups) {
+    Operation *first = group.front()->op;
+    if (cast<OptimizerOpInterface>(first).isElementwise()) {
+      planned.push_back(SmallVector<Update *>(group));
+      plans.push_back(options.strategy == ZeroStrategy::Flat
+                          ? Sharder::Plan::Flat
+                          : Sharder::Plan::Owners);
+      continue;
+    }
+    bool gatherable = statesShapedAsParam(first);
+    if (!gatherable && options.matrixPlan == MatrixPlan::Gather)
+      first->emitWarning()
+          << "matrix-plan=gather: '" << first->getName()
+          << "' keeps state of another shape than its matrix, which the "
+             "gather plan cannot lay out in chunks; its matrices go to "
+             "owners";
+    if (!gatherable || options.matrixPlan == MatrixPlan::Owner ||
+        (options.matrixPlan == MatrixPlan::Auto && ownersRun &&
+         options.updateGflops == 0)) {
+      planned.push_back(SmallVector<Update *>(group));
+      plans.push_back(Sharder::Plan::Owners);
+      continue;
+    }
+    SmallVector<bool> gathered(group.size(), true);
+    if (options.matrixPlan == MatrixPlan::Auto && ownersRun) {
+      MatrixCostModel model{
+          options.updateGflops * 1e9, options.latencyUs * 1e-6,
+          options.bandwidthGbPerS * 1e9,
+          lookupProcessGroup(func, group.front()->reduction.getGroupAttr())
+              .getSize(),
+          options.stage};
+      gathered = model.choose(group);
+      predictions.push_back(model.describe(func.getContext(), group, gathered));
+    }
+    // The owners' part first: their reductions start at the gradients and
+    // overlap the owners' arithmetic, where the gathered part's
+    // collectives wait for the reductions started before them (the link
+    // serves them in order) and hold up what follows.
+    for (bool gather : {false, true}) {
+      SmallVector<Update *> part;
+      for (auto [u, g] : llvm::zip_equal(group, gathered))
+        if (g == gather)
+          part.push_back(u);
+      if (part.empty())
+        continue;
+      planned.push_back(part);
+      plans.push_back(gather ? Sharder::Plan::Gathered : Sharder::Plan::Owners);
+    }
+  }
+  if (!predictions.empty())
+    func->setAttr(abi::kMatrixPlans,
+                  ArrayAttr::get(func.getContext(), predictions));
+  else if (options.updateGflops > 0)
+    func.emitWarning() << "--distopt-shard-optimizer: update-gflops, "
+                          "latency-us and bandwidth-gb-per-s are unused: no "
+                          "update here reads whole matrices with state "
+                          "shaped as them (Muon's)";
 }

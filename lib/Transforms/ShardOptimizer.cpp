@@ -120,16 +120,6 @@ private:
 
 } // namespace
 
-/// Whether every state tensor of the update has the parameter's shape, so
-/// that its chunks lie as the parameter's (not Dion's right factor).
-static bool statesShapedAsParam(Operation *op) {
-  auto update = cast<OptimizerOpInterface>(op);
-  auto shape = cast<RankedTensorType>(update.getParam().getType()).getShape();
-  return llvm::all_of(update.getState(), [&](Value state) {
-    return cast<RankedTensorType>(state.getType()).getShape() == shape;
-  });
-}
-
 /// Hybrid sharding's groups, named by the options, of the gradients' world.
 LogicalResult
 ShardOptimizerPass::lookupHybridGroups(func::FuncOp func, int64_t world,
@@ -572,67 +562,13 @@ void ShardOptimizerPass::runOnOperation() {
   Sharder sharder(stage, alignment, shardRef, replicateRef,
                   /*balanceFlops=*/ownerBalance == OwnerBalance::Flops);
   unsigned firstNewArg = func.getNumArguments();
-  // The flat strategy lays out the element-wise groups; the greedy one
-  // keeps each tensor on an owner. Updates that read whole matrices take
-  // their matrix plan, or the cost model's, split per matrix.
   SmallVector<SmallVector<Update *>> planned;
   SmallVector<Sharder::Plan> plans;
-  SmallVector<Attribute> predictions;
-  bool ownersRun = stage < 3 && !shardRef;
-  for (SmallVector<Update *> &group : groups) {
-    Operation *first = group.front()->op;
-    if (cast<OptimizerOpInterface>(first).isElementwise()) {
-      planned.push_back(group);
-      plans.push_back(strategy == ZeroStrategy::Flat ? Sharder::Plan::Flat
-                                                     : Sharder::Plan::Owners);
-      continue;
-    }
-    bool gatherable = statesShapedAsParam(first);
-    if (!gatherable && matrixPlan == MatrixPlan::Gather)
-      first->emitWarning()
-          << "matrix-plan=gather: '" << first->getName()
-          << "' keeps state of another shape than its matrix, which the "
-             "gather plan cannot lay out in chunks; its matrices go to "
-             "owners";
-    if (!gatherable || matrixPlan == MatrixPlan::Owner ||
-        (matrixPlan == MatrixPlan::Auto && ownersRun && updateGflops == 0)) {
-      planned.push_back(group);
-      plans.push_back(Sharder::Plan::Owners);
-      continue;
-    }
-    SmallVector<bool> gathered(group.size(), true);
-    if (matrixPlan == MatrixPlan::Auto && ownersRun) {
-      MatrixCostModel model{
-          updateGflops * 1e9, latencyUs * 1e-6, bandwidthGbPerS * 1e9,
-          lookupProcessGroup(func, group.front()->reduction.getGroupAttr())
-              .getSize(),
-          stage};
-      gathered = model.choose(group);
-      predictions.push_back(model.describe(func.getContext(), group, gathered));
-    }
-    // The owners' part first: their reductions start at the gradients and
-    // overlap the owners' arithmetic, where the gathered part's
-    // collectives wait for the reductions started before them (the link
-    // serves them in order) and hold up what follows.
-    for (bool gather : {false, true}) {
-      SmallVector<Update *> part;
-      for (auto [u, g] : llvm::zip_equal(group, gathered))
-        if (g == gather)
-          part.push_back(u);
-      if (part.empty())
-        continue;
-      planned.push_back(part);
-      plans.push_back(gather ? Sharder::Plan::Gathered : Sharder::Plan::Owners);
-    }
-  }
-  if (!predictions.empty())
-    func->setAttr(abi::kMatrixPlans,
-                  ArrayAttr::get(func.getContext(), predictions));
-  else if (updateGflops > 0)
-    func.emitWarning() << "--distopt-shard-optimizer: update-gflops, "
-                          "latency-us and bandwidth-gb-per-s are unused: no "
-                          "update here reads whole matrices with state "
-                          "shaped as them (Muon's)";
+  bool hybrid = static_cast<bool>(shardRef);
+  planGroups(func, groups,
+             PlanOptions{strategy, matrixPlan, stage, hybrid, updateGflops,
+                         latencyUs, bandwidthGbPerS},
+             planned, plans);
   sharder.shard(func, planned, plans);
   if (failed(rewriteResults(func, updates, sharder)) ||
       failed(eraseDeadArguments(func, updates, firstNewArg)))

@@ -14,6 +14,7 @@
 #include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/ExactDivision.h"
+#include "distopt/Transforms/PassOptions.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -80,6 +81,11 @@ ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
                      std::optional<unsigned> state = std::nullopt);
 /// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
 std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
+
+/// Whether every state tensor of the update has the parameter's shape, so
+/// that its chunks lie as the parameter's (not Dion's right factor): what
+/// the gather plan needs (MatrixPlan.cpp).
+bool statesShapedAsParam(Operation *op);
 
 /// matrix-plan=auto's cost model for a group of updates that read whole
 /// matrices, at stages 1 and 2 (MatrixPlan.cpp). The step time of the
@@ -214,6 +220,25 @@ private:
   /// (else by elements, as the others).
   bool balanceFlops;
 };
+
+/// The pass options that choose each group's plan.
+struct PlanOptions {
+  ZeroStrategy strategy;
+  MatrixPlan matrixPlan;
+  int64_t stage;
+  bool hybrid;
+  double updateGflops, latencyUs, bandwidthGbPerS;
+};
+
+/// Each group of like updates with its plan (MatrixPlan.cpp): the flat
+/// strategy lays out element-wise groups flat, the greedy one gives their
+/// tensors to owners; groups that read whole matrices take the matrix
+/// plan, the cost model's split in two groups (the owners' first), its
+/// predictions recorded on `func` (abi::kMatrixPlans).
+void planGroups(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
+                const PlanOptions &options,
+                SmallVectorImpl<SmallVector<Update *>> &planned,
+                SmallVectorImpl<Sharder::Plan> &plans);
 
 } // namespace mlir::distopt::zero
 
