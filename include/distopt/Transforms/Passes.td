@@ -742,8 +742,10 @@ def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
     updates where updates run on owners (ZeRO's greedy layout, and updates
     that read whole matrices: tensors, elements, the latter's
     `getUpdateFlops()`, and the most loaded rank's FLOPs against the mean);
-    and the compression
-    ratio. The IR is unchanged.
+    where ZeRO's matrix-plan=auto chose with the cost model
+    (`distopt.matrix_plans`), each group's split between gathering and
+    owners, the gathered matrices and the predicted times; and the
+    compression ratio. The IR is unchanged.
 
     For a mixed-precision Adam spec these match the ZeRO paper's figures:
     16 bytes per parameter for plain data parallelism, 4 + 12/N with ZeRO-1,
