@@ -73,6 +73,9 @@ struct StepReport {
     double flops = 0; // (sums may pass int64_t's range)
   };
   std::map<int64_t, OwnerLoad> owners;
+  /// Updates that read whole matrices and run on every rank (no ZeRO, or
+  /// ZeRO's gather plan).
+  OwnerLoad everyRank;
   /// matrix-plan=auto's predictions (abi::kMatrixPlans), when made.
   ArrayAttr matrixPlans;
 };
@@ -344,6 +347,14 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
       addCompressed(op, n, row, report);
   });
   report.matrixPlans = func->getAttrOfType<ArrayAttr>(abi::kMatrixPlans);
+  func.walk([&](OptimizerOpInterface update) {
+    if (update.isElementwise() || update->getParentOfType<OwnedByOp>())
+      return;
+    ++report.everyRank.tensors;
+    report.everyRank.elements +=
+        cast<RankedTensorType>(update.getParam().getType()).getNumElements();
+    report.everyRank.flops += static_cast<double>(update.getUpdateFlops());
+  });
   func.walk([&](OwnedByOp owned) {
     owned.getBody().walk([&](OptimizerOpInterface update) {
       StepReport::OwnerLoad &load = report.owners[owned.getOwner()];
@@ -446,6 +457,12 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
                          most * r.worldSize / total, (long long)r.worldSize);
   }
 
+  if (r.everyRank.tensors > 0)
+    os << llvm::format("\nwhole-matrix updates on every rank: %lld tensors, "
+                       "%lld elements, %.3f update MFLOP each rank\n",
+                       (long long)r.everyRank.tensors,
+                       (long long)r.everyRank.elements,
+                       r.everyRank.flops / 1e6);
   if (r.matrixPlans) {
     // Each group's split, and what the model predicted of the others.
     os << "\nwhole matrices gathered or on owners (matrix-plan=auto's "

@@ -43,6 +43,10 @@
 // is packed for this rank's chunk.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=GATHER2
+// Its report: both matrices' arithmetic on every rank (19k FLOPs), as
+// without ZeRO.
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-report -o /dev/null | FileCheck %s --check-prefix=EVERY-RANK
 // The cost model (matrix-plan=auto with rates) at stage 2: fc.weight
 // 12928 FLOPs, conv.weight 5840, 256 and 288 bytes. On owners: two
 // broadcasts and two reduces of 5000 us each, and fc.weight's owner's
@@ -150,6 +154,8 @@
 // GATHER2: distopt.shard_slice %{{.*}} on @world : tensor<160xf32> -> tensor<80xf32>
 // GATHER2-NOT: distopt.all_gather
 // GATHER2: return
+// EVERY-RANK-NOT: updates on their owners
+// EVERY-RANK: whole-matrix updates on every rank: 2 tensors, 136 elements, 0.019 update MFLOP each rank
 // MODEL:      whole matrices gathered or on owners (matrix-plan=auto's model)
 // MODEL-NEXT:   2 matrices: 2 gathered, 0 on owners, predicted 16877.6 us (all on owners 21293.9 us, all gathered 16877.6 us)
 // MODEL-NEXT:     gathered: fc.weight conv.weight

@@ -742,7 +742,9 @@ def ReportPass : Pass<"distopt-report", "::mlir::ModuleOp"> {
     updates where updates run on owners (ZeRO's greedy layout, and updates
     that read whole matrices: tensors, elements, the latter's
     `getUpdateFlops()`, and the most loaded rank's FLOPs against the mean);
-    where ZeRO's matrix-plan=auto chose with the cost model
+    the updates that read whole matrices and run on every rank (without
+    ZeRO, or gathered: tensors, elements, FLOPs); where ZeRO's
+    matrix-plan=auto chose with the cost model
     (`distopt.matrix_plans`), each group's split between gathering and
     owners, the gathered matrices and the predicted times; and the
     compression ratio. The IR is unchanged.
