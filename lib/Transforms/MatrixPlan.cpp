@@ -56,7 +56,9 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
         [](const Update &u) -> Type { return u.param.getType(); });
   double time = 0, gatheredFlops = 0;
   SmallVector<double> gatheredBytes(buffers.size(), 0);
-  SmallVector<double> owned;
+  // The owned matrices' (weight, FLOPs): they are assigned by their
+  // weight (owner-balance), the busiest owner's FLOPs take the time.
+  SmallVector<std::pair<double, double>> owned;
   for (auto [u, gather] : llvm::zip_equal(group, gathered)) {
     if (gather) {
       gatheredFlops += flopsOf(*u);
@@ -64,7 +66,9 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
         gatheredBytes[b] += bytesOf(*u, buffer(*u));
       continue;
     }
-    owned.push_back(flopsOf(*u));
+    owned.push_back(
+        {balanceFlops ? flopsOf(*u) : static_cast<double>(u->numel()),
+         flopsOf(*u)});
     // At stage 2 its reduce to the owner; its broadcast (of the model
     // copy with main parameters, and none where the step returns none).
     if (stage == 2)
@@ -74,12 +78,16 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
     else if (!u->downcasts.empty())
       time += collective(bytesOf(*u, u->downcasts.front().getType()));
   }
-  // The busiest owner after the sorted-greedy assignment.
-  llvm::sort(owned, std::greater<double>());
-  SmallVector<double> load(ranks, 0);
-  for (double flops : owned)
-    *llvm::min_element(load) += flops;
-  time += *llvm::max_element(load) / flopsPerS;
+  // The busiest owner after the sorted-greedy assignment (the heaviest
+  // first, each to the least loaded rank).
+  llvm::stable_sort(owned, [](auto a, auto b) { return a.first > b.first; });
+  SmallVector<double> weight(ranks, 0), flops(ranks, 0);
+  for (auto [w, f] : owned) {
+    int64_t rank = llvm::min_element(weight) - weight.begin();
+    weight[rank] += w;
+    flops[rank] += f;
+  }
+  time += *llvm::max_element(flops) / flopsPerS;
   if (llvm::is_contained(gathered, true)) {
     // Each rank sends (N-1)/N of each buffer, then computes every matrix.
     double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
@@ -171,11 +179,13 @@ void mlir::distopt::zero::planGroups(
     SmallVector<bool> gathered(group.size(), true);
     if (options.matrixPlan == MatrixPlan::Auto && ownersRun) {
       MatrixCostModel model{
-          options.updateGflops * 1e9, options.latencyUs * 1e-6,
+          options.updateGflops * 1e9,
+          options.latencyUs * 1e-6,
           options.bandwidthGbPerS * 1e9,
           lookupProcessGroup(func, group.front()->reduction.getGroupAttr())
               .getSize(),
-          options.stage};
+          options.stage,
+          options.balanceFlops};
       gathered = model.choose(group);
       predictions.push_back(model.describe(func.getContext(), group, gathered));
     }

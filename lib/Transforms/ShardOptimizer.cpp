@@ -567,7 +567,8 @@ void ShardOptimizerPass::runOnOperation() {
   bool hybrid = static_cast<bool>(shardRef);
   planGroups(func, groups,
              PlanOptions{strategy, matrixPlan, stage, hybrid, updateGflops,
-                         latencyUs, bandwidthGbPerS},
+                         latencyUs, bandwidthGbPerS,
+                         ownerBalance == OwnerBalance::Flops},
              planned, plans);
   sharder.shard(func, planned, plans);
   if (failed(rewriteResults(func, updates, sharder)) ||

@@ -91,7 +91,9 @@ bool statesShapedAsParam(Operation *op);
 /// matrices, at stages 1 and 2 (MatrixPlan.cpp). The step time of the
 /// group's part is modelled as the owners' (a broadcast of each matrix, at
 /// stage 2 also a reduce to its owner, and the busiest owner's arithmetic
-/// after the sorted-greedy assignment by FLOPs) plus the gathered
+/// after the sorted-greedy assignment by FLOPs, or by elements under
+/// owner-balance=elements; without the load earlier groups gave each
+/// rank) plus the gathered
 /// matrices' (one all-gather per gathered buffer and, at stage 2, one
 /// reduce-scatter, each moving (N-1)/N of their bytes, and every rank's
 /// arithmetic of them all), a collective of S bytes taking latency +
@@ -100,6 +102,7 @@ bool statesShapedAsParam(Operation *op);
 struct MatrixCostModel {
   double flopsPerS, latencyS, bytesPerS;
   int64_t ranks, stage;
+  bool balanceFlops;
 
   /// Predicted seconds with `gathered` (one flag per update) gathered.
   double predict(ArrayRef<Update *> group, ArrayRef<bool> gathered) const;
@@ -228,6 +231,7 @@ struct PlanOptions {
   int64_t stage;
   bool hybrid;
   double updateGflops, latencyUs, bandwidthGbPerS;
+  bool balanceFlops;
 };
 
 /// Each group of like updates with its plan (MatrixPlan.cpp): the flat
