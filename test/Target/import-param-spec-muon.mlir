@@ -65,6 +65,17 @@
 // RUN: sed -e 's/"world_size": 2/"world_size": 3/' %S/../Integration/Inputs/muon-bf16.json \
 // RUN:   | distopt-translate --import-param-spec \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.1 latency-us=1000 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-SPLIT
+// The model assigns owners as the pass does. With a third matrix x.weight
+// (2x36: 72 elements, 3088 FLOPs) at 50 us: by FLOPs fc.weight's owner is
+// the busiest, 300 us of collectives + 1.7 us of bytes + 1292.8 us; by
+// elements x.weight and fc.weight share rank 0 (the table's 0.016 MFLOP):
+// 1601.6 us of arithmetic.
+// RUN: sed -e 's/{"name": "conv.weight"/{"name": "x.weight", "shape": [2, 36], "dtype": "f32"}, {"name": "conv.weight"/' %S/Inputs/muon.json \
+// RUN:   | distopt-translate --import-param-spec \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.01 latency-us=50 bandwidth-gb-per-s=1" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-FLOPS
+// RUN: sed -e 's/{"name": "conv.weight"/{"name": "x.weight", "shape": [2, 36], "dtype": "f32"}, {"name": "conv.weight"/' %S/Inputs/muon.json \
+// RUN:   | distopt-translate --import-param-spec \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.01 latency-us=50 bandwidth-gb-per-s=1 owner-balance=elements" --distopt-report -o /dev/null | FileCheck %s --check-prefix=MODEL-ELEMENTS
 // The rates come together, and only where the plan is the model's.
 // RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
 // RUN:   | not distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1" 2>&1 | FileCheck %s --check-prefix=RATES
@@ -160,6 +171,9 @@
 // MODEL-NEXT:   2 matrices: 2 gathered, 0 on owners, predicted 16877.6 us (all on owners 21293.9 us, all gathered 16877.6 us)
 // MODEL-NEXT:     gathered: fc.weight conv.weight
 // MODEL-OWNERS: 2 matrices: 0 gathered, 2 on owners, predicted 1493.9 us (all on owners 1493.9 us, all gathered 2027.6 us)
+// MODEL-FLOPS: 3 matrices: 0 gathered, 3 on owners, predicted 1594.5 us
+// MODEL-ELEMENTS: 0 2 136 0.016
+// MODEL-ELEMENTS: 3 matrices: 0 gathered, 3 on owners, predicted 1903.3 us
 // MODEL-SPLIT: 5 matrices: 3 gathered, 2 on owners
 // MODEL-SPLIT-NEXT: gathered: l1.w l2.w conv.w
 // RATES: update-gflops, latency-us and bandwidth-gb-per-s are given together, each positive
