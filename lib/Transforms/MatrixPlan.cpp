@@ -56,9 +56,10 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
         [](const Update &u) -> Type { return u.param.getType(); });
   double time = 0, gatheredFlops = 0;
   SmallVector<double> gatheredBytes(buffers.size(), 0);
-  // The owned matrices' (weight, FLOPs): they are assigned by their
-  // weight (owner-balance), the busiest owner's FLOPs take the time.
-  SmallVector<std::pair<double, double>> owned;
+  // The owned matrices, assigned by their weight (FLOPs or elements:
+  // owner-balance) as the pass assigns them; the busiest owner's FLOPs
+  // take the time.
+  SmallVector<double> weights, owned;
   for (auto [u, gather] : llvm::zip_equal(group, gathered)) {
     if (gather) {
       gatheredFlops += flopsOf(*u);
@@ -66,9 +67,9 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
         gatheredBytes[b] += bytesOf(*u, buffer(*u));
       continue;
     }
-    owned.push_back(
-        {balanceFlops ? flopsOf(*u) : static_cast<double>(u->numel()),
-         flopsOf(*u)});
+    weights.push_back(balanceFlops ? flopsOf(*u)
+                                   : static_cast<double>(u->numel()));
+    owned.push_back(flopsOf(*u));
     // At stage 2 its reduce to the owner; its broadcast (of the model
     // copy with main parameters, and none where the step returns none).
     if (stage == 2)
@@ -78,15 +79,10 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
     else if (!u->downcasts.empty())
       time += collective(bytesOf(*u, u->downcasts.front().getType()));
   }
-  // The busiest owner after the sorted-greedy assignment (the heaviest
-  // first, each to the least loaded rank).
-  llvm::stable_sort(owned, [](auto a, auto b) { return a.first > b.first; });
-  SmallVector<double> weight(ranks, 0), flops(ranks, 0);
-  for (auto [w, f] : owned) {
-    int64_t rank = llvm::min_element(weight) - weight.begin();
-    weight[rank] += w;
-    flops[rank] += f;
-  }
+  SmallVector<double> load(ranks, 0), flops(ranks, 0);
+  assignSortedGreedy(weights, load, [&](unsigned i, int64_t rank) {
+    flops[rank] += owned[i];
+  });
   time += *llvm::max_element(flops) / flopsPerS;
   if (llvm::is_contained(gathered, true)) {
     // Each rank sends (N-1)/N of each buffer, then computes every matrix.

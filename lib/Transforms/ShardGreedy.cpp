@@ -82,6 +82,21 @@ static Value insertAt(OpBuilder &b, Location loc, Value flat, Value buffer,
       ArrayRef<OpFoldResult>{b.getIndexAttr(1)});
 }
 
+void mlir::distopt::zero::assignSortedGreedy(
+    ArrayRef<double> weights, MutableArrayRef<double> load,
+    function_ref<void(unsigned, int64_t)> assigned) {
+  SmallVector<unsigned> order(weights.size());
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(
+      order, [&](unsigned a, unsigned b) { return weights[a] > weights[b]; });
+  for (unsigned i : order) {
+    // (The first least loaded: the lower rank on a tie.)
+    int64_t rank = llvm::min_element(load) - load.begin();
+    load[rank] += weights[i];
+    assigned(i, rank);
+  }
+}
+
 Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
                                            ArrayRef<Update *> group,
                                            bool composeAtStage1) {
@@ -105,32 +120,23 @@ Sharder::GreedyGroup Sharder::assignGreedy(func::FuncOp func,
     weight.push_back(static_cast<double>(
         byFlops ? cast<OptimizerOpInterface>(u->op).getUpdateFlops()
                 : u->numel()));
-  SmallVector<unsigned> order(group.size());
-  std::iota(order.begin(), order.end(), 0);
-  llvm::stable_sort(
-      order, [&](unsigned a, unsigned b) { return weight[a] > weight[b]; });
   SmallVector<double> &elements = ownedElements[groupRef];
   elements.resize(size, 0);
   SmallVector<double> &owned = byFlops ? ownedFlops[groupRef] : elements;
   owned.resize(size, 0);
-  SmallVector<double> added(size, 0);
+  SmallVector<double> load(owned);
   GreedyGroup greedy;
   greedy.loads.assign(size, 0);
   greedy.owners.resize(group.size());
   greedy.offsets.resize(group.size());
-  for (unsigned i : order) {
-    int64_t rank = 0;
-    for (int64_t r = 1; r < size; ++r)
-      if (owned[r] + added[r] < owned[rank] + added[rank])
-        rank = r;
+  assignSortedGreedy(weight, load, [&](unsigned i, int64_t rank) {
     greedy.owners[i] = rank;
     greedy.offsets[i] = greedy.loads[rank];
     greedy.loads[rank] += group[i]->numel();
-    added[rank] += weight[i];
-  }
+  });
   for (int64_t r = 0; r < size; ++r) {
     if (byFlops)
-      owned[r] += added[r];
+      owned[r] = load[r];
     elements[r] += static_cast<double>(greedy.loads[r]);
   }
   greedy.capacity = *llvm::max_element(greedy.loads);

@@ -82,6 +82,13 @@ ArrayAttr layoutAttr(Builder &builder, ArrayRef<Update *> group,
 /// The torch state key of a state argument ("exp_avg" of "w.exp_avg").
 std::string stateKey(func::FuncOp func, const Update &u, unsigned k);
 
+/// ZeroRedundancyOptimizer's sorted-greedy assignment (ShardGreedy.cpp):
+/// the heaviest weight first (ties: in order), each to the least loaded
+/// rank (ties: the lower), starting from and adding to `load`;
+/// `assigned(i, rank)` is called for each in that order.
+void assignSortedGreedy(ArrayRef<double> weights, MutableArrayRef<double> load,
+                        function_ref<void(unsigned, int64_t)> assigned);
+
 /// Whether every state tensor of the update has the parameter's shape, so
 /// that its chunks lie as the parameter's (not Dion's right factor): what
 /// the gather plan needs (MatrixPlan.cpp).
