@@ -468,14 +468,13 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
     os << "\nwhole matrices gathered or on owners (matrix-plan=auto's "
           "model)\n";
     for (auto plan : r.matrixPlans.getAsRange<DictionaryAttr>()) {
+      // (The verifier checked every key.)
       auto number = [&](StringRef key) {
-        auto value = plan.getAs<FloatAttr>(key);
-        return value ? value.getValueAsDouble() : 0.0;
+        return plan.getAs<FloatAttr>(key).getValueAsDouble();
       };
-      auto count = plan.getAs<IntegerAttr>("matrices");
       auto gathered = plan.getAs<ArrayAttr>("gathered");
-      int64_t total = count ? count.getInt() : 0;
-      int64_t shared = gathered ? static_cast<int64_t>(gathered.size()) : 0;
+      int64_t total = plan.getAs<IntegerAttr>("matrices").getInt();
+      int64_t shared = static_cast<int64_t>(gathered.size());
       os << llvm::format("  %lld matrices: %lld gathered, %lld on owners, "
                          "predicted %.1f us (all on owners %.1f us, all "
                          "gathered %.1f us)\n",

@@ -121,7 +121,14 @@ func.func @step() attributes {distopt.bucket = 1 : i64} {
 
 // -----
 
-// expected-error @below {{"distopt.matrix_plans" must be an array of dictionaries, got [1]}}
+// expected-error @below {{"distopt.matrix_plans" must be an array of {matrices = N, gathered = [names], chosen_us, all_owners_us, all_gathered_us = microseconds}, got [1]}}
 func.func @step() attributes {distopt.matrix_plans = [1 : i64]} {
+  return
+}
+
+// -----
+
+// expected-error @below {{"distopt.matrix_plans" must be an array of}}
+func.func @step() attributes {distopt.matrix_plans = [{matrices = 2 : i64, gathered = ["w"], chosen_us = 1.0 : f64, all_owners_us = 2.0 : f64}]} {
   return
 }

@@ -165,9 +165,22 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
   if (name == abi::kInitialLr)
     return check(isa<FloatAttr, IntegerAttr>(value), "a number");
   if (name == abi::kMatrixPlans) {
+    // What --distopt-report prints of each group (docs/step-abi.md).
+    auto isPlan = [](Attribute attr) {
+      auto plan = dyn_cast<DictionaryAttr>(attr);
+      auto gathered = plan ? plan.getAs<ArrayAttr>("gathered") : ArrayAttr();
+      return plan && plan.getAs<IntegerAttr>("matrices") && gathered &&
+             llvm::all_of(gathered, llvm::IsaPred<StringAttr>) &&
+             llvm::all_of(ArrayRef<StringRef>{"chosen_us", "all_owners_us",
+                                              "all_gathered_us"},
+                          [&](StringRef key) {
+                            return bool(plan.getAs<FloatAttr>(key));
+                          });
+    };
     auto plans = dyn_cast<ArrayAttr>(value);
-    return check(plans && llvm::all_of(plans, llvm::IsaPred<DictionaryAttr>),
-                 "an array of dictionaries");
+    return check(plans && llvm::all_of(plans, isPlan),
+                 "an array of {matrices = N, gathered = [names], chosen_us, "
+                 "all_owners_us, all_gathered_us = microseconds}");
   }
   // On the entry points of a split step, and the lowering's marks.
   if (name == abi::kEntry) {
