@@ -63,6 +63,9 @@ struct StepReport {
   /// Tensors PowerSGD compresses, and the batches their factors are
   /// all-reduced in (two all_reduces each: P, then Q).
   int64_t powerSGDTensors = 0, powerSGDBatches = 0;
+  /// Dion updates that all-reduce their factors instead of their gradient
+  /// (the low-rank sync).
+  int64_t dionSyncTensors = 0;
   /// The collectives' traffic by process group (a group over a mesh's axes
   /// says which: inside a node or across nodes).
   std::map<std::string, CollectiveRow> byGroup;
@@ -100,7 +103,7 @@ CollectiveOpInterface reductionYielding(Value value) {
 FlatSymbolRefAttr getGroupOf(Operation *op) {
   return llvm::TypeSwitch<Operation *, FlatSymbolRefAttr>(op)
       .Case<CollectiveOpInterface, PowerSGDAllReduceOp, TopKAllReduceOp,
-            AllFiniteOp, ClipGradNormOp>(
+            AllFiniteOp, ClipGradNormOp, DionUpdateOp>(
           [](auto op) { return op.getGroupAttr(); })
       .Default([](Operation *) { return nullptr; });
 }
@@ -318,6 +321,27 @@ static void addCompressed(Operation *op, int64_t n, CollectiveRow &row,
   report.compressed += payload;
 }
 
+/// Dion's low-rank sync: two all-reduces, of P (m x r) and of R (n x r) in
+/// the type its products accumulate in, in place of the gradient's.
+static void addDionSync(DionUpdateOp dion, int64_t n, CollectiveRow &row,
+                        StepReport &report) {
+  auto param = cast<RankedTensorType>(dion.getParam().getType());
+  auto factor = cast<RankedTensorType>(dion.getState()[1].getType());
+  int64_t rank = factor.getDimSize(0), cols = factor.getDimSize(1);
+  int64_t rows = cols == 0 ? 0 : param.getNumElements() / cols;
+  int64_t width = param.getElementType().isF64() ? 8 : 4;
+  int64_t payload = (rows + cols) * rank * width;
+  int64_t full = bytesOf(cast<RankedTensorType>(dion.getGrad().getType()));
+  row.count += 2;
+  row.payload += payload;
+  row.sent += ringBytesSent(CollectiveKind::AllReduce, rows * rank * width, n) +
+              ringBytesSent(CollectiveKind::AllReduce, cols * rank * width, n);
+  ++report.dionSyncTensors;
+  report.gradBytes += full;
+  report.uncompressed += full;
+  report.compressed += payload;
+}
+
 StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
   StepReport report;
   readSignature(module, func, report);
@@ -336,6 +360,9 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     int64_t n = group ? group.getSize() : 0;
     if (auto collective = dyn_cast<CollectiveOpInterface>(op))
       return addCollective(collective, group, n, report);
+    if (auto dion = dyn_cast<DionUpdateOp>(op))
+      return addDionSync(dion, n, report.collectives["dion_update (factors)"],
+                         report);
     if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
             op) ||
         fusedChecks.contains(op))
@@ -435,6 +462,11 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
          << (r.powerSGDBatches == 1 ? " batch" : " batches")
          << " of 2 all_reduces)\n";
   }
+
+  if (r.dionSyncTensors > 0)
+    os << "  (dion_update: " << r.dionSyncTensors
+       << " tensors, each all-reducing its factors P and R instead of its "
+          "gradient)\n";
 
   if (!r.owners.empty()) {
     // The slowest owner sets the step's time: its share of the FLOPs of

@@ -354,7 +354,15 @@ LogicalResult VerifyCollectivesPass::checkGradients(FunctionOpInterface func) {
       return;
     }
     if (auto update = dyn_cast<OptimizerOpInterface>(op)) {
-      for (const auto &[grad, reductions] : flat(update.getGrad()).counts) {
+      GradInfo in = flat(update.getGrad());
+      // An update that averages what it makes of its gradient (Dion's
+      // low-rank sync) reduces it.
+      if (FlatSymbolRefAttr group = update.getGradientGroup()) {
+        for (const auto &[grad, reductions] : in.counts)
+          reduced.insert(grad);
+        in = in.reducedOnce(lookupProcessGroup(op, group));
+      }
+      for (const auto &[grad, reductions] : in.counts) {
         Cover cover = reductions.empty() ? Cover::Partial : coverOf(reductions);
         if (cover == Cover::Exact)
           continue;

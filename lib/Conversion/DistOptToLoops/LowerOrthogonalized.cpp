@@ -456,10 +456,21 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
   }
   Value oldFactor = drawn.getResult(0);
   Value eps = u.hyper("epsilon");
+  // With a group (the low-rank sync) each factor is this rank's share, made
+  // from its own gradient and momentum: the group averages it.
+  auto averaged = [&](Value factor) -> Value {
+    FlatSymbolRefAttr group = op.getGroupAttr();
+    if (!group)
+      return factor;
+    return AllReduceOp::create(
+        builder, loc, factor.getType(), factor, group, /*wire_type=*/nullptr,
+        ReductionKindAttr::get(builder.getContext(), ReductionKind::Avg),
+        /*scale=*/nullptr);
+  };
   // P^T = Q^T B^T (dot products along rows), orthonormalized.
-  Value p = contract(builder, loc, oldFactor, b, dims(builder, 0, 2),
-                     dims(builder, 1, 2), dims(builder, 0, 1), 2, {rank, rows},
-                     /*reassociate=*/true);
+  Value p = averaged(contract(builder, loc, oldFactor, b, dims(builder, 0, 2),
+                              dims(builder, 1, 2), dims(builder, 0, 1), 2,
+                              {rank, rows}, /*reassociate=*/true));
   // Twice: one pass of modified Gram-Schmidt leaves P^T P off the identity
   // by about eps times P's condition number (1e-3 at 1e5 in f32), and
   // Dion's update assumes orthonormal columns (Householder QR's, to
@@ -467,8 +478,9 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
   p = orthonormalizeRows(builder, loc, p, eps);
   p = orthonormalizeRows(builder, loc, p, eps);
   // R^T = P^T B (loops j, i, k).
-  Value r = contract(builder, loc, p, b, dims(builder, 0, 1),
-                     dims(builder, 1, 2), dims(builder, 0, 2), 1, {rank, cols});
+  Value r = averaged(contract(builder, loc, p, b, dims(builder, 0, 1),
+                              dims(builder, 1, 2), dims(builder, 0, 2), 1,
+                              {rank, cols}));
   // P R^T = (P^T)^T R^T (loops i, j, k).
   auto lowRank = [&](Value factor) {
     return contract(builder, loc, p, factor, dims(builder, 1, 0),

@@ -49,6 +49,23 @@ func.func @runtime(%p: tensor<4x4xf32>, %g: tensor<4x4xf32>, %m: tensor<4x4xf32>
   return %p1, %m1, %q1 : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>
 }
 
+// The low-rank sync: P^T and R^T, made from this rank's own gradient and
+// momentum, are averaged over the group as they are made (P^T before its
+// orthonormalization); nothing else communicates.
+// CHECK-LABEL: func.func @synced
+// CHECK: %[[PT:.*]] = linalg.generic {{.*}} outs({{.*}} : tensor<3x4xf32>)
+// CHECK: %[[P:.*]] = distopt.all_reduce avg %[[PT]] on @dp : tensor<3x4xf32>
+// CHECK: scf.for %{{.*}} iter_args(%{{.*}} = %[[P]]) -> (tensor<3x4xf32>)
+// CHECK: %[[RT:.*]] = linalg.generic {{.*}} outs({{.*}} : tensor<3x6xf32>)
+// CHECK: distopt.all_reduce avg %[[RT]] on @dp : tensor<3x6xf32>
+// CHECK-NOT: distopt.all_reduce
+// CHECK: return
+distopt.process_group @dp size 4
+func.func @synced(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>, %q: tensor<3x6xf32>, %lr: f32, %t: i64) -> (tensor<4x6xf32>, tensor<4x6xf32>, tensor<3x6xf32>) {
+  %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 3, group = @dp} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<3x6xf32>], f32
+  return %p1, %m1, %q1 : tensor<4x6xf32>, tensor<4x6xf32>, tensor<3x6xf32>
+}
+
 // CHECK-LABEL: func.func @empty
 func.func @empty(%p: tensor<0x5xf32>, %g: tensor<0x5xf32>, %m: tensor<0x5xf32>, %q: tensor<0x5xf32>,
                  %r: tensor<5x0x3xf32>, %h: tensor<5x0x3xf32>, %c: tensor<5x0x3xf32>, %f: tensor<0x0xf32>,

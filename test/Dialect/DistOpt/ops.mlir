@@ -175,6 +175,10 @@ func.func @dion(%p: tensor<64x3x3x3xf32>, %g: tensor<64x3x3x3xf32>, %m: tensor<6
   %a:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank_fraction = 0.25} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
   // CHECK: distopt.dion_update {{.*}} {epsilon = 9.9999999999999995E-7 : f64, maximize, mu = 5.000000e-01 : f64, rank = 7 : i64, seed = 3 : i64, weight_decay = 0.000000e+00 : f64} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
   %b:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 7, mu = 0.5, weight_decay = 0.0, epsilon = 1.0e-6, seed = 3, maximize} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
+  // The low-rank sync: this rank's own gradient, the factors averaged over
+  // @dp.
+  // CHECK: distopt.dion_update {{.*}} {group = @dp, rank = 7 : i64} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
+  %c:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 7, group = @dp} : tensor<64x3x3x3xf32> [tensor<64x3x3x3xf32>, tensor<7x27xf32>], f32
   return
 }
 

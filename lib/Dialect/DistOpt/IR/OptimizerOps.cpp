@@ -504,10 +504,6 @@ LogicalResult DionUpdateOp::verify() {
   return success();
 }
 
-//===----------------------------------------------------------------------===//
-// Mixed precision and clipping
-//===----------------------------------------------------------------------===//
-
 /// Ops whose communication depends on an optional group: they communicate
 /// (and so must stay in order with the collectives) only when it is present.
 static void addGroupEffects(
@@ -525,6 +521,21 @@ static LogicalResult verifyOptionalGroup(Operation *op, FlatSymbolRefAttr group,
                                          SymbolTableCollection &symbolTable) {
   return success(!group || verifyGroupSymbol(op, group, symbolTable));
 }
+
+// Without a group Dion is pure; with one it all-reduces its factors.
+void DionUpdateOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  addGroupEffects(getGroupAttr(), effects);
+}
+
+LogicalResult DionUpdateOp::verifySymbolUses(SymbolTableCollection &table) {
+  return verifyOptionalGroup(*this, getGroupAttr(), table);
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision and clipping
+//===----------------------------------------------------------------------===//
 
 LogicalResult AllFiniteOp::verify() {
   if (getInputs().empty())

@@ -176,6 +176,16 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
                     "an element-wise update its element count (its work "
                     "grows with it).",
       "int64_t", "getUpdateFlops">,
+    InterfaceMethod<"The group over which the update averages what it "
+                    "makes of the gradient it reads, this rank's own (Dion's "
+                    "low-rank sync: its `group` attribute); null for an "
+                    "update whose gradient comes reduced.",
+      "::mlir::FlatSymbolRefAttr", "getGradientGroup", (ins),
+      /*methodBody=*/"",
+      /*defaultImplementation=*/[{
+        return $_op->template getAttrOfType<::mlir::FlatSymbolRefAttr>(
+            "group");
+      }]>,
     InterfaceMethod<"The operands that give hyperparameters at run time.",
       "::mlir::Operation::operand_range", "getRuntimeHyperparameters">,
     InterfaceMethod<"Their names, one per operand.",

@@ -638,12 +638,15 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 // getSpecKeys and getCompiledHyperparameter (OptimizerOps.cpp) and its
 // lowering (LowerOptimizers.cpp); the spec reader, the passes and the step
 // interface find it through OptimizerOpInterface.
+// `effects`: Pure, or (an update that may communicate, as Dion's low-rank
+// sync) the op's own getEffects.
 class DistOpt_OptimizerOp<string mnemonic, string specType,
                           dag hyperparameters, bit elementwise = 1,
-                          int minParamRank = 0, bit ownStateShapes = 0>
-    : DistOpt_Op<mnemonic, [Pure, AttrSizedOperandSegments,
+                          int minParamRank = 0, bit ownStateShapes = 0,
+                          list<Trait> effects = [Pure]>
+    : DistOpt_Op<mnemonic, !listconcat(effects, [AttrSizedOperandSegments,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
-        DistOpt_OptimizerOpInterface]> {
+        DistOpt_OptimizerOpInterface])> {
   let arguments = !con((ins DistOpt_FloatTensor:$param,
                             DistOpt_FloatTensor:$grad,
                             Variadic<DistOpt_FloatTensor>:$state,
@@ -884,8 +887,11 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     DefaultValuedAttr<F64Attr, "1e-08">:$epsilon,
     OptionalAttr<I64Attr>:$rank,
     DefaultValuedAttr<F64Attr, "1.0">:$rank_fraction,
-    DefaultValuedAttr<I64Attr, "0">:$seed), /*elementwise=*/0,
-    /*minParamRank=*/2, /*ownStateShapes=*/1> {
+    DefaultValuedAttr<I64Attr, "0">:$seed,
+    OptionalAttr<FlatSymbolRefAttr>:$group), /*elementwise=*/0,
+    /*minParamRank=*/2, /*ownStateShapes=*/1,
+    [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
+     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the update of Dion (orthonormalized by low-rank power "
                 "iteration, with error feedback)";
   let description = [{
@@ -923,8 +929,28 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     zero column stays zero (also with `epsilon` 0).
     Products accumulate in f32 (f64 for f64 parameters).
 
+    With `group` (Dion's compressed data-parallel sync, PowerSGD's idea),
+    `G` is this rank's own gradient, not yet reduced, and `M` this rank's
+    own momentum; the two factors are averaged over the group as they are
+    made, and nothing else is communicated:
+
+    ```
+    P  = mean over the group of (B Q)      (before the orthonormalization)
+    R  = mean over the group of (B^T P)
+    ```
+
+    Everything after `R` is as above, so the parameter and Q stay the same
+    on every rank while each rank's `M` keeps its own error. As the steps
+    are linear in `M` and `G`, the mean of the ranks' momenta follows the
+    momentum of Dion on the averaged gradient, and so do the parameters:
+    exactly in exact arithmetic, to rounding in floating point
+    (`--distopt-dion-low-rank-sync` makes this form from the averaged one).
+    Each step all-reduces `(m + n) r` elements instead of `m n`.
+
     ```mlir
     %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 32 : i64}
+        : tensor<256x128xf32> [tensor<256x128xf32>, tensor<32x128xf32>], f32
+    %p2, %m2, %q2 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {group = @dp, rank = 32 : i64}
         : tensor<256x128xf32> [tensor<256x128xf32>, tensor<32x128xf32>], f32
     ```
   }];
