@@ -492,14 +492,14 @@ std::string checkFits(const Checkpoint &checkpoint,
     }
     if (!arg.isTensor() || !saved)
       continue;
-    if (arg.perRank && checkpoint.worldSize != step.worldSize)
+    if (arg.savedPerRank() && checkpoint.worldSize != step.worldSize)
       return "'" + arg.name +
              "' is per-rank state (PowerSGD's error feedback) saved on " +
              str(checkpoint.worldSize) + " ranks; it cannot resume on " +
              str(step.worldSize);
     if (arg.layout.empty()) {
-      for (int64_t r = arg.perRank ? 0 : -1,
-                   end = arg.perRank ? step.worldSize : 0;
+      for (int64_t r = arg.savedPerRank() ? 0 : -1,
+                   end = arg.savedPerRank() ? step.worldSize : 0;
            r < end; ++r) {
         std::string error = need(role, arg.name, dtype, *arg.shape, r);
         if (!error.empty())

@@ -185,6 +185,9 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   else
     r.fail(path + ".init", "unknown init '" + init + "'");
   v.perRank = r.boolean(*o, "per_rank", path);
+  v.rankMean = r.boolean(*o, "rank_mean", path);
+  if (v.rankMean && !v.perRank)
+    r.fail(path + ".rank_mean", "only per-rank state stands for its mean");
   v.shardOf = r.integer(*o, "shard_of", path, 1, kMaxElements, 0);
   if (o->get("in_place_arg")) {
     if (!isResult || numArgs == 0)
@@ -247,6 +250,9 @@ Value readValue(Reader &r, const json::Value &json, const std::string &path,
   if (v.role == Role::LearningRate || v.role == Role::Step)
     r.fail(path + ".shape",
            "the " + std::string(roleName(v.role)) + " is a scalar");
+  if (v.rankMean && (v.shardOf || !v.layout.empty()))
+    r.fail(path + ".rank_mean",
+           "state that stands for the ranks' mean is held whole");
   if (v.shardOf) {
     if (v.layout.empty() && v.role != Role::ReducedGrad)
       r.fail(path + ".shard_of", "a flat shard needs its layout");
@@ -557,7 +563,7 @@ std::string checkStateArguments(const Interface &interface, size_t *arg) {
   }
   for (size_t i = 0; i < interface.args.size(); ++i) {
     const Value &v = interface.args[i];
-    if (v.role != Role::State || v.perRank || !v.layout.empty() ||
+    if (v.role != Role::State || v.savedPerRank() || !v.layout.empty() ||
         !v.isTensor())
       continue;
     size_t dot = v.name.rfind('.');
@@ -601,6 +607,8 @@ json::Value toJSON(const Interface &interface) {
       o.set("init", initName(v.init));
     if (v.perRank)
       o.set("per_rank", true);
+    if (v.rankMean)
+      o.set("rank_mean", true);
     if (v.shardOf)
       o.set("shard_of", v.shardOf);
     if (v.inPlaceArg)

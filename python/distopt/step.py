@@ -100,6 +100,8 @@ def _rate(value, name="lr"):
 
 
 _INT64_MAX = 2**63 - 1
+# distopt_step.h's DISTOPT_STEP_PER_RANK_MEAN.
+_PER_RANK_MEAN = 2
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,12 @@ class Value:
     numel: int
     nbytes: int
     init: str
-    per_rank: bool
+    per_rank: bool  # state that differs per rank
     shard_of: int  # a flat ZeRO shard: the whole buffer's length, else 0
     in_place_arg: int  # results: the argument it is left in, or -1
+    # Per-rank copies that stand for their mean (Dion's low-rank sync):
+    # read_tensor and checkpoints give the mean.
+    rank_mean: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ class TensorInfo:
     nbytes: int
     arg: int
     whole: bool  # this rank holds all of it (no ZeRO shard or owner)
-    per_rank: bool
+    per_rank: bool  # state that differs per rank
+    rank_mean: bool = False  # ... whose copies stand for their mean
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def _value(index, v):
     return Value(index, _text(v.role), _text(v.name), _text(v.dtype),
                  tuple(v.shape[i] for i in range(v.ndim)), bool(v.is_tensor),
                  v.numel, v.bytes, _text(v.init), bool(v.per_rank),
-                 v.shard_of, v.in_place_arg)
+                 v.shard_of, v.in_place_arg, v.per_rank == _PER_RANK_MEAN)
 
 
 class Step:
@@ -182,7 +188,8 @@ class Step:
             self.tensors.append(TensorInfo(
                 i, _text(t.role), _text(t.name), _text(t.dtype),
                 tuple(t.shape[d] for d in range(t.ndim)), t.numel, t.bytes,
-                t.arg, bool(t.whole), bool(t.per_rank)))
+                t.arg, bool(t.whole), bool(t.per_rank),
+                t.per_rank == _PER_RANK_MEAN))
         self._by_name = {(t.role, t.name): t for t in self.tensors}
         self.entries = []
         for k in range(lib.distopt_step_num_entries(handle)):
@@ -444,7 +451,9 @@ class Session:
 
     def read(self, name, role="param", like="numpy"):
         """A copy of a whole tensor. Collective for a tensor this rank does
-        not hold whole (every rank reads it, in the same order)."""
+        not hold whole, and for per-rank copies that stand for their mean
+        (Dion's low-rank sync: it gives the mean); every rank reads it, in
+        the same order."""
         info = self.step.tensor(name, role)
         like = _like(like)
         out = np.empty(info.shape, dtype=_NUMPY_DTYPES[info.dtype])

@@ -622,14 +622,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         prefix = name + "."
         return [t.name[len(prefix):] for t in self.compiled.tensors
                 if t.role == "state" and t.name.startswith(prefix)
-                and not t.per_rank]
+                and (not t.per_rank or t.rank_mean)]
 
     def state_dict(self):
         """torch.optim's format: {"state": {index: {"step", "exp_avg",
         ...}}, "param_groups": [...]} with every group's live
         hyperparameters. Collective under ZeRO (the shards are gathered).
         Per-rank state (PowerSGD's error feedback) is in
-        save_checkpoint's file only."""
+        save_checkpoint's file only; the momenta of Dion's low-rank sync
+        are given as their mean (collective)."""
         steps = self.session.steps_done
         state = {}
         if steps > 0:

@@ -62,6 +62,14 @@ DISTOPT_RT_API const char *distopt_step_interface(const distopt_step *step);
 DISTOPT_RT_API int64_t distopt_step_world_size(const distopt_step *step);
 DISTOPT_RT_API const char *distopt_step_device(const distopt_step *step);
 
+/* per_rank: state that differs per rank, each rank's copy its own
+ * (PowerSGD's error feedback: checkpoints keep every copy), or standing for
+ * the mean of the copies (the momentum of Dion's low-rank sync: checkpoints
+ * and distopt_session_read_tensor give the mean, every rank resumes from
+ * it). */
+#define DISTOPT_STEP_PER_RANK_OWN 1
+#define DISTOPT_STEP_PER_RANK_MEAN 2
+
 /* One argument or result of the step. Strings and arrays stay valid while
  * the step is open. */
 typedef struct distopt_step_value {
@@ -76,7 +84,7 @@ typedef struct distopt_step_value {
   int64_t numel;
   int64_t bytes;          /* numel times the element's size */
   const char *init;       /* "zeros", "randn", "randn_each_step" */
-  int32_t per_rank;       /* state that differs per rank */
+  int32_t per_rank;       /* 0, or DISTOPT_STEP_PER_RANK_OWN or _MEAN */
   int64_t shard_of;       /* a flat ZeRO shard: the whole buffer's length, in
                              K = shard_of / numel parts; rank r holds part
                              r mod K (K < world size: hybrid sharding) */
@@ -121,7 +129,7 @@ typedef struct distopt_step_tensor {
   const char *name;
   const char *dtype;
   int32_t dtype_code;
-  int32_t per_rank; /* each rank holds its own copy */
+  int32_t per_rank; /* 0, or DISTOPT_STEP_PER_RANK_OWN or _MEAN */
   int64_t ndim;
   const int64_t *shape;
   int64_t numel;
@@ -233,8 +241,9 @@ DISTOPT_RT_API void *distopt_session_tensor_data(distopt_session *session,
 DISTOPT_RT_API distopt_rt_status distopt_session_write_tensor(
     distopt_session *session, int64_t index, const void *data, int64_t bytes);
 /* Copies a whole tensor out of the ranks that hold it. Collective for a
- * tensor that is not whole here (every rank calls it, in the same order);
- * a per-rank tensor is this rank's copy. */
+ * tensor that is not whole here and for one that stands for the ranks'
+ * mean (every rank calls it, in the same order: it gives the mean); a
+ * per-rank tensor of DISTOPT_STEP_PER_RANK_OWN is this rank's copy. */
 DISTOPT_RT_API distopt_rt_status distopt_session_read_tensor(
     distopt_session *session, int64_t index, void *out, int64_t bytes);
 

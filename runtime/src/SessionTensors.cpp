@@ -95,8 +95,8 @@ distopt_rt_status restore(distopt_session *s,
     index[{t.role, t.name, t.rank}] = &t;
   auto lookup = [&](const LogicalTensor &t,
                     int64_t rank) -> const checkpoint::Tensor * {
-    auto it = index.find(
-        {std::string(step::roleName(t.role)), t.name, t.perRank ? rank : -1});
+    auto it = index.find({std::string(step::roleName(t.role)), t.name,
+                          t.perRank && !t.rankMean ? rank : -1});
     return it == index.end() ? nullptr : it->second;
   };
   for (size_t i = 0; i < s->step->abi.args.size(); ++i) {
@@ -209,7 +209,9 @@ distopt_rt_status distopt_step_tensor_info(const distopt_step *step,
   out->name = t.name.c_str();
   out->dtype = t.dtype->name.data();
   out->dtype_code = t.dtype->runtimeCode;
-  out->per_rank = t.perRank;
+  out->per_rank = !t.perRank   ? 0
+                  : t.rankMean ? DISTOPT_STEP_PER_RANK_MEAN
+                               : DISTOPT_STEP_PER_RANK_OWN;
   out->ndim = static_cast<int64_t>(t.shape.size());
   out->shape = t.shape.data();
   out->numel = t.numel;
@@ -286,6 +288,10 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
   OperationScope scope(Operation::Read);
   size_t element = t->dtype->bytes;
   char *to = static_cast<char *>(out);
+  if (t->rankMean) // the ranks' copies stand for their mean
+    return session->collective(distopt_rt_all_reduce(
+        session->comm, local + t->offset * element, to, t->numel,
+        rtType(t->dtype), DISTOPT_RT_AVG, 1.0, rtType(t->dtype)));
   if (isWhole(*t, arg)) {
     std::memcpy(to, local + t->offset * element, t->bytes());
     return DISTOPT_RT_OK;
@@ -335,7 +341,15 @@ distopt_rt_status distopt_session_save(distopt_session *session,
     // Gathered from every rank; a flat shard's buffer is the first K
     // ranks' parts (ranks K.. hold replicas of them under hybrid sharding).
     std::vector<char> all;
-    if (v.perRank || v.shardOf) {
+    if (v.rankMean) { // the copies' mean, which every rank resumes from
+      all.resize(v.bytes());
+      distopt_rt_status status = session->collective(distopt_rt_all_reduce(
+          session->comm, local, all.data(), v.numel(), rtType(v.dtype),
+          DISTOPT_RT_AVG, 1.0, rtType(v.dtype)));
+      if (status != DISTOPT_RT_OK)
+        return status;
+      local = all.data();
+    } else if (v.perRank || v.shardOf) {
       all.resize(v.bytes() * session->size);
       distopt_rt_status status = session->collective(
           distopt_rt_all_gather(session->comm, local, all.data(), v.numel(),
@@ -351,7 +365,7 @@ distopt_rt_status distopt_session_save(distopt_session *session,
       t.data.assign(data, data + bytes);
       ckpt.tensors.push_back(std::move(t));
     };
-    if (v.perRank) {
+    if (v.savedPerRank()) {
       for (int64_t r = 0; r < session->size; ++r)
         add(v.name, *v.shape, all.data() + r * v.bytes(), v.bytes(), r);
       continue;

@@ -70,7 +70,9 @@ void fillValue(const step::Value &v, const ValueView &view,
   out->numel = v.isTensor() ? v.numel() : 1;
   out->bytes = static_cast<int64_t>(out->numel * v.dtype->bytes);
   out->init = view.init.c_str();
-  out->per_rank = v.perRank;
+  out->per_rank = !v.perRank   ? 0
+                  : v.rankMean ? DISTOPT_STEP_PER_RANK_MEAN
+                               : DISTOPT_STEP_PER_RANK_OWN;
   out->shard_of = v.shardOf;
   out->in_place_arg = v.inPlaceArg.value_or(-1);
   out->layout_entries = static_cast<int64_t>(v.layout.size());
@@ -154,7 +156,7 @@ distopt_rt_status distopt_step_open(const char *path, distopt_step **out) {
       continue;
     if (v.layout.empty()) {
       step->tensors.push_back({v.role, v.name, v.dtype, *v.shape, v.numel(), i,
-                               -1, 0, -1, v.perRank});
+                               -1, 0, -1, v.perRank, v.rankMean});
       continue;
     }
     std::string_view role = step::roleName(v.role);

@@ -44,6 +44,7 @@ struct LogicalTensor {
   int64_t offset; // in elements, in the whole flat buffer
   int64_t owner;  // greedy: the rank holding it; -1 otherwise
   bool perRank;   // a copy per rank (PowerSGD's error feedback)
+  bool rankMean;  // ... standing for their mean (Dion's low-rank sync)
   size_t bytes() const { return numel * dtype->bytes; }
 };
 

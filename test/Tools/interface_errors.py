@@ -129,6 +129,11 @@ def main():
          lambda d: d["args"][5].update(layout=[{"name": "x", "offset": 0, "shape": []}]))
     case("a scalar drawn at random", "args[5].init",
          lambda d: d["args"][5].update(init="randn"))
+    # The ranks' mean (Dion's low-rank sync) is per-rank state held whole.
+    case("a mean that is not per rank", "args[3].rank_mean",
+         lambda d: d["args"][3].update(rank_mean=True))
+    case("a mean in shards", "args[2].rank_mean",
+         lambda d: d["args"][2].update(per_rank=True, rank_mean=True))
     # A process group's layout: a part per color, `size` ranks in each.
     case("a group of 0 ranks", "groups[0].size", lambda d: d["groups"][0].update(size=0))
     case("a group larger than the world", "groups[0].size", lambda d: d["groups"][0].update(size=8))

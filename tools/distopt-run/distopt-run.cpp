@@ -162,7 +162,7 @@ void describe(const distopt::step::Interface &abi) {
     if (v.init != distopt::step::Init::Zeros)
       os << " init " << distopt::step::initName(v.init);
     if (v.perRank)
-      os << " per rank";
+      os << (v.rankMean ? " per rank (their mean)" : " per rank");
     if (v.shardOf)
       os << " shard of " << v.shardOf;
     if (v.inPlaceArg)
@@ -288,7 +288,7 @@ int64_t savedTensors(const Run &run) {
   int64_t count = 0;
   for (const distopt_step_tensor &t : run.tensors)
     if (std::strcmp(t.role, "grad") != 0)
-      count += t.per_rank ? run.size : 1;
+      count += t.per_rank == DISTOPT_STEP_PER_RANK_OWN ? run.size : 1;
   // Scalar state (a loss scale) is saved as a 0-d tensor.
   for (const distopt_step_value &v : run.args)
     if (!v.is_tensor && std::strcmp(v.role, "state") == 0)

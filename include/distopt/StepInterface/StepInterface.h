@@ -96,7 +96,14 @@ struct Value {
   /// Tensors have a shape ({} for 0-d); scalars have none.
   std::optional<std::vector<int64_t>> shape;
   Init init = Init::Zeros;
+  /// State that differs per rank: each rank's copy its own (PowerSGD's
+  /// error feedback; checkpoints keep every copy), or with rankMean the
+  /// copies stand for their mean (the momentum of Dion's low-rank sync;
+  /// checkpoints keep the mean, which every rank resumes from).
   bool perRank = false;
+  bool rankMean = false;
+  /// Whether a checkpoint keeps a copy per rank.
+  bool savedPerRank() const { return perRank && !rankMean; }
   /// A flat ZeRO shard: the padded length of the whole flat buffer, cut
   /// into K = shardOf / numel() parts (K divides the world: K < world is
   /// hybrid sharding); rank r holds part r mod K, elements

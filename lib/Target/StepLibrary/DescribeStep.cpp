@@ -55,7 +55,10 @@ static FailureOr<si::Value> describeValue(Operation *step, StringRef what,
                                << init << " (zeros, randn, randn_each_step)";
     value.init = *parsed;
   }
-  value.perRank = bool(attrs.get(abi::kPerRank));
+  Attribute perRank = attrs.get(abi::kPerRank);
+  value.perRank = bool(perRank);
+  if (auto mean = dyn_cast_or_null<StringAttr>(perRank))
+    value.rankMean = mean == abi::kPerRankMean;
   if (Attribute initial = attrs.get(abi::kValue)) {
     if (auto f = dyn_cast<FloatAttr>(initial))
       value.initialValue = f.getValueAsDouble();

@@ -87,8 +87,23 @@ func.func @step(%s: f64 {distopt.value = "0.9"}) {
 
 // -----
 
-// expected-error @below {{argument #0: "distopt.per_rank" takes no value, got true}}
+// expected-error @below {{argument #0: "distopt.per_rank" takes no value (each rank's copy is its own) or "mean" (the copies stand for their mean), got true}}
 func.func @step(%s: tensor<4xf32> {distopt.per_rank = true}) {
+  return
+}
+
+// -----
+
+// Copies that stand for their mean (Dion's low-rank sync).
+// CHECK: func.func @step(%{{.*}}: tensor<4xf32> {distopt.name = "w.momentum", distopt.per_rank = "mean", distopt.role = "state"})
+func.func @step(%s: tensor<4xf32> {distopt.role = "state", distopt.name = "w.momentum", distopt.per_rank = "mean"}) {
+  return
+}
+
+// -----
+
+// expected-error @below {{argument #0: "distopt.per_rank" takes no value (each rank's copy is its own) or "mean" (the copies stand for their mean), got "median"}}
+func.func @step(%s: tensor<4xf32> {distopt.per_rank = "median"}) {
   return
 }
 

@@ -100,10 +100,17 @@ LogicalResult verifyValueAttribute(const Site &site, bool isResult) {
     return require(isa<StringAttr>(value), [&] {
       return site.error() << "must be a string, got " << value;
     });
-  if (name == abi::kPerRank)
-    return require(isa<UnitAttr>(value), [&] {
-      return site.error() << "takes no value, got " << value;
-    });
+  if (name == abi::kPerRank) {
+    auto mean = dyn_cast<StringAttr>(value);
+    return require(
+        isa<UnitAttr>(value) || (mean && mean == abi::kPerRankMean), [&] {
+          return site.error()
+                 << "takes no value (each rank's copy is its "
+                    "own) or \""
+                 << abi::kPerRankMean
+                 << "\" (the copies stand for their mean), got " << value;
+        });
+  }
   if (name == abi::kLayout)
     return verifyLayout(site);
   if (name == abi::kValue)

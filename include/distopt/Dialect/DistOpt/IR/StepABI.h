@@ -23,9 +23,13 @@ namespace mlir::distopt::abi {
 /// Argument and result attributes.
 constexpr llvm::StringLiteral kRole = "distopt.role";
 constexpr llvm::StringLiteral kName = "distopt.name";
-/// A unit attribute on state that differs per rank (PowerSGD's error
-/// feedback): checkpoints keep every rank's copy.
+/// On state that differs per rank: a unit attribute where each rank's copy
+/// is its own (PowerSGD's error feedback: checkpoints keep every rank's),
+/// or kPerRankMean where the copies stand for their mean (the momentum of
+/// Dion's low-rank sync: checkpoints keep the mean, and every rank resumes
+/// from it).
 constexpr llvm::StringLiteral kPerRank = "distopt.per_rank";
+constexpr llvm::StringLiteral kPerRankMean = "mean";
 /// On a flat buffer holding several tensors (a ZeRO shard, a gradient
 /// bucket): where each lies. docs/step-abi.md describes the entries.
 constexpr llvm::StringLiteral kLayout = "distopt.layout";
