@@ -76,6 +76,10 @@ void mlir::distopt::buildDistOptPipeline(
   OpPassManager &func = pm.nest<func::FuncOp>();
   // The passes below find parameters, gradients and state by role.
   func.addPass(createInferStepRolesPass());
+  // Before anything else reshapes the gradients' reductions: it takes the
+  // importer's sum and division.
+  if (options.dionLowRankSync)
+    func.addPass(createDionLowRankSyncPass());
   func.addPass(createFuseDivIntoAllReducePass(
       FuseDivIntoAllReducePassOptions{options.backend}));
   if (options.reduceDtype != ReduceDtype::None)

@@ -16,6 +16,7 @@
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
 
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 using namespace mlir;
 using namespace mlir::distopt;
@@ -211,8 +212,32 @@ void Sharder::composeChunks(func::FuncOp func,
   // The overflow check of the reduced parts, agreed over the group (only
   // the rank holding a poisoned part sees the inf).
   for (Operation *op : finiteChecks) {
-    Value ok = AllFiniteOp::create(builder, op->getLoc(), inputs(members(op)),
-                                   groupRef);
+    auto check = cast<AllFiniteOp>(op);
+    SmallVector<unsigned> read = members(op);
+    // What it reads besides the sharded updates' gradients (which
+    // checkSpanningOps let through only on a check agreed over a group)
+    // stays whole, agreed over that group.
+    llvm::SmallPtrSet<Value, 8> replaced;
+    for (unsigned g : read)
+      for (Update *u : groups[g]) {
+        replaced.insert(u->reduction.getResult());
+        if (u->divide)
+          replaced.insert(u->divide->getResult(0));
+      }
+    SmallVector<Value> whole;
+    for (Value input : check.getInputs())
+      if (!replaced.contains(input))
+        whole.push_back(input);
+    SmallVector<Value> checked = inputs(read);
+    bool sameGroup = check.getGroupAttr() == groupRef;
+    if (sameGroup)
+      checked.append(whole);
+    Value ok = AllFiniteOp::create(builder, op->getLoc(), checked, groupRef);
+    if (!sameGroup && !whole.empty())
+      ok = arith::AndIOp::create(builder, op->getLoc(), ok,
+                                 AllFiniteOp::create(builder, op->getLoc(),
+                                                     whole,
+                                                     check.getGroupAttr()));
     for (ArrayRef<Update *> group : groups)
       for (Update *u : group)
         if (u->keep == op->getResult(0))

@@ -156,7 +156,13 @@ ShardOptimizerPass::lookupHybridGroups(func::FuncOp func, int64_t world,
   return success();
 }
 
-static bool isUpdate(Operation *op) { return isa<OptimizerOpInterface>(op); }
+/// The updates ZeRO shards: not those that average what they make of their
+/// own gradient (Dion's low-rank sync), which keep whole state on every
+/// rank.
+static bool isUpdate(Operation *op) {
+  auto update = dyn_cast<OptimizerOpInterface>(op);
+  return update && !update.getGradientGroup();
+}
 
 /// Whether every use of `value` is the function's return.
 static bool onlyReturned(Value value) {
@@ -444,6 +450,12 @@ ShardOptimizerPass::checkSpanningOps(MutableArrayRef<Update> updates) {
                 "other than the distopt.all_finite of its gradient";
   }
   for (auto [op, group] : groupOf) {
+    // An overflow check agreed over a group already may read more (the own
+    // gradients of Dion's low-rank sync): that part stays whole, checked
+    // over its group (composeChunks).
+    auto check = dyn_cast<AllFiniteOp>(op);
+    if (check && check.getGroupAttr())
+      continue;
     unsigned unclaimed = 0;
     for (unsigned i = 0; i < op->getNumOperands(); ++i)
       unclaimed += !claimed.count({op, i});

@@ -191,6 +191,9 @@ compare("dion", {"rank": 3}, 0.02, "zero-stage=1", vector_lr=0.003)
 opt = compare("dion", {"rank": 4, "mu": 0.9}, 0.02,
               "zero-stage=2 zero-strategy=greedy")
 refused(opt, "rank", 2)
+# Dion's low-rank sync: each rank's own gradient, the factors averaged.
+compare("dion", {"rank": 3}, 0.02, "dion-low-rank-sync")
+compare("dion", {"rank": 3}, 0.02, "dion-low-rank-sync zero-stage=2")
 
 
 def groups_and_state():
@@ -254,7 +257,39 @@ def rejected(recipe, words):
         check(words in str(e), f"{recipe}: the error says '{words}': {e}")
 
 
+def low_rank_sync_gradients():
+    """Under the low-rank sync a Dion matrix's .grad after backward() is this
+    rank's own (its reduction is the update's factors'), a vector's is
+    averaged as under DDP; the state dict gives the ranks' mean momentum,
+    the same on every rank."""
+    net = Net()
+    opt = DistributedOptimizer(net.named_parameters(), {"type": "dion",
+                               "lr": 0.02, "rank": 3}, comm=comm, cache=CACHE,
+                               pipeline="dion-low-rank-sync", model="dion-net")
+    whole = Net()
+    x, y = batch(0)
+    share = BATCH // size
+    mine = slice(rank * share, (rank + 1) * share)
+    opt.zero_grad()
+    loss_of(net, x[mine], y[mine]).backward()
+    own = Net()
+    loss_of(own, x[mine], y[mine]).backward()
+    loss_of(whole, x, y).backward()
+    check(torch.allclose(net.fc1.weight.grad, own.fc1.weight.grad,
+                         rtol=1e-6, atol=1e-7),
+          "low-rank sync: a Dion matrix's .grad is this rank's own")
+    check(torch.allclose(net.fc1.bias.grad, whole.fc1.bias.grad,
+                         rtol=1e-5, atol=1e-7),
+          "low-rank sync: a vector's .grad is the ranks' average")
+    opt.step()
+    momentum = opt.state_dict()["state"][2]["momentum"]  # fc1.weight's
+    gathered = comm.allgather(momentum)
+    check(all(torch.equal(m, momentum) for m in gathered),
+          "low-rank sync: the state dict's momentum is the same on every rank")
+
+
 groups_and_state()
+low_rank_sync_gradients()
 rejected({"type": "lamb", "lr": 0.1}, "unknown optimizer 'lamb' (expected "
          "adagrad, adam, adamw, dion, muon, rmsprop or sgd)")
 rejected({"type": "dion", "lr": 0.1, "rank_fraction": 2.0},

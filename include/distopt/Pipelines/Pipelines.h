@@ -66,6 +66,11 @@ struct DistOptPipelineOptions
                      "consecutive ranks, replicated across them "
                      "(--distopt-hybrid-mesh; 0: shard over the world)"),
       llvm::cl::init(0)};
+  Option<bool> dionLowRankSync{
+      *this, "dion-low-rank-sync",
+      llvm::cl::desc("Dion's updates average their low-rank factors instead "
+                     "of their gradients (--distopt-dion-low-rank-sync)"),
+      llvm::cl::init(false)};
   Option<int64_t> powersgdRank{
       *this, "powersgd-rank",
       llvm::cl::desc("PowerSGD rank; 0 leaves gradients uncompressed"),

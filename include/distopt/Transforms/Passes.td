@@ -585,6 +585,53 @@ def PowerSGDPass : Pass<"distopt-powersgd", "::mlir::func::FuncOp"> {
                            "::mlir::tensor::TensorDialect"];
 }
 
+def DionLowRankSyncPass
+    : Pass<"distopt-dion-low-rank-sync", "::mlir::func::FuncOp"> {
+  let summary = "Dion's updates average low-rank factors instead of "
+                "gradients";
+  let description = [{
+    Dion's compressed data-parallel sync (Ahn et al. 2025; the idea of
+    PowerSGD) as a transformation. A `distopt.dion_update` whose gradient
+    is the mean over a group of the ranks' own gradients (a
+    `distopt.all_reduce` of that gradient alone: `avg`, or `sum` followed
+    by a division by the group's size) comes to read the rank's own
+    gradient and to average its two factors over the group (`group`):
+    the all_reduce of `m n` elements goes, two of `m r` and `n r` come.
+    Element-wise ops between the mean and the update (a conversion, the
+    loss scale's `distopt.unscale`) apply to the rank's own gradient
+    instead, and an overflow check (`distopt.all_finite`) that read the
+    mean reads it too, agreed over the group.
+
+    Each rank's momentum then keeps its own error feedback: its argument
+    and result are marked `distopt.per_rank = "mean"`. The mean of the
+    ranks' momenta is the momentum of Dion on the averaged gradient, and
+    the parameters and right factor stay the same on every rank:
+    in exact arithmetic the step computes what it did; in floating point
+    the factors are averaged after the products instead of before, which
+    changes the rounding (test/Integration/dion-low-rank-sync.test states
+    the tolerance). Checkpoints keep the mean of the momenta, so a run
+    resumes at any world size.
+
+    The pipeline runs it right after role inference, on the importer's
+    reductions (`dion-low-rank-sync`); ZeRO then leaves these updates
+    whole on every rank (their state is not sharded). It refuses, at the
+    update: a gradient clipped by the global norm (which needs the mean
+    that is never formed), reductions that are not this gradient's own
+    (a bucket, a reduce_scatter: run it first), a sum not divided by the
+    group's size, another wire type, and other readers of the mean. A
+    function without a Dion update gets a warning.
+
+    ```mlir
+    // before                                  // after
+    %s = distopt.all_reduce sum %g on @world   %p1, %m1, %q1 = distopt.dion_update
+    %mean = arith.divf %s, %n                      %p, %g state(%m, %q) ...
+    %p1, %m1, %q1 = distopt.dion_update            {group = @world}
+        %p, %mean state(%m, %q) ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::distopt::DistOptDialect"];
+}
+
 def InferStepRolesPass
     : Pass<"distopt-infer-step-roles", "::mlir::func::FuncOp"> {
   let summary = "Give a hand-written step's arguments and results their "
