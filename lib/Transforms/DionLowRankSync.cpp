@@ -1,5 +1,4 @@
-//===- DionLowRankSync.cpp - Dion averages factors, not gradients -*- C++
-//-*-===//
+//===- DionLowRankSync.cpp - Dion syncs factors, not gradients -*- C++ -*-===//
 //
 // --distopt-dion-low-rank-sync: Dion's compressed data-parallel sync (the
 // Dion paper's, PowerSGD's idea) as a transformation. A distopt.dion_update
@@ -19,6 +18,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
 
 namespace mlir::distopt {
@@ -73,8 +73,16 @@ DionLowRankSyncPass::plan(const GradientChain &chain) {
     return link.kind == GradientLink::Kind::Reduction ||
            link.kind == GradientLink::Kind::Bucket;
   });
-  if (reductionAt == links.end())
+  if (reductionAt == links.end()) {
+    // Reduced nowhere (one rank), or by what the chain does not follow.
+    Operation *origin = chain.origin ? chain.origin.getDefiningOp() : nullptr;
+    if (origin && communicates(origin))
+      return fail("its gradient comes from '" +
+                  origin->getName().getStringRef() +
+                  "' (run the sync before --distopt-overlap-collectives and "
+                  "--distopt-powersgd, as the pipeline does)");
     return std::optional<SyncPlan>();
+  }
   if (reductionAt->kind == GradientLink::Kind::Bucket)
     return fail("its gradient is reduced in a bucket (run the sync before "
                 "--distopt-bucketize, as the pipeline does)");
@@ -85,21 +93,36 @@ DionLowRankSyncPass::plan(const GradientChain &chain) {
     return fail("its gradient is reduced by '" +
                 reductionAt->op->getName().getStringRef() +
                 "', not by a distopt.all_reduce of its own (run the sync "
-                "before --distopt-shard-optimizer and --distopt-powersgd, as "
-                "the pipeline does)");
+                "before --distopt-shard-optimizer, as the pipeline does)");
   if (llvm::any_of(links.drop_front(reductionAt - links.begin() + 1),
                    [](const GradientLink &link) {
                      return link.kind == GradientLink::Kind::Reduction;
                    }))
     return fail("its gradient is reduced more than once");
+  // The factors' all-reduces run where the update runs: it must run on
+  // every rank whenever the reduction does.
+  auto func = update->getParentOfType<func::FuncOp>();
+  Block *entry = func ? &func.getBody().front() : nullptr;
+  if (update->getBlock() != entry || p.reduction->getBlock() != entry) {
+    Operation *nested = update->getBlock() != entry
+                            ? update.getOperation()
+                            : p.reduction.getOperation();
+    return fail(Twine(nested == update ? "it" : "its gradient's reduction") +
+                " is nested in '" +
+                nested->getParentOp()->getName().getStringRef() +
+                "': the factors' all-reduces must run where both run, on "
+                "every rank");
+  }
   // What comes between the reduction and the update applies to the rank's
   // own gradient as well as to the mean only if it is linear in it and the
   // same on every rank: element-wise ops on scalars (a conversion, the
-  // unscale). A clip by the global norm needs the mean itself.
-  for (const GradientLink &link : links.take_front(reductionAt - links.begin()))
-    if (link.kind == GradientLink::Kind::Clip)
-      return fail("its gradient is clipped by the global norm, which needs "
-                  "the averaged gradient that the sync never forms");
+  // unscale), a division. A clip by the global norm needs the mean itself.
+  ArrayRef<GradientLink> after = links.take_front(reductionAt - links.begin());
+  if (llvm::any_of(after, [](const GradientLink &link) {
+        return link.kind == GradientLink::Kind::Clip;
+      }))
+    return fail("its gradient is clipped by the global norm, which needs "
+                "the averaged gradient that the sync never forms");
   ProcessGroupOp group =
       lookupProcessGroup(p.reduction, p.reduction.getGroupAttr());
   if (!group)
@@ -111,8 +134,7 @@ DionLowRankSyncPass::plan(const GradientChain &chain) {
   case ReductionKind::Avg:
     break;
   case ReductionKind::Sum: {
-    const GradientLink *division =
-        reductionAt == links.begin() ? nullptr : std::prev(reductionAt);
+    const GradientLink *division = after.empty() ? nullptr : &after.back();
     if (!division || division->kind != GradientLink::Kind::Division ||
         division->divisor != static_cast<double>(group.getSize()))
       return fail("its gradient is a sum over @" + group.getSymName() +
@@ -122,6 +144,7 @@ DionLowRankSyncPass::plan(const GradientChain &chain) {
       return fail("the sum of its gradient has other uses");
     p.division.assign(division->ops.begin(), division->ops.end());
     p.mean = division->op->getResult(0);
+    after = after.drop_back();
     break;
   }
   default:
@@ -133,54 +156,43 @@ DionLowRankSyncPass::plan(const GradientChain &chain) {
     return fail("its gradient's reduction sends another type on the wire "
                 "(run the sync before --distopt-widen-reductions)");
   // The momentum becomes each rank's own: the step's state argument says so.
-  auto func = update->getParentOfType<func::FuncOp>();
   p.momentum = dyn_cast<BlockArgument>(update.getState()[0]);
-  if (!func || !p.momentum ||
-      p.momentum.getOwner() != &func.getBody().front() ||
+  if (!p.momentum || p.momentum.getOwner() != entry ||
       abi::getArgRole(func, p.momentum.getArgNumber()) != abi::kState)
     return fail("its momentum is not a state argument of the step, which "
                 "it must be to become each rank's own");
-  // Besides the path to the update, only overflow checks may read the mean:
-  // they read the rank's own gradient instead, agreed over the group.
-  for (Operation *user : p.mean.getUsers()) {
-    if (auto check = dyn_cast<AllFiniteOp>(user)) {
-      if (check.getGroupAttr() &&
-          check.getGroupAttr() != p.reduction.getGroupAttr())
-        return fail("an overflow check reads its averaged gradient over "
-                    "another group");
-      if (!llvm::is_contained(p.checks, check))
-        p.checks.push_back(check);
-      continue;
+  // Every value from the mean to the update becomes the rank's own: besides
+  // the next link (or the update), only overflow checks may read one, and
+  // they come to check the rank's own, agreed over the group.
+  for (int64_t j = after.size() - 1; j >= -1; --j) {
+    Value value = j >= 0 ? after[j].input : update.getGrad();
+    for (Operation *user : value.getUsers()) {
+      if (auto check = dyn_cast<AllFiniteOp>(user)) {
+        if (check.getGroupAttr() &&
+            check.getGroupAttr() != p.reduction.getGroupAttr())
+          return fail("an overflow check reads its averaged gradient over "
+                      "another group");
+        if (!llvm::is_contained(p.checks, check))
+          p.checks.push_back(check);
+        continue;
+      }
+      bool next =
+          j >= 0 ? user == after[j].op || llvm::is_contained(after[j].ops, user)
+                 : user == update.getOperation();
+      if (!next)
+        return fail("its averaged gradient, or what the step makes of it on "
+                    "the way to the update, is also read by '" +
+                    user->getName().getStringRef() + "'");
     }
-    bool onPath =
-        user == update || llvm::any_of(links, [&](const GradientLink &link) {
-          return link.op == user || link.input == p.mean;
-        });
-    if (!onPath)
-      return fail("its averaged gradient is also read by '" +
-                  user->getName().getStringRef() + "'");
   }
   return std::optional<SyncPlan>(std::move(p));
 }
 
 void DionLowRankSyncPass::apply(func::FuncOp func, SyncPlan &p) {
-  DionUpdateOp update = p.update;
-  // The momentum becomes this rank's: its argument and result say so.
-  Builder b(func.getContext());
-  StringAttr mean = b.getStringAttr(abi::kPerRankMean);
-  func.setArgAttr(p.momentum.getArgNumber(), abi::kPerRank, mean);
-  Value newMomentum = update.getNewState()[0];
-  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
-  for (OpOperand &operand : ret->getOpOperands()) {
-    Value v = operand.get();
-    if (auto select = v.getDefiningOp<arith::SelectOp>())
-      v = select.getTrueValue();
-    if (v == newMomentum)
-      func.setResultAttr(operand.getOperandNumber(), abi::kPerRank, mean);
-  }
+  abi::markPerRankMean(func, p.momentum.getArgNumber());
   for (AllFiniteOp check : p.checks)
     check.setGroupAttr(p.reduction.getGroupAttr());
-  update.setGroupAttr(p.reduction.getGroupAttr());
+  p.update.setGroupAttr(p.reduction.getGroupAttr());
   p.mean.replaceAllUsesWith(p.local);
   // The division's ops (the quotient's first), then its divisor if no one
   // else reads it.
@@ -209,13 +221,28 @@ void DionLowRankSyncPass::runOnOperation() {
       continue;
     anyDion = true;
     if (dion.getGroupAttr())
-      continue; // synced already
+      continue; // synced already (--distopt-infer-step-roles marks it)
     FailureOr<std::optional<SyncPlan>> planned = plan(chain);
     if (failed(planned))
       ok = false;
     else if (*planned)
       plans.push_back(std::move(**planned));
   }
+  // An overflow check two plans share must be agreed over one group.
+  llvm::DenseMap<Operation *, FlatSymbolRefAttr> checkGroups;
+  for (SyncPlan &p : plans)
+    for (AllFiniteOp check : p.checks) {
+      auto [it, fresh] =
+          checkGroups.try_emplace(check, p.reduction.getGroupAttr());
+      if (!fresh && it->second != p.reduction.getGroupAttr()) {
+        check.emitError() << "--distopt-dion-low-rank-sync: this overflow "
+                             "check reads gradients of Dion updates synced "
+                             "over "
+                          << it->second << " and " << p.reduction.getGroupAttr()
+                          << ", which it cannot agree over at once";
+        ok = false;
+      }
+    }
   if (!ok)
     return signalPassFailure();
   // (Only a step with updates: a module's other functions are not steps.)

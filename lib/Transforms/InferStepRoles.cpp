@@ -8,9 +8,10 @@
 // step number, its runtime hyperparameters hyperparameters, and the argument
 // its gradient operand comes from (through reductions, bucket packing and
 // unpacking, clipping, unscaling and casts) the parameter's gradient. Results
-// that are updates of an argument get that argument's role and name. Existing
-// attributes are kept; an argument two updates disagree about is an error
-// naming it.
+// that are updates of an argument get that argument's role and name, and the
+// momentum of a Dion update synced by its factors is marked per rank, its
+// copies standing for their mean. Existing attributes are kept; an argument
+// two updates disagree about is an error naming it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -215,6 +216,15 @@ struct Inference {
       if (!name.empty())
         func.setResultAttr(k, abi::kName, StringAttr::get(context, name));
     }
+    // Dion's momentum under its low-rank sync is each rank's own, standing
+    // for the ranks' mean: checkpoints must keep the mean.
+    func.walk([&](DionUpdateOp dion) {
+      auto momentum = dyn_cast<BlockArgument>(dion.getState()[0]);
+      if (dion.getGroupAttr() && momentum &&
+          momentum.getOwner() == &func.getBody().front() &&
+          abi::getArgRole(func, momentum.getArgNumber()) == abi::kState)
+        abi::markPerRankMean(func, momentum.getArgNumber());
+    });
     return success();
   }
 };

@@ -323,7 +323,7 @@ static void addCompressed(Operation *op, int64_t n, CollectiveRow &row,
 
 /// Dion's low-rank sync: two all-reduces, of P (m x r) and of R (n x r) in
 /// the type its products accumulate in, in place of the gradient's.
-static void addDionSync(DionUpdateOp dion, int64_t n, CollectiveRow &row,
+static void addDionSync(DionUpdateOp dion, ProcessGroupOp group, int64_t n,
                         StepReport &report) {
   auto param = cast<RankedTensorType>(dion.getParam().getType());
   auto factor = cast<RankedTensorType>(dion.getState()[1].getType());
@@ -332,10 +332,15 @@ static void addDionSync(DionUpdateOp dion, int64_t n, CollectiveRow &row,
   int64_t width = param.getElementType().isF64() ? 8 : 4;
   int64_t payload = (rows + cols) * rank * width;
   int64_t full = bytesOf(cast<RankedTensorType>(dion.getGrad().getType()));
-  row.count += 2;
-  row.payload += payload;
-  row.sent += ringBytesSent(CollectiveKind::AllReduce, rows * rank * width, n) +
-              ringBytesSent(CollectiveKind::AllReduce, cols * rank * width, n);
+  double sent =
+      ringBytesSent(CollectiveKind::AllReduce, rows * rank * width, n) +
+      ringBytesSent(CollectiveKind::AllReduce, cols * rank * width, n);
+  for (CollectiveRow *row : {&report.collectives["dion_update (factors)"],
+                             &report.byGroup[describeGroup(group)]}) {
+    row->count += 2;
+    row->payload += payload;
+    row->sent += sent;
+  }
   ++report.dionSyncTensors;
   report.gradBytes += full;
   report.uncompressed += full;
@@ -361,8 +366,7 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     if (auto collective = dyn_cast<CollectiveOpInterface>(op))
       return addCollective(collective, group, n, report);
     if (auto dion = dyn_cast<DionUpdateOp>(op))
-      return addDionSync(dion, n, report.collectives["dion_update (factors)"],
-                         report);
+      return addDionSync(dion, group, n, report);
     if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
             op) ||
         fusedChecks.contains(op))

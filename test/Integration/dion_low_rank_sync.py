@@ -30,8 +30,10 @@ and the plain step's checkpoint resumes under the sync at 5 (the momentum
 is saved as the mean of the ranks' copies, which every rank resumes from);
 each ends within the bound of the unbroken reference. With dynamic loss
 scaling (dion-sync.json) and an inf injected into one rank's own Dion
-gradient at steps 2 and 3, every rank skips those steps, and the run ends
-where the plain step's does (within 1e-5, normwise).
+gradient at steps 2 and 3 (also with 2 micro-batches per step, where the
+overflow check reads the mean divided by them), every rank skips those
+steps, and the run ends where the plain step's does (within 1e-5,
+normwise).
 
 usage: dion_low_rank_sync.py SPEC_DIR -- [--bin DIR] [--mpirun CMD]
 """
@@ -70,11 +72,12 @@ class Runner:
     def tool(self, name):
         return os.path.join(self.bin, name) if self.bin else name
 
-    def compile(self, spec, ranks, pipeline, label):
-        """The spec at `ranks` ranks compiled under `pipeline`: its .so."""
+    def compile(self, spec, ranks, pipeline, label, **keys):
+        """The spec at `ranks` ranks (and these top-level keys) compiled
+        under `pipeline`: its .so."""
         with open(spec) as f:
             text = json.load(f)
-        text["world_size"] = ranks
+        text.update(keys, world_size=ranks)
         base = os.path.join(self.tmp, f"{label}-{ranks}")
         with open(base + ".json", "w") as f:
             json.dump(text, f)
@@ -237,15 +240,19 @@ def main():
         # poisons the first gradient, Dion's matrix here) skips the step on
         # every rank, as the overflow check now reads the ranks' own
         # gradients agreed over the world.
+        # With gradient accumulation the check reads the mean divided by
+        # the micro-batches: that too becomes the rank's own.
         scaled = os.path.join(args.spec_dir, "dion-sync.json")
         inject = ("--inject-inf=2,3",)
-        for ranks in (2, 3):
+        for ranks, micro in ((2, 1), (3, 1), (3, 2)):
+            spec_label = "dion-sync.json" + (f" ({micro} micro-batches)" if micro > 1 else "")
             plain = os.path.join(tmp, f"scaled-plain{ranks}.ckpt")
-            r.run(r.compile(scaled, ranks, "", "scaled-plain"), ranks, STEPS,
-                  plain, extra=inject)
+            r.run(r.compile(scaled, ranks, "", "scaled-plain", grad_accumulation=micro),
+                  ranks, STEPS, plain, extra=inject)
             for label, pipeline in (("sync", SYNC), ("sync-zero2", SYNC + " zero-stage=2")):
                 saved = os.path.join(tmp, f"scaled-{label}{ranks}.ckpt")
-                out = r.run(r.compile(scaled, ranks, pipeline, "scaled-" + label),
+                out = r.run(r.compile(scaled, ranks, pipeline, "scaled-" + label,
+                                      grad_accumulation=micro),
                             ranks, STEPS, saved, extra=inject)
                 skipped = [line.split("skipped ")[1].split(",")[0]
                            for line in out.splitlines() if line.startswith("step ")]
@@ -254,7 +261,7 @@ def main():
                                       capture_output=True, text=True)
                 tally.check(skipped == ["0", "1", "1", "0", "0", "0"]
                             and "replicas agree" in out and diff.returncode == 0,
-                            f"dion-sync.json {ranks} ranks, {label}, an inf in a "
+                            f"{spec_label} {ranks} ranks, {label}, an inf in a "
                             f"rank's own gradient at steps 2 and 3: skipped "
                             f"{' '.join(skipped)}, ends where the plain step "
                             f"does (within 1e-5)"

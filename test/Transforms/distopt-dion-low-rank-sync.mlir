@@ -126,7 +126,7 @@ func.func @other_reader(%p: tensor<8x6xf32> {distopt.role = "param", distopt.nam
                         %q: tensor<6x6xf32>, %lr: f64, %t: i64) -> (tensor<8x6xf32>, tensor<8x6xf32>) {
   %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
   %twice = arith.addf %a, %a : tensor<8x6xf32>
-  // expected-error @below {{its averaged gradient is also read by 'arith.addf'}}
+  // expected-error @below {{its averaged gradient, or what the step makes of it on the way to the update, is also read by 'arith.addf'}}
   %p1, %m1, %q1 = distopt.dion_update %p, %a state(%m, %q) lr(%lr) step(%t)
       : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
   return %p1, %twice : tensor<8x6xf32>, tensor<8x6xf32>
@@ -171,6 +171,124 @@ func.func @momentum_computed(%p: tensor<8x6xf32> {distopt.role = "param", distop
                              %q: tensor<6x6xf32>, %lr: f64, %t: i64) -> tensor<8x6xf32> {
   %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
   // expected-error @below {{its momentum is not a state argument of the step, which it must be to become each rank's own}}
+  %p1, %m1, %q1 = distopt.dion_update %p, %a state(%m, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  return %p1 : tensor<8x6xf32>
+}
+
+// -----
+
+// What the step makes of the mean on the way to the update is the rank's
+// own too: an overflow check after the unscale reads it, agreed over the
+// group (as the importer writes accumulation: a division by the
+// micro-batches, then the check); another reader there is refused.
+// CHECK-LABEL: func.func @check_after_link
+// CHECK: %[[U:.*]] = distopt.unscale %arg1 by
+// CHECK: distopt.all_finite %[[U]] on @dp
+distopt.process_group @dp size 2
+func.func @check_after_link(%p: tensor<8x6xf32> {distopt.role = "param", distopt.name = "w"},
+                            %g: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "w"},
+                            %m: tensor<8x6xf32> {distopt.role = "state", distopt.name = "w.momentum"},
+                            %q: tensor<6x6xf32>, %s: f32, %lr: f64, %t: i64) -> (tensor<8x6xf32>, i1) {
+  %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
+  %u = distopt.unscale %a by %s : tensor<8x6xf32>, f32
+  %ok = distopt.all_finite %u : tensor<8x6xf32>
+  %p1, %m1, %q1 = distopt.dion_update %p, %u state(%m, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  return %p1, %ok : tensor<8x6xf32>, i1
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @reader_after_link(%p: tensor<8x6xf32> {distopt.role = "param", distopt.name = "w"},
+                             %g: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "w"},
+                             %m: tensor<8x6xf32> {distopt.role = "state", distopt.name = "w.momentum"},
+                             %q: tensor<6x6xf32>, %s: f32, %lr: f64, %t: i64) -> (tensor<8x6xf32>, tensor<8x6xf32>) {
+  %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
+  %u = distopt.unscale %a by %s : tensor<8x6xf32>, f32
+  %twice = arith.addf %u, %u : tensor<8x6xf32>
+  // expected-error @below {{its averaged gradient, or what the step makes of it on the way to the update, is also read by 'arith.addf'}}
+  %p1, %m1, %q1 = distopt.dion_update %p, %u state(%m, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  return %p1, %twice : tensor<8x6xf32>, tensor<8x6xf32>
+}
+
+// -----
+
+// Two updates of one mean: each would make it its own.
+distopt.process_group @dp size 2
+func.func @shared_mean(%p: tensor<8x6xf32> {distopt.role = "param", distopt.name = "w"},
+                       %g: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "w"},
+                       %m: tensor<8x6xf32> {distopt.role = "state", distopt.name = "w.momentum"},
+                       %p2: tensor<8x6xf32> {distopt.role = "param", distopt.name = "v"},
+                       %m2: tensor<8x6xf32> {distopt.role = "state", distopt.name = "v.momentum"},
+                       %q: tensor<6x6xf32>, %s: f32, %lr: f64, %t: i64) -> (tensor<8x6xf32>, tensor<8x6xf32>) {
+  %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
+  %u = distopt.unscale %a by %s : tensor<8x6xf32>, f32
+  // expected-error @below {{is also read by 'distopt.dion_update'}}
+  %p1, %m1, %q1 = distopt.dion_update %p, %u state(%m, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  // expected-error @below {{is also read by 'distopt.dion_update'}}
+  %p3, %m3, %q3 = distopt.dion_update %p2, %u state(%m2, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  return %p1, %p3 : tensor<8x6xf32>, tensor<8x6xf32>
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @nested(%p: tensor<8x6xf32> {distopt.role = "param", distopt.name = "w"},
+                  %g: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "w"},
+                  %m: tensor<8x6xf32> {distopt.role = "state", distopt.name = "w.momentum"},
+                  %q: tensor<6x6xf32>, %c: i1, %lr: f64, %t: i64) -> tensor<8x6xf32> {
+  %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
+  %r = scf.if %c -> tensor<8x6xf32> {
+    // expected-error @below {{it is nested in 'scf.if': the factors' all-reduces must run where both run, on every rank}}
+    %p1, %m1, %q1 = distopt.dion_update %p, %a state(%m, %q) lr(%lr) step(%t)
+        : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+    scf.yield %p1 : tensor<8x6xf32>
+  } else {
+    scf.yield %p : tensor<8x6xf32>
+  }
+  return %r : tensor<8x6xf32>
+}
+
+// -----
+
+// One overflow check over updates synced over two groups.
+distopt.process_group @dp size 4
+distopt.process_group @pairs size 2 ranks dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>
+func.func @two_groups(%p: tensor<8x6xf32> {distopt.role = "param", distopt.name = "w"},
+                      %g: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "w"},
+                      %m: tensor<8x6xf32> {distopt.role = "state", distopt.name = "w.momentum"},
+                      %p2: tensor<8x6xf32> {distopt.role = "param", distopt.name = "v"},
+                      %g2: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "v"},
+                      %m2: tensor<8x6xf32> {distopt.role = "state", distopt.name = "v.momentum"},
+                      %q: tensor<6x6xf32>, %lr: f64, %t: i64) -> (tensor<8x6xf32>, tensor<8x6xf32>, i1) {
+  %a = distopt.all_reduce avg %g on @dp : tensor<8x6xf32>
+  %b = distopt.all_reduce avg %g2 on @pairs : tensor<8x6xf32>
+  // expected-error @below {{--distopt-dion-low-rank-sync: this overflow check reads gradients of Dion updates synced over @dp and @pairs, which it cannot agree over at once}}
+  %ok = distopt.all_finite %a, %b : tensor<8x6xf32>, tensor<8x6xf32>
+  %p1, %m1, %q1 = distopt.dion_update %p, %a state(%m, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  %p3, %m3, %q3 = distopt.dion_update %p2, %b state(%m2, %q) lr(%lr) step(%t)
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
+  return %p1, %p3, %ok : tensor<8x6xf32>, tensor<8x6xf32>, i1
+}
+
+// -----
+
+// After --distopt-overlap-collectives the reduction is started and waited:
+// the sync runs first.
+distopt.process_group @dp size 2
+func.func @async(%p: tensor<8x6xf32> {distopt.role = "param", distopt.name = "w"},
+                 %g: tensor<8x6xf32> {distopt.role = "grad", distopt.name = "w"},
+                 %m: tensor<8x6xf32> {distopt.role = "state", distopt.name = "w.momentum"},
+                 %q: tensor<6x6xf32>, %lr: f64, %t: i64) -> tensor<8x6xf32> {
+  %token = distopt.all_reduce_start avg %g on @dp : tensor<8x6xf32> -> !distopt.token<tensor<8x6xf32>>
+  %a = distopt.wait %token : !distopt.token<tensor<8x6xf32>>
+  // expected-error @below {{its gradient comes from 'distopt.wait' (run the sync before --distopt-overlap-collectives and --distopt-powersgd, as the pipeline does)}}
   %p1, %m1, %q1 = distopt.dion_update %p, %a state(%m, %q) lr(%lr) step(%t)
       : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f64
   return %p1 : tensor<8x6xf32>

@@ -91,3 +91,19 @@ func.func @branches(%p: tensor<4xf32>, %g: tensor<4xf32>, %lr: f32, %t: i64, %c:
 ^b:
   return %p1, %g : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// Dion synced by its factors: its momentum is each rank's own, standing for
+// the ranks' mean, in the argument and in the result that updates it.
+// CHECK-LABEL: func.func @dion_synced
+// CHECK-SAME: %{{[^:]*}}: tensor<8x6xf32> {distopt.name = "arg0.momentum", distopt.per_rank = "mean", distopt.role = "state"}
+// CHECK-SAME: %{{[^:]*}}: tensor<2x6xf32> {distopt.name = "arg0.right_factor", distopt.role = "state"}
+// CHECK-SAME: -> (tensor<8x6xf32> {distopt.name = "arg0", distopt.role = "param"}, tensor<8x6xf32> {distopt.name = "arg0.momentum", distopt.per_rank = "mean", distopt.role = "state"}, tensor<2x6xf32> {distopt.name = "arg0.right_factor", distopt.role = "state"})
+distopt.process_group @dp size 2
+func.func @dion_synced(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<2x6xf32>, %lr: f64, %t: i64)
+    -> (tensor<8x6xf32>, tensor<8x6xf32>, tensor<2x6xf32>) {
+  %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {group = @dp, rank = 2 : i64}
+      : tensor<8x6xf32> [tensor<8x6xf32>, tensor<2x6xf32>], f64
+  return %p1, %m1, %q1 : tensor<8x6xf32>, tensor<8x6xf32>, tensor<2x6xf32>
+}

@@ -617,9 +617,13 @@ def DionLowRankSyncPass
     whole on every rank (their state is not sharded). It refuses, at the
     update: a gradient clipped by the global norm (which needs the mean
     that is never formed), reductions that are not this gradient's own
-    (a bucket, a reduce_scatter: run it first), a sum not divided by the
-    group's size, another wire type, and other readers of the mean. A
-    function without a Dion update gets a warning.
+    (a bucket, a reduce_scatter, an asynchronous or compressed one: run it
+    first), a sum not divided by the group's size, another wire type,
+    other readers of the mean or of what the step makes of it on the way
+    to the update (another update among them), an update or reduction
+    nested in control flow, and, at the check, an overflow check over
+    updates synced over different groups. A function without a Dion
+    update gets a warning.
 
     ```mlir
     // before                                  // after
@@ -650,7 +654,10 @@ def InferStepRolesPass
       packing and unpacking (slot by slot), `clip_grad_norm`, `unscale`
       and float casts, is the parameter's gradient;
     - a returned update of an argument (or a select between it and the
-      argument, a skipped step) gets that argument's role and name.
+      argument, a skipped step) gets that argument's role and name;
+    - the momentum of a `distopt.dion_update` with a group (synced by its
+      factors) is each rank's own: it and its update get
+      `distopt.per_rank = "mean"`.
 
     Existing attributes are kept and win; an argument two updates disagree
     about (a parameter of one and the state of another) is an error at the

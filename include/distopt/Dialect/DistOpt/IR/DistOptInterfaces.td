@@ -178,14 +178,11 @@ def DistOpt_OptimizerOpInterface : OpInterface<"OptimizerOpInterface"> {
       "int64_t", "getUpdateFlops">,
     InterfaceMethod<"The group over which the update averages what it "
                     "makes of the gradient it reads, this rank's own (Dion's "
-                    "low-rank sync: its `group` attribute); null for an "
-                    "update whose gradient comes reduced.",
+                    "low-rank sync: its `group`); null for an update whose "
+                    "gradient comes reduced.",
       "::mlir::FlatSymbolRefAttr", "getGradientGroup", (ins),
       /*methodBody=*/"",
-      /*defaultImplementation=*/[{
-        return $_op->template getAttrOfType<::mlir::FlatSymbolRefAttr>(
-            "group");
-      }]>,
+      /*defaultImplementation=*/[{ return {}; }]>,
     InterfaceMethod<"The operands that give hyperparameters at run time.",
       "::mlir::Operation::operand_range", "getRuntimeHyperparameters">,
     InterfaceMethod<"Their names, one per operand.",

@@ -640,10 +640,13 @@ def DistOpt_YieldOp : DistOpt_Op<"yield", [Pure, Terminator, ReturnLike,
 // interface find it through OptimizerOpInterface.
 // `effects`: Pure, or (an update that may communicate, as Dion's low-rank
 // sync) the op's own getEffects.
+// `extraDeclaration`: more of the op's C++ class (an interface method of
+// its own).
 class DistOpt_OptimizerOp<string mnemonic, string specType,
                           dag hyperparameters, bit elementwise = 1,
                           int minParamRank = 0, bit ownStateShapes = 0,
-                          list<Trait> effects = [Pure]>
+                          list<Trait> effects = [Pure],
+                          code extraDeclaration = "">
     : DistOpt_Op<mnemonic, !listconcat(effects, [AttrSizedOperandSegments,
         DeclareOpInterfaceMethods<InferTypeOpInterface>,
         DistOpt_OptimizerOpInterface])> {
@@ -702,7 +705,7 @@ class DistOpt_OptimizerOp<string mnemonic, string specType,
         ::llvm::StringRef key, ::llvm::ArrayRef<int64_t> paramShape,
         ::llvm::function_ref<::mlir::Attribute(::llvm::StringRef)>
             hyperparameter);
-  }], "");
+  }], "") # extraDeclaration;
 }
 
 def DistOpt_SGDUpdateOp : DistOpt_OptimizerOp<"sgd_update", "sgd", (ins
@@ -891,7 +894,10 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     OptionalAttr<FlatSymbolRefAttr>:$group), /*elementwise=*/0,
     /*minParamRank=*/2, /*ownStateShapes=*/1,
     [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
-     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+     DeclareOpInterfaceMethods<SymbolUserOpInterface>], [{
+    /// With a group, the update averages its factors over it.
+    ::mlir::FlatSymbolRefAttr getGradientGroup() { return getGroupAttr(); }
+  }]> {
   let summary = "the update of Dion (orthonormalized by low-rank power "
                 "iteration, with error feedback)";
   let description = [{

@@ -130,6 +130,16 @@ inline bool updatesArgument(FunctionOpInterface func, unsigned result,
          func.getResultAttr(result, kName) == func.getArgAttr(arg, kName);
 }
 
+/// Marks argument `arg` of `func`, and the results that update it, as
+/// per-rank copies that stand for their mean (kPerRankMean).
+inline void markPerRankMean(FunctionOpInterface func, unsigned arg) {
+  auto mean = StringAttr::get(func.getContext(), kPerRankMean);
+  func.setArgAttr(arg, kPerRank, mean);
+  for (unsigned k = 0, e = func.getNumResults(); k < e; ++k)
+    if (!getResultRole(func, k).empty() && updatesArgument(func, k, arg))
+      func.setResultAttr(k, kPerRank, mean);
+}
+
 /// Whether the step owns an argument of this role for the call and may
 /// update it in place (docs/step-abi.md).
 inline bool mayUpdateInPlace(llvm::StringRef role) {
