@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """B16, Dion's low-rank sync: Dion's matrices all-reduced whole, against
 each rank averaging Dion's two low-rank factors instead
-(dion-low-rank-sync), with a peer in torch.
+(dion-low-rank-sync), two all-reduces per matrix or per 25 MiB batch of
+matrices (dion-batch-mb), with a peer in torch.
 
 Dion at rank 1/4 of each matrix's smaller dimension on ResNet-18 (CIFAR)'s
 matrices (AdamW on the vectors), at 2 ranks, on shared memory and, where
@@ -34,7 +35,9 @@ from common import (Timing, bytes_sent_per_step, cluster_available,  # noqa: E40
 from muon_plans import run_on  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PIPELINES = {"gradients all-reduced": "", "dion-low-rank-sync": "dion-low-rank-sync"}
+PIPELINES = {"gradients all-reduced": "", "dion-low-rank-sync": "dion-low-rank-sync",
+             "dion-low-rank-sync dion-batch-mb=25":
+                 "dion-low-rank-sync dion-batch-mb=25"}
 
 
 def dion_step(build, spec_name, world, tmp):

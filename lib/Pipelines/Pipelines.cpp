@@ -79,7 +79,8 @@ void mlir::distopt::buildDistOptPipeline(
   // Before anything else reshapes the gradients' reductions: it takes the
   // importer's sum and division.
   if (options.dionLowRankSync)
-    func.addPass(createDionLowRankSyncPass());
+    func.addPass(createDionLowRankSyncPass(
+        DionLowRankSyncPassOptions{options.dionBatchMb}));
   func.addPass(createFuseDivIntoAllReducePass(
       FuseDivIntoAllReducePassOptions{options.backend}));
   if (options.reduceDtype != ReduceDtype::None)

@@ -323,34 +323,32 @@ mlir::distopt::bucketizeBlock(Block &block,
   return result;
 }
 
-SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
+SmallVector<OpBatch> mlir::distopt::batchOps(
+    Block &block, function_ref<bool(Operation *)> isMember,
+    function_ref<std::optional<BatchKey>(Operation *)> keyOf) {
   BlockPositions positions(block);
   SmallVector<Candidate> candidates;
   for (Operation &op : block)
-    if (isa<PowerSGDAllReduceOp>(op))
+    if (isMember(&op))
       candidates.push_back(positions.candidate(&op));
   // Buckets point into `candidates`, complete from here on.
   SmallVector<Bucket> done;
-  for (Candidate &c : candidates)
-    if (!cast<PowerSGDAllReduceOp>(c.op).getBatch()) // alone, where it is
-      done.emplace_back().add(c);
-  // In program order, one open batch per number, group and element type: a
-  // member that has no place in common with the open batch closes it.
-  using Key = std::tuple<int64_t, Attribute, Type>;
-  auto keyOf = [](const Candidate &c) -> Key {
-    auto op = cast<PowerSGDAllReduceOp>(c.op);
-    return {static_cast<int64_t>(*op.getBatch()), op.getGroupAttr(),
-            op.getP().getType().getElementType()};
-  };
-  SmallVector<std::pair<Key, Bucket>> open;
+  SmallVector<std::optional<BatchKey>> keys;
   for (Candidate &c : candidates) {
-    if (!cast<PowerSGDAllReduceOp>(c.op).getBatch())
+    keys.push_back(keyOf(c.op));
+    if (!keys.back()) // alone, where it is
+      done.emplace_back().add(c);
+  }
+  // In program order, one open batch per key: a member that has no place in
+  // common with the open batch closes it.
+  SmallVector<std::pair<BatchKey, Bucket>> open;
+  for (auto [c, key] : llvm::zip_equal(candidates, keys)) {
+    if (!key)
       continue;
-    Key key = keyOf(c);
     auto it =
-        llvm::find_if(open, [&](auto &entry) { return entry.first == key; });
+        llvm::find_if(open, [&](auto &entry) { return entry.first == *key; });
     if (it == open.end()) {
-      open.push_back({key, Bucket()});
+      open.push_back({*key, Bucket()});
       it = std::prev(open.end());
     } else if (!it->second.canAdd(c)) {
       done.push_back(std::move(it->second));
@@ -381,14 +379,53 @@ SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
       }
     }
   }
-  SmallVector<PowerSGDBatch> batches;
+  SmallVector<OpBatch> batches;
   for (Placement &p : placed) {
-    PowerSGDBatch &batch = batches.emplace_back();
+    OpBatch &batch = batches.emplace_back();
     for (Candidate *member : p.bucket->members)
-      batch.members.push_back(cast<PowerSGDAllReduceOp>(member->op));
+      batch.members.push_back(member->op);
     batch.insertBefore = positions.at(p.place);
   }
   return batches;
+}
+
+SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
+  SmallVector<PowerSGDBatch> batches;
+  for (OpBatch &batch : batchOps(
+           block, [](Operation *op) { return isa<PowerSGDAllReduceOp>(op); },
+           [](Operation *op) -> std::optional<BatchKey> {
+             auto powersgd = cast<PowerSGDAllReduceOp>(op);
+             if (!powersgd.getBatch())
+               return std::nullopt;
+             return BatchKey{static_cast<int64_t>(*powersgd.getBatch()),
+                             powersgd.getGroupAttr(),
+                             powersgd.getP().getType().getElementType()};
+           }))
+    batches.push_back(
+        {llvm::map_to_vector(
+             batch.members,
+             [](Operation *op) { return cast<PowerSGDAllReduceOp>(op); }),
+         batch.insertBefore});
+  return batches;
+}
+
+SmallVector<OpBatch> mlir::distopt::batchDionSync(Block &block) {
+  return batchOps(
+      block,
+      [](Operation *op) {
+        auto dion = dyn_cast<DionUpdateOp>(op);
+        return dion && dion.getGroupAttr() && dion.getBatch();
+      },
+      [](Operation *op) -> std::optional<BatchKey> {
+        auto dion = cast<DionUpdateOp>(op);
+        // The factors are in the products' type: f64 for f64, else f32.
+        Type element =
+            cast<RankedTensorType>(dion.getParam().getType()).getElementType();
+        if (!element.isF64())
+          element = Float32Type::get(op->getContext());
+        return BatchKey{static_cast<int64_t>(*dion.getBatch()),
+                        dion.getGroupAttr(), element};
+      });
 }
 
 static void emitBucket(Bucket &bucket, Operation *insertBefore,

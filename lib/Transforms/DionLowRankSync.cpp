@@ -21,6 +21,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <cmath>
+
 namespace mlir::distopt {
 #define GEN_PASS_DEF_DIONLOWRANKSYNCPASS
 #include "distopt/Transforms/Passes.h.inc"
@@ -46,6 +48,17 @@ struct SyncPlan {
 
 struct DionLowRankSyncPass
     : public distopt::impl::DionLowRankSyncPassBase<DionLowRankSyncPass> {
+  using DionLowRankSyncPassBase::DionLowRankSyncPassBase;
+
+  LogicalResult initialize(MLIRContext *context) override {
+    if (!std::isfinite(batchMb) || batchMb < 0)
+      return emitError(UnknownLoc::get(context))
+             << "--distopt-dion-low-rank-sync: batch-mb must be finite and "
+                "not negative, got "
+             << batchMb.getValue();
+    return success();
+  }
+
   void runOnOperation() override;
 
 private:
@@ -54,6 +67,9 @@ private:
   /// diagnostic when it is reduced in a way this sync cannot take over.
   FailureOr<std::optional<SyncPlan>> plan(const GradientChain &chain);
   void apply(func::FuncOp func, SyncPlan &plan);
+  /// Numbers the synced updates of `func`'s entry block into batches of
+  /// batch-mb of gradients, per group and factor type.
+  void numberBatches(func::FuncOp func);
 };
 
 } // namespace
@@ -207,6 +223,43 @@ void DionLowRankSyncPass::apply(func::FuncOp func, SyncPlan &p) {
       op->erase();
 }
 
+void DionLowRankSyncPass::numberBatches(func::FuncOp func) {
+  double capBytes = batchMb * (1 << 20);
+  struct OpenBatch {
+    Attribute group;
+    Type factor;
+    int64_t number;
+    double bytes;
+  };
+  SmallVector<OpenBatch> open;
+  int64_t next = 0;
+  func.walk([&](DionUpdateOp op) {
+    if (op.getBatch())
+      next = std::max(next, static_cast<int64_t>(*op.getBatch()) + 1);
+  });
+  for (auto op : func.getBody().front().getOps<DionUpdateOp>()) {
+    if (!op.getGroupAttr() || op.getBatch())
+      continue;
+    auto type = cast<RankedTensorType>(op.getGrad().getType());
+    Type factor = type.getElementType().isF64()
+                      ? type.getElementType()
+                      : Float32Type::get(op.getContext());
+    double bytes = static_cast<double>(type.getNumElements()) *
+                   type.getElementTypeBitWidth() / 8;
+    auto it = llvm::find_if(open, [&](const OpenBatch &batch) {
+      return batch.group == op.getGroupAttr() && batch.factor == factor;
+    });
+    if (it == open.end()) {
+      open.push_back({op.getGroupAttr(), factor, next++, 0});
+      it = std::prev(open.end());
+    } else if (it->bytes + bytes > capBytes) { // full: the next one opens
+      *it = {it->group, it->factor, next++, 0};
+    }
+    it->bytes += bytes;
+    op.setBatch(it->number);
+  }
+}
+
 void DionLowRankSyncPass::runOnOperation() {
   func::FuncOp func = getOperation();
   if (func.isExternal())
@@ -251,4 +304,6 @@ void DionLowRankSyncPass::runOnOperation() {
                           "distopt.dion_update here; nothing to sync";
   for (SyncPlan &p : plans)
     apply(func, p);
+  if (batchMb > 0)
+    numberBatches(func);
 }

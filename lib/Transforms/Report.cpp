@@ -64,8 +64,9 @@ struct StepReport {
   /// all-reduced in (two all_reduces each: P, then Q).
   int64_t powerSGDTensors = 0, powerSGDBatches = 0;
   /// Dion updates that all-reduce their factors instead of their gradient
-  /// (the low-rank sync).
-  int64_t dionSyncTensors = 0;
+  /// (the low-rank sync), and the batches they do it in (one per update
+  /// without a batch number).
+  int64_t dionSyncTensors = 0, dionSyncBatches = 0;
   /// The collectives' traffic by process group (a group over a mesh's axes
   /// says which: inside a node or across nodes).
   std::map<std::string, CollectiveRow> byGroup;
@@ -322,7 +323,8 @@ static void addCompressed(Operation *op, int64_t n, CollectiveRow &row,
 }
 
 /// Dion's low-rank sync: two all-reduces, of P (m x r) and of R (n x r) in
-/// the type its products accumulate in, in place of the gradient's.
+/// the type its products accumulate in, in place of the gradient's (the
+/// collectives are counted by batch, in analyze).
 static void addDionSync(DionUpdateOp dion, ProcessGroupOp group, int64_t n,
                         StepReport &report) {
   auto param = cast<RankedTensorType>(dion.getParam().getType());
@@ -337,11 +339,9 @@ static void addDionSync(DionUpdateOp dion, ProcessGroupOp group, int64_t n,
       ringBytesSent(CollectiveKind::AllReduce, cols * rank * width, n);
   for (CollectiveRow *row : {&report.collectives["dion_update (factors)"],
                              &report.byGroup[describeGroup(group)]}) {
-    row->count += 2;
     row->payload += payload;
     row->sent += sent;
   }
-  ++report.dionSyncTensors;
   report.gradBytes += full;
   report.uncompressed += full;
   report.compressed += payload;
@@ -406,6 +406,27 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
   if (report.powerSGDBatches > 0)
     report.collectives["powersgd_all_reduce"].count +=
         2 * report.powerSGDBatches;
+  // Dion's synced updates: two all-reduces per batch, or per update
+  // without a batch number.
+  llvm::SetVector<Block *> dionBlocks;
+  auto countBatch = [&](DionUpdateOp first) {
+    ++report.dionSyncBatches;
+    ProcessGroupOp group = lookupProcessGroup(first, first.getGroupAttr());
+    report.collectives["dion_update (factors)"].count += 2;
+    report.byGroup[describeGroup(group)].count += 2;
+  };
+  func.walk([&](DionUpdateOp op) {
+    if (!op.getGroupAttr())
+      return;
+    ++report.dionSyncTensors;
+    if (op.getBatch())
+      dionBlocks.insert(op->getBlock());
+    else
+      countBatch(op);
+  });
+  for (Block *block : dionBlocks)
+    for (OpBatch &batch : batchDionSync(*block))
+      countBatch(cast<DionUpdateOp>(batch.members.front()));
   return report;
 }
 
@@ -467,10 +488,18 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
          << " of 2 all_reduces)\n";
   }
 
-  if (r.dionSyncTensors > 0)
-    os << "  (dion_update: " << r.dionSyncTensors
-       << " tensors, each all-reducing its factors P and R instead of its "
-          "gradient)\n";
+  if (r.dionSyncTensors > 0) {
+    os << "  (dion_update: " << r.dionSyncTensors << " tensors, ";
+    if (r.dionSyncTensors == r.dionSyncBatches)
+      os << "each all-reducing its factors P and R instead of its "
+            "gradient)\n";
+    else
+      os << "their factors P and R all-reduced instead of their gradients, "
+            "in "
+         << r.dionSyncBatches
+         << (r.dionSyncBatches == 1 ? " batch" : " batches")
+         << " of 2 all_reduces)\n";
+  }
 
   if (!r.owners.empty()) {
     // The slowest owner sets the step's time: its share of the FLOPs of

@@ -22,8 +22,9 @@ change (dion_vs_reference.py's bound). Tensors of other groups (the AdamW
 biases) reduce their gradients as before: bit for bit the plain step's.
 
 Checked, for test/Integration/Inputs/dion.json at 2, 3 and 5 ranks: the
-sync alone and under ZeRO-2 (flat and greedy) and ZeRO-3 (the AdamW group
-sharded, Dion whole on every rank), at 4 ranks under hybrid sharding; every
+sync alone, with every matrix's factors in one batch (dion-batch-mb), and
+under ZeRO-2 (flat and greedy) and ZeRO-3 (the AdamW group sharded, Dion
+whole on every rank), at 4 ranks under hybrid sharding; every
 rank holds the same parameters; a checkpoint saved by the synced step at 3
 ranks resumes under the sync at 2 ranks and under the plain step at 2,
 and the plain step's checkpoint resumes under the sync at 5 (the momentum
@@ -62,6 +63,8 @@ VARIANTS = {
     "sync-zero2": SYNC + " zero-stage=2",
     "sync-zero2-greedy": SYNC + " zero-stage=2 zero-strategy=greedy",
     "sync-zero3": SYNC + " zero-stage=3",
+    # Every matrix's factors in one all-reduce for P and one for R.
+    "sync-batched": SYNC + " dion-batch-mb=25",
 }
 
 
@@ -249,7 +252,8 @@ def main():
             plain = os.path.join(tmp, f"scaled-plain{ranks}.ckpt")
             r.run(r.compile(scaled, ranks, "", "scaled-plain", grad_accumulation=micro),
                   ranks, STEPS, plain, extra=inject)
-            for label, pipeline in (("sync", SYNC), ("sync-zero2", SYNC + " zero-stage=2")):
+            for label, pipeline in (("sync", SYNC), ("sync-zero2", SYNC + " zero-stage=2"),
+                                    ("sync-batched", SYNC + " dion-batch-mb=25")):
                 saved = os.path.join(tmp, f"scaled-{label}{ranks}.ckpt")
                 out = r.run(r.compile(scaled, ranks, pipeline, "scaled-" + label,
                                       grad_accumulation=micro),

@@ -20,6 +20,16 @@
 // RUN: sed -e 's/"loss_scaling"/"clip_grad_norm": {"max_norm": 1.0}, "loss_scaling"/' %S/../Integration/Inputs/dion-sync.json \
 // RUN:   | distopt-translate --import-param-spec | not distopt-opt --distopt-pipeline="dion-low-rank-sync" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=CLIP
+// Batches: with batch-mb=1 the three matrices' factors share two
+// all-reduces; with a cap below l1.w's 960 bytes of gradient, l1.w is a
+// batch of its own and the other two (576 and 432 bytes) share one.
+// RUN: distopt-translate --import-param-spec %S/../Integration/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-pipeline="dion-low-rank-sync dion-batch-mb=1" --distopt-report \
+// RUN:   | FileCheck %s --check-prefix=BATCH
+// RUN: distopt-translate --import-param-spec %S/../Integration/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-infer-step-roles --distopt-dion-low-rank-sync=batch-mb=0.001 \
+// RUN:   | FileCheck %s --check-prefix=SMALL
+// RUN: not distopt-opt %s --distopt-dion-low-rank-sync=batch-mb=-1 2>&1 | FileCheck %s --check-prefix=BATCH-MB
 // A step without Dion: a warning, and nothing changes.
 // RUN: distopt-translate --import-param-spec %S/../Integration/Inputs/muon.json \
 // RUN:   | distopt-opt --distopt-dion-low-rank-sync -o /dev/null 2>&1 | FileCheck %s --check-prefix=NO-DION
@@ -42,6 +52,13 @@
 // SCALED: distopt.all_finite %{{[^,]*}}, %arg{{[0-9]+}}, %arg{{[0-9]+}} on @world : tensor<16xf32>, tensor<24x10xf32>, tensor<6x24xf32>
 // CLIP: error: --distopt-dion-low-rank-sync: cannot sync Dion's factors instead of its gradient: its gradient is clipped by the global norm, which needs the averaged gradient that the sync never forms
 // NO-DION: warning: --distopt-dion-low-rank-sync: no distopt.dion_update here; nothing to sync
+// BATCH: dion_update (factors)       2             1288             1288
+// BATCH: (dion_update: 3 tensors, their factors P and R all-reduced instead of their gradients, in 1 batch of 2 all_reduces)
+// BATCH-COUNT-3: distopt.dion_update {{.*}}batch = 0 : i64, group = @world
+// SMALL: distopt.dion_update {{.*}}{batch = 0 : i64, group = @world, rank_fraction = 5.000000e-01 : f64} : tensor<24x10xf32>
+// SMALL: distopt.dion_update {{.*}}{batch = 1 : i64, group = @world, rank_fraction = 5.000000e-01 : f64} : tensor<6x24xf32>
+// SMALL: distopt.dion_update {{.*}}{batch = 1 : i64, group = @world, rank_fraction = 5.000000e-01 : f64} : tensor<4x3x3x3xf32>
+// BATCH-MB: --distopt-dion-low-rank-sync: batch-mb must be finite and not negative, got -1
 
 // The importer's mean (a sum, then a division by the group's size) goes;
 // the overflow check and the unscale read the rank's own gradient, and the

@@ -71,6 +71,11 @@ struct DistOptPipelineOptions
       llvm::cl::desc("Dion's updates average their low-rank factors instead "
                      "of their gradients (--distopt-dion-low-rank-sync)"),
       llvm::cl::init(false)};
+  Option<double> dionBatchMb{
+      *this, "dion-batch-mb",
+      llvm::cl::desc("Dion's low-rank sync: MiB of gradients whose factors "
+                     "share two all_reduces (0: two per matrix)"),
+      llvm::cl::init(0)};
   Option<int64_t> powersgdRank{
       *this, "powersgd-rank",
       llvm::cl::desc("PowerSGD rank; 0 leaves gradients uncompressed"),

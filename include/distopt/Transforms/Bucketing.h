@@ -13,6 +13,9 @@
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
+#include <optional>
+#include <tuple>
+
 namespace mlir::distopt {
 
 struct BucketingOptions {
@@ -50,6 +53,27 @@ BucketingResult bucketizeBlock(Block &block,
                                llvm::function_ref<bool(AllReduceOp)> select,
                                const BucketingOptions &options);
 
+/// Ops that are lowered together, their factors all-reduced in a few
+/// collectives (PowerSGD's, Dion's synced by its factors).
+struct OpBatch {
+  SmallVector<Operation *> members; // in program order
+  Operation *insertBefore; // after every member's operands, before any use
+};
+
+/// What ops of one batch share: their `batch` number, their group and the
+/// element type of the factors they all-reduce.
+using BatchKey = std::tuple<int64_t, Attribute, Type>;
+
+/// Groups the ops of `block` that `keyOf` gives a key (or nullopt: alone,
+/// where it is) into batches: the same key, and a place in the block after
+/// the definitions of all their operands and before the first use of any
+/// of their results. In program order, a member with no such place in
+/// common with the open batch starts a new one. Ops `isMember` refuses are
+/// left out. The ops are not changed.
+SmallVector<OpBatch>
+batchOps(Block &block, llvm::function_ref<bool(Operation *)> isMember,
+         llvm::function_ref<std::optional<BatchKey>(Operation *)> keyOf);
+
 /// PowerSGD ops that are lowered together: their P factors all-reduced in
 /// one collective, their Q factors in another (as PyTorch's hook does for
 /// the tensors of a bucket).
@@ -58,13 +82,14 @@ struct PowerSGDBatch {
   Operation *insertBefore; // after every member's operands, before any use
 };
 
-/// Groups the powersgd_all_reduce ops of `block` into batches: the same
-/// `batch` number, group and element type, and a place in the block after
-/// the definitions of all their operands and before the first use of any
-/// of their results. In program order, a member with no such place in
-/// common with the open batch starts a new one. An op without a `batch`
-/// number is a batch of its own, where it is. The ops are not changed.
+/// The powersgd_all_reduce ops of `block` in batches (batchOps): by their
+/// `batch` number, group and element type.
 SmallVector<PowerSGDBatch> batchPowerSGD(Block &block);
+
+/// The distopt.dion_update ops of `block` with a group and a `batch`
+/// number in batches (batchOps): by that number, the group and their
+/// factors' element type.
+SmallVector<OpBatch> batchDionSync(Block &block);
 
 } // namespace mlir::distopt
 

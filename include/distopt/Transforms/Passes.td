@@ -625,6 +625,14 @@ def DionLowRankSyncPass
     updates synced over different groups. A function without a Dion
     update gets a warning.
 
+    With `batch-mb`, the synced updates of a block are numbered into
+    batches of up to that many MiB of gradients (in program order, per
+    group and factor type; a larger one alone), and the lowering
+    all-reduces the P factors of a batch in one collective and its R
+    factors in another: two collectives per batch instead of two per
+    matrix, the latency saved per matrix, for every member's B = M + G
+    held until the batch's R is reduced.
+
     ```mlir
     // before                                  // after
     %s = distopt.all_reduce sum %g on @world   %p1, %m1, %q1 = distopt.dion_update
@@ -633,6 +641,11 @@ def DionLowRankSyncPass
         %p, %mean state(%m, %q) ...
     ```
   }];
+  let options = [
+    Option<"batchMb", "batch-mb", "double", "0",
+           "MiB of synced gradients whose factors share two all_reduces "
+           "(0: two per matrix)">
+  ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect"];
 }
 

@@ -66,6 +66,13 @@ void lowerClipGradNorm(RewriterBase &rewriter, ClipGradNormOp op);
 
 // Compression (LowerCompression.cpp).
 void lowerOrthogonalize(RewriterBase &rewriter, OrthogonalizeOp op);
+/// The tensors reduced by `kind` over `group` in one all_reduce (packed into
+/// one bucket when there are several): the factors of a batch of low-rank
+/// updates, where a collective each would cost the link's latency each.
+SmallVector<Value> allReduceTogether(OpBuilder &b, Location loc,
+                                     ArrayRef<Value> factors,
+                                     FlatSymbolRefAttr group,
+                                     ReductionKind kind);
 /// A batch of PowerSGD all-reduces (block-level: their factors are reduced
 /// together); the caller erases its members.
 void lowerPowerSGD(PowerSGDBatch &batch);

@@ -323,6 +323,36 @@ static SmallVector<Value> approximate(OpBuilder &b, Location loc, Value p,
 /// factors costs a copy of (n + m) r elements; a collective per tensor costs
 /// the link's latency twice per tensor. The members are left without uses,
 /// for the caller to erase.
+SmallVector<Value> allReduceTogether(OpBuilder &b, Location loc,
+                                     ArrayRef<Value> factors,
+                                     FlatSymbolRefAttr group,
+                                     ReductionKind kind) {
+  auto reduce = [&](Value value) -> Value {
+    return AllReduceOp::create(b, loc, value.getType(), value, group,
+                               /*wire_type=*/nullptr,
+                               ReductionKindAttr::get(b.getContext(), kind),
+                               /*scale=*/nullptr);
+  };
+  if (factors.size() == 1)
+    return {reduce(factors.front())};
+  // Packed into one bucket (1-D, no padding needed: the alignment is one
+  // element).
+  auto element =
+      cast<RankedTensorType>(factors.front().getType()).getElementType();
+  int64_t alignment = getElementBytes(element);
+  int64_t total;
+  computeBucketOffsets(ValueRange(factors).getTypes(), alignment, &total);
+  auto pack =
+      BucketPackOp::create(b, loc, RankedTensorType::get({total}, element),
+                           factors, b.getI64IntegerAttr(alignment));
+  auto unpack =
+      BucketUnpackOp::create(b, loc, ValueRange(factors).getTypes(),
+                             reduce(pack), b.getI64IntegerAttr(alignment));
+  IRRewriter rewriter(b.getContext());
+  lowerPack(rewriter, pack);
+  return lowerUnpack(rewriter, unpack);
+}
+
 void lowerPowerSGD(PowerSGDBatch &batch) {
   OpBuilder b(batch.insertBefore);
   Location loc = batch.members.size() == 1
@@ -331,32 +361,8 @@ void lowerPowerSGD(PowerSGDBatch &batch) {
                            batch.members,
                            [](PowerSGDAllReduceOp op) { return op.getLoc(); }));
   PowerSGDAllReduceOp first = batch.members.front();
-  // All-reduces the factors, packed into one bucket when there are several
-  // (1-D, no padding needed: the alignment is one element).
-  auto allReduce = [&](ArrayRef<Value> factors,
-                       ReductionKind kind) -> SmallVector<Value> {
-    auto reduce = [&](Value value) -> Value {
-      return AllReduceOp::create(b, loc, value.getType(), value,
-                                 first.getGroupAttr(), /*wire_type=*/nullptr,
-                                 ReductionKindAttr::get(b.getContext(), kind),
-                                 /*scale=*/nullptr);
-    };
-    if (factors.size() == 1)
-      return {reduce(factors.front())};
-    auto element =
-        cast<RankedTensorType>(factors.front().getType()).getElementType();
-    int64_t alignment = getElementBytes(element);
-    int64_t total;
-    computeBucketOffsets(ValueRange(factors).getTypes(), alignment, &total);
-    auto pack =
-        BucketPackOp::create(b, loc, RankedTensorType::get({total}, element),
-                             factors, b.getI64IntegerAttr(alignment));
-    auto unpack =
-        BucketUnpackOp::create(b, loc, ValueRange(factors).getTypes(),
-                               reduce(pack), b.getI64IntegerAttr(alignment));
-    IRRewriter rewriter(b.getContext());
-    lowerPack(rewriter, pack);
-    return lowerUnpack(rewriter, unpack);
+  auto allReduce = [&](ArrayRef<Value> factors, ReductionKind kind) {
+    return allReduceTogether(b, loc, factors, first.getGroupAttr(), kind);
   };
 
   // Loops (i, j, k) for M (n x m, row i), P (n x r), Q^T (r x m): every

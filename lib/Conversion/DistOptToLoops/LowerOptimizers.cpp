@@ -307,7 +307,8 @@ struct LowerUpdate : OpInterfaceRewritePattern<OptimizerOpInterface> {
           return success();
         })
         .Case([&](DionUpdateOp dion) {
-          lowerDion(rewriter, dion);
+          lowerDion(rewriter, ArrayRef<DionUpdateOp>(dion));
+          rewriter.eraseOp(dion);
           return success();
         })
         .Default([&](Operation *) {
@@ -319,6 +320,25 @@ struct LowerUpdate : OpInterfaceRewritePattern<OptimizerOpInterface> {
 struct LowerOptimizersPass
     : public distopt::impl::LowerOptimizersPassBase<LowerOptimizersPass> {
   void runOnOperation() override {
+    // Dion updates synced by their factors in batches, each batch at once
+    // (its factors all-reduced together), where every member's operands
+    // are ready; a batch runs on every step, its results kept where the
+    // step's selects say. Erased only now: a batch may be placed before
+    // another's member.
+    SmallVector<Block *> blocks;
+    getOperation()->walk([&](Block *block) { blocks.push_back(block); });
+    for (Block *block : blocks) {
+      SmallVector<OpBatch> batches = batchDionSync(*block);
+      for (OpBatch &batch : batches) {
+        IRRewriter rewriter(batch.insertBefore);
+        lowerDion(rewriter, llvm::map_to_vector(batch.members, [](auto *op) {
+                    return cast<DionUpdateOp>(op);
+                  }));
+      }
+      for (OpBatch &batch : batches)
+        for (Operation *op : batch.members)
+          op->erase();
+    }
     // Updates kept under a condition move under it first (this rewrites
     // their users, so it is no local rewrite).
     StepStructure structure(getOperation());

@@ -16,6 +16,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 
+#include <deque>
+
 using namespace mlir;
 using namespace mlir::distopt;
 namespace mlir::distopt::updates {
@@ -406,31 +408,58 @@ Value dionStartingFactor(OpBuilder &b, Location loc, DionUpdateOp op,
 
 } // namespace
 
+namespace {
+
 /// Dion (see the op's description) on the parameter as a matrix, in the
-/// compute type: the four products through `contract` (a matmul each, which
-/// --distopt-contractions-to-runtime may give to BLAS), P kept transposed
-/// (r x m) so that the orthonormalization walks contiguous rows.
-void lowerDion(RewriterBase &builder, DionUpdateOp op) {
-  Location loc = op.getLoc();
-  UpdateBuilder u(builder, loc, op);
-  auto paramType = cast<RankedTensorType>(op.getParam().getType());
-  MatrixView matrix(op.getParam());
-  int64_t rows = matrix.rows, cols = matrix.cols;
-  auto factorType = cast<RankedTensorType>(op.getState()[1].getType());
-  int64_t rank = factorType.getDimSize(0);
-  Type ct = u.compute;
-  Type stateElement = factorType.getElementType();
-  auto asMatrix = [&](Value v) { return matrix.collapse(builder, loc, v); };
-  auto asParamShape = [&](Value v) { return matrix.expand(builder, loc, v); };
-  auto empty = [&](ArrayRef<int64_t> shape, Type t) -> Value {
+/// compute type, in three stages so that a batch of updates synced by
+/// their factors runs each stage for every member before it all-reduces
+/// their factors together: the four products through `contract` (a matmul
+/// each, which --distopt-contractions-to-runtime may give to BLAS), P kept
+/// transposed (r x m) so that the orthonormalization walks contiguous rows.
+class DionLowering {
+public:
+  DionLowering(RewriterBase &builder, DionUpdateOp op)
+      : builder(builder), op(op), loc(op.getLoc()), u(builder, loc, op),
+        matrix(op.getParam()), rows(matrix.rows), cols(matrix.cols),
+        rank(cast<RankedTensorType>(op.getState()[1].getType()).getDimSize(0)),
+        ct(u.compute),
+        stateElement(cast<RankedTensorType>(op.getState()[1].getType())
+                         .getElementType()) {}
+
+  /// B = M + G, the old factor Q^T, and P^T = Q^T B^T (this rank's share
+  /// under a group).
+  Value project();
+  /// From P^T (averaged under a group): P^T orthonormalized, and R^T = P^T
+  /// B (this rank's share under a group).
+  Value right(Value p);
+  /// From R^T (averaged under a group): the momentum, the factor and the
+  /// parameter, which replace the op's results (the op stays, unused).
+  void finish(Value r);
+
+private:
+  Value empty(ArrayRef<int64_t> shape, Type t) {
     return tensor::EmptyOp::create(builder, loc, shape, t);
-  };
+  }
+
+  RewriterBase &builder;
+  DionUpdateOp op;
+  Location loc;
+  UpdateBuilder u;
+  MatrixView matrix;
+  int64_t rows, cols, rank;
+  Type ct, stateElement;
+  Value b, oldFactor, p;
+};
+
+Value DionLowering::project() {
   Value first = u.isFirstStep();
   Value zero = u.scalar(0.0);
   bool maximize = op.getMaximize();
   // B = M + G (M is zero at step 1).
-  Value b = mapElements(
-      builder, loc, {asMatrix(op.getGrad()), asMatrix(op.getState()[0])},
+  b = mapElements(
+      builder, loc,
+      {matrix.collapse(builder, loc, op.getGrad()),
+       matrix.collapse(builder, loc, op.getState()[0])},
       empty({rows, cols}, ct), [&](OpBuilder &nb, Location l, ValueRange args) {
         Body m{nb, l};
         Value g = convertTo(nb, l, args[0], ct);
@@ -454,33 +483,27 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
                       return convertTo(nb, l, args[0], ct);
                     }));
   }
-  Value oldFactor = drawn.getResult(0);
+  oldFactor = drawn.getResult(0);
+  // P^T = Q^T B^T (dot products along rows).
+  return contract(builder, loc, oldFactor, b, dims(builder, 0, 2),
+                  dims(builder, 1, 2), dims(builder, 0, 1), 2, {rank, rows},
+                  /*reassociate=*/true);
+}
+
+Value DionLowering::right(Value averagedP) {
   Value eps = u.hyper("epsilon");
-  // With a group (the low-rank sync) each factor is this rank's share, made
-  // from its own gradient and momentum: the group averages it.
-  auto averaged = [&](Value factor) -> Value {
-    FlatSymbolRefAttr group = op.getGroupAttr();
-    if (!group)
-      return factor;
-    return AllReduceOp::create(
-        builder, loc, factor.getType(), factor, group, /*wire_type=*/nullptr,
-        ReductionKindAttr::get(builder.getContext(), ReductionKind::Avg),
-        /*scale=*/nullptr);
-  };
-  // P^T = Q^T B^T (dot products along rows), orthonormalized.
-  Value p = averaged(contract(builder, loc, oldFactor, b, dims(builder, 0, 2),
-                              dims(builder, 1, 2), dims(builder, 0, 1), 2,
-                              {rank, rows}, /*reassociate=*/true));
   // Twice: one pass of modified Gram-Schmidt leaves P^T P off the identity
   // by about eps times P's condition number (1e-3 at 1e5 in f32), and
   // Dion's update assumes orthonormal columns (Householder QR's, to
   // rounding); a second pass restores that.
-  p = orthonormalizeRows(builder, loc, p, eps);
+  p = orthonormalizeRows(builder, loc, averagedP, eps);
   p = orthonormalizeRows(builder, loc, p, eps);
   // R^T = P^T B (loops j, i, k).
-  Value r = averaged(contract(builder, loc, p, b, dims(builder, 0, 1),
-                              dims(builder, 1, 2), dims(builder, 0, 2), 1,
-                              {rank, cols}));
+  return contract(builder, loc, p, b, dims(builder, 0, 1), dims(builder, 1, 2),
+                  dims(builder, 0, 2), 1, {rank, cols});
+}
+
+void DionLowering::finish(Value r) {
   // P R^T = (P^T)^T R^T (loops i, j, k).
   auto lowRank = [&](Value factor) {
     return contract(builder, loc, p, factor, dims(builder, 1, 0),
@@ -517,7 +540,7 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
                 nb, l, math::FmaOp::create(nb, l, w, w, args[1]).getResult());
           })
           .getResult(0);
-  Value epsilon = u.scalar(eps);
+  Value epsilon = u.scalar(u.hyper("epsilon"));
   Value newFactor =
       linalg::GenericOp::create(
           builder, loc, TypeRange{RankedTensorType::get({rank, cols}, ct)},
@@ -544,9 +567,11 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
       builder, loc, arith::MulFOp::create(builder, loc, u.lr, u.f64(scale))));
   Value decay = u.scalar(u.oneMinus(
       arith::MulFOp::create(builder, loc, u.lr, u.hyper("weight_decay"))));
-  Type element = paramType.getElementType();
+  Type element =
+      cast<RankedTensorType>(op.getParam().getType()).getElementType();
   Value param = mapElements(
-      builder, loc, {lowRank(newFactor)}, asMatrix(op.getParam()),
+      builder, loc, {lowRank(newFactor)},
+      matrix.collapse(builder, loc, op.getParam()),
       [&](OpBuilder &nb, Location l, ValueRange args) {
         Body m{nb, l};
         Value x = m.mul(convertTo(nb, l, args[1], ct), decay);
@@ -557,8 +582,39 @@ void lowerDion(RewriterBase &builder, DionUpdateOp op) {
                   [&](OpBuilder &nb, Location l, ValueRange args) {
                     return convertTo(nb, l, args[0], stateElement);
                   });
-  builder.replaceOp(op, ValueRange{asParamShape(param), asParamShape(momentum),
-                                   storedFactor});
+  builder.replaceAllOpUsesWith(
+      op, ValueRange{matrix.expand(builder, loc, param),
+                     matrix.expand(builder, loc, momentum), storedFactor});
+}
+
+} // namespace
+
+void lowerDion(RewriterBase &builder, ArrayRef<DionUpdateOp> batch) {
+  DionUpdateOp front = batch.front();
+  Location loc = batch.size() == 1
+                     ? front.getLoc()
+                     : builder.getFusedLoc(llvm::map_to_vector(
+                           batch, [](DionUpdateOp op) { return op.getLoc(); }));
+  // With a group (the low-rank sync) each factor is this rank's share, made
+  // from its own gradient and momentum: the group averages the batch's
+  // factors together.
+  auto averaged = [&](SmallVector<Value> factors) {
+    if (!front.getGroupAttr())
+      return factors;
+    return allReduceTogether(builder, loc, factors, front.getGroupAttr(),
+                             ReductionKind::Avg);
+  };
+  std::deque<DionLowering> members;
+  for (DionUpdateOp op : batch)
+    members.emplace_back(builder, op);
+  SmallVector<Value> ps = averaged(llvm::map_to_vector(
+      members, [](DionLowering &member) { return member.project(); }));
+  SmallVector<Value> rs;
+  for (auto [member, p] : llvm::zip_equal(members, ps))
+    rs.push_back(member.right(p));
+  rs = averaged(std::move(rs));
+  for (auto [member, r] : llvm::zip_equal(members, rs))
+    member.finish(r);
 }
 
 } // namespace mlir::distopt::updates

@@ -201,7 +201,12 @@ Value lerp(Body &m, Value x, Value y, Value w, Value oneMinusW, Value small);
 
 /// Muon's and Dion's lowerings (LowerOrthogonalized.cpp).
 void lowerMuon(RewriterBase &builder, MuonUpdateOp op);
-void lowerDion(RewriterBase &builder, DionUpdateOp op);
+/// A batch of Dion updates (one, or several synced by their factors with
+/// one `batch` number): their factors all-reduced together, at the
+/// builder's insertion point, which must follow every member's operands and
+/// precede every use of their results. The members are left without uses,
+/// for the caller to erase (another batch may be placed before one).
+void lowerDion(RewriterBase &builder, ArrayRef<DionUpdateOp> batch);
 
 } // namespace mlir::distopt::updates
 

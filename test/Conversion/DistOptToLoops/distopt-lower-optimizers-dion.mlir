@@ -66,6 +66,25 @@ func.func @synced(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>,
   return %p1, %m1, %q1 : tensor<4x6xf32>, tensor<4x6xf32>, tensor<3x6xf32>
 }
 
+// A batch: both updates' P^T all-reduced in one collective (packed: 12 +
+// 10 elements), then both R^T (18 + 10), each update's selects (a skipped
+// step) after the batch.
+// CHECK-LABEL: func.func @batched
+// CHECK: distopt.all_reduce avg %{{.*}} on @dp : tensor<22xf32>
+// CHECK-NOT: distopt.all_reduce
+// CHECK: distopt.all_reduce avg %{{.*}} on @dp : tensor<28xf32>
+// CHECK-NOT: distopt.all_reduce
+// CHECK: arith.select %arg{{[0-9]+}}
+// CHECK: return
+func.func @batched(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>, %q: tensor<3x6xf32>,
+                   %p2: tensor<5x5xf32>, %g2: tensor<5x5xf32>, %m2: tensor<5x5xf32>, %q2: tensor<2x5xf32>,
+                   %ok: i1, %lr: f32, %t: i64) -> (tensor<4x6xf32>, tensor<4x6xf32>, tensor<3x6xf32>, tensor<5x5xf32>) {
+  %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 3, group = @dp, batch = 0} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<3x6xf32>], f32
+  %kp = arith.select %ok, %p1, %p : tensor<4x6xf32>
+  %p3, %m3, %q3 = distopt.dion_update %p2, %g2 state(%m2, %q2) lr(%lr) step(%t) {rank = 2, group = @dp, batch = 0} : tensor<5x5xf32> [tensor<5x5xf32>, tensor<2x5xf32>], f32
+  return %kp, %m1, %q1, %p3 : tensor<4x6xf32>, tensor<4x6xf32>, tensor<3x6xf32>, tensor<5x5xf32>
+}
+
 // CHECK-LABEL: func.func @empty
 func.func @empty(%p: tensor<0x5xf32>, %g: tensor<0x5xf32>, %m: tensor<0x5xf32>, %q: tensor<0x5xf32>,
                  %r: tensor<5x0x3xf32>, %h: tensor<5x0x3xf32>, %c: tensor<5x0x3xf32>, %f: tensor<0x0xf32>,

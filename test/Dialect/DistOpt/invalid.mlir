@@ -709,6 +709,14 @@ func.func @dion_group(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf
 
 // -----
 
+func.func @dion_batch(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{'batch' numbers updates whose factors are all-reduced together: it needs a 'group'}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {batch = 0} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f32
+  return
+}
+
+// -----
+
 func.func @dion_fraction(%p: tensor<8x6xf32>, %g: tensor<8x6xf32>, %m: tensor<8x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
   // expected-error @+1 {{'rank_fraction' must be in (0, 1], got 1.5}}
   %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank_fraction = 1.5} : tensor<8x6xf32> [tensor<8x6xf32>, tensor<6x6xf32>], f32

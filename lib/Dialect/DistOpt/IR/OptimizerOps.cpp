@@ -501,6 +501,9 @@ LogicalResult DionUpdateOp::verify() {
   if (!(fraction > 0 && fraction <= 1))
     return emitOpError("'rank_fraction' must be in (0, 1], got ")
            << formatDouble(fraction);
+  if (getBatch() && !getGroupAttr())
+    return emitOpError("'batch' numbers updates whose factors are "
+                       "all-reduced together: it needs a 'group'");
   return success();
 }
 

@@ -891,7 +891,8 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     OptionalAttr<I64Attr>:$rank,
     DefaultValuedAttr<F64Attr, "1.0">:$rank_fraction,
     DefaultValuedAttr<I64Attr, "0">:$seed,
-    OptionalAttr<FlatSymbolRefAttr>:$group), /*elementwise=*/0,
+    OptionalAttr<FlatSymbolRefAttr>:$group,
+    OptionalAttr<I64Attr>:$batch), /*elementwise=*/0,
     /*minParamRank=*/2, /*ownStateShapes=*/1,
     [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
      DeclareOpInterfaceMethods<SymbolUserOpInterface>], [{
@@ -951,7 +952,11 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     momentum of Dion on the averaged gradient, and so do the parameters:
     exactly in exact arithmetic, to rounding in floating point
     (`--distopt-dion-low-rank-sync` makes this form from the averaged one).
-    Each step all-reduces `(m + n) r` elements instead of `m n`.
+    Each step all-reduces `(m + n) r` elements instead of `m n`. Updates
+    of a block with the same `batch` number (and group and factor type)
+    are lowered together, as `distopt.powersgd_all_reduce`'s batches are:
+    every member's P, one all-reduce for all of them, every member's R,
+    one more; without `batch` an update all-reduces its own two factors.
 
     ```mlir
     %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 32 : i64}
