@@ -6,8 +6,9 @@ Each loop trains the same model from the same weights on the same batches
 (each rank its share) twice: under DDP with a torch.optim optimizer, and
 with DistributedOptimizer; 24 steps; tensors of up to 3,072 elements. The
 parameters must agree within 1e-6 of each tensor's magnitude (f32 rounding
-of the summation order at 3 ranks; at 1 and 2 ranks the sums are exact and
-the runs agree bit for bit):
+of the summation order at 3 ranks, 1e-5 where a clip scales by it: see
+CLIPPED_TOLERANCE; at 1 and 2 ranks the sums are exact and the runs agree
+bit for bit):
 
 - parameter groups as torch takes them (a list of group dicts over
   model.parameters(), no decay on biases and norms, a rate of their own),
@@ -48,6 +49,12 @@ rank, size = comm.Get_rank(), comm.Get_size()
 checks = failures = 0
 STEPS = 24
 TOLERANCE = 1e-6 if size > 2 else 0.0
+# Clipped by the norm of gradients whose 3 ranks DDP (gloo) and distopt
+# sum in different orders: the clip coefficients differ in their last bits
+# every step, and 24 AdamW steps grow that to 2.6e-6 of the parameters on
+# an AVX-512 host (below 1e-6 on AVX2 ones, where this was first measured):
+# the bound the sharded pipelines' clipping already has.
+CLIPPED_TOLERANCE = 1e-5 if size > 2 else 0.0
 
 
 def check(cond, what):
@@ -268,8 +275,8 @@ def clipping():
             return adamw(kind, model, pipeline)
         # train() builds its own reference model: use the loop's models.
         *_, diff = train_pair(make, pipeline, clip_model, reference, ours)
-        check(diff <= TOLERANCE, f"torch's clip_grad_norm_ after backward, "
-              f"'{pipeline}': {diff:.2e}")
+        check(diff <= CLIPPED_TOLERANCE, f"torch's clip_grad_norm_ after "
+              f"backward, '{pipeline}': {diff:.2e}")
         theirs_norms, our_norms = clip_model.norms[0::2], clip_model.norms[1::2]
         worst = max(abs(a - b) / b for a, b in zip(our_norms, theirs_norms))
         check(worst <= TOLERANCE, f"the norms clip_grad_norm_ saw, "
