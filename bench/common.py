@@ -221,6 +221,44 @@ def spawn_gloo(worker, ranks, *args):
     return result
 
 
+def ddp_then_matrices(rank, init, spec, steps, queue, start, update):
+    """A peer in torch for optimizers of matrices, run by a spawn_gloo
+    worker: DDP's all-reduce of every gradient (one flat buffer, gloo),
+    then `update(param, grad, state)` on every matrix of every rank (its
+    state from `start(param)`) and AdamW on the rest. Rank 0 puts the
+    slowest rank's Timing on `queue`."""
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    params = [torch.full(p["shape"], 0.01) for p in spec["parameters"]]
+    grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) for i, p in
+             enumerate(params)]
+    state = {k: start(p) for k, p in enumerate(params) if p.dim() >= 2}
+    rest = [k for k in range(len(params)) if k not in state]
+    vectors = [torch.nn.Parameter(params[k]) for k in rest]
+    adamw = torch.optim.AdamW(vectors, lr=0.02, foreach=False)
+    times = []
+    for _ in range(steps):
+        dist.barrier()
+        began = time.perf_counter()
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= 2
+        reduced = list(flat.split([g.numel() for g in grads]))
+        with torch.no_grad():
+            for k, s in state.items():
+                update(params[k], reduced[k].view(params[k].shape), s)
+        for v, k in zip(vectors, rest):
+            v.grad = reduced[k].view(v.shape)
+        adamw.step()
+        times.append(time.perf_counter() - began)
+    timing = slowest_timing(dist, torch, times)
+    dist.destroy_process_group()
+    if rank == 0:
+        queue.put(timing)
+
+
 def shaped_module(torch, spec):
     """A module holding parameters of the spec's shapes (f32); its forward
     is their sum, so backward writes every gradient and nothing else."""

@@ -25,13 +25,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (Timing, bytes_sent_per_step, cluster_available,  # noqa: E402
-                    compile_step, report, run_timing, spawn_gloo)
+                    compile_step, ddp_then_matrices, report, run_timing,
+                    spawn_gloo)
 from muon_plans import run_on  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,42 +61,17 @@ def torch_worker(rank, init, spec, steps, queue):
     """DDP's all-reduce, then Dion (dion_simple's update) on every matrix of
     every rank and AdamW on the rest."""
     import torch
-    import torch.distributed as dist
-    from common import slowest_timing
     from dion import torch_dion
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
-    params = [torch.full(p["shape"], 0.01) for p in spec["parameters"]]
-    grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) for i, p in
-             enumerate(params)]
-    matrices = [k for k, p in enumerate(params) if p.dim() >= 2]
-    state = {}
-    for k in matrices:
-        rows, cols = params[k].shape[0], params[k].numel() // params[k].shape[0]
-        r = max(1, -(-min(rows, cols) // 4))
-        state[k] = (torch.zeros(rows, cols), torch.randn(cols, r))
-    vectors = [torch.nn.Parameter(params[k]) for k in range(len(params)) if k not in state]
-    adamw = torch.optim.AdamW(vectors, lr=0.02, foreach=False)
-    times = []
-    for _ in range(steps):
-        dist.barrier()
-        start = time.perf_counter()
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= 2
-        reduced = list(flat.split([g.numel() for g in grads]))
-        with torch.no_grad():
-            for k in matrices:
-                m, q = state[k]
-                torch_dion(params[k].view(m.shape), reduced[k].view(m.shape), m, q, 0.02)
-        for v, k in zip(vectors, [k for k in range(len(params)) if k not in state]):
-            v.grad = reduced[k].view(v.shape)
-        adamw.step()
-        times.append(time.perf_counter() - start)
-    timing = slowest_timing(dist, torch, times)
-    dist.destroy_process_group()
-    if rank == 0:
-        queue.put(timing)
+
+    def start(p):
+        rows, cols = p.shape[0], p.numel() // p.shape[0]
+        return torch.zeros(rows, cols), torch.randn(cols, max(1, -(-min(rows, cols) // 4)))
+
+    def update(p, g, state):
+        m, q = state
+        torch_dion(p.view(m.shape), g.reshape(m.shape), m, q, 0.02)
+
+    ddp_then_matrices(rank, init, spec, steps, queue, start, update)
 
 
 def main():

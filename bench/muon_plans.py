@@ -33,14 +33,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from types import SimpleNamespace
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (Timing, cluster_available, compile_step, launch, report,  # noqa: E402
-                    run_timing, spawn_gloo)
+from common import (Timing, cluster_available, compile_step,  # noqa: E402
+                    ddp_then_matrices, launch, report, run_timing, spawn_gloo)
 from hybrid import calibrate  # noqa: E402
 from muon_owners import muon_step  # noqa: E402
 
@@ -61,45 +60,17 @@ def update_rate(build, step, tmp, steps):
 
 
 def torch_worker(rank, init, spec, steps, queue):
-    """A peer in torch: DDP's all-reduce of every gradient (one flat
-    buffer, gloo), then every rank runs Muon on every matrix (torch.optim
-    .Muon's update, test/Integration/muon_vs_reference.py) and AdamW on
-    the rest: the arithmetic of gathering everywhere (Moonshot's plan)
-    with DDP's communication."""
+    """A peer in torch: DDP's all-reduce, then every rank runs Muon on every
+    matrix (torch.optim.Muon's update, test/Integration/muon_vs_reference.py)
+    and AdamW on the rest: the arithmetic of gathering everywhere
+    (Moonshot's plan) with DDP's communication."""
     import torch
-    import torch.distributed as dist
-    from common import slowest_timing
     sys.path.insert(0, os.path.join(ROOT, "test", "Integration"))
     from muon_vs_reference import muon_step
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
-    params = [torch.full(p["shape"], 0.01) for p in spec["parameters"]]
-    grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) for i, p in
-             enumerate(params)]
-    matrices = [k for k, p in enumerate(params) if p.dim() >= 2]
-    buffers = {k: torch.zeros_like(params[k]) for k in matrices}
-    vectors = [torch.nn.Parameter(params[k]) for k in range(len(params)) if k not in buffers]
-    adamw = torch.optim.AdamW(vectors, lr=0.02, foreach=False)
-    times = []
-    for _ in range(steps):
-        dist.barrier()
-        start = time.perf_counter()
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= 2
-        reduced = list(flat.split([g.numel() for g in grads]))
-        with torch.no_grad():
-            for k in matrices:
-                muon_step(params[k], reduced[k].view(params[k].shape), buffers[k], 0.02,
-                          torch.float32, weight_decay=0.01)
-        for v, k in zip(vectors, [k for k in range(len(params)) if k not in buffers]):
-            v.grad = reduced[k].view(v.shape)
-        adamw.step()
-        times.append(time.perf_counter() - start)
-    timing = slowest_timing(dist, torch, times)
-    dist.destroy_process_group()
-    if rank == 0:
-        queue.put(timing)
+    ddp_then_matrices(
+        rank, init, spec, steps, queue, torch.zeros_like,
+        lambda p, g, buffer: muon_step(p, g, buffer, 0.02, torch.float32,
+                                       weight_decay=0.01))
 
 
 def prediction(text):
