@@ -63,8 +63,61 @@ createPipelineBucketizePass(const DistOptPipelineOptions &options) {
   return pass;
 }
 
+namespace {
+
+/// Options given for a pass the pipeline does not run: refused when the
+/// pipeline starts, by name, rather than ignored (a pass that fails to
+/// initialize, with the message).
+struct RefuseUnusedOptions
+    : public PassWrapper<RefuseUnusedOptions, OperationPass<>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(RefuseUnusedOptions)
+
+  explicit RefuseUnusedOptions(std::string message)
+      : message(std::move(message)) {}
+  StringRef getArgument() const override {
+    return "distopt-refuse-unused-options";
+  }
+  LogicalResult initialize(MLIRContext *context) override {
+    return emitError(UnknownLoc::get(context)) << message;
+  }
+  void runOnOperation() override {}
+
+  std::string message;
+};
+
+/// The options given that only a pass the pipeline leaves out reads, each
+/// with the option that would run it; "" when there are none.
+std::string unusedOptions(const DistOptPipelineOptions &options) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto refuse = [&](bool unused, StringRef needs, const auto &...given) {
+    auto check = [&](const auto &option) {
+      if (unused && option.hasValue())
+        os << (text.empty() ? "" : "; ") << option.getArgStr() << " needs "
+           << needs;
+    };
+    (check(given), ...);
+  };
+  refuse(!options.dionLowRankSync,
+         "dion-low-rank-sync (it batches that sync's all-reduces)",
+         options.dionBatchMb);
+  refuse(options.powersgdRank == 0,
+         "powersgd-rank (PowerSGD is off without it)",
+         options.minCompressionRate, options.errorFeedback, options.warmStart,
+         options.powersgdSeed, options.powersgdStartIter,
+         options.powersgdOrthogonalizationEpsilon, options.powersgdBatchMb);
+  return text;
+}
+
+} // namespace
+
 void mlir::distopt::buildDistOptPipeline(
     OpPassManager &pm, const DistOptPipelineOptions &options) {
+  if (std::string unused = unusedOptions(options); !unused.empty()) {
+    pm.addPass(
+        std::make_unique<RefuseUnusedOptions>("distopt-pipeline: " + unused));
+    return;
+  }
   // Folds group sizes and collectives on one rank first, so that the passes
   // see the constants they match.
   pm.addPass(createCanonicalizerPass());

@@ -10,6 +10,10 @@
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="reduce-dtype=f16" 2>&1 | FileCheck %s --check-prefix=DTYPE
 // RUN: distopt-opt %t.mlir --distopt-pipeline="reduce-dtype=none" | FileCheck %s --check-prefix=DP
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="powersgd-rank=-1" 2>&1 | FileCheck %s --check-prefix=RANK
+// Options of a pass the pipeline does not run are refused by name, not
+// ignored; powersgd-rank=0 (off) given too changes nothing.
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="dion-batch-mb=25 powersgd-rank=0 powersgd-batch-mb=1 error-feedback=false" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNUSED
+// UNUSED: error: distopt-pipeline: dion-batch-mb needs dion-low-rank-sync (it batches that sync's all-reduces); error-feedback needs powersgd-rank (PowerSGD is off without it); powersgd-batch-mb needs powersgd-rank (PowerSGD is off without it)
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="bucket-cap-mb=0" 2>&1 | FileCheck %s --check-prefix=CAP
 
 // Plain data parallelism: averaged, bucketed; no division left. Every
