@@ -389,6 +389,33 @@ SmallVector<OpBatch> mlir::distopt::batchOps(
   return batches;
 }
 
+void mlir::distopt::numberBatches(
+    ArrayRef<Operation *> ops,
+    function_ref<std::pair<Attribute, Type>(Operation *)> keyOf,
+    function_ref<double(Operation *)> bytesOf, double capBytes, int64_t &next,
+    function_ref<void(Operation *, int64_t)> setBatch) {
+  struct OpenBatch {
+    std::pair<Attribute, Type> key;
+    int64_t number;
+    double bytes;
+  };
+  SmallVector<OpenBatch> open;
+  for (Operation *op : ops) {
+    std::pair<Attribute, Type> key = keyOf(op);
+    double bytes = bytesOf(op);
+    auto it = llvm::find_if(
+        open, [&](const OpenBatch &batch) { return batch.key == key; });
+    if (it == open.end()) {
+      open.push_back({key, next++, 0});
+      it = std::prev(open.end());
+    } else if (it->bytes + bytes > capBytes) { // full: the next one opens
+      *it = {key, next++, 0};
+    }
+    it->bytes += bytes;
+    setBatch(op, it->number);
+  }
+}
+
 SmallVector<PowerSGDBatch> mlir::distopt::batchPowerSGD(Block &block) {
   SmallVector<PowerSGDBatch> batches;
   for (OpBatch &batch : batchOps(
@@ -418,13 +445,8 @@ SmallVector<OpBatch> mlir::distopt::batchDionSync(Block &block) {
       },
       [](Operation *op) -> std::optional<BatchKey> {
         auto dion = cast<DionUpdateOp>(op);
-        // The factors are in the products' type: f64 for f64, else f32.
-        Type element =
-            cast<RankedTensorType>(dion.getParam().getType()).getElementType();
-        if (!element.isF64())
-          element = Float32Type::get(op->getContext());
         return BatchKey{static_cast<int64_t>(*dion.getBatch()),
-                        dion.getGroupAttr(), element};
+                        dion.getGroupAttr(), dion.getFactorElementType()};
       });
 }
 

@@ -14,6 +14,7 @@
 #include "distopt/Dialect/DistOpt/Analysis/StepStructure.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptOps.h"
 #include "distopt/Dialect/DistOpt/IR/StepABI.h"
+#include "distopt/Transforms/Bucketing.h"
 #include "distopt/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -224,40 +225,29 @@ void DionLowRankSyncPass::apply(func::FuncOp func, SyncPlan &p) {
 }
 
 void DionLowRankSyncPass::numberBatches(func::FuncOp func) {
-  double capBytes = batchMb * (1 << 20);
-  struct OpenBatch {
-    Attribute group;
-    Type factor;
-    int64_t number;
-    double bytes;
-  };
-  SmallVector<OpenBatch> open;
   int64_t next = 0;
   func.walk([&](DionUpdateOp op) {
     if (op.getBatch())
       next = std::max(next, static_cast<int64_t>(*op.getBatch()) + 1);
   });
-  for (auto op : func.getBody().front().getOps<DionUpdateOp>()) {
-    if (!op.getGroupAttr() || op.getBatch())
-      continue;
-    auto type = cast<RankedTensorType>(op.getGrad().getType());
-    Type factor = type.getElementType().isF64()
-                      ? type.getElementType()
-                      : Float32Type::get(op.getContext());
-    double bytes = static_cast<double>(type.getNumElements()) *
-                   type.getElementTypeBitWidth() / 8;
-    auto it = llvm::find_if(open, [&](const OpenBatch &batch) {
-      return batch.group == op.getGroupAttr() && batch.factor == factor;
-    });
-    if (it == open.end()) {
-      open.push_back({op.getGroupAttr(), factor, next++, 0});
-      it = std::prev(open.end());
-    } else if (it->bytes + bytes > capBytes) { // full: the next one opens
-      *it = {it->group, it->factor, next++, 0};
-    }
-    it->bytes += bytes;
-    op.setBatch(it->number);
-  }
+  SmallVector<Operation *> ops;
+  for (auto op : func.getBody().front().getOps<DionUpdateOp>())
+    if (op.getGroupAttr() && !op.getBatch())
+      ops.push_back(op);
+  distopt::numberBatches(
+      ops,
+      [](Operation *op) -> std::pair<Attribute, Type> {
+        auto dion = cast<DionUpdateOp>(op);
+        return {dion.getGroupAttr(), dion.getFactorElementType()};
+      },
+      [](Operation *op) {
+        return static_cast<double>(getShapedBytes(cast<RankedTensorType>(
+            cast<DionUpdateOp>(op).getGrad().getType())));
+      },
+      batchMb * (1 << 20), next,
+      [](Operation *op, int64_t number) {
+        cast<DionUpdateOp>(op).setBatch(number);
+      });
 }
 
 void DionLowRankSyncPass::runOnOperation() {

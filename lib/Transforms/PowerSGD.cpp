@@ -254,34 +254,25 @@ Value PowerSGDPass::compress(OpBuilder &builder, Location loc, const Plan &plan,
 }
 
 void PowerSGDPass::numberBatches(Block &block) {
-  double capBytes = batchMb * (1 << 20);
-  // The open batch of each group and element type.
-  struct OpenBatch {
-    Attribute group;
-    Type element;
-    int64_t number;
-    double bytes;
-  };
-  SmallVector<OpenBatch> open;
-  for (auto op : block.getOps<PowerSGDAllReduceOp>()) {
-    if (!created.contains(op))
-      continue;
-    auto type = cast<RankedTensorType>(op.getGrad().getType());
-    double bytes = static_cast<double>(getShapedBytes(type));
-    auto it = llvm::find_if(open, [&](const OpenBatch &batch) {
-      return batch.group == op.getGroupAttr() &&
-             batch.element == type.getElementType();
-    });
-    if (it == open.end()) {
-      open.push_back(
-          {op.getGroupAttr(), type.getElementType(), nextBatch++, 0});
-      it = std::prev(open.end());
-    } else if (it->bytes + bytes > capBytes) { // full: the next one opens
-      *it = {it->group, it->element, nextBatch++, 0};
-    }
-    it->bytes += bytes;
-    op.setBatch(it->number);
-  }
+  SmallVector<Operation *> ops;
+  for (auto op : block.getOps<PowerSGDAllReduceOp>())
+    if (created.contains(op))
+      ops.push_back(op);
+  distopt::numberBatches(
+      ops,
+      [](Operation *op) -> std::pair<Attribute, Type> {
+        auto powersgd = cast<PowerSGDAllReduceOp>(op);
+        return {powersgd.getGroupAttr(),
+                powersgd.getGrad().getType().getElementType()};
+      },
+      [](Operation *op) {
+        return static_cast<double>(
+            getShapedBytes(cast<PowerSGDAllReduceOp>(op).getGrad().getType()));
+      },
+      batchMb * (1 << 20), nextBatch,
+      [](Operation *op, int64_t number) {
+        cast<PowerSGDAllReduceOp>(op).setBatch(number);
+      });
 }
 
 void PowerSGDPass::runOnOperation() {

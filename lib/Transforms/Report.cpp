@@ -331,7 +331,7 @@ static void addDionSync(DionUpdateOp dion, ProcessGroupOp group, int64_t n,
   auto factor = cast<RankedTensorType>(dion.getState()[1].getType());
   int64_t rank = factor.getDimSize(0), cols = factor.getDimSize(1);
   int64_t rows = cols == 0 ? 0 : param.getNumElements() / cols;
-  int64_t width = param.getElementType().isF64() ? 8 : 4;
+  int64_t width = dion.getFactorElementType().getWidth() / 8;
   int64_t payload = (rows + cols) * rank * width;
   int64_t full = bytesOf(cast<RankedTensorType>(dion.getGrad().getType()));
   double sent =

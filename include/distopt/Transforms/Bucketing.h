@@ -74,6 +74,17 @@ SmallVector<OpBatch>
 batchOps(Block &block, llvm::function_ref<bool(Operation *)> isMember,
          llvm::function_ref<std::optional<BatchKey>(Operation *)> keyOf);
 
+/// Numbers `ops` (in program order) into batches of up to `capBytes`
+/// (`bytesOf` each) per group and factor type (`keyOf`): an op that would
+/// fill the open batch of its key past the cap opens the next one (an op
+/// larger than the cap is alone). Numbers are taken from `next` on, which
+/// is left past the last one; `setBatch` gives each op its number.
+void numberBatches(
+    ArrayRef<Operation *> ops,
+    llvm::function_ref<std::pair<Attribute, Type>(Operation *)> keyOf,
+    llvm::function_ref<double(Operation *)> bytesOf, double capBytes,
+    int64_t &next, llvm::function_ref<void(Operation *, int64_t)> setBatch);
+
 /// PowerSGD ops that are lowered together: their P factors all-reduced in
 /// one collective, their Q factors in another (as PyTorch's hook does for
 /// the tensors of a bucket).

@@ -898,6 +898,15 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
      DeclareOpInterfaceMethods<SymbolUserOpInterface>], [{
     /// With a group, the update averages its factors over it.
     ::mlir::FlatSymbolRefAttr getGradientGroup() { return getGroupAttr(); }
+    /// The type its factors are made (and, synced, averaged) in: the
+    /// products' accumulation type, f64 for f64 parameters, else f32.
+    ::mlir::FloatType getFactorElementType() {
+      ::mlir::Type element = ::llvm::cast<::mlir::RankedTensorType>(
+          getParam().getType()).getElementType();
+      if (element.isF64())
+        return ::llvm::cast<::mlir::FloatType>(element);
+      return ::mlir::Float32Type::get(getContext());
+    }
   }]> {
   let summary = "the update of Dion (orthonormalized by low-rank power "
                 "iteration, with error feedback)";
