@@ -451,8 +451,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return torch.nn.utils.clip_grad_norm_(
                 [p for _, p in self._named], max_norm, norm_type)
         elif len(reducer.bucket_of) != len(self._named):
-            raise DistoptError("clip_grad_norm_: some gradients are reduced "
-                               "inside step() (PowerSGD): not supported yet")
+            raise DistoptError("clip_grad_norm_: some gradients are not "
+                               "reduced by backward(): PowerSGD reduces them "
+                               "inside step() (not supported yet), and "
+                               "dion-low-rank-sync never forms their average, "
+                               "whose norm clipping needs")
         elif not reducer.reduced:
             raise DistoptError("clip_grad_norm_ clips the gradients reduced "
                                "by backward(): call it after backward()")

@@ -281,6 +281,13 @@ def low_rank_sync_gradients():
     check(torch.allclose(net.fc1.bias.grad, whole.fc1.bias.grad,
                          rtol=1e-5, atol=1e-7),
           "low-rank sync: a vector's .grad is the ranks' average")
+    if size > 1:  # (one rank reduces nothing: torch's clip applies)
+        try:
+            opt.clip_grad_norm_(1.0)
+            check(False, "low-rank sync: opt.clip_grad_norm_ was not refused")
+        except DistoptError as e:
+            check("dion-low-rank-sync never forms their average" in str(e),
+                  f"low-rank sync: opt.clip_grad_norm_ refused: {e}")
     opt.step()
     momentum = opt.state_dict()["state"][2]["momentum"]  # fc1.weight's
     gathered = comm.allgather(momentum)
