@@ -96,7 +96,7 @@ distopt_rt_status restore(distopt_session *s,
   auto lookup = [&](const LogicalTensor &t,
                     int64_t rank) -> const checkpoint::Tensor * {
     auto it = index.find({std::string(step::roleName(t.role)), t.name,
-                          t.perRank && !t.rankMean ? rank : -1});
+                          t.savedPerRank() ? rank : -1});
     return it == index.end() ? nullptr : it->second;
   };
   for (size_t i = 0; i < s->step->abi.args.size(); ++i) {

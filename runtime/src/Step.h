@@ -45,6 +45,7 @@ struct LogicalTensor {
   int64_t owner;  // greedy: the rank holding it; -1 otherwise
   bool perRank;   // a copy per rank (PowerSGD's error feedback)
   bool rankMean;  // ... standing for their mean (Dion's low-rank sync)
+  bool savedPerRank() const { return perRank && !rankMean; }
   size_t bytes() const { return numel * dtype->bytes; }
 };
 
