@@ -85,6 +85,15 @@ struct RefuseUnusedOptions
   std::string message;
 };
 
+/// Stage 0 means no sharding; any other value goes to the pass, which
+/// rejects what it does not support (stage 0 with hybrid sharding or the
+/// matrix plan's rates too).
+bool runsShardOptimizer(const DistOptPipelineOptions &options) {
+  return options.zeroStage != 0 || options.hybridShardSize != 0 ||
+         options.zeroUpdateGflops != 0 || options.zeroLatencyUs != 0 ||
+         options.zeroBandwidthGbPerS != 0;
+}
+
 /// The options given that only a pass the pipeline leaves out reads, each
 /// with the option that would run it; "" when there are none.
 std::string unusedOptions(const DistOptPipelineOptions &options) {
@@ -106,6 +115,13 @@ std::string unusedOptions(const DistOptPipelineOptions &options) {
          options.minCompressionRate, options.errorFeedback, options.warmStart,
          options.powersgdSeed, options.powersgdStartIter,
          options.powersgdOrthogonalizationEpsilon, options.powersgdBatchMb);
+  refuse(!runsShardOptimizer(options),
+         "zero-stage (ZeRO is off at stage 0 without hybrid-shard-size)",
+         options.zeroStrategy, options.zeroOwnerBalance,
+         options.zeroMatrixPlan);
+  refuse(!options.bucketize, "bucketize (buckets are off)", options.bucketCapMb,
+         options.firstBucketCapMb, options.bucketLatencyUs,
+         options.bucketBandwidthGbPerS);
   return text;
 }
 
@@ -139,12 +155,7 @@ void mlir::distopt::buildDistOptPipeline(
   if (options.reduceDtype != ReduceDtype::None)
     func.addPass(createWidenReductionsPass(
         WidenReductionsPassOptions{options.reduceDtype}));
-  // Stage 0 means no sharding; any other value goes to the pass, which
-  // rejects what it does not support (stage 0 with hybrid sharding or the
-  // matrix plan's rates too).
-  if (options.zeroStage != 0 || options.hybridShardSize != 0 ||
-      options.zeroUpdateGflops != 0 || options.zeroLatencyUs != 0 ||
-      options.zeroBandwidthGbPerS != 0) {
+  if (runsShardOptimizer(options)) {
     ShardOptimizerPassOptions shard{
         options.zeroStage,      options.zeroStrategy,
         /*alignment=*/64,       options.zeroOwnerBalance,

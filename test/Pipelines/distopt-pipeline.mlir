@@ -13,6 +13,8 @@
 // Options of a pass the pipeline does not run are refused by name, not
 // ignored; powersgd-rank=0 (off) given too changes nothing.
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="dion-batch-mb=25 powersgd-rank=0 powersgd-batch-mb=1 error-feedback=false" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNUSED
+// RUN: not distopt-opt %t.mlir --distopt-pipeline="zero-strategy=greedy bucketize=false bucket-cap-mb=5" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNUSED-ZERO
+// UNUSED-ZERO: error: distopt-pipeline: zero-strategy needs zero-stage (ZeRO is off at stage 0 without hybrid-shard-size); bucket-cap-mb needs bucketize (buckets are off)
 // UNUSED: error: distopt-pipeline: dion-batch-mb needs dion-low-rank-sync (it batches that sync's all-reduces); error-feedback needs powersgd-rank (PowerSGD is off without it); powersgd-batch-mb needs powersgd-rank (PowerSGD is off without it)
 // RUN: not distopt-opt %t.mlir --distopt-pipeline="bucket-cap-mb=0" 2>&1 | FileCheck %s --check-prefix=CAP
 
