@@ -142,6 +142,11 @@ bool mlir::distopt::zero::statesShapedAsParam(Operation *op) {
   });
 }
 
+bool mlir::distopt::zero::rowShardable(Operation *op) {
+  auto dion = dyn_cast<DionUpdateOp>(op);
+  return dion && !dion.getGroupAttr() && !dion.getRowGroupAttr();
+}
+
 void mlir::distopt::zero::planGroups(
     func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
     const PlanOptions &options, SmallVectorImpl<SmallVector<Update *>> &planned,
@@ -159,21 +164,42 @@ void mlir::distopt::zero::planGroups(
       continue;
     }
     bool gatherable = statesShapedAsParam(first);
-    if (!gatherable && options.matrixPlan == MatrixPlan::Gather)
+    bool rowShards = rowShardable(first);
+    MatrixPlan plan = options.matrixPlan;
+    if (!gatherable && plan == MatrixPlan::Gather) {
       first->emitWarning()
           << "matrix-plan=gather: '" << first->getName()
           << "' keeps state of another shape than its matrix, which the "
-             "gather plan cannot lay out in chunks; its matrices go to "
-             "owners";
-    if (!gatherable || options.matrixPlan == MatrixPlan::Owner ||
-        (options.matrixPlan == MatrixPlan::Auto && ownersRun &&
-         options.updateGflops == 0)) {
+             "gather plan cannot lay out in chunks; "
+          << (rowShards ? "it takes matrix-plan=auto's plan"
+                        : "its matrices go to owners");
+      plan = MatrixPlan::Auto;
+    }
+    if (!rowShards && plan == MatrixPlan::LowRank) {
+      first->emitWarning()
+          << "matrix-plan=lowrank is Dion's (blocks of rows whose low-rank "
+             "factors move): '"
+          << first->getName() << "' takes matrix-plan=auto's plan";
+      plan = MatrixPlan::Auto;
+    }
+    // Dion: blocks of rows where owners cannot run (or where asked), each
+    // matrix a flat layout of its own (its chunks whole rows).
+    if (rowShards && (plan == MatrixPlan::LowRank ||
+                      (plan == MatrixPlan::Auto && !ownersRun))) {
+      for (Update *u : group) {
+        planned.push_back({u});
+        plans.push_back(Sharder::Plan::RowShards);
+      }
+      continue;
+    }
+    if (!gatherable || plan == MatrixPlan::Owner ||
+        (plan == MatrixPlan::Auto && ownersRun && options.updateGflops == 0)) {
       planned.push_back(SmallVector<Update *>(group));
       plans.push_back(Sharder::Plan::Owners);
       continue;
     }
     SmallVector<bool> gathered(group.size(), true);
-    if (options.matrixPlan == MatrixPlan::Auto && ownersRun) {
+    if (plan == MatrixPlan::Auto && ownersRun) {
       MatrixCostModel model{
           options.updateGflops * 1e9,
           options.latencyUs * 1e-6,

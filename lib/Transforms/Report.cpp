@@ -67,6 +67,8 @@ struct StepReport {
   /// (the low-rank sync), and the batches they do it in (one per update
   /// without a batch number).
   int64_t dionSyncTensors = 0, dionSyncBatches = 0;
+  /// Dion updates in blocks of rows (ZeRO's low-rank plan).
+  int64_t dionRowTensors = 0;
   /// The collectives' traffic by process group (a group over a mesh's axes
   /// says which: inside a node or across nodes).
   std::map<std::string, CollectiveRow> byGroup;
@@ -104,8 +106,9 @@ CollectiveOpInterface reductionYielding(Value value) {
 FlatSymbolRefAttr getGroupOf(Operation *op) {
   return llvm::TypeSwitch<Operation *, FlatSymbolRefAttr>(op)
       .Case<CollectiveOpInterface, PowerSGDAllReduceOp, TopKAllReduceOp,
-            AllFiniteOp, ClipGradNormOp, DionUpdateOp>(
+            AllFiniteOp, ClipGradNormOp>(
           [](auto op) { return op.getGroupAttr(); })
+      .Case([](DionUpdateOp op) { return op.getCommunicatorGroup(); })
       .Default([](Operation *) { return nullptr; });
 }
 
@@ -347,6 +350,29 @@ static void addDionSync(DionUpdateOp dion, ProcessGroupOp group, int64_t n,
   report.compressed += payload;
 }
 
+/// Dion in blocks of rows (ZeRO's low-rank plan): an all_gather of P's
+/// rows (K x the block's rows, by r) and an all_reduce of R (n x r), in the
+/// type its products accumulate in; the gradient came by its own
+/// reduce-scatter (counted there).
+static void addDionRows(DionUpdateOp dion, ProcessGroupOp group, int64_t n,
+                        StepReport &report) {
+  auto block = cast<RankedTensorType>(dion.getParam().getType());
+  auto factor = cast<RankedTensorType>(dion.getState()[1].getType());
+  int64_t rank = factor.getDimSize(0), cols = factor.getDimSize(1);
+  int64_t width = dion.getFactorElementType().getWidth() / 8;
+  int64_t gathered = n * block.getDimSize(0) * rank * width;
+  int64_t reduced = cols * rank * width;
+  double sent = ringBytesSent(CollectiveKind::AllGather, gathered, n) +
+                ringBytesSent(CollectiveKind::AllReduce, reduced, n);
+  for (CollectiveRow *row : {&report.collectives["dion_update (rows)"],
+                             &report.byGroup[describeGroup(group)]}) {
+    row->count += 2;
+    row->payload += gathered + reduced;
+    row->sent += sent;
+  }
+  ++report.dionRowTensors;
+}
+
 StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
   StepReport report;
   readSignature(module, func, report);
@@ -366,7 +392,8 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
     if (auto collective = dyn_cast<CollectiveOpInterface>(op))
       return addCollective(collective, group, n, report);
     if (auto dion = dyn_cast<DionUpdateOp>(op))
-      return addDionSync(dion, group, n, report);
+      return dion.getRowGroupAttr() ? addDionRows(dion, group, n, report)
+                                    : addDionSync(dion, group, n, report);
     if (!isa<AllFiniteOp, ClipGradNormOp, PowerSGDAllReduceOp, TopKAllReduceOp>(
             op) ||
         fusedChecks.contains(op))
@@ -379,7 +406,9 @@ StepReport ReportPass::analyze(ModuleOp module, func::FuncOp func) {
   });
   report.matrixPlans = func->getAttrOfType<ArrayAttr>(abi::kMatrixPlans);
   func.walk([&](OptimizerOpInterface update) {
-    if (update.isElementwise() || update->getParentOfType<OwnedByOp>())
+    auto dion = dyn_cast<DionUpdateOp>(update.getOperation());
+    if (update.isElementwise() || update->getParentOfType<OwnedByOp>() ||
+        (dion && dion.getRowGroupAttr()))
       return;
     ++report.everyRank.tensors;
     report.everyRank.elements +=
@@ -500,6 +529,11 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
          << (r.dionSyncBatches == 1 ? " batch" : " batches")
          << " of 2 all_reduces)\n";
   }
+
+  if (r.dionRowTensors > 0)
+    os << "  (dion_update: " << r.dionRowTensors
+       << " matrices in blocks of rows, each gathering P's rows and "
+          "all-reducing R)\n";
 
   if (!r.owners.empty()) {
     // The slowest owner sets the step's time: its share of the FLOPs of

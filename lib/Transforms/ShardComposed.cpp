@@ -96,7 +96,7 @@ void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
   // Every group's part of the reduced gradients first.
   for (auto [g, group] : llvm::enumerate(groups)) {
     if (flat[g])
-      flats[g] = reduceFlat(func, group);
+      flats[g] = reduceFlat(func, group, plans[g]);
     else
       greedy[g] = assignGreedy(func, group, /*composeAtStage1=*/mixed);
   }
@@ -117,7 +117,7 @@ void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
   for (auto [g, group] : llvm::enumerate(groups)) {
     if (flat[g]) {
       // (The gather plan reads whole parameters.)
-      if (spanning && plans[g] == Plan::Flat)
+      if (spanning && plans[g] != Plan::Gathered)
         flats[g].param = packParamsFlat(func, group, flats[g]);
       grads.push_back(flats[g].grad);
       SmallVector<int64_t> &pairs = bounds.emplace_back();
@@ -144,8 +144,7 @@ void Sharder::shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
   unsigned flatIndex = 0, ownedIndex = 0;
   for (auto [g, group] : llvm::enumerate(groups)) {
     if (flat[g])
-      updateFlat(func, group, flatIndex++, flats[g],
-                 /*gathered=*/plans[g] == Plan::Gathered);
+      updateFlat(func, group, flatIndex++, flats[g], plans[g]);
     else
       updateGreedy(func, group, ownedIndex++, greedy[g]);
   }

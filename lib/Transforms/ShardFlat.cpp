@@ -30,8 +30,14 @@ static int64_t alignElements(const Update &first, int64_t alignment) {
   return alignment / getElementBytes(first.paramType().getElementType());
 }
 
+/// The matrix (rows x cols) of a parameter of rank 2 or more.
+static std::pair<int64_t, int64_t> matrixShape(const Update &u) {
+  ArrayRef<int64_t> shape = u.paramType().getShape();
+  return {shape.front(), ShapedType::getNumElements(shape.drop_front())};
+}
+
 Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
-                                       ArrayRef<Update *> group) {
+                                       ArrayRef<Update *> group, Plan plan) {
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
   Location loc = first.op->getLoc();
@@ -53,6 +59,12 @@ Sharder::FlatGroup Sharder::reduceFlat(func::FuncOp func,
   flat.offsets = computeBucketOffsets(
       paramTypes, alignElems * getElementBytes(paramElement), &packed);
   flat.padded = llvm::alignTo(packed, size * alignElems);
+  if (plan == Plan::RowShards) {
+    // One matrix, each chunk whole rows, the last ones padding (not
+    // rounded to the alignment: a small matrix would grow many times).
+    auto [rows, cols] = matrixShape(first);
+    flat.padded = size * llvm::divideCeil(rows, size) * cols;
+  }
   flat.shard = flat.padded / size;
 
   // Gradients: this rank's chunk of the reduced flat gradient.
@@ -118,7 +130,8 @@ Value Sharder::packParamsFlat(func::FuncOp func, ArrayRef<Update *> group,
 }
 
 void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
-                         unsigned index, const FlatGroup &flat, bool gathered) {
+                         unsigned index, const FlatGroup &flat, Plan plan) {
+  bool gathered = plan == Plan::Gathered;
   Update &first = *group.front();
   OpBuilder builder(func.getBody().front().getTerminator());
   Location loc = first.op->getLoc();
@@ -150,12 +163,25 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
     paramShard = flat.param ? flat.param : packParamsFlat(func, group, flat);
   }
 
+  // (Row shards: a state of its own shape, Dion's right factor, stays
+  // whole, the same on every rank, under its own name.)
   SmallVector<BlockArgument> stateShards;
+  SmallVector<bool> whole(first.state.size(), false);
   for (unsigned k = 0; k < first.state.size(); ++k) {
-    Type element =
-        cast<RankedTensorType>(first.state[k].getType()).getElementType();
-    stateShards.push_back(shardArgument(
-        element, abi::kState, prefix + "." + stateKey(func, first, k)));
+    auto type = cast<RankedTensorType>(first.state[k].getType());
+    whole[k] = plan == Plan::RowShards &&
+               cast<DionUpdateOp>(first.op).getStateKeys()[k] == "right_factor";
+    if (whole[k]) {
+      unsigned old = first.state[k].getArgNumber();
+      DictionaryAttr attrs = func.getArgAttrDict(old);
+      stateShards.push_back(
+          addArgument(func, type, abi::kState, abi::getArgName(func, old),
+                      attrs ? attrs.getValue() : ArrayRef<NamedAttribute>()));
+      continue;
+    }
+    stateShards.push_back(
+        shardArgument(type.getElementType(), abi::kState,
+                      prefix + "." + stateKey(func, first, k)));
   }
   // Stage 3: where the step itself uses a parameter (a forward pass, say),
   // the parameter is gathered from the shards just before its first use.
@@ -211,7 +237,40 @@ void Sharder::updateFlat(func::FuncOp func, ArrayRef<Update *> group,
   // new parameter whole (every rank computed them all).
   SmallVector<Value> updatedChunks;
   SmallVector<Value> wholeParams;
-  if (!gathered) {
+  if (plan == Plan::RowShards) {
+    // The update on this rank's block of the matrix's rows.
+    auto [rows, cols] = matrixShape(first);
+    int64_t blockRows =
+        llvm::divideCeil(rows, lookupProcessGroup(func, groupRef).getSize());
+    SmallVector<ReassociationIndices> flatten = {{0, 1}};
+    auto block = [&](Value chunk) -> Value {
+      auto element = cast<RankedTensorType>(chunk.getType()).getElementType();
+      return tensor::ExpandShapeOp::create(
+          builder, loc, RankedTensorType::get({blockRows, cols}, element),
+          chunk, flatten);
+    };
+    IRMapping mapping;
+    mapping.map(first.op->getOperand(0), block(paramShard));
+    mapping.map(first.op->getOperand(1), block(gradShard));
+    for (auto [k, arg] : llvm::enumerate(stateShards))
+      mapping.map(first.op->getOperand(2 + k),
+                  whole[k] ? Value(arg) : block(arg));
+    auto update = cast<DionUpdateOp>(builder.clone(*first.op, mapping));
+    update.setRowGroupAttr(groupRef);
+    update.setMatrixRows(rows);
+    for (auto [r, result] : llvm::enumerate(update->getResults())) {
+      auto type = cast<RankedTensorType>(result.getType());
+      if (r > 0 && whole[r - 1]) {
+        updatedChunks.push_back(result);
+        continue;
+      }
+      result.setType(
+          RankedTensorType::get({blockRows, cols}, type.getElementType()));
+      updatedChunks.push_back(tensor::CollapseShapeOp::create(
+          builder, loc, flatType(shard, type.getElementType()), result,
+          flatten));
+    }
+  } else if (!gathered) {
     // The update, cloned onto the chunks.
     IRMapping mapping;
     mapping.map(first.op->getOperand(0), paramShard);

@@ -158,10 +158,14 @@ ShardOptimizerPass::lookupHybridGroups(func::FuncOp func, int64_t world,
 
 /// The updates ZeRO shards: not those that average what they make of their
 /// own gradient (Dion's low-rank sync), which keep whole state on every
-/// rank.
+/// rank, nor matrices without elements read whole (nothing to cut in rows
+/// or give an owner).
 static bool isUpdate(Operation *op) {
   auto update = dyn_cast<OptimizerOpInterface>(op);
-  return update && !update.getGradientGroup();
+  return update && !update.getGradientGroup() &&
+         (update.isElementwise() ||
+          cast<RankedTensorType>(update.getParam().getType())
+                  .getNumElements() != 0);
 }
 
 /// Whether every use of `value` is the function's return.
@@ -209,9 +213,10 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
     return arg && arg.getOwner() == &entry;
   };
 
-  // An update that reads the whole matrix runs whole on one owner, or on
-  // every rank from gathered chunks (matrix-plan); stage 3 and hybrid
-  // sharding keep only chunks of each parameter, so no owner.
+  // An update that reads the whole matrix runs whole on one owner, on
+  // every rank from gathered chunks, or (Dion) in blocks of rows
+  // (matrix-plan); stage 3 and hybrid sharding keep only chunks of each
+  // parameter, so no owner.
   if (!cast<OptimizerOpInterface>(op).isElementwise() &&
       (stage == 3 || !shardGroup.empty())) {
     StringRef where = stage == 3 ? "stage 3 keeps only a chunk of each "
@@ -220,8 +225,11 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
                                    "parameters out in chunks only";
     if (matrixPlan == MatrixPlan::Owner)
       return fail("its update reads the whole matrix, and " + where +
-                  " (matrix-plan=gather updates it whole on every rank)");
-    if (!statesShapedAsParam(op))
+                  (rowShardable(op) ? " (matrix-plan=lowrank updates it in "
+                                      "blocks of rows)"
+                                    : " (matrix-plan=gather updates it "
+                                      "whole on every rank)"));
+    if (!statesShapedAsParam(op) && !rowShardable(op))
       return fail("its update reads the whole matrix and keeps state of "
                   "another shape, and " +
                   where +

@@ -93,6 +93,9 @@ void assignSortedGreedy(ArrayRef<double> weights, MutableArrayRef<double> load,
 /// that its chunks lie as the parameter's (not Dion's right factor): what
 /// the gather plan needs (MatrixPlan.cpp).
 bool statesShapedAsParam(Operation *op);
+/// Whether the update can run on blocks of its matrix's rows (Dion's
+/// `row_group`): the low-rank plan (MatrixPlan.cpp).
+bool rowShardable(Operation *op);
 
 /// matrix-plan=auto's cost model for a group of updates that read whole
 /// matrices, at stages 1 and 2 (MatrixPlan.cpp). The step time of the
@@ -154,19 +157,22 @@ public:
   };
   /// How a group is sharded: laid out flat and updated chunk by chunk;
   /// whole on owners (the greedy strategy's groups, and the owner plan of
-  /// updates that read whole matrices); or laid out flat and updated
-  /// whole on every rank from gathered chunks (the gather plan).
-  enum class Plan { Flat, Owners, Gathered };
+  /// updates that read whole matrices); laid out flat and updated whole
+  /// on every rank from gathered chunks (the gather plan); or one matrix
+  /// laid out flat in chunks of whole rows, each rank updating its rows
+  /// (Dion's low-rank plan: the op's `row_group`).
+  enum class Plan { Flat, Owners, Gathered, RowShards };
   /// Shards every group of like updates by its plan. Each group's part of
   /// the reduced gradients first, then what spans the groups over those
   /// parts, then the updates (ShardComposed.cpp).
   void shard(func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
              ArrayRef<Plan> plans);
-  FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group);
-  /// Updates the group's chunks: each chunk alone, or (`gathered`) every
-  /// tensor whole from the gathered chunks, keeping this rank's chunk.
+  FlatGroup reduceFlat(func::FuncOp func, ArrayRef<Update *> group, Plan plan);
+  /// Updates the group's chunks by its plan: each chunk alone (Flat),
+  /// every tensor whole from the gathered chunks, keeping this rank's
+  /// chunk (Gathered), or the matrix's block of rows (RowShards).
   void updateFlat(func::FuncOp func, ArrayRef<Update *> group, unsigned index,
-                  const FlatGroup &flat, bool gathered);
+                  const FlatGroup &flat, Plan plan);
   /// This rank's chunk of the group's parameters packed into a flat buffer
   /// (stages 1 and 2 without main parameters), or null.
   Value packParamsFlat(func::FuncOp func, ArrayRef<Update *> group,

@@ -191,6 +191,11 @@ compare("dion", {"rank": 3}, 0.02, "zero-stage=1", vector_lr=0.003)
 opt = compare("dion", {"rank": 4, "mu": 0.9}, 0.02,
               "zero-stage=2 zero-strategy=greedy")
 refused(opt, "rank", 2)
+# Stage 3 (and lowrank asked for at stage 2): each matrix in blocks of
+# whole rows, only the factors moving.
+compare("dion", {"rank": 3}, 0.02, "zero-stage=3")
+compare("dion", {"rank": 2, "mu": 0.9}, 0.02,
+        "zero-stage=2 zero-matrix-plan=lowrank")
 # Dion's low-rank sync: each rank's own gradient, the factors averaged.
 compare("dion", {"rank": 3}, 0.02, "dion-low-rank-sync")
 compare("dion", {"rank": 3}, 0.02, "dion-low-rank-sync zero-stage=2")

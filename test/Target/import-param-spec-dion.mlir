@@ -16,20 +16,34 @@
 // RUN:   | distopt-opt --distopt-shard-optimizer=stage=2 --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 strategy=greedy" --distopt-verify-collectives | FileCheck %s --check-prefix=GREEDY
-// Dion's right factor is not laid out as its matrix: the gather plan,
-// which stage 3 needs, cannot chunk it; forced at stage 2, Dion keeps its
-// owners.
+// Dion's right factor is not laid out as its matrix: the gather plan
+// cannot chunk it; forced at stage 2, Dion takes auto's plan (owners).
+// Stage 3 takes the low-rank plan: each matrix a flat layout of its own in
+// chunks of whole rows (emb.weight, 16 x 8 at 2 ranks: 8 rows each), its
+// right factor whole; owners forced there are refused.
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
-// RUN:   | not distopt-opt --distopt-shard-optimizer=stage=3 2>&1 | FileCheck %s --check-prefix=STAGE3
+// RUN:   | distopt-opt --distopt-shard-optimizer=stage=3 --distopt-verify-collectives | FileCheck %s --check-prefix=STAGE3
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | not distopt-opt --distopt-shard-optimizer="stage=3 matrix-plan=owner" 2>&1 | FileCheck %s --check-prefix=STAGE3-OWNER
+// RUN: distopt-translate --import-param-spec %S/Inputs/muon.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=lowrank" -o /dev/null 2>&1 | FileCheck %s --check-prefix=LOWRANK-MUON
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" -o /dev/null 2>&1 | FileCheck %s --check-prefix=GATHER-WARNING
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNUSED-RATES
-// GATHER-WARNING: warning: matrix-plan=gather: 'distopt.dion_update' keeps state of another shape than its matrix, which the gather plan cannot lay out in chunks; its matrices go to owners
+// GATHER-WARNING: warning: matrix-plan=gather: 'distopt.dion_update' keeps state of another shape than its matrix, which the gather plan cannot lay out in chunks; it takes matrix-plan=auto's plan
 // UNUSED-RATES: warning: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s are unused: no update here reads whole matrices with state shaped as them (Muon's)
-// STAGE3: error: cannot shard 'distopt.dion_update': its update reads the whole matrix and keeps state of another shape, and stage 3 keeps only a chunk of each parameter on a rank (stages 1 and 2 update each matrix whole on the rank that owns it)
+// STAGE3: func.func @step
+// STAGE3-SAME: tensor<64xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "flat0.main_param", distopt.role = "main_param", distopt.shard_of = 128 : i64}
+// STAGE3-SAME: tensor<64xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "flat0.momentum", distopt.role = "state", distopt.shard_of = 128 : i64}
+// STAGE3-SAME: tensor<4x8xf32> {distopt.name = "emb.weight.right_factor", distopt.role = "state"}
+// STAGE3: %[[GRAD:.*]] = distopt.reduce_scatter {{.*}} : tensor<128xbf16> -> tensor<64xbf16>
+// STAGE3: distopt.dion_update {{.*}} {matrix_rows = 16 : i64, {{.*}}, row_group = @world, {{.*}}} : tensor<8x8xf32> [tensor<8x8xf32>, tensor<4x8xf32>], f64
+// STAGE3: distopt.dion_update {{.*}} {matrix_rows = 8 : i64, {{.*}}, rank = 3 : i64, {{.*}}, row_group = @world, {{.*}}} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<3x6xf32>], f64
+// STAGE3-OWNER: error: cannot shard 'distopt.dion_update': its update reads the whole matrix, and stage 3 keeps only a chunk of each parameter on a rank (matrix-plan=lowrank updates it in blocks of rows)
+// LOWRANK-MUON: warning: matrix-plan=lowrank is Dion's (blocks of rows whose low-rank factors move): 'distopt.muon_update' takes matrix-plan=auto's plan
 
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: %{{[^:]*}}: tensor<4x8xf32> {distopt.name = "emb.weight.right_factor", distopt.role = "state"}

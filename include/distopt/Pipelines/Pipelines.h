@@ -39,9 +39,10 @@ struct DistOptPipelineOptions
       llvm::cl::init(OwnerBalance::Flops), ownerBalanceChoices()};
   Option<MatrixPlan> zeroMatrixPlan{
       *this, "zero-matrix-plan",
-      llvm::cl::desc("ZeRO: how updates that read whole matrices (Muon) run: "
-                     "auto (owners where they can, else gathered), owner or "
-                     "gather"),
+      llvm::cl::desc("ZeRO: how updates that read whole matrices (Muon, "
+                     "Dion) run: auto (owners where they can, else gathered "
+                     "or, Dion, in blocks of rows), owner, gather or lowrank "
+                     "(Dion)"),
       llvm::cl::init(MatrixPlan::Auto), matrixPlanChoices()};
   Option<double> zeroUpdateGflops{
       *this, "zero-update-gflops",

@@ -43,8 +43,10 @@ inline llvm::cl::ValuesClass ownerBalanceChoices() {
 }
 
 /// How ZeRO updates a matrix that an update reads whole (Muon's
-/// orthogonalization): on one owner, or on every rank from gathered chunks.
-enum class MatrixPlan { Auto, Owner, Gather };
+/// orthogonalization, Dion's power iteration): on one owner, on every rank
+/// from gathered chunks, or (Dion) in blocks of rows whose low-rank
+/// factors alone move.
+enum class MatrixPlan { Auto, Owner, Gather, LowRank };
 
 inline llvm::cl::ValuesClass matrixPlanChoices() {
   return llvm::cl::values(
@@ -55,7 +57,10 @@ inline llvm::cl::ValuesClass matrixPlanChoices() {
                  "whole on one owner, then broadcast"),
       clEnumValN(MatrixPlan::Gather, "gather",
                  "gathered and updated on every rank, each keeping its "
-                 "chunk"));
+                 "chunk"),
+      clEnumValN(MatrixPlan::LowRank, "lowrank",
+                 "Dion: each rank updates its block of rows, only the "
+                 "low-rank factors move"));
 }
 
 /// The type bf16/f16 gradients are reduced in (None: their own).

@@ -412,8 +412,17 @@ def ShardOptimizerPass
     fastest (docs/choosing-a-pipeline.md has the formulas;
     `--distopt-report` prints the prediction). The owners' part goes
     first: its reductions start with the gradients, and the gathered
-    part's collectives would wait behind them. Dion always takes owners
-    (with a warning under `gather`). The owners' weight
+    part's collectives would wait behind them. Dion cannot gather (its
+    right factor is not laid out as its matrix; a warning under `gather`
+    gives it auto's plan): `lowrank`, its own plan and auto's for it where
+    owners cannot run, lays each matrix out flat on its own in chunks of
+    whole rows (the matrix's rows padded with zero rows to a multiple of
+    N), and each rank's `distopt.dion_update` (`row_group`,
+    `matrix_rows`) updates its block of rows, gathering the ranks' rows of
+    P and summing R over them; the right factor stays whole on every rank
+    (an argument of its own, as unsharded). Under `lowrank` Muon takes
+    auto's plan, with a warning. A matrix without elements stays whole.
+    The owners' weight
     is the update's arithmetic (`getUpdateFlops()`: Muon's Newton-Schulz products grow with m^2 n, so
     two matrices of equal size can differ by their smaller side), balanced
     against the FLOPs earlier such groups gave each rank; `owner-balance=
@@ -485,8 +494,8 @@ def ShardOptimizerPass
            "What owners of updates that read whole matrices balance: flops "
            "(their arithmetic) or elements", "ownerBalanceChoices()">,
     Option<"matrixPlan", "matrix-plan", "MatrixPlan", "MatrixPlan::Auto",
-           "How updates that read whole matrices (Muon) run: auto, owner "
-           "or gather", "matrixPlanChoices()">,
+           "How updates that read whole matrices (Muon, Dion) run: auto, "
+           "owner, gather or lowrank (Dion)", "matrixPlanChoices()">,
     Option<"updateGflops", "update-gflops", "double", "0.0",
            "matrix-plan=auto: the rate (GFLOP/s) one rank runs such "
            "updates at; with latency-us and bandwidth-gb-per-s, the plan "

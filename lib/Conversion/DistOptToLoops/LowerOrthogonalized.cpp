@@ -410,6 +410,17 @@ Value dionStartingFactor(OpBuilder &b, Location loc, DionUpdateOp op,
 
 namespace {
 
+/// `m` (a x b) transposed (b x a).
+Value transposed(OpBuilder &b, Location loc, Value m) {
+  auto type = cast<RankedTensorType>(m.getType());
+  Value init = tensor::EmptyOp::create(
+      b, loc, ArrayRef<int64_t>{type.getDimSize(1), type.getDimSize(0)},
+      type.getElementType());
+  return linalg::TransposeOp::create(b, loc, m, init, ArrayRef<int64_t>{1, 0})
+      .getResult()
+      .front();
+}
+
 /// Dion (see the op's description) on the parameter as a matrix, in the
 /// compute type, in three stages so that a batch of updates synced by
 /// their factors runs each stage for every member before it all-reduces
@@ -421,6 +432,9 @@ public:
   DionLowering(RewriterBase &builder, DionUpdateOp op)
       : builder(builder), op(op), loc(op.getLoc()), u(builder, loc, op),
         matrix(op.getParam()), rows(matrix.rows), cols(matrix.cols),
+        matrixRows(op.getMatrixRows()
+                       ? static_cast<int64_t>(*op.getMatrixRows())
+                       : rows),
         rank(cast<RankedTensorType>(op.getState()[1].getType()).getDimSize(0)),
         ct(u.compute),
         stateElement(cast<RankedTensorType>(op.getState()[1].getType())
@@ -429,8 +443,10 @@ public:
   /// B = M + G, the old factor Q^T, and P^T = Q^T B^T (this rank's share
   /// under a group).
   Value project();
-  /// From P^T (averaged under a group): P^T orthonormalized, and R^T = P^T
-  /// B (this rank's share under a group).
+  /// From P^T (averaged under a group; under row shards every rank's
+  /// columns, gathered): P^T orthonormalized (under row shards, this
+  /// rank's columns of it), and R^T = P^T B (this rank's share under a
+  /// group or row shards).
   Value right(Value p);
   /// From R^T (averaged under a group): the momentum, the factor and the
   /// parameter, which replace the op's results (the op stays, unused).
@@ -446,7 +462,9 @@ private:
   Location loc;
   UpdateBuilder u;
   MatrixView matrix;
-  int64_t rows, cols, rank;
+  /// `rows` of the parameter, of `matrixRows` of the matrix (its rows
+  /// under row shards: a block of them).
+  int64_t rows, cols, matrixRows, rank;
   Type ct, stateElement;
   Value b, oldFactor, p;
 };
@@ -498,6 +516,13 @@ Value DionLowering::right(Value averagedP) {
   // rounding); a second pass restores that.
   p = orthonormalizeRows(builder, loc, averagedP, eps);
   p = orthonormalizeRows(builder, loc, p, eps);
+  if (FlatSymbolRefAttr group = op.getRowGroupAttr()) {
+    // This rank's block of columns: (P^T)^T's chunk of rows, transposed.
+    Value whole = transposed(builder, loc, p);
+    auto blockType = RankedTensorType::get({rows, rank}, ct);
+    p = transposed(builder, loc,
+                   ShardSliceOp::create(builder, loc, blockType, whole, group));
+  }
   // R^T = P^T B (loops j, i, k).
   return contract(builder, loc, p, b, dims(builder, 0, 1), dims(builder, 1, 2),
                   dims(builder, 0, 2), 1, {rank, cols});
@@ -558,11 +583,10 @@ void DionLowering::finish(Value r) {
                 nb, l, m.select(isZero, args[2], m.div(args[0], norm)));
           })
           .getResult(0);
-  // X = X (1 - lr wd) - lr sqrt(m / n) P Q^T.
-  double scale =
-      cols == 0
-          ? 0.0
-          : std::sqrt(static_cast<double>(rows) / static_cast<double>(cols));
+  // X = X (1 - lr wd) - lr sqrt(m / n) P Q^T (the whole matrix's m).
+  double scale = cols == 0 ? 0.0
+                           : std::sqrt(static_cast<double>(matrixRows) /
+                                       static_cast<double>(cols));
   Value negStep = u.scalar(arith::NegFOp::create(
       builder, loc, arith::MulFOp::create(builder, loc, u.lr, u.f64(scale))));
   Value decay = u.scalar(u.oneMinus(
@@ -604,6 +628,24 @@ void lowerDion(RewriterBase &builder, ArrayRef<DionUpdateOp> batch) {
     return allReduceTogether(builder, loc, factors, front.getGroupAttr(),
                              ReductionKind::Avg);
   };
+  // Row shards: each rank's rows of P gathered (as the rows of P, the
+  // columns of P^T), R summed over the ranks' rows.
+  if (FlatSymbolRefAttr group = front.getRowGroupAttr()) {
+    assert(batch.size() == 1 && "row shards are not batched");
+    DionLowering member(builder, front);
+    Value own = transposed(builder, loc, member.project());
+    auto ownType = cast<RankedTensorType>(own.getType());
+    int64_t size = lookupProcessGroup(front, group).getSize();
+    auto gatheredType = RankedTensorType::get(
+        {ownType.getDimSize(0) * size, ownType.getDimSize(1)},
+        ownType.getElementType());
+    Value gathered = AllGatherOp::create(builder, loc, gatheredType, own, group,
+                                         /*wire_type=*/nullptr);
+    Value r = member.right(transposed(builder, loc, gathered));
+    member.finish(
+        allReduceTogether(builder, loc, r, group, ReductionKind::Sum).front());
+    return;
+  }
   std::deque<DionLowering> members;
   for (DionUpdateOp op : batch)
     members.emplace_back(builder, op);

@@ -842,3 +842,47 @@ func.func @clip_bounds_not_flat(%g: tensor<f32>) {
 
 // expected-error @+1 {{the parts list more than the 2^20 ranks a step may be compiled for}}
 distopt.process_group @g size 2 ranks dense<0> : tensor<4611686018427387904x2xi64>
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @dion_rows_alone(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>, %q: tensor<4x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{row shards take 'row_group' and 'matrix_rows' together}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @dp} : tensor<4x6xf32>, f32
+  return
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @dion_rows_and_group(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{a 'group' (the low-rank sync, which reads the rank's own gradient) and row shards of a reduced one ('row_group') exclude each other}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @dp, matrix_rows = 8 : i64, group = @dp} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<6x6xf32>], f32
+  return
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @dion_rows_conv(%p: tensor<2x2x3xf32>, %g: tensor<2x2x3xf32>, %m: tensor<2x2x3xf32>, %q: tensor<4x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{row shards are blocks of a matrix's rows: the parameter must have rank 2, got 'tensor<2x2x3xf32>'}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @dp, matrix_rows = 4 : i64} : tensor<2x2x3xf32> [tensor<2x2x3xf32>, tensor<4x6xf32>], f32
+  return
+}
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @dion_rows_short(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{row shards: 2 blocks of 4 rows cannot hold 'matrix_rows' = 9}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @dp, matrix_rows = 9 : i64} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<6x6xf32>], f32
+  return
+}
+
+// -----
+
+func.func @dion_rows_nowhere(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tensor<4x6xf32>, %q: tensor<6x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{@nowhere does not name a distopt.process_group}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @nowhere, matrix_rows = 8 : i64} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<6x6xf32>], f32
+  return
+}

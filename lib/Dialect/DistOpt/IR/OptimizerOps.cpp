@@ -435,6 +435,9 @@ DionUpdateOp::getStateShapeFor(StringRef key, ArrayRef<int64_t> paramShape,
       ShapedType::isDynamicShape(paramShape))
     return SmallVector<int64_t>(paramShape);
   int64_t rows = paramShape.front();
+  // Row shards (`matrix_rows`): the rank is the whole matrix's.
+  if (auto whole = dyn_cast_or_null<IntegerAttr>(lookup("matrix_rows")))
+    rows = whole.getInt();
   int64_t cols = ShapedType::getNumElements(paramShape.drop_front());
   std::optional<int64_t> rank;
   if (auto given = dyn_cast_or_null<IntegerAttr>(lookup("rank")))
@@ -504,6 +507,22 @@ LogicalResult DionUpdateOp::verify() {
   if (getBatch() && !getGroupAttr())
     return emitOpError("'batch' numbers updates whose factors are "
                        "all-reduced together: it needs a 'group'");
+  if (bool(getRowGroupAttr()) != getMatrixRows().has_value())
+    return emitOpError("row shards take 'row_group' and 'matrix_rows' "
+                       "together");
+  if (getRowGroupAttr()) {
+    if (getGroupAttr())
+      return emitOpError("a 'group' (the low-rank sync, which reads the "
+                         "rank's own gradient) and row shards of a reduced "
+                         "one ('row_group') exclude each other");
+    if (type.getRank() != 2)
+      return emitOpError("row shards are blocks of a matrix's rows: the "
+                         "parameter must have rank 2, got ")
+             << type;
+    if (static_cast<int64_t>(*getMatrixRows()) < 0)
+      return emitOpError("'matrix_rows' must be at least 0, got ")
+             << static_cast<int64_t>(*getMatrixRows());
+  }
   return success();
 }
 
@@ -525,15 +544,29 @@ static LogicalResult verifyOptionalGroup(Operation *op, FlatSymbolRefAttr group,
   return success(!group || verifyGroupSymbol(op, group, symbolTable));
 }
 
-// Without a group Dion is pure; with one it all-reduces its factors.
+// Without a group Dion is pure; with one it all-reduces (or gathers) its
+// factors.
 void DionUpdateOp::getEffects(
     SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
         &effects) {
-  addGroupEffects(getGroupAttr(), effects);
+  addGroupEffects(getCommunicatorGroup(), effects);
 }
 
 LogicalResult DionUpdateOp::verifySymbolUses(SymbolTableCollection &table) {
-  return verifyOptionalGroup(*this, getGroupAttr(), table);
+  if (!getRowGroupAttr())
+    return verifyOptionalGroup(*this, getGroupAttr(), table);
+  // The group's blocks of rows hold the matrix's rows.
+  ProcessGroupOp group = verifyGroupSymbol(*this, getRowGroupAttr(), table);
+  if (!group)
+    return failure();
+  int64_t blockRows =
+      cast<RankedTensorType>(getParam().getType()).getDimSize(0);
+  int64_t rows = static_cast<int64_t>(*getMatrixRows());
+  if (llvm::divideCeilSigned(rows, group.getSize()) > blockRows)
+    return emitOpError("row shards: ")
+           << group.getSize() << " blocks of " << blockRows
+           << " rows cannot hold 'matrix_rows' = " << rows;
+  return success();
 }
 
 //===----------------------------------------------------------------------===//

@@ -892,12 +892,19 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     DefaultValuedAttr<F64Attr, "1.0">:$rank_fraction,
     DefaultValuedAttr<I64Attr, "0">:$seed,
     OptionalAttr<FlatSymbolRefAttr>:$group,
-    OptionalAttr<I64Attr>:$batch), /*elementwise=*/0,
+    OptionalAttr<I64Attr>:$batch,
+    OptionalAttr<FlatSymbolRefAttr>:$row_group,
+    OptionalAttr<I64Attr>:$matrix_rows), /*elementwise=*/0,
     /*minParamRank=*/2, /*ownStateShapes=*/1,
     [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>,
      DeclareOpInterfaceMethods<SymbolUserOpInterface>], [{
     /// With a group, the update averages its factors over it.
     ::mlir::FlatSymbolRefAttr getGradientGroup() { return getGroupAttr(); }
+    /// The group the update communicates over, if any: `group` (the
+    /// low-rank sync) or `row_group` (row shards).
+    ::mlir::FlatSymbolRefAttr getCommunicatorGroup() {
+      return getGroupAttr() ? getGroupAttr() : getRowGroupAttr();
+    }
     /// The type its factors are made (and, synced, averaged) in: the
     /// products' accumulation type, f64 for f64 parameters, else f32.
     ::mlir::FloatType getFactorElementType() {
@@ -967,11 +974,33 @@ def DistOpt_DionUpdateOp : DistOpt_OptimizerOp<"dion_update", "dion", (ins
     every member's P, one all-reduce for all of them, every member's R,
     one more; without `batch` an update all-reduces its own two factors.
 
+    With `row_group` and `matrix_rows` (ZeRO's low-rank plan, which
+    --distopt-shard-optimizer makes: no matrix is ever whole on a rank),
+    the parameter, `G` and `M` are this rank's block of rows of a matrix
+    of `matrix_rows` rows: the matrix's rows, padded with zero rows to a
+    multiple of the group's size K, cut into K blocks of the parameter's
+    rows, block k on the group's rank k. Only the factors move:
+
+    ```
+    P  = all_gather over the group of (B Q)   (each rank's rows of P)
+    P  = orthonormalize(P)                    (on every rank, whole)
+    R  = sum over the group of (B^T P)        (each rank's rows' share)
+    ```
+
+    and each rank updates its rows of `M` and `X` from its rows of P; `Q`
+    and the scale `sqrt(m / n)` are the whole matrix's (`m` is
+    `matrix_rows`), and `Q` is the same on every rank. The padding rows
+    stay zero. This is the update of the whole matrix up to the order of
+    the sums over rows in `R`; each step moves `m r` elements (gathered)
+    and `n r` (all-reduced) instead of the matrix.
+
     ```mlir
     %p1, %m1, %q1 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {rank = 32 : i64}
         : tensor<256x128xf32> [tensor<256x128xf32>, tensor<32x128xf32>], f32
     %p2, %m2, %q2 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {group = @dp, rank = 32 : i64}
         : tensor<256x128xf32> [tensor<256x128xf32>, tensor<32x128xf32>], f32
+    %p3, %m3, %q3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @dp, matrix_rows = 250 : i64, rank = 32 : i64}
+        : tensor<64x128xf32> [tensor<64x128xf32>, tensor<32x128xf32>], f32
     ```
   }];
 }
