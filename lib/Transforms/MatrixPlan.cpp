@@ -31,6 +31,35 @@ static double bytesOf(const Update &u, Type type) {
              getElementBytes(cast<RankedTensorType>(type).getElementType()));
 }
 
+double MatrixCostModel::rowShardSeconds(const Update &u) const {
+  auto collective = [&](double bytes) { return latencyS + bytes / bytesPerS; };
+  double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  auto dion = cast<DionUpdateOp>(u.op);
+  ArrayRef<int64_t> shape = u.paramType().getShape();
+  double m = static_cast<double>(shape.front());
+  double n =
+      static_cast<double>(ShapedType::getNumElements(shape.drop_front()));
+  double r = static_cast<double>(
+      cast<RankedTensorType>(dion.getState()[1].getType()).getDimSize(0));
+  double k = static_cast<double>(ranks);
+  double paddedRows = k * std::ceil(m / k);
+  double width = dion.getFactorElementType().getWidth() / 8;
+  double time = 0;
+  if (stage == 2) {
+    AllReduceOp reduction = u.reduction; // (its accessors are not const)
+    time += collective(share * bytesOf(u, reduction.getType()));
+  }
+  if (!u.paramIsMain)
+    time += collective(share * bytesOf(u, u.param.getType()));
+  else if (!u.downcasts.empty())
+    time += collective(share *
+                       bytesOf(u, u.downcasts.front()->getResult(0).getType()));
+  time += collective(share * paddedRows * r * width) +
+          collective(2 * share * n * r * width);
+  double flops = (8 * m * n * r + 10 * m * n) / k + 4 * paddedRows * r * r;
+  return time + flops / flopsPerS;
+}
+
 double MatrixCostModel::predict(ArrayRef<Update *> group,
                                 ArrayRef<bool> gathered) const {
   auto collective = [&](double bytes) { return latencyS + bytes / bytesPerS; };
@@ -61,6 +90,10 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
   // take the time.
   SmallVector<double> weights, owned;
   for (auto [u, gather] : llvm::zip_equal(group, gathered)) {
+    if (gather && rowShards) {
+      time += rowShardSeconds(*u);
+      continue;
+    }
     if (gather) {
       gatheredFlops += flopsOf(*u);
       for (auto [b, buffer] : llvm::enumerate(buffers))
@@ -84,7 +117,7 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
     flops[rank] += owned[i];
   });
   time += *llvm::max_element(flops) / flopsPerS;
-  if (llvm::is_contained(gathered, true)) {
+  if (!rowShards && llvm::is_contained(gathered, true)) {
     // Each rank sends (N-1)/N of each buffer, then computes every matrix.
     double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
     for (double bytes : gatheredBytes)
@@ -95,14 +128,16 @@ double MatrixCostModel::predict(ArrayRef<Update *> group,
 }
 
 SmallVector<bool> MatrixCostModel::choose(ArrayRef<Update *> group) const {
-  SmallVector<unsigned> cheapest(group.size());
-  std::iota(cheapest.begin(), cheapest.end(), 0);
-  llvm::stable_sort(cheapest, [&](unsigned a, unsigned b) {
-    return flopsOf(*group[a]) < flopsOf(*group[b]);
+  // Gathered: the cheapest first; in blocks of rows: the most costly.
+  SmallVector<unsigned> order(group.size());
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return rowShards ? flopsOf(*group[a]) > flopsOf(*group[b])
+                     : flopsOf(*group[a]) < flopsOf(*group[b]);
   });
   SmallVector<bool> gathered(group.size(), false), best = gathered;
   double bestTime = predict(group, gathered);
-  for (unsigned i : cheapest) {
+  for (unsigned i : order) {
     gathered[i] = true;
     double time = predict(group, gathered);
     if (time < bestTime) {
@@ -127,6 +162,7 @@ DictionaryAttr MatrixCostModel::describe(MLIRContext *context,
       names.push_back(b.getStringAttr(u->name));
   return b.getDictionaryAttr({
       b.getNamedAttr("matrices", b.getI64IntegerAttr(group.size())),
+      b.getNamedAttr("plan", b.getStringAttr(rowShards ? "lowrank" : "gather")),
       b.getNamedAttr("gathered", b.getArrayAttr(names)),
       b.getNamedAttr("chosen_us", micros(gathered)),
       b.getNamedAttr("all_owners_us", micros(none)),
@@ -192,14 +228,18 @@ void mlir::distopt::zero::planGroups(
       }
       continue;
     }
-    if (!gatherable || plan == MatrixPlan::Owner ||
-        (plan == MatrixPlan::Auto && ownersRun && options.updateGflops == 0)) {
+    // With the rates, auto splits the group between owners and the plan
+    // off owners (gathered, or Dion's blocks of rows) by the cost model.
+    bool modelled = plan == MatrixPlan::Auto && ownersRun &&
+                    options.updateGflops > 0 && (gatherable || rowShards);
+    if (!modelled && (!gatherable || plan == MatrixPlan::Owner ||
+                      (plan == MatrixPlan::Auto && ownersRun))) {
       planned.push_back(SmallVector<Update *>(group));
       plans.push_back(Sharder::Plan::Owners);
       continue;
     }
     SmallVector<bool> gathered(group.size(), true);
-    if (plan == MatrixPlan::Auto && ownersRun) {
+    if (modelled) {
       MatrixCostModel model{
           options.updateGflops * 1e9,
           options.latencyUs * 1e-6,
@@ -207,7 +247,8 @@ void mlir::distopt::zero::planGroups(
           lookupProcessGroup(func, group.front()->reduction.getGroupAttr())
               .getSize(),
           options.stage,
-          options.balanceFlops};
+          options.balanceFlops,
+          rowShards};
       gathered = model.choose(group);
       predictions.push_back(model.describe(func.getContext(), group, gathered));
     }
@@ -222,6 +263,13 @@ void mlir::distopt::zero::planGroups(
           part.push_back(u);
       if (part.empty())
         continue;
+      if (gather && rowShards) {
+        for (Update *u : part) {
+          planned.push_back({u});
+          plans.push_back(Sharder::Plan::RowShards);
+        }
+        continue;
+      }
       planned.push_back(part);
       plans.push_back(gather ? Sharder::Plan::Gathered : Sharder::Plan::Owners);
     }
@@ -232,6 +280,6 @@ void mlir::distopt::zero::planGroups(
   else if (options.updateGflops > 0)
     func.emitWarning() << "--distopt-shard-optimizer: update-gflops, "
                           "latency-us and bandwidth-gb-per-s are unused: no "
-                          "update here reads whole matrices with state "
-                          "shaped as them (Muon's)";
+                          "update here reads whole matrices (Muon's, "
+                          "Dion's)";
 }

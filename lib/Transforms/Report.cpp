@@ -564,24 +564,28 @@ void ReportPass::print(func::FuncOp func, const StepReport &r,
                        r.everyRank.flops / 1e6);
   if (r.matrixPlans) {
     // Each group's split, and what the model predicted of the others.
-    os << "\nwhole matrices gathered or on owners (matrix-plan=auto's "
+    os << "\nwhole matrices off owners or on them (matrix-plan=auto's "
           "model)\n";
     for (auto plan : r.matrixPlans.getAsRange<DictionaryAttr>()) {
       // (The verifier checked every key.)
       auto number = [&](StringRef key) {
         return plan.getAs<FloatAttr>(key).getValueAsDouble();
       };
+      auto kind = plan.getAs<StringAttr>("plan");
+      bool rows = kind && kind.getValue() == "lowrank";
+      const char *away = rows ? "in blocks of rows" : "gathered";
       auto gathered = plan.getAs<ArrayAttr>("gathered");
       int64_t total = plan.getAs<IntegerAttr>("matrices").getInt();
       int64_t shared = static_cast<int64_t>(gathered.size());
-      os << llvm::format("  %lld matrices: %lld gathered, %lld on owners, "
+      os << llvm::format("  %lld matrices: %lld %s, %lld on owners, "
                          "predicted %.1f us (all on owners %.1f us, all "
-                         "gathered %.1f us)\n",
-                         (long long)total, (long long)shared,
+                         "%s %.1f us)\n",
+                         (long long)total, (long long)shared, away,
                          (long long)(total - shared), number("chosen_us"),
-                         number("all_owners_us"), number("all_gathered_us"));
+                         number("all_owners_us"), away,
+                         number("all_gathered_us"));
       if (shared > 0) {
-        os << "    gathered:";
+        os << "    " << away << ":";
         for (auto name : gathered.getAsRange<StringAttr>())
           os << " " << name.getValue();
         os << "\n";

@@ -109,15 +109,27 @@ bool rowShardable(Operation *op);
 /// arithmetic of them all), a collective of S bytes taking latency +
 /// S / bandwidth. The gathered matrices are the k cheapest by FLOPs, k the
 /// one predicted fastest (no gathered matrix on a tie).
+///
+/// With `rowShards` (Dion) the matrices off owners run in blocks of rows
+/// instead, each on its own: at stage 2 its gradient's reduce-scatter,
+/// its new parameter's (or model copy's) all-gather, the all-gather of
+/// P's rows (N x ceil(m/N) by r) and the all-reduce of R (n x r, twice
+/// the (N-1)/N of its bytes), and this rank's share of the products (8 m
+/// n r + 10 m n over N) with the whole orthonormalization (4 m r^2). They
+/// are the k most costly by FLOPs (splitting helps them most).
 struct MatrixCostModel {
   double flopsPerS, latencyS, bytesPerS;
   int64_t ranks, stage;
   bool balanceFlops;
+  bool rowShards = false;
 
-  /// Predicted seconds with `gathered` (one flag per update) gathered.
+  /// Predicted seconds with `gathered` (one flag per update) off owners:
+  /// gathered, or with `rowShards` in blocks of rows.
   double predict(ArrayRef<Update *> group, ArrayRef<bool> gathered) const;
-  /// Which updates to gather.
+  /// Which updates to take off owners.
   SmallVector<bool> choose(ArrayRef<Update *> group) const;
+  /// One matrix in blocks of rows (`rowShards`).
+  double rowShardSeconds(const Update &u) const;
   /// The prediction as the report reads it (abi::kMatrixPlans' entries).
   DictionaryAttr describe(MLIRContext *context, ArrayRef<Update *> group,
                           ArrayRef<bool> gathered) const;

@@ -19,7 +19,8 @@ error, or 2e-6 of the tensor's change (dion_vs_reference.py's bound). The
 other groups (the AdamW biases) are bit for bit the plain step's.
 
 Checked, for test/Integration/Inputs/dion.json at 2, 3 and 5 ranks: ZeRO-3
-(auto's plan), ZeRO-1 and ZeRO-2 with matrix-plan=lowrank; at 4 ranks
+(auto's plan), ZeRO-1 and ZeRO-2 with matrix-plan=lowrank, ZeRO-2 with
+auto's cost model splitting the matrices between owners and rows; at 4 ranks
 hybrid ZeRO-3 (2 x 2); every rank holds the same replicas where there are
 any; checkpoints of the sharded step resume at other world sizes, sharded
 or not, and end within the bound of the unbroken reference. With Muon,
@@ -51,6 +52,10 @@ VARIANTS = {
     "zero3": "zero-stage=3",
     "zero1-lowrank": "zero-stage=1 zero-matrix-plan=lowrank",
     "zero2-lowrank": "zero-stage=2 zero-matrix-plan=lowrank",
+    # auto's cost model: at 3 ranks l1.w in blocks of rows, l2.w and
+    # conv.w on owners (dion-row-shards.test checks the split).
+    "zero2-modelled": "zero-stage=2 zero-update-gflops=0.03 "
+                      "zero-latency-us=30 zero-bandwidth-gb-per-s=1",
 }
 
 

@@ -31,10 +31,22 @@
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" --distopt-verify-collectives | FileCheck %s --check-prefix=FLAT
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 matrix-plan=gather" -o /dev/null 2>&1 | FileCheck %s --check-prefix=GATHER-WARNING
+// With the rates auto weighs owners against blocks of rows per matrix:
+// fast arithmetic keeps the owners (fewer collectives), slow arithmetic
+// splits each matrix over the ranks.
 // RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" --distopt-report -o /dev/null 2>&1 | FileCheck %s --check-prefix=MODEL-OWNERS
+// RUN: distopt-translate --import-param-spec %S/Inputs/dion.json \
+// RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=0.001 latency-us=5 bandwidth-gb-per-s=10" --distopt-report 2>&1 | FileCheck %s --check-prefix=MODEL-ROWS
+// Without such updates the rates are unused, and the pass says so.
+// RUN: distopt-translate --import-param-spec %S/Inputs/groups.json \
 // RUN:   | distopt-opt --distopt-shard-optimizer="stage=2 update-gflops=1 latency-us=5 bandwidth-gb-per-s=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=UNUSED-RATES
 // GATHER-WARNING: warning: matrix-plan=gather: 'distopt.dion_update' keeps state of another shape than its matrix, which the gather plan cannot lay out in chunks; it takes matrix-plan=auto's plan
-// UNUSED-RATES: warning: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s are unused: no update here reads whole matrices with state shaped as them (Muon's)
+// UNUSED-RATES: warning: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s are unused: no update here reads whole matrices (Muon's, Dion's)
+// MODEL-OWNERS: 1 matrices: 0 in blocks of rows, 1 on owners, predicted 16.9 us (all on owners 16.9 us, all in blocks of rows 24.2 us)
+// MODEL-ROWS-DAG: distopt.dion_update {{.*}}row_group = @world{{.*}} : tensor<8x8xf32> [tensor<8x8xf32>, tensor<4x8xf32>]
+// MODEL-ROWS-DAG: 1 matrices: 1 in blocks of rows, 0 on owners, predicted 3732.1 us (all on owners 6410.1 us, all in blocks of rows 3732.1 us)
+// MODEL-ROWS-DAG: in blocks of rows: emb.weight
 // STAGE3: func.func @step
 // STAGE3-SAME: tensor<64xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "flat0.main_param", distopt.role = "main_param", distopt.shard_of = 128 : i64}
 // STAGE3-SAME: tensor<64xf32> {distopt.layout = [{name = "emb.weight", offset = 0 : i64, shape = array<i64: 16, 8>}], distopt.name = "flat0.momentum", distopt.role = "state", distopt.shard_of = 128 : i64}

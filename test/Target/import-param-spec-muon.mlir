@@ -167,7 +167,7 @@
 // GATHER2: return
 // EVERY-RANK-NOT: updates on their owners
 // EVERY-RANK: whole-matrix updates on every rank: 2 tensors, 136 elements, 0.019 update MFLOP each rank
-// MODEL:      whole matrices gathered or on owners (matrix-plan=auto's model)
+// MODEL:      whole matrices off owners or on them (matrix-plan=auto's model)
 // MODEL-NEXT:   2 matrices: 2 gathered, 0 on owners, predicted 16877.6 us (all on owners 21293.9 us, all gathered 16877.6 us)
 // MODEL-NEXT:     gathered: fc.weight conv.weight
 // MODEL-OWNERS: 2 matrices: 0 gathered, 2 on owners, predicted 1493.9 us (all on owners 1493.9 us, all gathered 2027.6 us)

@@ -422,6 +422,9 @@ def ShardOptimizerPass
     P and summing R over them; the right factor stays whole on every rank
     (an argument of its own, as unsharded). Under `lowrank` Muon takes
     auto's plan, with a warning. A matrix without elements stays whole.
+    Given the rates at stages 1 and 2, auto splits a Dion group between
+    owners and blocks of rows by the same model, the most costly matrices
+    in rows.
     The owners' weight
     is the update's arithmetic (`getUpdateFlops()`: Muon's Newton-Schulz products grow with m^2 n, so
     two matrices of equal size can differ by their smaller side), balanced

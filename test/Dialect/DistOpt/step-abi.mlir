@@ -136,7 +136,7 @@ func.func @step() attributes {distopt.bucket = 1 : i64} {
 
 // -----
 
-// expected-error @below {{"distopt.matrix_plans" must be an array of {matrices = N, gathered = [names], chosen_us, all_owners_us, all_gathered_us = microseconds}, got [1]}}
+// expected-error @below {{"distopt.matrix_plans" must be an array of {matrices = N, plan = "gather" or "lowrank" (optional), gathered = [names], chosen_us, all_owners_us, all_gathered_us = microseconds}, got [1]}}
 func.func @step() attributes {distopt.matrix_plans = [1 : i64]} {
   return
 }

@@ -176,8 +176,12 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
     auto isPlan = [](Attribute attr) {
       auto plan = dyn_cast<DictionaryAttr>(attr);
       auto gathered = plan ? plan.getAs<ArrayAttr>("gathered") : ArrayAttr();
-      return plan && plan.getAs<IntegerAttr>("matrices") && gathered &&
-             llvm::all_of(gathered, llvm::IsaPred<StringAttr>) &&
+      auto kind = plan ? plan.getAs<StringAttr>("plan") : StringAttr();
+      bool knownKind = plan && (!plan.get("plan") ||
+                                (kind && (kind.getValue() == "gather" ||
+                                          kind.getValue() == "lowrank")));
+      return plan && knownKind && plan.getAs<IntegerAttr>("matrices") &&
+             gathered && llvm::all_of(gathered, llvm::IsaPred<StringAttr>) &&
              llvm::all_of(ArrayRef<StringRef>{"chosen_us", "all_owners_us",
                                               "all_gathered_us"},
                           [&](StringRef key) {
@@ -186,7 +190,8 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
     };
     auto plans = dyn_cast<ArrayAttr>(value);
     return check(plans && llvm::all_of(plans, isPlan),
-                 "an array of {matrices = N, gathered = [names], chosen_us, "
+                 "an array of {matrices = N, plan = \"gather\" or "
+                 "\"lowrank\" (optional), gathered = [names], chosen_us, "
                  "all_owners_us, all_gathered_us = microseconds}");
   }
   // On the entry points of a split step, and the lowering's marks.
