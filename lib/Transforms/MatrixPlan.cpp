@@ -44,15 +44,17 @@ double MatrixCostModel::rowShardSeconds(const Update &u) const {
   double k = static_cast<double>(ranks);
   double paddedRows = k * std::ceil(m / k);
   double width = dion.getFactorElementType().getWidth() / 8;
+  // The gradient's and the parameter's collectives move the padded rows.
+  double padding = m == 0 ? 1 : paddedRows / m;
   double time = 0;
   if (stage == 2) {
     AllReduceOp reduction = u.reduction; // (its accessors are not const)
-    time += collective(share * bytesOf(u, reduction.getType()));
+    time += collective(share * padding * bytesOf(u, reduction.getType()));
   }
   if (!u.paramIsMain)
-    time += collective(share * bytesOf(u, u.param.getType()));
+    time += collective(share * padding * bytesOf(u, u.param.getType()));
   else if (!u.downcasts.empty())
-    time += collective(share *
+    time += collective(share * padding *
                        bytesOf(u, u.downcasts.front()->getResult(0).getType()));
   time += collective(share * paddedRows * r * width) +
           collective(2 * share * n * r * width);
@@ -183,6 +185,12 @@ bool mlir::distopt::zero::rowShardable(Operation *op) {
   return dion && !dion.getGroupAttr() && !dion.getRowGroupAttr();
 }
 
+bool mlir::distopt::zero::hasRows(Operation *op) {
+  return cast<RankedTensorType>(
+             cast<OptimizerOpInterface>(op).getParam().getType())
+             .getNumElements() != 0;
+}
+
 void mlir::distopt::zero::planGroups(
     func::FuncOp func, ArrayRef<SmallVector<Update *>> groups,
     const PlanOptions &options, SmallVectorImpl<SmallVector<Update *>> &planned,
@@ -219,12 +227,23 @@ void mlir::distopt::zero::planGroups(
       plan = MatrixPlan::Auto;
     }
     // Dion: blocks of rows where owners cannot run (or where asked), each
-    // matrix a flat layout of its own (its chunks whole rows).
+    // matrix a flat layout of its own (its chunks whole rows); a matrix
+    // without elements stays on an owner (analyze refused it where none
+    // runs).
     if (rowShards && (plan == MatrixPlan::LowRank ||
                       (plan == MatrixPlan::Auto && !ownersRun))) {
+      SmallVector<Update *> empty;
       for (Update *u : group) {
+        if (!hasRows(u->op)) {
+          empty.push_back(u);
+          continue;
+        }
         planned.push_back({u});
         plans.push_back(Sharder::Plan::RowShards);
+      }
+      if (!empty.empty()) {
+        planned.push_back(empty);
+        plans.push_back(Sharder::Plan::Owners);
       }
       continue;
     }
@@ -250,6 +269,10 @@ void mlir::distopt::zero::planGroups(
           options.balanceFlops,
           rowShards};
       gathered = model.choose(group);
+      // (A matrix without elements has no rows to cut.)
+      if (rowShards)
+        for (auto [u, g] : llvm::zip_equal(group, gathered))
+          g = g && hasRows(u->op);
       predictions.push_back(model.describe(func.getContext(), group, gathered));
     }
     // The owners' part first: their reductions start at the gradients and

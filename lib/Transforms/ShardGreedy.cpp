@@ -61,10 +61,13 @@ static Value unflatten(OpBuilder &b, Location loc, Value flat,
   return tensor::ExpandShapeOp::create(b, loc, type, flat, {all});
 }
 
-/// The `size` elements of the 1-d `buffer` from `offset`.
+/// The `size` elements of the 1-d `buffer` from `offset`. (A tensor with no
+/// elements is no slice: the verifier refuses offset 0 of an empty buffer.)
 static Value sliceAt(OpBuilder &b, Location loc, Value buffer, int64_t offset,
                      int64_t size) {
   Type element = cast<RankedTensorType>(buffer.getType()).getElementType();
+  if (size == 0)
+    return tensor::EmptyOp::create(b, loc, ArrayRef<int64_t>{0}, element);
   return tensor::ExtractSliceOp::create(
       b, loc, flatType(size, element), buffer,
       ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
@@ -76,6 +79,8 @@ static Value sliceAt(OpBuilder &b, Location loc, Value buffer, int64_t offset,
 static Value insertAt(OpBuilder &b, Location loc, Value flat, Value buffer,
                       int64_t offset) {
   int64_t size = cast<RankedTensorType>(flat.getType()).getDimSize(0);
+  if (size == 0)
+    return buffer;
   return tensor::InsertSliceOp::create(
       b, loc, flat, buffer, ArrayRef<OpFoldResult>{b.getIndexAttr(offset)},
       ArrayRef<OpFoldResult>{b.getIndexAttr(size)},

@@ -66,7 +66,8 @@ struct ShardOptimizerPass
     if (anyRate && (stage == 0 || stage == 3 || !shardGroup.empty()))
       return emitError(loc)
              << "--distopt-shard-optimizer: update-gflops, latency-us and "
-                "bandwidth-gb-per-s choose between owners and gathering, "
+                "bandwidth-gb-per-s choose between owners and gathering (or "
+                "Dion's blocks of rows), "
                 "which only stages 1 and 2 without hybrid sharding have (the "
                 "pipeline's zero-stage, hybrid-shard-size)";
     if (anyRate && matrixPlan != MatrixPlan::Auto)
@@ -156,16 +157,13 @@ ShardOptimizerPass::lookupHybridGroups(func::FuncOp func, int64_t world,
   return success();
 }
 
-/// The updates ZeRO shards: not those that average what they make of their
-/// own gradient (Dion's low-rank sync), which keep whole state on every
-/// rank, nor matrices without elements read whole (nothing to cut in rows
-/// or give an owner).
+/// The updates ZeRO shards: not those that communicate themselves, which
+/// are sharded already or keep whole state on every rank (Dion's blocks
+/// of rows; its low-rank sync, averaging what it makes of its own
+/// gradient).
 static bool isUpdate(Operation *op) {
   auto update = dyn_cast<OptimizerOpInterface>(op);
-  return update && !update.getGradientGroup() &&
-         (update.isElementwise() ||
-          cast<RankedTensorType>(update.getParam().getType())
-                  .getNumElements() != 0);
+  return update && !communicates(op);
 }
 
 /// Whether every use of `value` is the function's return.
@@ -235,6 +233,12 @@ FailureOr<Update> ShardOptimizerPass::analyze(func::FuncOp func, Operation *op,
                   where +
                   " (stages 1 and 2 update each matrix whole on the rank "
                   "that owns it)");
+    if (rowShardable(op) && !hasRows(op))
+      return fail("its matrix has no elements to cut into blocks of rows, "
+                  "and " +
+                  where +
+                  " (stages 1 and 2 keep it whole on an owner; or give it "
+                  "a group of its own)");
   }
   Value param = op->getOperand(0);
   StringRef role =

@@ -96,6 +96,8 @@ bool statesShapedAsParam(Operation *op);
 /// Whether the update can run on blocks of its matrix's rows (Dion's
 /// `row_group`): the low-rank plan (MatrixPlan.cpp).
 bool rowShardable(Operation *op);
+/// Whether its matrix has elements to cut into blocks of rows (MatrixPlan.cpp).
+bool hasRows(Operation *op);
 
 /// matrix-plan=auto's cost model for a group of updates that read whole
 /// matrices, at stages 1 and 2 (MatrixPlan.cpp). The step time of the
@@ -112,7 +114,8 @@ bool rowShardable(Operation *op);
 ///
 /// With `rowShards` (Dion) the matrices off owners run in blocks of rows
 /// instead, each on its own: at stage 2 its gradient's reduce-scatter,
-/// its new parameter's (or model copy's) all-gather, the all-gather of
+/// its new parameter's (or model copy's) all-gather (both of the padded
+/// rows, N x ceil(m/N)), the all-gather of
 /// P's rows (N x ceil(m/N) by r) and the all-reduce of R (n x r, twice
 /// the (N-1)/N of its bytes), and this rank's share of the products (8 m
 /// n r + 10 m n over N) with the whole orthonormalization (4 m r^2). They

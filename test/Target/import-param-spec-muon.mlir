@@ -178,7 +178,7 @@
 // MODEL-SPLIT-NEXT: gathered: l1.w l2.w conv.w
 // RATES: update-gflops, latency-us and bandwidth-gb-per-s are given together, each positive
 // FORCED: update-gflops, latency-us and bandwidth-gb-per-s choose matrix-plan=auto's plans; matrix-plan is forced here
-// NO-CHOICE: error: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s choose between owners and gathering, which only stages 1 and 2 without hybrid sharding have (the pipeline's zero-stage, hybrid-shard-size)
+// NO-CHOICE: error: --distopt-shard-optimizer: update-gflops, latency-us and bandwidth-gb-per-s choose between owners and gathering (or Dion's blocks of rows), which only stages 1 and 2 without hybrid sharding have (the pipeline's zero-stage, hybrid-shard-size)
 // PLAN: for the --zero-matrix-plan option: 'split' is not one of: auto, owner, gather
 // GREEDY: distopt.owned_by @{{.*}} rank
 // GREEDY: distopt.muon_update {{.*}} : tensor<8x8xf32>, f64

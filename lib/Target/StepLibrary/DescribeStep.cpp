@@ -127,10 +127,11 @@ static std::pair<uint64_t, int64_t> collectiveFingerprint(func::FuncOp step) {
     os << ") -> (";
     llvm::interleaveComma(op->getResultTypes(), os);
     os << ")";
-    if (auto name = op->getAttrOfType<FlatSymbolRefAttr>("group"))
-      if (mlir::distopt::ProcessGroupOp group =
-              mlir::distopt::lookupProcessGroup(op, name))
-        os << " size " << group.getSize();
+    for (StringRef key : {"group", "row_group"})
+      if (auto name = op->getAttrOfType<FlatSymbolRefAttr>(key))
+        if (mlir::distopt::ProcessGroupOp group =
+                mlir::distopt::lookupProcessGroup(op, name))
+          os << " size " << group.getSize();
     os << ";";
     mix(text);
     ++count;

@@ -886,3 +886,12 @@ func.func @dion_rows_nowhere(%p: tensor<4x6xf32>, %g: tensor<4x6xf32>, %m: tenso
   %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @nowhere, matrix_rows = 8 : i64} : tensor<4x6xf32> [tensor<4x6xf32>, tensor<6x6xf32>], f32
   return
 }
+
+// -----
+
+distopt.process_group @dp size 2
+func.func @dion_rows_none(%p: tensor<2x6xf32>, %g: tensor<2x6xf32>, %m: tensor<2x6xf32>, %q: tensor<0x6xf32>, %lr: f32, %t: i64) {
+  // expected-error @+1 {{row shards cut a matrix with elements: 'matrix_rows' and the columns must be at least 1, got 0 and 6}}
+  %r:3 = distopt.dion_update %p, %g state(%m, %q) lr(%lr) step(%t) {row_group = @dp, matrix_rows = 0 : i64} : tensor<2x6xf32> [tensor<2x6xf32>, tensor<0x6xf32>], f32
+  return
+}

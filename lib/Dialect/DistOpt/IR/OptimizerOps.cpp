@@ -519,9 +519,12 @@ LogicalResult DionUpdateOp::verify() {
       return emitOpError("row shards are blocks of a matrix's rows: the "
                          "parameter must have rank 2, got ")
              << type;
-    if (static_cast<int64_t>(*getMatrixRows()) < 0)
-      return emitOpError("'matrix_rows' must be at least 0, got ")
-             << static_cast<int64_t>(*getMatrixRows());
+    if (static_cast<int64_t>(*getMatrixRows()) < 1 || type.getDimSize(1) < 1)
+      return emitOpError("row shards cut a matrix with elements: "
+                         "'matrix_rows' and the columns must be at least 1, "
+                         "got ")
+             << static_cast<int64_t>(*getMatrixRows()) << " and "
+             << type.getDimSize(1);
   }
   return success();
 }
