@@ -170,31 +170,46 @@ def within_bound(got, exact, torch32, start):
     return bad
 
 
-def main():
+def arguments():
+    """SPEC_DIR -- [--bin DIR] [--mpirun CMD], as the .test passes them."""
     ap = argparse.ArgumentParser()
     ap.add_argument("spec_dir")
     ap.add_argument("--bin", default="")
     ap.add_argument("--mpirun", default="mpirun --allow-run-as-root "
                     "--oversubscribe --bind-to none")
-    args = ap.parse_args([a for a in sys.argv[1:] if a != "--"])
     torch.set_num_threads(1)
-    tally = Tally()
-    spec = os.path.join(args.spec_dir, "dion.json")
+    return ap.parse_args([a for a in sys.argv[1:] if a != "--"])
+
+
+def checker(spec, runner, tally):
+    """ends_right(label, checkpoint, plain=None): a check that the
+    checkpoint's Dion tensors are within the bound of the float64 reference
+    of `spec` and, given the plain step's checkpoint, the other groups' bit
+    for bit its."""
     exact = dion_reference(spec, torch.float64)
     torch32 = dion_reference(spec, torch.float32)
     with open(spec) as f:
         start = {f"param.{p['name']}": pattern(p["name"], int(np.prod(p["shape"])))
                  for p in json.load(f)["parameters"]}
+
+    def ends_right(label, checkpoint, plain=None):
+        got = runner.tensors(checkpoint)
+        bad = within_bound(got, exact, torch32, start)
+        if plain is not None:  # the other groups: bit for bit
+            plain = runner.tensors(plain)
+            bad += [f"{k} (differs from the plain step)" for k in plain
+                    if k not in exact and not np.array_equal(plain[k], got.get(k))]
+        tally.check(not bad, label + (f"; differs: {', '.join(bad)}" if bad else ""))
+    return ends_right
+
+
+def main():
+    args = arguments()
+    tally = Tally()
+    spec = os.path.join(args.spec_dir, "dion.json")
     with tempfile.TemporaryDirectory() as tmp:
         r = Runner(args.bin, args.mpirun, tmp)
-
-        def ends_right(label, checkpoint, plain=None):
-            got = r.tensors(checkpoint)
-            bad = within_bound(got, exact, torch32, start)
-            if plain is not None:  # the other groups: bit for bit
-                bad += [f"{k} (differs from the plain step)" for k in plain
-                        if k not in exact and not np.array_equal(plain[k], got.get(k))]
-            tally.check(not bad, label + (f"; differs: {', '.join(bad)}" if bad else ""))
+        ends_right = checker(spec, r, tally)
 
         for ranks in (2, 3, 5):
             plain = os.path.join(tmp, f"plain{ranks}.ckpt")
@@ -208,8 +223,7 @@ def main():
                 tally.check("replicas agree" in out,
                             f"dion.json {ranks} ranks, {label}: replicas agree")
                 ends_right(f"dion.json {ranks} ranks, {label}: within the bound "
-                           f"of the reference over {STEPS} steps", saved,
-                           r.tensors(plain))
+                           f"of the reference over {STEPS} steps", saved, plain)
         saved = os.path.join(tmp, "hybrid4.ckpt")
         r.run(r.compile(spec, 4, SYNC + " hybrid-shard-size=2 zero-stage=2",
                         "hybrid"), 4, STEPS, saved)

@@ -31,22 +31,16 @@ normwise), also with an inf injected at steps 2 and 3 (both skipped).
 
 usage: dion_row_shards.py SPEC_DIR -- [--bin DIR] [--mpirun CMD]
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from dion_low_rank_sync import (  # noqa: E402
-    STEPS, Runner, dion_reference, within_bound)
+from dion_low_rank_sync import STEPS, Runner, arguments, checker  # noqa: E402
 from mlir_exec import Tally  # noqa: E402
-from step_harness import pattern  # noqa: E402
 
 VARIANTS = {
     "zero3": "zero-stage=3",
@@ -60,30 +54,12 @@ VARIANTS = {
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("spec_dir")
-    ap.add_argument("--bin", default="")
-    ap.add_argument("--mpirun", default="mpirun --allow-run-as-root "
-                    "--oversubscribe --bind-to none")
-    args = ap.parse_args([a for a in sys.argv[1:] if a != "--"])
-    torch.set_num_threads(1)
+    args = arguments()
     tally = Tally()
     spec = os.path.join(args.spec_dir, "dion.json")
-    exact = dion_reference(spec, torch.float64)
-    torch32 = dion_reference(spec, torch.float32)
-    with open(spec) as f:
-        start = {f"param.{p['name']}": pattern(p["name"], int(np.prod(p["shape"])))
-                 for p in json.load(f)["parameters"]}
     with tempfile.TemporaryDirectory() as tmp:
         r = Runner(args.bin, args.mpirun, tmp)
-
-        def ends_right(label, checkpoint, plain=None):
-            got = r.tensors(checkpoint)
-            bad = within_bound(got, exact, torch32, start)
-            if plain is not None:  # the other groups: bit for bit
-                bad += [f"{k} (differs from the plain step)" for k in plain
-                        if k not in exact and not np.array_equal(plain[k], got.get(k))]
-            tally.check(not bad, label + (f"; differs: {', '.join(bad)}" if bad else ""))
+        ends_right = checker(spec, r, tally)
 
         for ranks in (2, 3, 5):
             plain = os.path.join(tmp, f"plain{ranks}.ckpt")
@@ -96,8 +72,7 @@ def main():
                     tally.check("replicas agree" in out,
                                 f"dion.json {ranks} ranks, {label}: replicas agree")
                 ends_right(f"dion.json {ranks} ranks, {label}: within the bound "
-                           f"of the reference over {STEPS} steps", saved,
-                           r.tensors(plain))
+                           f"of the reference over {STEPS} steps", saved, plain)
         saved = os.path.join(tmp, "hybrid4.ckpt")
         out = r.run(r.compile(spec, 4, "zero-stage=3 hybrid-shard-size=2",
                               "hybrid"), 4, STEPS, saved)
