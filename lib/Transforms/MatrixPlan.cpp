@@ -1,8 +1,9 @@
-//===- MatrixPlan.cpp - Owners or gathers for whole matrices ----*- C++ -*-===//
+//===- MatrixPlan.cpp - Groups of updates and their plans -------*- C++ -*-===//
 //
-// Each group's plan under ZeRO, and matrix-plan=auto's cost model
-// (ShardOptimizer.h says what it counts): which of a group's matrices ZeRO
-// gathers onto every rank and which it gives to owners, from the updates'
+// Which updates ZeRO shards together, each group's plan, and
+// matrix-plan=auto's cost model (ShardOptimizer.h says what it counts):
+// which of a group's matrices ZeRO gathers onto every rank (or, Dion's,
+// cuts into blocks of rows) and which it gives to owners, from the updates'
 // FLOP rate and the link's latency and bandwidth. Small matrices cost
 // little arithmetic and one latency each on an owner; gathered, they share
 // the group's few collectives.
@@ -178,6 +179,45 @@ bool mlir::distopt::zero::statesShapedAsParam(Operation *op) {
   return llvm::all_of(update.getState(), [&](Value state) {
     return cast<RankedTensorType>(state.getType()).getShape() == shape;
   });
+}
+
+/// Whether two element-wise ops on gradients' ways do the same to each
+/// element: what a group's part goes through once for all its updates.
+static bool sameElementwise(Operation *a, Operation *b) {
+  return a->getName() == b->getName() &&
+         a->getAttrDictionary() == b->getAttrDictionary() &&
+         a->getPropertiesAsAttribute() == b->getPropertiesAsAttribute() &&
+         llvm::equal(a->getOperands().drop_front(),
+                     b->getOperands().drop_front()) &&
+         getElementTypeOrSelf(a->getResult(0).getType()) ==
+             getElementTypeOrSelf(b->getResult(0).getType());
+}
+
+/// Whether two updates shard together: the same optimizer and
+/// hyperparameters, learning rate and step, element types and reduction,
+/// and the same ops on their gradients' way.
+bool mlir::distopt::zero::shardTogether(Update &a, Update &b) {
+  auto x = cast<OptimizerOpInterface>(a.op),
+       y = cast<OptimizerOpInterface>(b.op);
+  return x->getName() == y->getName() &&
+         x->getAttrDictionary() == y->getAttrDictionary() &&
+         x->getPropertiesAsAttribute() == y->getPropertiesAsAttribute() &&
+         x.getLr() == y.getLr() && x.getStep() == y.getStep() &&
+         llvm::equal(x.getRuntimeHyperparameters(),
+                     y.getRuntimeHyperparameters()) &&
+         a.paramType().getElementType() == b.paramType().getElementType() &&
+         a.reduction.getType().getElementType() ==
+             b.reduction.getType().getElementType() &&
+         a.paramIsMain == b.paramIsMain &&
+         llvm::equal(a.elementwise, b.elementwise, sameElementwise) &&
+         a.downcasts.size() == b.downcasts.size() &&
+         a.reduction.getGroupAttr() == b.reduction.getGroupAttr() &&
+         a.reduction.getReductionAttr() == b.reduction.getReductionAttr() &&
+         a.reduction.getScaleAttr() == b.reduction.getScaleAttr() &&
+         a.reduction.getWireTypeAttr() == b.reduction.getWireTypeAttr() &&
+         a.clip == b.clip && a.finiteCheck == b.finiteCheck &&
+         bool(a.divide) == bool(b.divide) && a.divisor == b.divisor &&
+         a.keep == b.keep;
 }
 
 bool mlir::distopt::zero::rowShardable(Operation *op) {

@@ -3,8 +3,9 @@
 // Private to --distopt-shard-optimizer: the analysed updates and the state
 // of one run, shared by the pass (ShardOptimizer.cpp), its two strategies,
 // flat (ShardFlat.cpp) and greedy (ShardGreedy.cpp), and the order that
-// runs them and what spans their parts (ShardComposed.cpp); the cost model
-// of the plans of updates that read whole matrices (MatrixPlan.cpp).
+// runs them and what spans their parts (ShardComposed.cpp); which updates
+// shard together and the plans of updates that read whole matrices, with
+// their cost model (MatrixPlan.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -93,6 +94,10 @@ void assignSortedGreedy(ArrayRef<double> weights, MutableArrayRef<double> load,
 /// that its chunks lie as the parameter's (not Dion's right factor): what
 /// the gather plan needs (MatrixPlan.cpp).
 bool statesShapedAsParam(Operation *op);
+/// Whether two updates shard together: the same optimizer and
+/// hyperparameters, learning rate and step, element types and reduction,
+/// and the same ops on their gradients' way (MatrixPlan.cpp).
+bool shardTogether(Update &a, Update &b);
 /// Whether the update can run on blocks of its matrix's rows (Dion's
 /// `row_group`): the low-rank plan (MatrixPlan.cpp).
 bool rowShardable(Operation *op);
