@@ -119,6 +119,8 @@ std::string unusedOptions(const DistOptPipelineOptions &options) {
          "zero-stage (ZeRO is off at stage 0 without hybrid-shard-size)",
          options.zeroStrategy, options.zeroOwnerBalance,
          options.zeroMatrixPlan);
+  refuse(!options.splitStep, "split-step (the gathers are its entries)",
+         options.gatherParams);
   refuse(!options.bucketize, "bucketize (buckets are off)", options.bucketCapMb,
          options.firstBucketCapMb, options.bucketLatencyUs,
          options.bucketBandwidthGbPerS);
@@ -193,7 +195,7 @@ void mlir::distopt::buildDistOptPipeline(
     pm.addPass(createVerifyCollectivesPass());
   // After the checks: they hold for @step, which the entries split.
   if (options.splitStep)
-    pm.addPass(createSplitStepPass());
+    pm.addPass(createSplitStepPass(SplitStepPassOptions{options.gatherParams}));
 }
 
 void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,

@@ -36,6 +36,7 @@ constexpr std::pair<Role, std::string_view> kRoles[] = {
     {Role::GradAccum, "grad_accum"},
     {Role::Hyperparameter, "hyperparameter"},
     {Role::ReducedGrad, "reduced_grad"},
+    {Role::GatheredParam, "gathered_param"},
 };
 
 constexpr DType kDTypes[] = {
@@ -302,10 +303,13 @@ Entry readEntry(Reader &r, const json::Value &json, const std::string &path,
   std::string kind = r.string(*o, "kind", path);
   if (kind == "reduce")
     e.kind = Entry::Kind::Reduce;
+  else if (kind == "gather")
+    e.kind = Entry::Kind::Gather;
   else if (kind == "update")
     e.kind = Entry::Kind::Update;
   else if (!r.failed())
-    r.fail(path + ".kind", "expected reduce or update, got '" + kind + "'");
+    r.fail(path + ".kind",
+           "expected reduce, gather or update, got '" + kind + "'");
   int64_t numArgs = static_cast<int64_t>(interface.args.size());
   if (e.kind == Entry::Kind::Reduce) {
     const json::Array *reduces = r.array(*o, "reduces", path);
@@ -317,6 +321,20 @@ Entry readEntry(Reader &r, const json::Value &json, const std::string &path,
     }
     if (!r.failed() && e.reduces.empty())
       r.fail(path + ".reduces", "a reduce entry reduces some gradient");
+  }
+  if (e.kind == Entry::Kind::Gather) {
+    const json::Array *gathers = r.array(*o, "gathers", path);
+    if (gathers && gathers->size() != 1 && !r.failed())
+      r.fail(path + ".gathers", "a gather entry gathers one parameter shard");
+    for (size_t i = 0; gathers && i < gathers->size() && !r.failed(); ++i) {
+      std::string at = path + ".gathers[" + str(i) + "]";
+      e.gathers.push_back(r.integer((*gathers)[i], at, 0, numArgs - 1));
+      if (!r.failed() &&
+          (interface.args[e.gathers.back()].role != Role::Param ||
+           !interface.args[e.gathers.back()].shardOf))
+        r.fail(at, "argument #" + str(e.gathers.back()) +
+                       " is not a parameter shard");
+    }
   }
   if (const json::Array *results = r.array(*o, "results", path))
     for (size_t i = 0; i < results->size() && !r.failed(); ++i)
@@ -368,6 +386,18 @@ std::string_view roleName(Role role) {
     if (r == role)
       return name;
   return "";
+}
+
+std::string_view entryKindName(Entry::Kind kind) {
+  switch (kind) {
+  case Entry::Kind::Reduce:
+    return "reduce";
+  case Entry::Kind::Gather:
+    return "gather";
+  case Entry::Kind::Update:
+    return "update";
+  }
+  return "update";
 }
 
 std::string knownRoles() {
@@ -656,12 +686,13 @@ json::Value toJSON(const Interface &interface) {
   if (!interface.entries.empty()) {
     json::Array entries;
     for (const Entry &e : interface.entries) {
-      json::Value entry = json::Object{
-          {"name", e.name},
-          {"kind", e.kind == Entry::Kind::Reduce ? "reduce" : "update"},
-          {"results", values(e.results)}};
+      json::Value entry = json::Object{{"name", e.name},
+                                       {"kind", entryKindName(e.kind)},
+                                       {"results", values(e.results)}};
       if (e.kind == Entry::Kind::Reduce)
         entry.set("reduces", e.reduces);
+      if (e.kind == Entry::Kind::Gather)
+        entry.set("gathers", e.gathers);
       entries.push_back(std::move(entry));
     }
     root.set("entries", std::move(entries));

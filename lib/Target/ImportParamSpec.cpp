@@ -128,6 +128,15 @@ StepSignature SpecReader::buildArguments() {
       attrs.set(abi::kName, builder.getStringAttr(name));
     return sig.add(type, attrs.getDictionary(context));
   };
+  // A parameter's own arguments carry its unit.
+  auto addParamArg = [&](Type type, StringRef role, const Parameter &p) {
+    NamedAttrList attrs;
+    attrs.set(abi::kRole, builder.getStringAttr(role));
+    attrs.set(abi::kName, builder.getStringAttr(p.name));
+    if (p.unit)
+      attrs.set(abi::kUnit, builder.getI64IntegerAttr(*p.unit));
+    return sig.add(type, attrs.getDictionary(context));
+  };
   Type f32 = builder.getF32Type();
   size_t n = parameters.size();
   sig.mainArg.assign(n, 0);
@@ -135,18 +144,18 @@ StepSignature SpecReader::buildArguments() {
   sig.stateArgs.resize(n);
   for (const Parameter &p : parameters)
     sig.paramArg.push_back(
-        addArg(tensorType(p, p.elementType), abi::kParam, p.name));
+        addParamArg(tensorType(p, p.elementType), abi::kParam, p));
   for (const Parameter &p : parameters)
     sig.gradArg.push_back(
-        addArg(tensorType(p, p.elementType), abi::kGrad, p.name));
+        addParamArg(tensorType(p, p.elementType), abi::kGrad, p));
   // Gradient accumulation: each gradient's sum over the step's earlier
   // micro-batches, in f32 (NeMo's fp32 gradient accumulation).
   if (accumulation > 1)
     for (auto [i, p] : llvm::enumerate(parameters))
-      sig.accumArg[i] = addArg(tensorType(p, f32), abi::kGradAccum, p.name);
+      sig.accumArg[i] = addParamArg(tensorType(p, f32), abi::kGradAccum, p);
   for (auto [i, p] : llvm::enumerate(parameters))
     if (hasMain(p))
-      sig.mainArg[i] = addArg(tensorType(p, f32), abi::kMainParam, p.name);
+      sig.mainArg[i] = addParamArg(tensorType(p, f32), abi::kMainParam, p);
   for (auto [i, p] : llvm::enumerate(parameters)) {
     Type stateElement = hasMain(p) ? f32 : p.elementType;
     const Optimizer &update = optimizerOf(i);

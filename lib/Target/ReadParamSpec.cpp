@@ -500,7 +500,7 @@ LogicalResult SpecReader::readParameter(const json::Value &value,
   const json::Object *object = value.getAsObject();
   if (!object)
     return error(path) << "expected an object";
-  if (failed(checkKeys(*object, path, {"name", "shape", "dtype"})))
+  if (failed(checkKeys(*object, path, {"name", "shape", "dtype", "unit"})))
     return failure();
   Parameter param;
   std::optional<StringRef> name = object->getString("name");
@@ -526,6 +526,12 @@ LogicalResult SpecReader::readParameter(const json::Value &value,
   if (failed(type))
     return failure();
   param.elementType = *type;
+  if (const json::Value *unit = object->get("unit")) {
+    std::optional<int64_t> k = unit->getAsInteger();
+    if (!k || *k < 0)
+      return error(path + ".unit") << "expected a non-negative integer";
+    param.unit = *k;
+  }
   parameters.push_back(std::move(param));
   return success();
 }

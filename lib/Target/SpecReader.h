@@ -36,6 +36,8 @@ struct Parameter {
   std::string name;
   SmallVector<int64_t> shape;
   FloatType elementType;
+  /// The unit it belongs to (FSDP's wrapped module), if the spec says.
+  std::optional<int64_t> unit;
 };
 
 /// torch.nn.utils.clip_grad_norm_ over all gradients.

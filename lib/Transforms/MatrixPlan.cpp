@@ -196,10 +196,18 @@ static bool sameElementwise(Operation *a, Operation *b) {
 /// Whether two updates shard together: the same optimizer and
 /// hyperparameters, learning rate and step, element types and reduction,
 /// and the same ops on their gradients' way.
+/// The unit (distopt.unit) of the parameter `u` updates, or null.
+static Attribute unitOf(const Update &u) {
+  auto func = cast<FunctionOpInterface>(u.param.getOwner()->getParentOp());
+  return func.getArgAttr(u.param.getArgNumber(), abi::kUnit);
+}
+
 bool mlir::distopt::zero::shardTogether(Update &a, Update &b) {
   auto x = cast<OptimizerOpInterface>(a.op),
        y = cast<OptimizerOpInterface>(b.op);
-  return x->getName() == y->getName() &&
+  // Units (FSDP's wrapped modules) are gathered one at a time: never in
+  // one flat buffer.
+  return unitOf(a) == unitOf(b) && x->getName() == y->getName() &&
          x->getAttrDictionary() == y->getAttrDictionary() &&
          x->getPropertiesAsAttribute() == y->getPropertiesAsAttribute() &&
          x.getLr() == y.getLr() && x.getStep() == y.getStep() &&

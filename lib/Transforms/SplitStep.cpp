@@ -14,7 +14,11 @@
 //     argument itself when it keeps its type (an all-reduce, the averaged
 //     gradient a DDP loop sees after backward), else as an argument of
 //     role reduced_grad (a reduce-scatter's shard);
-//   @step_update: @step with each such chain replaced by what it left.
+//   @step_update: @step with each such chain replaced by what it left;
+//   @step_gather<k> (gather-params): a ZeRO-3 flat parameter shard
+//     all-gathered whole into an argument of role gathered_param, for a
+//     driver that holds a unit's parameters only around its forward and
+//     backward (FSDP).
 //
 // Every entry takes @step's arguments (the new reduced_grad ones included),
 // so a driver passes the same buffers to each. Gradients whose reduction is
@@ -104,6 +108,8 @@ struct ScaleBeforeUnpack : public OpRewritePattern<BucketUnpackOp> {
 };
 
 struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
+  using SplitStepPassBase::SplitStepPassBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto step = module.lookupSymbol<func::FuncOp>("step");
@@ -172,6 +178,101 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
     for (auto [k, chain] : llvm::enumerate(chains))
       addReduceEntry(builder, step, chain, k, leftIn[k]);
     addUpdateEntry(builder, step, chains, leftIn);
+    if (gatherParams && failed(addGatherEntries(builder, step)))
+      return signalPassFailure();
+  }
+
+  /// The group a flat parameter shard of `parts` parts and `shardOf`
+  /// elements is gathered over: the one its gradient is reduce-scattered on
+  /// (a reduce-scatter of a flat buffer of that length into that many
+  /// parts), or null.
+  static FlatSymbolRefAttr shardGroup(func::FuncOp step, int64_t shardOf,
+                                      int64_t parts) {
+    FlatSymbolRefAttr found;
+    step.walk([&](Operation *op) {
+      if (!isa<ReduceScatterOp, ReduceScatterStartOp>(op))
+        return WalkResult::advance();
+      auto group = op->getAttrOfType<FlatSymbolRefAttr>("group");
+      auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+      ProcessGroupOp groupOp = group ? lookupProcessGroup(op, group) : nullptr;
+      if (!groupOp || groupOp.getSize() != parts ||
+          input.getNumElements() != shardOf)
+        return WalkResult::advance();
+      found = group;
+      return WalkResult::interrupt();
+    });
+    return found;
+  }
+
+  /// @step_gather<k> for each flat parameter shard, into a new argument of
+  /// role gathered_param (added to every entry: they take @step's).
+  LogicalResult addGatherEntries(OpBuilder &builder, func::FuncOp step) {
+    MLIRContext *context = step.getContext();
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> entries{step};
+    for (auto func : module.getOps<func::FuncOp>())
+      if (func->hasAttr(abi::kEntry))
+        entries.push_back(func);
+    struct Gather {
+      unsigned shard, whole;
+      FlatSymbolRefAttr group;
+    };
+    SmallVector<Gather> gathers;
+    unsigned numArgs = step.getNumArguments();
+    for (unsigned i = 0; i < numArgs; ++i) {
+      auto shardOf = step.getArgAttrOfType<IntegerAttr>(i, abi::kShardOf);
+      auto layout = step.getArgAttrOfType<ArrayAttr>(i, abi::kLayout);
+      auto type = dyn_cast<RankedTensorType>(step.getArgumentTypes()[i]);
+      if (!shardOf || !layout || !type ||
+          abi::getArgRole(step, i) != abi::kParam)
+        continue;
+      int64_t numel = type.getNumElements();
+      if (numel == 0 || shardOf.getInt() % numel != 0)
+        return step.emitError()
+               << "--distopt-split-step: parameter shard #" << i << " of "
+               << numel << " elements is not a part of its " << shardOf.getInt()
+               << "-element flat buffer";
+      int64_t parts = shardOf.getInt() / numel;
+      FlatSymbolRefAttr group = shardGroup(step, shardOf.getInt(), parts);
+      if (!group)
+        return step.emitError()
+               << "--distopt-split-step: no reduce-scatter of a "
+               << shardOf.getInt() << "-element buffer into " << parts
+               << " parts tells which group parameter shard #" << i
+               << " is gathered over";
+      NamedAttrList attrs;
+      attrs.set(abi::kRole, StringAttr::get(context, abi::kGatheredParam));
+      if (auto name = step.getArgAttrOfType<StringAttr>(i, abi::kName))
+        attrs.set(abi::kName, name);
+      attrs.set(abi::kLayout, layout);
+      auto wholeType =
+          RankedTensorType::get({shardOf.getInt()}, type.getElementType());
+      unsigned whole = step.getNumArguments();
+      for (func::FuncOp func : entries)
+        if (failed(func.insertArgument(
+                whole, wholeType, attrs.getDictionary(context), step.getLoc())))
+          return failure();
+      gathers.push_back({i, whole, group});
+    }
+    for (auto [k, gather] : llvm::enumerate(gathers)) {
+      auto func = func::FuncOp::create(
+          builder, step.getLoc(), ("step_gather" + Twine(k)).str(),
+          FunctionType::get(context, step.getArgumentTypes(),
+                            {step.getArgumentTypes()[gather.whole]}));
+      func.setAllArgAttrs(step.getAllArgAttrs());
+      func.setResultAttrs(0, step.getArgAttrDict(gather.whole));
+      func->setAttr(abi::kEntry, StringAttr::get(context, "gather"));
+      func->setAttr(abi::kGathers,
+                    DenseI64ArrayAttr::get(context, {int64_t(gather.shard)}));
+      Block *body = func.addEntryBlock();
+      OpBuilder inner = OpBuilder::atBlockEnd(body);
+      Value all = AllGatherOp::create(
+          inner, step.getLoc(), step.getArgumentTypes()[gather.whole],
+          body->getArgument(gather.shard), gather.group,
+          /*wire_type=*/nullptr);
+      func::ReturnOp::create(inner, step.getLoc(), all);
+    }
+    return success();
   }
 
   /// @step_reduce<k>: the chain, returning what it leaves.

@@ -143,11 +143,13 @@ class TensorInfo:
 @dataclass(frozen=True)
 class Entry:
     """An entry point of a split step (split-step): a reduction of one
-    gradient argument, or the update."""
+    gradient argument, a gather of a ZeRO-3 parameter shard
+    (gather-params), or the update."""
     index: int
-    name: str     # "reduce0", ..., "update"
-    kind: str     # "reduce" or "update"
-    reduces: tuple  # reduce: the gradient arguments it reduces
+    name: str     # "reduce0", ..., "gather0", ..., "update"
+    kind: str     # "reduce", "gather" or "update"
+    reduces: tuple  # reduce: the gradient arguments it reduces; gather:
+    #                 the parameter shard it gathers
 
 
 def _value(index, v):
@@ -425,6 +427,40 @@ class Session:
                                         nbytes))
         self._bound[info.arg] = array
 
+    def bind_arg(self, index, array):
+        """Makes the caller's `array` (contiguous, the argument's dtype and
+        number of elements) the buffer of argument `index` (zero copy): a
+        flat buffer (a gradient bucket, a gathered parameter) as a whole.
+        The array must outlive the binding."""
+        value = self._arg_value(index)
+        what = f"argument #{value.index} ('{value.name}')"
+        pointer, nbytes, dtype, shape, contiguous = _describe_array(
+            array, device=self.step.device)
+        if dtype != value.dtype or nbytes != value.nbytes or not contiguous:
+            raise DistoptError(
+                f"cannot bind {what}: it takes {value.numel} contiguous "
+                f"{value.dtype} elements, the array has shape {list(shape)} "
+                f"of {dtype}{'' if contiguous else ', not contiguous'}")
+        _check(lib.distopt_session_bind(self._live(), value.index, pointer,
+                                        nbytes))
+        self._bound[value.index] = array
+
+    def release_arg(self, index):
+        """Leaves argument `index` without a buffer until it is bound again
+        (a gathered parameter, a gradient bucket: the step then never holds
+        them between uses); running what reads it raises."""
+        value = self._arg_value(index)
+        _check(lib.distopt_session_release(self._live(), value.index))
+        self._bound.pop(value.index, None)
+
+    def _arg_value(self, index):
+        count = len(self.step.args)
+        if isinstance(index, bool) or not hasattr(index, "__index__") or \
+                not 0 <= index.__index__() < count:
+            raise DistoptError(f"index must be an argument's, 0 to "
+                               f"{count - 1}, not {index!r}")
+        return self.step.args[index.__index__()]
+
     def unbind(self, name, role="param"):
         """Gives the argument a zeroed buffer of the session's again."""
         info = self.step.tensor(name, role)
@@ -545,13 +581,28 @@ class Session:
         return None
 
     def start_entry(self, k):
-        """Starts reduce entry k on the session's communication thread and
-        returns at once; wait() waits for all started."""
+        """Starts reduce or gather entry k on the session's communication
+        thread and returns at once; wait() waits for all started."""
         _check(lib.distopt_session_start_entry(self._live(), int(k)))
 
     def wait(self):
         """Waits for the entries started (their failure raises here)."""
         _check(lib.distopt_session_wait(self._live()))
+
+    @property
+    def entries_started(self):
+        """Entries started so far; the n-th is done once entries_finished
+        reaches n (they run in the order started)."""
+        return lib.distopt_session_entries_started(self._live())
+
+    @property
+    def entries_finished(self):
+        return lib.distopt_session_entries_finished(self._live())
+
+    def wait_entries(self, count):
+        """Waits until the first `count` entries started have finished (not
+        those started after them)."""
+        _check(lib.distopt_session_wait_entries(self._live(), int(count)))
 
     def accumulate(self):
         """Adds this micro-batch's gradients into the step's f32
@@ -610,14 +661,19 @@ class Session:
         self.close()
 
 
-def _describe_array(array):
-    """(pointer, nbytes, distopt dtype or None, shape, contiguous)."""
+def _describe_array(array, device="cpu"):
+    """(pointer, nbytes, distopt dtype or None, shape, contiguous); a torch
+    tensor in the memory of `device` ("cuda": device memory, for a step
+    compiled for cuda)."""
     if hasattr(array, "data_ptr"):  # torch
         names = {v: k for k, v in _TORCH_DTYPE_NAMES.items()}
         dtype = names.get(str(array.dtype).replace("torch.", ""), "?")
-        if array.device.type != "cpu":
-            raise DistoptError("bind() takes host memory (device memory: a "
-                               "step compiled for cuda owns its buffers)")
+        if array.device.type != device:
+            raise DistoptError(
+                "bind() takes host memory (device memory: a step compiled "
+                "for cuda owns its buffers)" if device == "cpu" else
+                f"bind_arg() takes {device} memory for a step compiled for "
+                f"{device}, not {array.device.type}")
         return (array.data_ptr(), array.numel() * array.element_size(), dtype,
                 tuple(array.shape), array.is_contiguous())
     if not isinstance(array, np.ndarray):

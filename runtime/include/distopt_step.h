@@ -215,6 +215,17 @@ DISTOPT_RT_API void *distopt_session_arg_data(distopt_session *session,
 DISTOPT_RT_API distopt_rt_status distopt_session_bind(distopt_session *session,
                                                       int64_t arg, void *data,
                                                       int64_t bytes);
+/* Leaves tensor argument `arg` without a buffer (the session's is freed, a
+ * bound one forgotten) until it is bound again: for the whole buffers a
+ * driver holds only while they are used, a ZeRO-3 step's gathered
+ * parameters (role "gathered_param") and the gradients its reduce entries
+ * leave reduced in another argument (its gradient buckets). Those start
+ * without buffers in a step with gather entries. Running an entry (or the
+ * step) that reads or writes an argument without a buffer, or asking for
+ * its data, fails with an error naming it. Other arguments cannot be
+ * released. */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_release(distopt_session *session, int64_t arg);
 /* Views that outlive their session: a host that hands out views of the
  * session's buffers (distopt_session_arg_data, distopt_session_tensor_data;
  * Python's numpy and torch views) retains the buffers, and every buffer the
@@ -297,12 +308,17 @@ DISTOPT_RT_API distopt_rt_status distopt_session_run(distopt_session *session);
  * of role "reduced_grad"), and the "update", which updates from what the
  * reductions left. Running every reduce entry, then the update, computes
  * what distopt_session_run computes. Every rank runs them in the same
- * order (their collectives are matched). */
+ * order (their collectives are matched). Compiled with gather-params, a
+ * ZeRO-3 step also has one "gather" entry per flat parameter shard, which
+ * all-gathers it whole into an argument of role "gathered_param" (FSDP's
+ * gather before a unit's forward and backward); the whole step and the
+ * update do not read those arguments. */
 typedef struct distopt_step_entry {
-  const char *name;       /* "reduce0", ..., "update" */
-  const char *kind;       /* "reduce" or "update" */
-  int64_t num_reduces;    /* reduce: the gradient arguments it reduces */
-  const int64_t *reduces; /* (their indices); update: 0, null */
+  const char *name;       /* "reduce0", ..., "gather0", ..., "update" */
+  const char *kind;       /* "reduce", "gather" or "update" */
+  int64_t num_reduces;    /* reduce: the gradient arguments it reduces; */
+  const int64_t *reduces; /* gather: the parameter shard it gathers (their
+                             indices); update: 0, null */
 } distopt_step_entry;
 
 DISTOPT_RT_API int64_t distopt_step_num_entries(const distopt_step *step);
@@ -312,11 +328,11 @@ DISTOPT_RT_API distopt_rt_status distopt_step_entry_info(
  * it takes the next step number and counts as distopt_session_run does. */
 DISTOPT_RT_API distopt_rt_status
 distopt_session_run_entry(distopt_session *session, int64_t k);
-/* Starts reduce entry k on the session's communication thread and returns
- * (the driver's backward pass goes on meanwhile); entries started run one
- * after another in the order started. The buffers they reduce must not be
- * written until distopt_session_wait returns, and the program must not
- * use the communicator meanwhile. */
+/* Starts reduce or gather entry k on the session's communication thread and
+ * returns (the driver's backward pass goes on meanwhile); entries started
+ * run one after another in the order started. The buffers they read and
+ * write must not be touched until distopt_session_wait returns, and the
+ * program must not use the communicator meanwhile. */
 DISTOPT_RT_API distopt_rt_status
 distopt_session_start_entry(distopt_session *session, int64_t k);
 /* Waits for every entry started; returns the first failure's status (and
@@ -324,6 +340,19 @@ distopt_session_start_entry(distopt_session *session, int64_t k);
  * Every other call that communicates (run, run_entry, save, load, read)
  * waits first. */
 DISTOPT_RT_API distopt_rt_status distopt_session_wait(distopt_session *session);
+/* Entries started on the communication thread since the session was
+ * created, and how many of them have finished (in the order started): the
+ * n-th started is done once `finished` reaches n, which a driver polls to
+ * free what it reduced. */
+DISTOPT_RT_API int64_t
+distopt_session_entries_started(distopt_session *session);
+DISTOPT_RT_API int64_t
+distopt_session_entries_finished(distopt_session *session);
+/* Waits until the first `count` entries started have finished (not those
+ * started after: a gather prefetched ahead of a reduction is waited for
+ * alone); a failure is returned as distopt_session_wait returns it. */
+DISTOPT_RT_API distopt_rt_status
+distopt_session_wait_entries(distopt_session *session, int64_t count);
 
 /* Gradient accumulation (a step compiled with grad_accumulation K): adds
  * this micro-batch's gradients (the gradient arguments) into the step's f32

@@ -149,6 +149,97 @@ distopt::rt::matchResults(const step::Interface &abi,
 }
 
 namespace {
+/// Whether one of `entry`'s results replaces argument `arg`.
+bool replaces(const step::Interface &abi, const step::Entry &entry,
+              size_t arg) {
+  const step::Value &a = abi.args[arg];
+  return std::any_of(
+      entry.results.begin(), entry.results.end(), [&](const step::Value &r) {
+        return (r.inPlaceArg && static_cast<size_t>(*r.inPlaceArg) == arg) ||
+               (r.isTensor() && r.role == a.role && r.name == a.name);
+      });
+}
+
+/// Whether `entry` (null: the whole step) reads or writes argument `arg`,
+/// one that may be released: a gather entry its gathered parameter, a
+/// reduce entry (and the whole step) the gradients it reduces.
+bool touches(const step::Interface &abi, const step::Entry *entry, size_t arg) {
+  if (!entry)
+    return abi.args[arg].role == step::Role::Grad;
+  const std::vector<int64_t> &reads = entry->kind == step::Entry::Kind::Gather
+                                          ? entry->gathers
+                                          : entry->reduces;
+  return std::count(reads.begin(), reads.end(), static_cast<int64_t>(arg)) ||
+         replaces(abi, *entry, arg);
+}
+
+/// In a step with gather entries (a ZeRO-3 driver's), the releasable
+/// arguments start without buffers: the driver binds its own while a unit
+/// runs, and the whole buffers are never all allocated at once.
+bool startsReleased(const step::Interface &abi, size_t arg) {
+  return releasable(abi, arg) &&
+         std::any_of(abi.entries.begin(), abi.entries.end(),
+                     [](const step::Entry &e) {
+                       return e.kind == step::Entry::Kind::Gather;
+                     });
+}
+} // namespace
+
+bool distopt::rt::releasable(const step::Interface &abi, size_t arg) {
+  const step::Value &v = abi.args[arg];
+  if (!v.isTensor())
+    return false;
+  if (v.role == step::Role::GatheredParam)
+    return true;
+  if (v.role != step::Role::Grad)
+    return false;
+  // A gradient its reduce entry leaves in another argument (a shard): the
+  // update reads that one, not this.
+  for (const step::Entry &e : abi.entries)
+    if (e.kind == step::Entry::Kind::Reduce &&
+        std::count(e.reduces.begin(), e.reduces.end(),
+                   static_cast<int64_t>(arg)))
+      return !replaces(abi, e, arg);
+  return false;
+}
+
+distopt_rt_status distopt::rt::requireBuffer(distopt_session *session,
+                                             size_t arg,
+                                             const std::string &what) {
+  if (session->data[arg])
+    return DISTOPT_RT_OK;
+  return session->invalid(
+      "cannot " + what + ": " +
+      describe(session->step->abi.args[arg], arg, "argument") +
+      " has no buffer (released, or never bound: a step with gather "
+      "entries leaves its gathered parameters and gradient buckets to the "
+      "driver); bind one first");
+}
+
+distopt_rt_status distopt::rt::requireIdle(distopt_session *session, size_t arg,
+                                           const std::string &what) {
+  const step::Interface &abi = session->step->abi;
+  for (size_t k : session->comms.inFlight())
+    if (touches(abi, &abi.entries[k], arg))
+      return session->invalid(
+          "cannot " + what + ": entry point '" + abi.entries[k].name +
+          "', started and not finished, uses " +
+          describe(abi.args[arg], arg, "argument") + " (wait for it first)");
+  return DISTOPT_RT_OK;
+}
+
+distopt_rt_status distopt::rt::checkBuffers(distopt_session *session,
+                                            const step::Entry *entry) {
+  const step::Interface &abi = session->step->abi;
+  for (size_t i = 0; i < abi.args.size(); ++i)
+    if (abi.args[i].isTensor() && !session->data[i] && touches(abi, entry, i))
+      return requireBuffer(session, i,
+                           entry ? "run entry point '" + entry->name + "'"
+                                 : std::string("run the step"));
+  return DISTOPT_RT_OK;
+}
+
+namespace {
 void freeBuffer(bool device, void *buffer) {
   if (device)
     distopt_rt_cuda_free(buffer);
@@ -341,6 +432,11 @@ distopt_rt_status distopt_session_create(distopt_step *step,
     }
     std::vector<char> host;
     void *buffer;
+    if (startsReleased(abi, i)) {
+      session->data[i] = nullptr;
+      session->owned[i] = false;
+      continue;
+    }
     if (session->device) {
       status = distopt_rt_cuda_alloc(std::max<uint64_t>(v.bytes(), 1), &buffer);
       if (status != DISTOPT_RT_OK)
@@ -404,6 +500,11 @@ distopt_rt_comm *distopt_session_comm(const distopt_session *session) {
 void *distopt_session_arg_data(distopt_session *session, int64_t arg) {
   if (!session || arg < 0 || arg >= static_cast<int64_t>(session->data.size()))
     return nullptr;
+  if (session->step->abi.args[arg].isTensor() &&
+      requireBuffer(session, arg,
+                    "give argument #" + std::to_string(arg) + "'s buffer") !=
+          DISTOPT_RT_OK)
+    return nullptr;
   session->programWrote[arg] = true; // it may write through the pointer
   return session->data[arg];
 }
@@ -417,6 +518,9 @@ distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
   std::string what = describe(v, arg, "argument");
   if (!v.isTensor())
     return session->invalid("cannot bind " + what + ": it is a scalar");
+  if (distopt_rt_status status = requireIdle(session, arg, "bind " + what);
+      status != DISTOPT_RT_OK)
+    return status;
   void *fresh = data;
   if (data) {
     if (bytes != static_cast<int64_t>(v.bytes()))
@@ -447,6 +551,29 @@ distopt_rt_status distopt_session_bind(distopt_session *session, int64_t arg,
   return DISTOPT_RT_OK;
 }
 
+distopt_rt_status distopt_session_release(distopt_session *session,
+                                          int64_t arg) {
+  if (!session || arg < 0 ||
+      arg >= static_cast<int64_t>(session->step->abi.args.size()))
+    return invalid("distopt_session_release: no argument #" +
+                   std::to_string(arg));
+  const step::Interface &abi = session->step->abi;
+  std::string what = "release " + describe(abi.args[arg], arg, "argument");
+  if (!releasable(abi, static_cast<size_t>(arg)))
+    return session->invalid(
+        "cannot " + what +
+        ": only gathered parameters and gradients that a reduce entry "
+        "leaves reduced elsewhere can be left without a buffer");
+  if (distopt_rt_status status = requireIdle(session, arg, what);
+      status != DISTOPT_RT_OK)
+    return status;
+  if (session->owned[arg] && session->data[arg])
+    BufferKeeper::release(session->keeper, session->data[arg]);
+  session->data[arg] = nullptr;
+  session->owned[arg] = false;
+  return DISTOPT_RT_OK;
+}
+
 distopt_rt_status distopt_session_accumulate(distopt_session *session) {
   if (!session)
     return invalid("distopt_session_accumulate: null session");
@@ -465,6 +592,11 @@ distopt_rt_status distopt_session_accumulate(distopt_session *session) {
   // buffer is zero for the next micro-batch's backward.
   constexpr int64_t kBlock = 4096;
   float converted[kBlock];
+  for (auto [acc, grad] : session->accumulators)
+    if (distopt_rt_status status =
+            requireBuffer(session, grad, "accumulate its gradient");
+        status != DISTOPT_RT_OK)
+      return status;
   for (auto [acc, grad] : session->accumulators) {
     const step::Value &g = abi.args[grad];
     auto *sum = static_cast<float *>(session->data[acc]);

@@ -357,6 +357,7 @@ void CommThread::start(distopt_session *s, size_t entry) {
     worker = std::thread([this, s] { serve(s); });
   queue.push_back(entry);
   ++pending;
+  ++started;
   wake.notify_all();
 }
 
@@ -369,6 +370,7 @@ void CommThread::serve(distopt_session *s) {
       return; // stopping, and nothing left
     size_t k = queue.front();
     queue.pop_front();
+    running = k;
     bool failedBefore = status != DISTOPT_RT_OK;
     lock.unlock();
     distopt_rt_status result = DISTOPT_RT_OK;
@@ -388,14 +390,36 @@ void CommThread::serve(distopt_session *s) {
       status = result;
       error = message;
     }
-    if (--pending == 0)
-      done.notify_all();
+    running.reset();
+    ++finished;
+    --pending;
+    done.notify_all();
   }
 }
 
-distopt_rt_status CommThread::wait() {
+distopt_rt_status CommThread::wait() { return waitFor(INT64_MAX); }
+
+int64_t CommThread::startedCount() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return started;
+}
+
+std::vector<size_t> CommThread::inFlight() {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<size_t> entries(queue.begin(), queue.end());
+  if (running)
+    entries.push_back(*running);
+  return entries;
+}
+
+int64_t CommThread::finishedCount() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return finished;
+}
+
+distopt_rt_status CommThread::waitFor(int64_t count) {
   std::unique_lock<std::mutex> lock(mutex);
-  done.wait(lock, [&] { return pending == 0; });
+  done.wait(lock, [&] { return pending == 0 || finished >= count; });
   distopt_rt_status result = status;
   if (result != DISTOPT_RT_OK) {
     fail(result, error);
@@ -423,6 +447,9 @@ distopt_rt_status distopt_session_run(distopt_session *session) {
                 "distopt_session_run: null session");
   if (distopt_rt_status status = session->comms.wait(); status != DISTOPT_RT_OK)
     return status;
+  if (distopt_rt_status status = checkBuffers(session, nullptr);
+      status != DISTOPT_RT_OK)
+    return status;
   OperationScope scope(Operation::Step);
   return runStep(session, session->step->entry, session->step->abi.results);
 }
@@ -440,9 +467,12 @@ distopt_rt_status distopt_step_entry_info(const distopt_step *step, int64_t k,
                     std::to_string(k));
   const step::Entry &e = step->abi.entries[k];
   out->name = e.name.c_str();
-  out->kind = e.kind == step::Entry::Kind::Reduce ? "reduce" : "update";
-  out->num_reduces = static_cast<int64_t>(e.reduces.size());
-  out->reduces = e.reduces.empty() ? nullptr : e.reduces.data();
+  out->kind = step::entryKindName(e.kind).data();
+  // A gather entry's operand is the parameter shard it gathers.
+  const std::vector<int64_t> &operands =
+      e.kind == step::Entry::Kind::Gather ? e.gathers : e.reduces;
+  out->num_reduces = static_cast<int64_t>(operands.size());
+  out->reduces = operands.empty() ? nullptr : operands.data();
   return DISTOPT_RT_OK;
 }
 
@@ -452,6 +482,9 @@ distopt_rt_status distopt_session_run_entry(distopt_session *session,
   if (!entry)
     return DISTOPT_RT_INVALID_ARGUMENT;
   if (distopt_rt_status status = session->comms.wait(); status != DISTOPT_RT_OK)
+    return status;
+  if (distopt_rt_status status = checkBuffers(session, entry);
+      status != DISTOPT_RT_OK)
     return status;
   OperationScope scope(Operation::Step);
   if (entry->kind == step::Entry::Kind::Update)
@@ -469,7 +502,7 @@ distopt_rt_status distopt_session_start_entry(distopt_session *session,
   const step::Entry *entry = entryAt(session, k, "distopt_session_start_entry");
   if (!entry)
     return DISTOPT_RT_INVALID_ARGUMENT;
-  if (entry->kind != step::Entry::Kind::Reduce)
+  if (entry->kind == step::Entry::Kind::Update)
     return session->invalid("distopt_session_start_entry: entry point '" +
                             entry->name +
                             "' is the update: run it with "
@@ -479,6 +512,9 @@ distopt_rt_status distopt_session_start_entry(distopt_session *session,
     return session->error(DISTOPT_RT_FAILED,
                           "an earlier step or collective of this session "
                           "failed part way; create a new session");
+  if (distopt_rt_status status = checkBuffers(session, entry);
+      status != DISTOPT_RT_OK)
+    return status;
   session->comms.start(session, static_cast<size_t>(k));
   return DISTOPT_RT_OK;
 }
@@ -488,6 +524,22 @@ distopt_rt_status distopt_session_wait(distopt_session *session) {
     return fail(DISTOPT_RT_INVALID_ARGUMENT,
                 "distopt_session_wait: null session");
   return session->comms.wait();
+}
+
+int64_t distopt_session_entries_started(distopt_session *session) {
+  return session ? session->comms.startedCount() : 0;
+}
+
+int64_t distopt_session_entries_finished(distopt_session *session) {
+  return session ? session->comms.finishedCount() : 0;
+}
+
+distopt_rt_status distopt_session_wait_entries(distopt_session *session,
+                                               int64_t count) {
+  if (!session)
+    return fail(DISTOPT_RT_INVALID_ARGUMENT,
+                "distopt_session_wait_entries: null session");
+  return session->comms.waitFor(count);
 }
 
 } // extern "C"

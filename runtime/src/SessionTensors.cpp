@@ -242,6 +242,8 @@ void *distopt_session_tensor_data(distopt_session *session, int64_t index) {
                      "distopt_session_read_tensor)");
     return nullptr;
   }
+  if (requireBuffer(session, t->arg, "view '" + t->name + "'") != DISTOPT_RT_OK)
+    return nullptr;
   session->programWrote[t->arg] = true; // it may write through the view
   return static_cast<char *>(session->data[t->arg]) +
          t->offset * t->dtype->bytes;
@@ -258,6 +260,10 @@ distopt_rt_status distopt_session_write_tensor(distopt_session *session,
     return session->invalid(
         "cannot write '" + t->name + "': " + std::to_string(bytes) +
         " bytes given, it has " + std::to_string(t->bytes()));
+  if (distopt_rt_status status =
+          requireBuffer(session, t->arg, "write '" + t->name + "'");
+      status != DISTOPT_RT_OK)
+    return status;
   size_t element = t->dtype->bytes;
   forEachLocalPart(*t, session->step->abi.args[t->arg], session->rank,
                    [&](int64_t first, int64_t at, int64_t count) {
@@ -281,6 +287,10 @@ distopt_rt_status distopt_session_read_tensor(distopt_session *session,
         "cannot read '" + t->name + "': " + std::to_string(bytes) +
         " bytes given, it has " + std::to_string(t->bytes()));
   if (distopt_rt_status status = session->comms.wait(); status != DISTOPT_RT_OK)
+    return status;
+  if (distopt_rt_status status =
+          requireBuffer(session, t->arg, "read '" + t->name + "'");
+      status != DISTOPT_RT_OK)
     return status;
   const step::Value &arg = session->step->abi.args[t->arg];
   std::vector<char> scratch;

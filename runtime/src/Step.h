@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -117,13 +118,22 @@ public:
   ~CommThread();
   void start(distopt_session *session, size_t entry);
   distopt_rt_status wait();
+  /// Waits until the first `count` entries started have finished (they
+  /// run in the order started); a failure is returned as wait() returns it.
+  distopt_rt_status waitFor(int64_t count);
+  int64_t startedCount();
+  int64_t finishedCount();
+  /// The entries started and not finished (running or queued).
+  std::vector<size_t> inFlight();
 
 private:
   void serve(distopt_session *session);
   std::mutex mutex;
   std::condition_variable wake, done;
   std::deque<size_t> queue;
-  size_t pending = 0; // started and not finished
+  std::optional<size_t> running;
+  size_t pending = 0;                // started and not finished
+  int64_t started = 0, finished = 0; // since the session was created
   bool stopping = false;
   distopt_rt_status status = DISTOPT_RT_OK;
   std::string error;
@@ -250,6 +260,23 @@ distopt_rt_status matchResults(const step::Interface &abi,
 /// A standard normal draw for `v` from `seed`, the same on every rank
 /// (PowerSGD's Q).
 void drawNormal(const step::Value &v, void *out, uint64_t seed);
+/// Whether argument `arg` may be left without a buffer
+/// (distopt_session_release): a gathered parameter, or a gradient that a
+/// reduce entry leaves reduced in another argument (a bucket a ZeRO-3
+/// driver holds only around its unit's backward). In a step with gather
+/// entries they start without one.
+bool releasable(const step::Interface &abi, size_t arg);
+/// An error naming the first argument without a buffer that `entry`
+/// (null: the whole step) reads or writes; OK when there is none.
+distopt_rt_status checkBuffers(distopt_session *session,
+                               const step::Entry *entry);
+/// An error when an entry started and not finished reads or writes
+/// argument `arg` (which `what` would change under it).
+distopt_rt_status requireIdle(distopt_session *session, size_t arg,
+                              const std::string &what);
+/// An error when argument `arg` has no buffer (released), for `what`.
+distopt_rt_status requireBuffer(distopt_session *session, size_t arg,
+                                const std::string &what);
 } // namespace distopt::rt
 
 #endif // DISTOPT_RT_STEP_H

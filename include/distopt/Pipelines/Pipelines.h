@@ -166,6 +166,12 @@ struct DistOptPipelineOptions
                      "(--distopt-split-step: a driver reduces buckets "
                      "during backward, as DDP does)"),
       llvm::cl::init(false)};
+  Option<bool> gatherParams{
+      *this, "gather-params",
+      llvm::cl::desc("With split-step, also export a gather entry per ZeRO-3 "
+                     "flat parameter shard (FSDP's all-gather of a unit "
+                     "before its forward and backward)"),
+      llvm::cl::init(false)};
 };
 
 /// Adds canonicalization, division fusion, wider reductions, ZeRO sharding,

@@ -47,6 +47,9 @@ enum class Role {
   ReducedGrad,    // a gradient's shard as a split step's reduce entry
                   // leaves it for its update entry (a buffer of the
                   // driver's, not checkpointed)
+  GatheredParam,  // a ZeRO-3 flat parameter gathered whole by a gather
+                  // entry, for forward and backward (the driver's buffer,
+                  // bound while it is needed; not checkpointed)
 };
 
 /// The spelling of `role` in IR attributes and the interface ("param", ...);
@@ -139,13 +142,17 @@ struct ProcessGroup {
 /// step: the reduction of one gradient argument, or the update that reads
 /// what the reductions left. Entries take the step's arguments.
 struct Entry {
-  enum class Kind { Reduce, Update };
+  enum class Kind { Reduce, Gather, Update };
   std::string name; // "reduce0", "update": the library exports
                     // distopt_step_packed_<name>
   Kind kind = Kind::Update;
   std::vector<int64_t> reduces; // Reduce: the gradient arguments it reduces
+  std::vector<int64_t> gathers; // Gather: the parameter shard it gathers
   std::vector<Value> results;
 };
+
+/// An entry's kind as the interface spells it: "reduce", "gather", "update".
+std::string_view entryKindName(Entry::Kind kind);
 
 struct Interface {
   /// 2: the entry points return a status (docs/step-abi.md).

@@ -737,7 +737,20 @@ def SplitStepPass : Pass<"distopt-split-step", "::mlir::ModuleOp"> {
     arguments' indices) or `"update"`; `distopt-compile` exports each
     (docs/step-abi.md). Running the reduce entries then the update computes
     what `@step` computes.
+
+    With `gather-params`, each parameter argument that is a ZeRO-3 flat
+    shard (`distopt.shard_of`, with a layout) also gets `@step_gather<k>`:
+    an all_gather of the shard over the group its gradient is
+    reduce-scattered on, returned as a new argument of role
+    `gathered_param` with the flat buffer's layout (the whole parameters a
+    unit's forward and backward read, FSDP's), marked
+    `distopt.entry = "gather"` with `distopt.gathers` = the shard's index.
+    `@step` and `@step_update` do not read the gathered arguments.
   }];
+  let options = [
+    Option<"gatherParams", "gather-params", "bool", "false",
+           "Also export a gather entry per ZeRO-3 flat parameter shard">,
+  ];
   let dependentDialects = ["::mlir::distopt::DistOptDialect",
                            "::mlir::func::FuncDialect"];
 }

@@ -149,18 +149,19 @@ static LogicalResult describeEntries(ModuleOp module, func::FuncOp step,
       continue;
     StringRef symbol = func.getSymName();
     if (!symbol.consume_front("step_") || func.isExternal() ||
-        (kind.getValue() != "reduce" && kind.getValue() != "update"))
+        !llvm::is_contained({"reduce", "gather", "update"}, kind.getValue()))
       return func.emitError() << "an entry point of a split step is a "
-                                 "@step_<name> with distopt.entry \"reduce\" "
-                                 "or \"update\"";
+                                 "@step_<name> with distopt.entry \"reduce\", "
+                                 "\"gather\" or \"update\"";
     if (func.getArgumentTypes() != step.getArgumentTypes() ||
         func.getAllArgAttrs() != step.getAllArgAttrs())
       return func.emitError() << "an entry point takes @step's arguments, "
                                  "with their attributes";
     si::Entry entry;
     entry.name = symbol.str();
-    entry.kind = kind.getValue() == "reduce" ? si::Entry::Kind::Reduce
-                                             : si::Entry::Kind::Update;
+    entry.kind = kind.getValue() == "reduce"   ? si::Entry::Kind::Reduce
+                 : kind.getValue() == "gather" ? si::Entry::Kind::Gather
+                                               : si::Entry::Kind::Update;
     if (entry.kind == si::Entry::Kind::Reduce) {
       auto reduces = func->getAttrOfType<DenseI64ArrayAttr>(abi::kReduces);
       if (!reduces || reduces.empty())
@@ -168,6 +169,14 @@ static LogicalResult describeEntries(ModuleOp module, func::FuncOp step,
                                    "the gradient arguments it reduces";
       entry.reduces.assign(reduces.asArrayRef().begin(),
                            reduces.asArrayRef().end());
+    }
+    if (entry.kind == si::Entry::Kind::Gather) {
+      auto gathers = func->getAttrOfType<DenseI64ArrayAttr>(abi::kGathers);
+      if (!gathers || gathers.size() != 1)
+        return func.emitError() << "a gather entry needs distopt.gathers, "
+                                   "the parameter shard it gathers";
+      entry.gathers.assign(gathers.asArrayRef().begin(),
+                           gathers.asArrayRef().end());
     }
     for (unsigned i = 0; i < func.getNumResults(); ++i) {
       FailureOr<si::Value> value =

@@ -24,7 +24,7 @@ func.func @step_update(%p: tensor<4xf32> {distopt.role = "param", distopt.name =
 
 // -----
 
-// expected-error @below {{argument #0: "distopt.role" must be one of param, grad, main_param, state, lr, step, loss, skipped, grad_accum, hyperparameter, reduced_grad, got "weights"}}
+// expected-error @below {{argument #0: "distopt.role" must be one of param, grad, main_param, state, lr, step, loss, skipped, grad_accum, hyperparameter, reduced_grad, gathered_param, got "weights"}}
 func.func @step(%p: tensor<4xf32> {distopt.role = "weights"}) {
   return
 }
@@ -109,7 +109,7 @@ func.func @step(%s: tensor<4xf32> {distopt.per_rank = "median"}) {
 
 // -----
 
-// expected-error @below {{argument #0: "distopt.rol" is not an attribute of the step ABI (role, name, per_rank, layout, value, init, shard_of)}}
+// expected-error @below {{argument #0: "distopt.rol" is not an attribute of the step ABI (role, name, per_rank, layout, value, init, shard_of, unit)}}
 func.func @step(%s: tensor<4xf32> {distopt.rol = "param"}) {
   return
 }
@@ -122,7 +122,7 @@ module attributes {distopt.world_size = 0 : i64} {
 
 // -----
 
-// expected-error @below {{"distopt.entry" must be "reduce" or "update", got "apply"}}
+// expected-error @below {{"distopt.entry" must be "reduce", "gather" or "update", got "apply"}}
 func.func @step_apply() attributes {distopt.entry = "apply"} {
   return
 }
@@ -145,5 +145,32 @@ func.func @step() attributes {distopt.matrix_plans = [1 : i64]} {
 
 // expected-error @below {{"distopt.matrix_plans" must be an array of}}
 func.func @step() attributes {distopt.matrix_plans = [{matrices = 2 : i64, gathered = ["w"], chosen_us = 1.0 : f64, all_owners_us = 2.0 : f64}]} {
+  return
+}
+
+// -----
+
+// A parameter's unit (FSDP's wrapped module), and a gather entry.
+// CHECK-LABEL: func.func @step_gather0(
+// CHECK-SAME: distopt.unit = 3 : i64
+// CHECK-SAME: distopt.role = "gathered_param"
+// CHECK-SAME: distopt.entry = "gather", distopt.gathers = array<i64: 0>
+func.func @step_gather0(%p: tensor<2xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.unit = 3 : i64, distopt.shard_of = 4 : i64, distopt.layout = [{name = "w", offset = 0 : i64, shape = array<i64: 4>}]},
+                        %w: tensor<4xf32> {distopt.role = "gathered_param", distopt.name = "flat0.param", distopt.layout = [{name = "w", offset = 0 : i64, shape = array<i64: 4>}]})
+    -> tensor<4xf32> attributes {distopt.entry = "gather", distopt.gathers = array<i64: 0>} {
+  return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{argument #0: "distopt.unit" must be a non-negative integer, got -1 : i64}}
+func.func @step(%p: tensor<4xf32> {distopt.role = "param", distopt.unit = -1 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @below {{"distopt.gathers" must be an array<i64: ...>, got 0 : i64}}
+func.func @step_gather0() attributes {distopt.entry = "gather", distopt.gathers = 0 : i64} {
   return
 }

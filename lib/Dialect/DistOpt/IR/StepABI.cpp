@@ -130,8 +130,12 @@ LogicalResult verifyValueAttribute(const Site &site, bool isResult) {
     return require(isNonNegative(value, 1), [&] {
       return site.error() << "must be a positive integer, got " << value;
     });
+  if (name == abi::kUnit)
+    return require(isNonNegative(value), [&] {
+      return site.error() << "must be a non-negative integer, got " << value;
+    });
   return site.error() << "is not an attribute of the step ABI (role, name, "
-                         "per_rank, layout, value, init, shard_of)";
+                         "per_rank, layout, value, init, shard_of, unit)";
 }
 
 } // namespace
@@ -197,11 +201,13 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
   // On the entry points of a split step, and the lowering's marks.
   if (name == abi::kEntry) {
     auto entry = dyn_cast<StringAttr>(value);
-    return check(
-        entry && (entry.getValue() == "reduce" || entry.getValue() == "update"),
-        "\"reduce\" or \"update\"");
+    return check(entry && (entry.getValue() == "reduce" ||
+                           entry.getValue() == "gather" ||
+                           entry.getValue() == "update"),
+                 "\"reduce\", \"gather\" or \"update\"");
   }
-  if (name == abi::kReduces || name == abi::kInPlaceResults)
+  if (name == abi::kReduces || name == abi::kGathers ||
+      name == abi::kInPlaceResults)
     return check(isa<DenseI64ArrayAttr>(value), "an array<i64: ...>");
   if (name == abi::kReturnsStatus || name == abi::kRequestInput)
     return check(isa<UnitAttr>(value), "a unit attribute");

@@ -64,10 +64,20 @@ constexpr llvm::StringLiteral kHyperparameter = "hyperparameter";
 /// A gradient reduced to this rank's shard by a reduce entry of a split
 /// step (--distopt-split-step), for its update entry to read.
 constexpr llvm::StringLiteral kReducedGrad = "reduced_grad";
+/// A ZeRO-3 flat parameter gathered whole by a gather entry of a split step
+/// (--distopt-split-step=gather-params), for the forward and backward
+/// passes to read: a buffer the driver binds while the unit runs.
+constexpr llvm::StringLiteral kGatheredParam = "gathered_param";
 /// On the entry functions of a split step: "reduce" (with distopt.reduces,
-/// the gradient argument it reduces) or "update".
+/// the gradient argument it reduces), "gather" (with distopt.gathers, the
+/// parameter shard it gathers) or "update".
 constexpr llvm::StringLiteral kEntry = "distopt.entry";
 constexpr llvm::StringLiteral kReduces = "distopt.reduces";
+constexpr llvm::StringLiteral kGathers = "distopt.gathers";
+/// On a parameter's arguments (param, grad, main_param, grad_accum): the
+/// unit it belongs to (FSDP's wrapped module): under ZeRO-3 the tensors of
+/// different units never share a flat buffer.
+constexpr llvm::StringLiteral kUnit = "distopt.unit";
 /// On a scalar state or hyperparameter argument: the value it starts from.
 constexpr llvm::StringLiteral kValue = "distopt.value";
 /// On a state tensor: how the driver fills it before the first step
