@@ -30,6 +30,7 @@ from .compiler import compile
 from ._reducer import Reducer
 from ._scaler import GradScaler
 from ._state import StateView
+from ._units import UnitReducer, find_units
 from ._torch_params import (
     _EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS, _check_options,
     _check_structure, _check_value, _clip_arguments, _default_comm, _glob_literal, _group_runtime_keys,
@@ -48,8 +49,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     params: what torch.optim takes: parameters (model.parameters()),
       (name, parameter) pairs (model.named_parameters(): names in
       checkpoints), or a list of group dicts {"params": [...], <the
-      group's hyperparameters>}. Parameters that do not require a gradient
-      are left out.
+      group's hyperparameters>}; or the model itself (its named
+      parameters; under zero-stage=3, units: below). Parameters that do
+      not require a gradient are left out.
     recipe: the optimizer and its defaults (docs/param-spec.md): {"type":
       "sgd" | "adam" | "adamw" | "rmsprop" | "adagrad", "lr": ..., and
       torch.optim's keyword names}, or "muon" | "dion" with the spec's
@@ -96,20 +98,35 @@ class DistributedOptimizer(torch.optim.Optimizer):
     change: step() raises an error naming it. add_param_group after
     construction is refused (pass every group to the constructor).
 
-    Under zero-stage=3 the step keeps each rank's shard of the parameters;
-    the model's parameters are then tensors of their own, gathered after
-    every step (collective), so the model holds them whole: the memory
-    saved is the optimizer state's and the gradients' after reduction, not
-    the parameters'.
+    Under zero-stage=3 given a parameter list, the step keeps each rank's
+    shard of the parameters; the model's parameters are then tensors of
+    their own, gathered after every step (collective), so the model holds
+    them whole. Given the nn.Module itself (params=model), ZeRO-3 runs as
+    FSDP does: the model is split into units (auto_wrap_policy: a module
+    class or tuple of them, a callable(module) -> bool, or a number of
+    parameters; None: one unit), each unit's parameters are gathered just
+    before its forward and again before its backward and freed after
+    (reshard_after_forward=False keeps them from forward to backward), its
+    gradients reduce-scattered as soon as its backward is done; between
+    steps no parameter is held whole (docs/host-library.md, "ZeRO-3 with
+    units"). model.state_dict() then gathers whole tensors (collective)
+    and model.load_state_dict() writes them to the shards.
     """
 
     def __init__(self, params, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
                  cache=None, seed=None, threads=None, overlap=True,
-                 loss_scaling=None, grad_accumulation=1):
+                 loss_scaling=None, grad_accumulation=1,
+                 auto_wrap_policy=None, reshard_after_forward=True):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (a torch.optim "
                              "class's name in lower case: \"adamw\")")
+        module = params if isinstance(params, torch.nn.Module) else None
+        if module is not None:
+            params = module.named_parameters()
+        elif auto_wrap_policy is not None:
+            raise ValueError("auto_wrap_policy wraps a model: pass the "
+                             "nn.Module itself as params")
         defaults = _torch_defaults(recipe)
         self.kind = recipe["type"]
         groups = _split_vectors(_named_groups(params), self.kind,
@@ -150,9 +167,25 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._zero_stage = next(
             (int(o.split("=", 1)[1]) for o in pipeline.split()
              if o.startswith("zero-stage=") and o[11:].isdigit()), 0)
-        self.library = compile(self.spec, pipeline=_split_pipeline(pipeline),
+        units = None
+        split = _split_pipeline(pipeline)
+        if module is not None and self._zero_stage == 3 and world > 1:
+            # FSDP's units: each a flat shard of its own, gathered around
+            # its forward and backward (_units.py).
+            if grad_accumulation != 1:
+                raise DistoptError("grad_accumulation with units (ZeRO-3 "
+                                   "given the model) is not supported yet")
+            units, unit_of = find_units(module, auto_wrap_policy)
+            for entry in parameters:
+                entry["unit"] = unit_of[entry["name"]]
+            split += " gather-params"
+        elif auto_wrap_policy is not None and self._zero_stage != 3:
+            raise ValueError("auto_wrap_policy is for zero-stage=3 (units "
+                             "gathered around their forward and backward)")
+        self.library = compile(self.spec, pipeline=split,
                                target=target, cache=cache, comm=self.comm)
         self.compiled = Step(self.library)
+        self._units = units is not None
         # torch.optim's state has a "step" per parameter (not SGD's).
         self._keeps_step = _keeps_step(self.kind)
         self.session = Session(self.compiled, comm=self.comm, timeout=timeout,
@@ -164,7 +197,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for name, p in named:
                 self._adopt(name, p)
-        self._reducer = Reducer(self, bool(overlap))
+        if self._units:
+            self._reducer = UnitReducer(self, units, unit_of,
+                                        reshard_after_forward)
+            self._hook_model_state(module)
+        else:
+            self._reducer = Reducer(self, bool(overlap))
         self._versions = None
         self._constructed = False
         super().__init__([dict(self._group_defaults[i], **extra,
@@ -232,6 +270,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if any(t.role == "main_param" and t.name == name
                for t in self.compiled.tensors):
             self.session.write(name, initial.float(), "main_param")
+        if self._units:
+            # Held as shards; the unit reducer gathers them for forward
+            # and backward, and gives .grad only during backward.
+            p.grad = None
+            self._param_views.append(None)
+            self._grad_views.append(None)
+            return
         grad = self.session.tensor(name, "grad", like="torch")
         grad.zero_()
         if info.whole:
@@ -248,6 +293,48 @@ class DistributedOptimizer(torch.optim.Optimizer):
         p.grad = grad
         self._param_views.append(view)
         self._grad_views.append(grad)
+
+    def _hook_model_state(self, module):
+        """With units: model.state_dict() gives whole parameters (gathered
+        from the shards: collective, as FSDP's full state dict), and
+        model.load_state_dict() writes them into the shards and their fp32
+        main copies (every rank loads the same dict)."""
+        names = {id(p): name for name, p in self._named}
+        keys = {}
+        for module_name, m in module.named_modules():
+            for param_name, p in m._parameters.items():
+                if p is not None and id(p) in names:
+                    keys[(module_name + "." if module_name else "") +
+                         param_name] = (names[id(p)], p)
+
+        def save(_, state_dict, prefix, local_metadata):
+            for key, (name, _) in keys.items():
+                if prefix + key in state_dict:
+                    state_dict[prefix + key] = self.session.read(
+                        name, "param", like="torch")
+            return state_dict
+
+        def load(state_dict, prefix, *_):
+            for key, (name, p) in keys.items():
+                value = state_dict.get(prefix + key)
+                if value is None or tuple(value.shape) != \
+                        tuple(self.compiled.tensor(name, "param").shape):
+                    continue  # torch reports it (missing, or mismatched)
+                value = value.detach().to("cpu", p.dtype)
+                self.session.write(name, value, "param")
+                self._write_main(name, value)
+                # torch copies into p next: a tensor of its shape, dropped
+                # when the load is done.
+                p.data = torch.empty_like(value, device=p.device)
+
+        def loaded(*_):
+            self._release_units()
+            for index in range(len(self._named)):
+                self._reducer._free_param(index)
+
+        module._register_state_dict_hook(save)
+        module._register_load_state_dict_pre_hook(load)
+        module.register_load_state_dict_post_hook(loaded)
 
     # --- hyperparameters ---------------------------------------------------
 
@@ -302,13 +389,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """After backward's reductions: what the update will not read again
         (a gradient whose reduction left a shard, or that the update
         reduces itself) must not change before step()."""
-        self._versions = [g._version for g in self._grad_views]
+        self._versions = [g._version if g is not None else None
+                          for g in self._grad_views]
 
     def _check_unchanged(self, why="this step reduces it during backward "
                          "into a buffer of its own (a shard per rank under "
                          "ZeRO-2/3, a bucket summed with the accumulated "
                          "micro-batches, or compressed under PowerSGD) and "
                          "updates from that, not from .grad"):
+        if self._units:
+            return  # .grad is gone once a unit's gradients are reduced
         for index, (name, p) in enumerate(self._named):
             bucket = self._reducer.bucket_of.get(index)
             if bucket is not None and self._reducer.in_place[bucket]:
@@ -505,6 +595,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self.session.write(name, p.detach(), "param")
                 self._write_main(name, p)
         reducer = self._reducer
+        if self._units and not reducer.reduced:
+            raise DistoptError(
+                "with units (ZeRO-3 given the model), step() updates from "
+                "the gradients backward() reduce-scattered: call backward() "
+                "first (a gradient set by the program is not taken)")
         if self._set_to_none or not all(self._ever):
             self._refuse_unused()
         if reducer.reduced:
@@ -516,6 +611,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "micro-batch's only")
         for index, ((name, p), view) in enumerate(zip(self._named,
                                                      self._param_views)):
+            if self._units:
+                break  # parameters and gradients are the units' to hold
             if view is not None and (p.data.data_ptr() != view.data_ptr() or
                                      p._version != self._param_seen[index]):
                 # The program replaced .data (adopted), or changed the
@@ -540,8 +637,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         reducer._reset()
         reducer.got.clear()
         self._gather()
+        self._release_units()
         self._seen_versions(params=True)
         return loss
+
+    def _release_units(self):
+        """With units: the shards changed (a step, a loaded checkpoint), so
+        no unit keeps parameters gathered before (a forward under no_grad
+        leaves the root's)."""
+        if self._units:
+            for u in range(len(self._reducer.units)):
+                self._reducer._free_params(u)
 
     def _write_main(self, name, value):
         """A parameter's new value into its fp32 main copy, if it has one."""
@@ -552,7 +658,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The gradient views' versions now (a write since is a gradient
         the program gave); with params, the parameters' (a write since is
         an edit the main parameters must follow)."""
-        self._seen = [g._version for g in self._grad_views]
+        self._seen = [g._version if g is not None else None
+                      for g in self._grad_views]
         if params:
             self._param_seen = [p._version for _, p in self._named]
 
@@ -567,7 +674,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         to a tensor, or by writing into .grad."""
         views = self._grad_views
         got = [index in self._reducer.got or (
-            p.grad is not None and (
+            views[index] is not None and p.grad is not None and (
                 p.grad.data_ptr() != views[index].data_ptr() or
                 views[index]._version != self._seen[index]))
             for index, (_, p) in enumerate(self._named)]
@@ -615,6 +722,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._reducer._reset()
         self._reducer.got.clear()
         for (_, p), grad in zip(self._named, self._grad_views):
+            if grad is None:  # units: .grad only during backward
+                p.grad = None
+                continue
             grad.zero_()
             p.grad = None if set_to_none else grad
         self._seen_versions()
@@ -725,5 +835,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         returns that world size."""
         saved = self.session.load(path)
         self._gather()
+        self._release_units()
         self._pull_hyperparameters()
         return saved

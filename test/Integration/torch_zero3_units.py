@@ -1,0 +1,474 @@
+"""ZeRO-3 with units (FSDP's way) in distopt.torch.DistributedOptimizer
+against DDP (gloo) + torch.optim.AdamW (test/Integration/torch-zero3-units.test).
+Run under mpirun; usage: torch_zero3_units.py BUILD_PYTHON_DIR CACHE_DIR.
+
+DistributedOptimizer(model, recipe, pipeline="zero-stage=3",
+auto_wrap_policy=...) shards each unit's parameters and gathers them only
+around the unit's forward and backward. Checked here, 20 steps each:
+
+- a CNN (each conv block a unit) and a small GPT (each transformer block a
+  unit, the output layer tied to the token embedding, a layer only rank 0
+  uses on even steps: DDP's find_unused_parameters) end within 3e-5 of each
+  tensor's magnitude of DDP's parameters at 3 ranks (gloo and distopt sum
+  in different orders: TOLERANCE), bit for bit at 1 and 2; replicas agree;
+- clipping by the global norm (opt.clip_grad_norm_): torch's norm on DDP's
+  gradients, and the same steps as the ZeRO-3 step without units;
+- reshard_after_forward=False, and forwards under no_grad between steps
+  (evaluations), as DDP's;
+- bf16 parameters with fp32 main copies: the ZeRO-3 step without units,
+  bit for bit at 2 ranks (the same collectives and updates; only where the
+  whole parameters live differs), within two bf16 steps at 3;
+- what is held: between steps every parameter is empty and the step holds
+  no gathered parameter or gradient bucket (asking for one raises); during
+  forward at most the running block and the next one (prefetched) are
+  whole besides the root;
+- state: model.state_dict() is whole (gathered) and loads into a plain
+  model; model.load_state_dict() of DDP's state writes the shards;
+  opt.state_dict() resumes torch.optim.AdamW; a checkpoint resumes without
+  units;
+- refusals by name: grad_accumulation, step() without backward,
+  auto_wrap_policy without ZeRO-3 or without a model.
+"""
+
+import math
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, sys.argv[1])
+CACHE = sys.argv[2]
+
+from distopt import DistoptError  # noqa: E402
+from distopt.torch import DistributedOptimizer  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+checks = failures = 0
+STEPS = 20
+# At 3 ranks gloo and distopt sum the ranks' gradients in different orders
+# (and distopt's order follows the flat layout, which units change).
+# AdamW's first step moves each element by lr * g / (|g| + eps): where an
+# element of g is a few roundings from 0, the order changes its step by a
+# good part of lr. Measured: 8.7e-6 (units) and 1.2e-5 (ZeRO-3 without
+# units) of the GPT's largest qkv weight after 20 steps, the CNN 1.1e-6.
+TOLERANCE = 3e-5 if size > 2 else 0.0
+RECIPE = {"type": "adamw", "lr": 2e-3, "weight_decay": 0.05}
+
+
+def check(cond, what):
+    global checks, failures
+    checks += 1
+    if not cond:
+        failures += 1
+        print(f"rank {rank}: FAILED: {what}", flush=True)
+
+
+class ConvBlock(torch.nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm = torch.nn.GroupNorm(2, cout)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x)))
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.blocks = torch.nn.Sequential(ConvBlock(3, 8), ConvBlock(8, 16),
+                                          torch.nn.MaxPool2d(2),
+                                          ConvBlock(16, 16))
+        self.head = torch.nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x, step=0):
+        return self.head(self.blocks(x).flatten(1))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(width)
+        # No bias on q, k, v: softmax ignores the keys' bias, whose
+        # gradient is then rounding noise AdamW turns into steps of lr.
+        self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
+        self.proj = torch.nn.Linear(width, width)
+        self.norm2 = torch.nn.LayerNorm(width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width),
+                                       torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(c, dim=2)
+        shape = (b, t, self.heads, c // self.heads)
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
+        mask = torch.ones(t, t).tril() == 0
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(torch.nn.Module):
+    """Token and position embeddings, blocks, the output layer tied to the
+    token embedding, and a side layer only rank 0 uses on even steps."""
+
+    def __init__(self, vocab=40, width=32, layers=3, context=12):
+        super().__init__()
+        torch.manual_seed(4)
+        self.wte = torch.nn.Embedding(vocab, width)
+        self.wpe = torch.nn.Embedding(context, width)
+        self.blocks = torch.nn.ModuleList(Block(width, 4)
+                                          for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(width)
+        self.side = torch.nn.Linear(width, width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied across units
+
+    def forward(self, tokens, step=0):
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        if rank == 0 and step % 2 == 0:
+            x = x + self.side(x)
+        return self.head(self.norm(x))
+
+
+def batch(kind, step):
+    """This rank's share of global batch `step`."""
+    g = torch.Generator().manual_seed(500 + step)
+    if kind is CNN:
+        x = torch.randn(4 * size, 3, 8, 8, generator=g)
+        y = torch.randint(0, 10, (4 * size,), generator=g)
+    else:
+        x = torch.randint(0, 40, (4 * size, 12), generator=g)
+        y = torch.randint(0, 40, (4 * size, 12), generator=g)
+    return x[rank::size], y[rank::size]
+
+
+def loss_of(kind, model, step):
+    x, y = batch(kind, step)
+    out = model(x, step)
+    return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                             y.reshape(-1))
+
+
+def units_of(kind):
+    return ConvBlock if kind is CNN else Block
+
+
+def ours(model, kind, pipeline="zero-stage=3", **options):
+    return DistributedOptimizer(model, dict(RECIPE), pipeline=pipeline,
+                                comm=comm, cache=CACHE,
+                                auto_wrap_policy=units_of(kind), **options)
+
+
+def relative(state, reference):
+    worst = 0.0
+    for key, y in reference.state_dict().items():
+        x = state[key]
+        scale = max(y.abs().max().item(), 1e-12)
+        worst = max(worst, (x - y).abs().max().item() / scale)
+    return worst
+
+
+def versus_ddp(kind):
+    """`kind` trained under DDP + AdamW and with units; returns the units
+    model and optimizer, DDP's model and AdamW."""
+    reference = kind()
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        reference, find_unused_parameters=kind is GPT)
+    theirs = torch.optim.AdamW(reference.parameters(), lr=RECIPE["lr"],
+                               weight_decay=RECIPE["weight_decay"])
+    model = kind()
+    opt = ours(model, kind)
+    whole = []
+    for block in model.modules():
+        if isinstance(block, units_of(kind)):
+            block.register_forward_pre_hook(
+                lambda *_: whole.append(held(model, opt)))
+    for step in range(STEPS):
+        for m, o in ((ddp, theirs), (model, opt)):
+            o.zero_grad()
+            loss_of(kind, m, step).backward()
+            o.step()
+    name = kind.__name__
+    diff = relative(model.state_dict(), reference)
+    check(diff <= TOLERANCE, f"{name}: parameters {diff:.2e} from DDP's "
+          f"(bound {TOLERANCE:.0e})")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    others = comm.allgather(state)
+    check(all(torch.equal(o[k], state[k]) for o in others for k in state),
+          f"{name}: every rank's model.state_dict() is the same")
+    blocks = sum(isinstance(m, units_of(kind)) for m in model.modules())
+    check(max(whole) <= min(2, blocks), f"{name}: at most the running block "
+          f"and the next are whole in forward (saw {max(whole)})")
+    return model, opt, reference, theirs
+
+
+def held(model, opt):
+    """How many units other than the root have their parameters whole
+    (one rank: no units, the step holds every parameter whole)."""
+    if size == 1:
+        return 0
+    return sum(f.buffer is not None for flats in opt._reducer.gathers[1:]
+               for f in flats[:1])
+
+
+def at_rest(model, opt, name):
+    """Between steps: parameters empty, no whole buffer in the step."""
+    check(all(p.numel() == 0 and p.grad is None
+              for p in model.parameters()),
+          f"{name}: between steps every parameter is empty, without .grad")
+    reducer = opt._reducer
+    whole = [f.arg for flats in reducer.gathers + reducer.buckets
+             for f in flats]
+    refused = 0
+    for arg in whole:
+        try:
+            opt.session.arg(arg)
+        except DistoptError as e:
+            refused += "has no buffer" in str(e)
+    check(refused == len(whole) > 0, f"{name}: the step holds none of its "
+          f"{len(whole)} gathered parameters and gradient buckets "
+          f"({refused} refused)")
+    # Running what reads one is refused by name, before any rank
+    # communicates (every rank refuses alike).
+    for what, action in (
+            ("the whole step", opt.session.run),
+            ("a reduce entry", lambda: opt.session.run_entry(
+                reducer.entries[0].index)),
+            ("a gather entry", lambda: opt.session.start_entry(
+                reducer.gathers[0][0].entry))):
+        try:
+            action()
+            check(False, f"{name}: {what} ran without its buffers")
+        except DistoptError as e:
+            check("has no buffer" in str(e) and "bind one first" in str(e),
+                  f"{name}: {what} without its buffers: {e}")
+
+
+def state_hand_over(model, opt, reference, theirs, kind):
+    """Whole state out of the units model; DDP's state into it."""
+    plain = kind()
+    whole = model.state_dict()
+    plain.load_state_dict(whole)
+    check(relative(whole, plain) == 0.0 and
+          all(v.shape == plain.state_dict()[k].shape
+              for k, v in whole.items()),
+          f"{kind.__name__}: model.state_dict() is whole and loads into a "
+          "plain model")
+    # The optimizer's state, gathered, is torch.optim's on DDP's side.
+    resumed = torch.optim.AdamW(plain.parameters(), lr=RECIPE["lr"],
+                                weight_decay=RECIPE["weight_decay"])
+    resumed.load_state_dict(opt.state_dict())
+    worst = 0.0
+    for p, q in zip(plain.parameters(), reference.parameters()):
+        for key in ("exp_avg", "exp_avg_sq"):
+            x, y = resumed.state[p][key], theirs.state[q][key]
+            scale = max(y.abs().max().item(), 1e-12)
+            worst = max(worst, (x - y).abs().max().item() / scale)
+        check(float(resumed.state[p]["step"]) == STEPS,
+              f"{kind.__name__}: the step count resumes")
+    check(worst <= max(TOLERANCE, 1e-5 if size > 2 else 0.0),
+          f"{kind.__name__}: opt.state_dict() into torch.optim.AdamW: "
+          f"AdamW's moments {worst:.2e} from DDP's")
+    # DDP's parameters into the units model.
+    model.load_state_dict(reference.state_dict())
+    check(relative(model.state_dict(), reference) == 0.0,
+          f"{kind.__name__}: model.load_state_dict() writes the shards")
+    if size > 1:
+        at_rest(model, opt, f"{kind.__name__} after load_state_dict")
+
+
+def kept_and_evaluated():
+    """reshard_after_forward=False (FSDP's SHARD_GRAD_OP: a unit's
+    parameters stay from its forward to its backward), with a forward
+    under no_grad after every step (an evaluation, which leaves the root
+    gathered): the steps DDP's AdamW takes."""
+    reference = CNN()
+    ddp = torch.nn.parallel.DistributedDataParallel(reference)
+    theirs = torch.optim.AdamW(reference.parameters(), lr=RECIPE["lr"],
+                               weight_decay=RECIPE["weight_decay"])
+    model = CNN()
+    opt = ours(model, CNN, reshard_after_forward=False)
+    evaluations = []
+    for step in range(8):
+        for m, o in ((ddp, theirs), (model, opt)):
+            o.zero_grad()
+            loss_of(CNN, m, step).backward()
+            o.step()
+            with torch.no_grad():
+                evaluations.append(loss_of(CNN, m, 100 + step).item())
+    diff = relative(model.state_dict(), reference)
+    check(diff <= TOLERANCE, f"reshard_after_forward=False with "
+          f"evaluations: parameters {diff:.2e} from DDP's")
+    worst = max(abs(a - b) / abs(b) for a, b in
+                zip(evaluations[1::2], evaluations[0::2]))
+    check(worst <= max(TOLERANCE, 1e-6), f"the evaluations' losses are "
+          f"DDP's ({worst:.2e} apart)")
+
+
+def clipping():
+    """opt.clip_grad_norm_ with units: the norm torch's clip_grad_norm_
+    gives on DDP's gradients (within f32 rounding: torch sums the norms in
+    f32, distopt the squares in f64), and 20 clipped steps bit for bit
+    those of the ZeRO-3 step without units (the same shards, summed in the
+    same order). Against DDP the runs part: a clip coefficient a last bit
+    apart, every step, grows through AdamW to ~4e-4 of this GPT's
+    parameters."""
+    reference = GPT()
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        reference, find_unused_parameters=True)
+    ddp_loss = loss_of(GPT, ddp, 0)
+    ddp_loss.backward()
+    expected = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5)
+    runs = []
+    for units in (True, False):
+        model = GPT()
+        opt = ours(model, GPT) if units else DistributedOptimizer(
+            model.named_parameters(), dict(RECIPE), pipeline="zero-stage=3",
+            comm=comm, cache=CACHE)
+        norms = []
+        for step in range(STEPS):
+            opt.zero_grad()
+            loss_of(GPT, model, step).backward()
+            norms.append(float(opt.clip_grad_norm_(0.5)))
+            opt.step()
+        runs.append((norms, {k: v.clone()
+                             for k, v in model.state_dict().items()}))
+    first = runs[0][0][0]
+    check(abs(first - float(expected)) <= 1e-6 * float(expected),
+          f"clipped: the first norm {first} is torch's {float(expected)}")
+    (norms, state), (norms_without, state_without) = runs
+    plain = GPT()
+    plain.load_state_dict(state_without)
+    diff = relative(state, plain)
+    check(diff <= TOLERANCE and all(
+        abs(a - b) <= TOLERANCE * b for a, b in zip(norms, norms_without)),
+        f"clipped: 20 steps with units are those without (parameters "
+        f"{diff:.2e} apart, bound {TOLERANCE:.0e})")
+
+
+def mixed_precision():
+    """bf16 parameters, fp32 main copies: units against the ZeRO-3 step
+    without units, bit for bit."""
+    # At 3 ranks bf16 sums in different orders (the flat layouts differ)
+    # part by whole bf16 steps, which AdamW then spreads: the gradients are
+    # reduced in f32 there, and only the main parameters' last bits differ.
+    pipeline = "zero-stage=3" + (" reduce-dtype=f32" if size > 2 else "")
+
+    def run(units):
+        model = CNN().to(torch.bfloat16)
+        if units:
+            opt = ours(model, CNN, pipeline, main_params=True)
+        else:
+            opt = DistributedOptimizer(model.named_parameters(),
+                                       dict(RECIPE), pipeline=pipeline,
+                                       comm=comm, cache=CACHE,
+                                       main_params=True)
+        for step in range(6):
+            x, y = batch(CNN, step)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(
+                model(x.to(torch.bfloat16)).float(), y).backward()
+            opt.step()
+        return {k: v.clone() for k, v in model.state_dict().items()}
+
+    a, b = run(True), run(False)
+    # At 3 ranks the f32 main parameters differ in their last bits, which
+    # may round a bf16 parameter to its neighbour: two bf16 steps of the
+    # largest element.
+    bound = 2.0 ** -7 if size > 2 else 0.0
+    worst = max((a[k].float() - b[k].float()).abs().max().item() /
+                max(b[k].float().abs().max().item(), 1e-12) for k in b)
+    check(worst <= bound, f"bf16 with main params: units are the ZeRO-3 "
+          f"step without units ({worst:.2e} apart, bound {bound:.0e})")
+
+
+def checkpoint(model, opt, kind):
+    """A units checkpoint resumes without units (the shards of the whole
+    parameters and of AdamW's state)."""
+    path = comm.bcast(os.path.join(CACHE, f"units-{kind.__name__}.ckpt")
+                      if rank == 0 else None)
+    opt.save_checkpoint(path)
+    plain = kind()
+    other = DistributedOptimizer(plain.named_parameters(), dict(RECIPE),
+                                 pipeline="zero-stage=2", comm=comm,
+                                 cache=CACHE)
+    other.load_checkpoint(path)
+    check(relative(model.state_dict(), plain) == 0.0,
+          f"{kind.__name__}: a checkpoint with units resumes under ZeRO-2")
+    got = other.state_dict()["state"]
+    want = opt.state_dict()["state"]
+    check(all(torch.equal(got[i][k], want[i][k]) for i in want
+              for k in want[i]),
+          f"{kind.__name__}: and AdamW's state with it")
+
+
+def refusals():
+    def refused(what, words, action, error=DistoptError):
+        try:
+            action()
+            check(False, f"{what} was accepted")
+        except error as e:
+            check(all(w in str(e) for w in words), f"{what}: {e}")
+
+    if size > 1:
+        refused("grad_accumulation with units", ["grad_accumulation"],
+                lambda: ours(CNN(), CNN, grad_accumulation=2))
+        model = CNN()
+        opt = ours(model, CNN)
+        refused("step() without backward", ["call backward() first"],
+                opt.step)
+    refused("auto_wrap_policy under ZeRO-2", ["zero-stage=3"],
+            lambda: DistributedOptimizer(CNN(), dict(RECIPE),
+                                         pipeline="zero-stage=2", comm=comm,
+                                         cache=CACHE,
+                                         auto_wrap_policy=ConvBlock),
+            ValueError)
+    refused("auto_wrap_policy with a parameter list", ["nn.Module"],
+            lambda: DistributedOptimizer(CNN().parameters(), dict(RECIPE),
+                                         pipeline="zero-stage=3", comm=comm,
+                                         cache=CACHE,
+                                         auto_wrap_policy=ConvBlock),
+            ValueError)
+
+
+def main():
+    path = comm.bcast(tempfile.mktemp(prefix="distopt-units-")
+                      if rank == 0 else None)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
+                            world_size=size)
+    try:
+        for kind in (CNN, GPT):
+            model, opt, reference, theirs = versus_ddp(kind)
+            if size > 1:
+                at_rest(model, opt, kind.__name__)
+            checkpoint(model, opt, kind)
+            state_hand_over(model, opt, reference, theirs, kind)
+        kept_and_evaluated()
+        clipping()
+        if size > 1:
+            mixed_precision()
+        refusals()
+    finally:
+        dist.destroy_process_group()
+        comm.Barrier()
+        if rank == 0 and os.path.exists(path):
+            os.remove(path)
+    print(f"torch_zero3_units: rank {rank}: {checks} checks, {failures} "
+          "failed", flush=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
