@@ -54,6 +54,14 @@ struct Cache {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     limit = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 2
                                   : uint64_t(1) << 32;
+    // DISTOPT_RT_CACHE_MB caps it (0: free at once), for runs whose memory
+    // per rank matters more than the page faults (ZeRO-3 with units).
+    if (const char *env = std::getenv("DISTOPT_RT_CACHE_MB")) {
+      char *end = nullptr;
+      double mb = std::strtod(env, &end);
+      if (end != env && *end == '\0' && mb >= 0 && mb < 1e12)
+        limit = uint64_t(mb * (1 << 20));
+    }
   }
 
   void *allocate(uint64_t size, uint64_t alignment) {
