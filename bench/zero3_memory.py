@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""B15: memory per rank of a PyTorch training step under ZeRO-2 and under
+ZeRO-3 with units (FSDP's way), against the formula, at 1, 2 and 4 ranks.
+
+Model: a GPT with GPT-2 small's shapes (124.4M f32 parameters: vocabulary
+50257, width 768, 12 blocks of 12 heads, the output layer tied to the token
+embedding), 64 tokens x 1 sequence per rank, AdamW. Units: each block, and
+the root (the embeddings, the final norm: the tied output layer's weight
+is the token embedding's).
+
+Rows: torch's DDP + ZeroRedundancyOptimizer (gloo), distopt's ZeRO-2,
+its ZeRO-3 with units, and the same with DISTOPT_RT_CACHE_MB=0 (the
+runtime frees what a step allocated at once instead of caching it).
+Per rank, resident memory (the kernel's count, VmRSS/VmHWM) above what the
+process held before the model existed:
+- at rest: after a step (the step's shards and buffers, the model's own
+  parameters where it keeps them), and of it what distopt's runtime holds
+  for the step (distopt_rt_memory_stats: its cache not counted);
+- peak: the most during 3 steps (forward, backward, update), the counter
+  reset after a warm-up step; and the time per step.
+The formula, bytes per parameter P and units U (N ranks):
+- ZeRO-2 at rest: parameters and gradient buckets whole (8P), AdamW's
+  state and the reduced gradient's shard (12P/N);
+- units at rest: the shards of the parameters, AdamW's state and the
+  reduced gradients (16P/N); peak: that, plus the two largest units' (the
+  root's and a block's) parameters and gradients whole (8 x (U1 + U2)),
+  plus the activations (measured: a plain torch forward and backward of
+  the same model, its peak less its parameters and gradients).
+Construction is not counted (each rank builds the model whole, then the
+optimizer takes it over: meta-device initialization is not done yet).
+
+    mpirun -np N python3 bench/zero3_memory.py --worker MODE OUT   (one row)
+    python3 bench/zero3_memory.py [--update]      (every row, then B15)
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# Large blocks from mmap, whatever their size: glibc otherwise raises its
+# mmap threshold as blocks are freed and keeps later frees on its heap,
+# where the kernel's count shows memory no tensor holds (measured: 1.3 GB
+# of ZeRO-2's at rest at 2 ranks, the model's first tensors).
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
+          "none", "-x", "MALLOC_MMAP_THRESHOLD_=65536"]
+MB = 2.0 ** 20
+SHAPES = {"vocab": 50257, "width": 768, "layers": 12, "heads": 12,
+          "context": 64}
+
+
+def rss():
+    """(VmRSS, VmHWM) of this process, bytes."""
+    values = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                values[key] = int(rest.split()[0]) * 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def step_bytes():
+    """What distopt's runtime holds for the step (its arguments and what a
+    step allocated and has not freed), without the blocks it keeps cached
+    for the next step."""
+    import ctypes
+    from distopt._native import lib
+    in_use, peak = ctypes.c_uint64(), ctypes.c_uint64()
+    lib.distopt_rt_memory_stats(ctypes.byref(in_use), ctypes.byref(peak))
+    return in_use.value
+
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def gpt():
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, width, heads):
+            super().__init__()
+            self.heads = heads
+            self.norm1 = nn.LayerNorm(width)
+            self.qkv = nn.Linear(width, 3 * width)
+            self.proj = nn.Linear(width, width)
+            self.norm2 = nn.LayerNorm(width)
+            self.up = nn.Linear(width, 4 * width)
+            self.down = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.norm1(x)).split(c, dim=2)
+            shape = (b, t, self.heads, c // self.heads)
+            q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
+            mask = torch.ones(t, t).tril() == 0
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, c)
+            x = x + self.proj(y)
+            return x + self.down(torch.nn.functional.gelu(
+                self.up(self.norm2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self, vocab, width, layers, heads, context):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, width)
+            self.wpe = nn.Embedding(context, width)
+            self.blocks = nn.ModuleList(Block(width, heads)
+                                        for _ in range(layers))
+            self.norm = nn.LayerNorm(width)
+            self.head = nn.Linear(width, vocab, bias=False)
+            self.head.weight = self.wte.weight
+
+        def forward(self, tokens):
+            x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.norm(x))
+
+    torch.manual_seed(0)
+    return GPT(**SHAPES), Block
+
+
+def worker(mode, out):
+    import torch
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    from distopt.torch import DistributedOptimizer
+    torch.set_num_threads(1)
+    comm.Barrier()
+    base, _ = rss()
+    model, block = gpt()
+    params = sum(p.numel() for p in model.parameters())
+    units = [sum(p.numel() for p in b.parameters()) for b in model.blocks]
+    root = params - sum(units)
+    recipe = {"type": "adamw", "lr": 1e-4}
+    cache = os.path.join(tempfile.gettempdir(), "distopt-b15-cache")
+    if mode == "zero2":
+        opt = DistributedOptimizer(model.named_parameters(), recipe,
+                                   pipeline="zero-stage=2", comm=comm,
+                                   cache=cache)
+    elif mode.startswith("units"):
+        opt = DistributedOptimizer(model, recipe, pipeline="zero-stage=3",
+                                   comm=comm, cache=cache,
+                                   auto_wrap_policy=block)
+    elif mode == "torch-zero":  # DDP + torch's ZeroRedundancyOptimizer
+        import torch.distributed as dist
+        path = comm.bcast(tempfile.mktemp(prefix="distopt-b15-")
+                          if rank == 0 else None)
+        dist.init_process_group("gloo", init_method=f"file://{path}",
+                                rank=rank, world_size=size)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        opt = ZeroRedundancyOptimizer(model.parameters(), torch.optim.AdamW,
+                                      lr=1e-4)
+    else:  # activations: torch alone
+        opt = None
+    forward = ddp if mode == "torch-zero" else model
+    g = torch.Generator().manual_seed(rank)
+
+    def step():
+        tokens = torch.randint(0, SHAPES["vocab"], (1, SHAPES["context"]),
+                               generator=g)
+        logits = forward(tokens)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+        loss.backward()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+
+    step()
+    if opt is None:
+        for p in model.parameters():
+            p.grad = None
+    rest, _ = rss()
+    live = step_bytes()
+    reset_peak()
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(3):
+        step()
+        if opt is None:
+            for p in model.parameters():
+                p.grad = None
+    _, peak = rss()
+    seconds = (time.perf_counter() - start) / 3
+    rows = comm.gather({"rest": rest - base, "peak": peak - base,
+                        "live": live, "seconds": seconds}, root=0)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"mode": mode, "ranks": size, "params": params,
+                       "root": root, "block": max(units), "rows": rows}, f)
+
+
+def formula(mode, n, params, root, block, activations):
+    """(at rest, peak) in bytes."""
+    if mode == "zero2":  # (one rank: nothing reduced into a shard)
+        rest = 16 * params if n == 1 else 8 * params + 12 * params / n
+        return rest, rest + activations
+    if mode == "torch-zero":  # DDP's buckets: the gradients a second time
+        rest = 12 * params + 8 * params / n
+        return rest, rest + activations
+    rest = 16 * params / n  # units, units-uncached
+    whole = 8 * (root + block) if n > 1 else 0
+    return rest, rest + whole + activations
+
+
+def run(mode, n):
+    # units-uncached: the runtime frees a step's temporaries at once.
+    cache = ["-x", "DISTOPT_RT_CACHE_MB=0"] if mode == "units-uncached" \
+        else []
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run(MPIRUN + cache + ["-np", str(n), sys.executable,
+                                 os.path.abspath(__file__), "--worker", mode,
+                                 f.name], check=True, cwd=ROOT)
+        with open(f.name) as g:
+            return json.load(g)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", nargs=2, metavar=("MODE", "OUT"))
+    parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--update", action="store_true",
+                        help="write the table into docs/benchmarks.md (B15)")
+    args = parser.parse_args()
+    if args.worker:
+        worker(*args.worker)
+        return
+    plain = run("activations", 1)
+    activations = plain["rows"][0]["peak"] - plain["rows"][0]["rest"] - \
+        4 * plain["params"]
+    lines = ["| ranks | step | at rest MB | formula | step's buffers MB "
+             "| peak MB | formula | peak / formula | s per step |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    names = {"torch-zero": "DDP + ZeroRedundancyOptimizer (torch)",
+             "zero2": "distopt ZeRO-2", "units": "distopt ZeRO-3, units",
+             "units-uncached": "distopt ZeRO-3, units, "
+                               "DISTOPT_RT_CACHE_MB=0"}
+    for n in (int(x) for x in args.ranks.split(",")):
+        for mode in ("torch-zero", "zero2", "units", "units-uncached"):
+            got = run(mode, n)
+            rest = max(r["rest"] for r in got["rows"])
+            peak = max(r["peak"] for r in got["rows"])
+            seconds = max(r["seconds"] for r in got["rows"])
+            live = "" if mode == "torch-zero" else \
+                f"{max(r['live'] for r in got['rows']) / MB:.0f}"
+            want_rest, want_peak = formula(mode, n, got["params"],
+                                           got["root"], got["block"],
+                                           activations)
+            lines.append(f"| {n} | {names[mode]} | {rest / MB:.0f} | "
+                         f"{want_rest / MB:.0f} | {live} | {peak / MB:.0f} | "
+                         f"{want_peak / MB:.0f} | {peak / want_peak:.2f} | "
+                         f"{seconds:.2f} |")
+            print(lines[-1], flush=True)
+    table = "\n".join(lines)
+    print(f"activations (torch alone, 1 rank): {activations / MB:.0f} MB; "
+          f"parameters {got['params'] / 1e6:.1f}M, root unit "
+          f"{got['root'] / 1e6:.1f}M, block {got['block'] / 1e6:.2f}M")
+    print(table)
+    if args.update:
+        from benchdoc import update_section
+        update_section("B15", table)
+
+
+if __name__ == "__main__":
+    main()
