@@ -193,14 +193,15 @@ static bool sameElementwise(Operation *a, Operation *b) {
              getElementTypeOrSelf(b->getResult(0).getType());
 }
 
-/// Whether two updates shard together: the same optimizer and
-/// hyperparameters, learning rate and step, element types and reduction,
-/// and the same ops on their gradients' way.
 /// The unit (distopt.unit) of the parameter `u` updates, or null.
 static Attribute unitOf(const Update &u) {
   auto func = cast<FunctionOpInterface>(u.param.getOwner()->getParentOp());
   return func.getArgAttr(u.param.getArgNumber(), abi::kUnit);
 }
+
+/// Whether two updates shard together: the same unit, optimizer and
+/// hyperparameters, learning rate and step, element types and reduction,
+/// and the same ops on their gradients' way.
 
 bool mlir::distopt::zero::shardTogether(Update &a, Update &b) {
   auto x = cast<OptimizerOpInterface>(a.op),

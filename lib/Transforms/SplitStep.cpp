@@ -188,20 +188,23 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
   /// parts), or null.
   static FlatSymbolRefAttr shardGroup(func::FuncOp step, int64_t shardOf,
                                       int64_t parts) {
+    // Two groups of that size reduce-scattering such buffers (a mesh's
+    // two axes) would leave it ambiguous: null then too.
     FlatSymbolRefAttr found;
+    bool ambiguous = false;
     step.walk([&](Operation *op) {
       if (!isa<ReduceScatterOp, ReduceScatterStartOp>(op))
-        return WalkResult::advance();
+        return;
       auto group = op->getAttrOfType<FlatSymbolRefAttr>("group");
-      auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+      auto input = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
       ProcessGroupOp groupOp = group ? lookupProcessGroup(op, group) : nullptr;
-      if (!groupOp || groupOp.getSize() != parts ||
-          input.getNumElements() != shardOf)
-        return WalkResult::advance();
+      if (!groupOp || !input || groupOp.getSize() != parts ||
+          !input.hasStaticShape() || input.getNumElements() != shardOf)
+        return;
+      ambiguous |= found && found != group;
       found = group;
-      return WalkResult::interrupt();
     });
-    return found;
+    return ambiguous ? FlatSymbolRefAttr() : found;
   }
 
   /// @step_gather<k> for each flat parameter shard, into a new argument of
@@ -226,6 +229,10 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
       if (!shardOf || !layout || !type ||
           abi::getArgRole(step, i) != abi::kParam)
         continue;
+      if (type.getRank() != 1 || !type.hasStaticShape())
+        return step.emitError()
+               << "--distopt-split-step: parameter shard #" << i << " is "
+               << type << ", not a flat buffer of static length";
       int64_t numel = type.getNumElements();
       if (numel == 0 || shardOf.getInt() % numel != 0)
         return step.emitError()
@@ -236,10 +243,11 @@ struct SplitStepPass : public distopt::impl::SplitStepPassBase<SplitStepPass> {
       FlatSymbolRefAttr group = shardGroup(step, shardOf.getInt(), parts);
       if (!group)
         return step.emitError()
-               << "--distopt-split-step: no reduce-scatter of a "
+               << "--distopt-split-step: cannot tell which group parameter "
+                  "shard #"
+               << i << " is gathered over: not one group reduce-scatters a "
                << shardOf.getInt() << "-element buffer into " << parts
-               << " parts tells which group parameter shard #" << i
-               << " is gathered over";
+               << " parts";
       NamedAttrList attrs;
       attrs.set(abi::kRole, StringAttr::get(context, abi::kGatheredParam));
       if (auto name = step.getArgAttrOfType<StringAttr>(i, abi::kName))

@@ -34,7 +34,8 @@ def find_units(model, policy):
     FSDP's ModuleWrapPolicy), a callable(module) -> bool, or an int (a
     module whose parameters not already in smaller units number at least
     that many is a unit, as FSDP's size-based policy). A parameter held by
-    modules of several units (tied) belongs to the root."""
+    modules of several units (tied, or a module two units share) belongs
+    to the root."""
     modules = [m for _, m in model.named_modules()]
     if policy is None:
         chosen = set()
@@ -53,17 +54,20 @@ def find_units(model, policy):
         raise TypeError("auto_wrap_policy is a module class (or a tuple of "
                         "them), a callable(module) -> bool, or a number of "
                         "parameters")
-    units, unit_of_module = [model], {id(model): 0}
+    units, unit_index = [model], {id(model): 0}
+    reach = {id(model): {0}}  # the units a module runs in
 
     def walk(module, unit):
         for child in module.children():
-            if id(child) in unit_of_module:
-                continue  # a module registered twice keeps its first unit
             child_unit = unit
             if id(child) in chosen:
-                child_unit = len(units)
-                units.append(child)
-            unit_of_module[id(child)] = child_unit
+                child_unit = unit_index.setdefault(id(child), len(units))
+                if child_unit == len(units):
+                    units.append(child)
+            seen = reach.setdefault(id(child), set())
+            if child_unit in seen:
+                continue
+            seen.add(child_unit)
             walk(child, child_unit)
 
     walk(model, 0)
@@ -71,8 +75,7 @@ def find_units(model, policy):
     for module in modules:
         for p in module._parameters.values():
             if p is not None:
-                holders.setdefault(id(p), set()).add(
-                    unit_of_module[id(module)])
+                holders.setdefault(id(p), set()).update(reach[id(module)])
     unit_of = {}
     for name, p in model.named_parameters():
         owners = holders.get(id(p), {0})
@@ -97,6 +100,17 @@ def _by_size(model, least):
 
     walk(model)
     return chosen
+
+
+class _Saved:
+    """What autograd keeps of a tensor that views a unit's gathered buffer
+    (a weight's transpose a matmul saves): where it lies, not the tensor,
+    so that the buffer is freed after the unit's forward and the view is
+    made again from the buffer gathered for its backward."""
+
+    def __init__(self, unit, flat, offset, shape, stride):
+        self.unit, self.flat = unit, flat
+        self.offset, self.shape, self.stride = offset, shape, stride
 
 
 class _Flat:
@@ -173,8 +187,7 @@ class UnitReducer(Reducer):
         # buckets in their own order.
         self.grad_slot = {i: (f, offset, shape) for flats in self.buckets
                           for f in flats for i, offset, shape in f.members}
-        self.launch_order = list(dict.fromkeys(
-            f.bucket for u in reversed(range(n)) for f in self.buckets[u]))
+        self._plan_launches(list(range(n)))
         self.unit_of_bucket = {}
         for u in range(n):
             for f in self.buckets[u]:
@@ -193,11 +206,33 @@ class UnitReducer(Reducer):
         self.order = []  # units in the order the first forward ran them
         self.recording = True
         self.backward_seen = [False] * n
+        # Gathered buffers by storage (what autograd saves views of), the
+        # saving hooks while the root's forward runs, and the parameters
+        # this backward will not reach (DDP's find_unused_parameters).
+        self.live = {}
+        self.saving = None
+        self.unreached = set()
+        self.in_backward = False
+        self.accumulator_of = {id(node): i for i, node in
+                               enumerate(self._hooks)}
         for p_index in range(len(optimizer._named)):
             self._free_param(p_index)
         for u, module in enumerate(units):
             module.register_forward_pre_hook(self._pre_forward(u))
             module.register_forward_hook(self._post_forward(u))
+
+    def _plan_launches(self, order):
+        """Backward reduces the units in the reverse of the order their
+        forward started (the order their backward ends: a unit started
+        later, or nested, ends first), units that did not run before the
+        root, the root last; each unit's buckets in their own order. Every
+        rank plans alike (they run the same units in the same order)."""
+        started = [u for u in order if u != 0]
+        rest = [u for u in range(1, len(self.units)) if u not in started]
+        self.launch_order = list(dict.fromkeys(
+            f.bucket for u in list(reversed(started)) + rest + [0]
+            for f in self.buckets[u]))
+        self.position = {b: i for i, b in enumerate(self.launch_order)}
 
     def _file(self, flat, unit_of_index, table, what):
         owners = {unit_of_index[i] for i, _, _ in flat.members}
@@ -222,9 +257,10 @@ class UnitReducer(Reducer):
         flats = self.gathers[u]
         if not flats or flats[0].buffer is not None:
             return
-        for flat in flats:
+        for k, flat in enumerate(flats):
             flat.buffer = torch.empty(flat.numel, dtype=flat.dtype,
                                       device=self.device)
+            self.live[flat.buffer.storage().data_ptr()] = (u, k)
             self.session.bind_arg(flat.arg, flat.buffer)
             self.session.start_entry(flat.entry)
         self.gather_ticket[u] = self.session.entries_started
@@ -248,6 +284,7 @@ class UnitReducer(Reducer):
             self._free_param(index)
         for flat in self.gathers[u]:
             self.session.release_arg(flat.arg)
+            self.live.pop(flat.buffer.storage().data_ptr(), None)
             flat.buffer = None
 
     def _prefetch(self, u, step):
@@ -262,25 +299,84 @@ class UnitReducer(Reducer):
         def hook(module, inputs):
             if self.recording and u not in self.order:
                 self.order.append(u)
+            if u == 0:
+                self.in_backward = False  # a backward that raised left it
+                self._stop_saving()  # a forward that raised left them
+                self.saving = torch.autograd.graph.saved_tensors_hooks(
+                    self._pack, self._unpack)
+                self.saving.__enter__()
             self._ensure(u)
-            self._prefetch(u, 1)
+            if not self.in_backward:  # (a recomputation in backward: no)
+                self._prefetch(u, 1)
         return hook
 
     def _post_forward(self, u):
         def hook(module, inputs, output):
+            tensors = [t for t in tree_flatten(output)[0]
+                       if isinstance(t, torch.Tensor) and t.requires_grad]
             if torch.is_grad_enabled():
-                for t in tree_flatten(output)[0]:
-                    if isinstance(t, torch.Tensor) and t.requires_grad:
-                        t.register_hook(self._pre_backward(u))
-            if self.reshard and u != 0:
+                for t in tensors:
+                    t.register_hook(self._pre_backward(u))
+            if u == 0:
+                self._stop_saving()
+                if torch.is_grad_enabled():
+                    self.unreached = self._unreached(tensors)
+            # A forward recomputed in backward (activation checkpointing)
+            # keeps them for the backward that follows.
+            if self.reshard and u != 0 and not self.in_backward:
                 self._free_params(u)
         return hook
+
+    def _stop_saving(self):
+        if self.saving is not None:
+            self.saving.__exit__(None, None, None)
+            self.saving = None
+
+    def _pack(self, t):
+        """A tensor autograd saves that views a gathered buffer is kept as
+        where it lies (_Saved); anything else as itself."""
+        try:
+            where = self.live.get(t.storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            return t
+        if where is None:
+            return t
+        return _Saved(*where, t.storage_offset(), tuple(t.shape), t.stride())
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _Saved):
+            return saved
+        self._ensure(saved.unit)  # gathered already before its backward
+        buffer = self.gathers[saved.unit][saved.flat].buffer
+        return buffer.as_strided(saved.shape, saved.stride, saved.offset)
+
+    def _unreached(self, outputs):
+        """The parameters the backward of `outputs` will give no gradient
+        on this rank (their accumulators are not in its graph): counted
+        ready when it starts, so that a unit's buckets are reduced when its
+        backward ends on every rank alike (DDP's find_unused_parameters)."""
+        # (The nodes are kept while walking: a node's Python object may be
+        # made afresh for each visit, and a freed one's id taken again.)
+        seen, stack = {}, [t.grad_fn for t in outputs
+                           if t.grad_fn is not None]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node
+            stack.extend(n for n, _ in node.next_functions if n is not None)
+        reached = {self.accumulator_of[i] for i in seen
+                   if i in self.accumulator_of}
+        return set(range(len(self.opt._named))) - reached
 
     # --- gradients -------------------------------------------------------
 
     def _pre_backward(self, u):
         def hook(grad):
-            self.recording = False
+            self.in_backward = True
+            if self.recording:
+                self.recording = False
+                self._plan_launches(self.order)
             if not self.backward_seen[u]:
                 self.backward_seen[u] = True
                 self._ensure(u)
@@ -299,6 +395,8 @@ class UnitReducer(Reducer):
             self.session.bind_arg(flat.arg, flat.buffer)
             for index, view in flat.views():
                 p = self.opt._named[index][1]
+                if p.shape != view.shape:
+                    continue  # freed: the zeros stand for no gradient
                 if p.grad is not None:  # made by autograd before this
                     view.copy_(p.grad)
                 p.grad = view
@@ -328,8 +426,16 @@ class UnitReducer(Reducer):
                 self.active = True
                 torch.autograd.Variable._execution_engine.queue_callback(
                     self._finish)
+                for i in self.unreached:
+                    self.pending[self.bucket_of[i]] -= 1
             bucket = self.bucket_of[index]
             u = self.unit_of_bucket[bucket]
+            if self.position[bucket] < self.next or index in self.unreached:
+                raise DistoptError(
+                    f"'{self.opt._named[index][0]}' got its gradient after "
+                    "its unit's reduce-scatter started: a parameter used "
+                    "outside its unit's forward belongs to a unit around "
+                    "that use (the root)")
             self._grads_for(u)
             view = self._grad_view(index)
             if p.grad is not None and p.grad.data_ptr() != view.data_ptr():
@@ -373,6 +479,7 @@ class UnitReducer(Reducer):
                 self._free_params(u)
         finally:
             self.active = False
+            self.in_backward = False
             self.backward_seen = [False] * len(self.units)
         self.reduced = True
         self.opt._grads_reduced()

@@ -423,8 +423,11 @@ distopt_rt_status CommThread::waitFor(int64_t count) {
   distopt_rt_status result = status;
   if (result != DISTOPT_RT_OK) {
     fail(result, error);
-    status = DISTOPT_RT_OK;
-    error.clear();
+    // Sticky while entries are queued: they must not run after it.
+    if (pending == 0) {
+      status = DISTOPT_RT_OK;
+      error.clear();
+    }
   }
   return result;
 }

@@ -264,6 +264,10 @@ distopt_rt_status distopt_session_write_tensor(distopt_session *session,
           requireBuffer(session, t->arg, "write '" + t->name + "'");
       status != DISTOPT_RT_OK)
     return status;
+  if (distopt_rt_status status =
+          requireIdle(session, t->arg, "write '" + t->name + "'");
+      status != DISTOPT_RT_OK)
+    return status;
   size_t element = t->dtype->bytes;
   forEachLocalPart(*t, session->step->abi.args[t->arg], session->rank,
                    [&](int64_t first, int64_t at, int64_t count) {

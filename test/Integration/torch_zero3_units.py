@@ -7,8 +7,9 @@ auto_wrap_policy=...) shards each unit's parameters and gathers them only
 around the unit's forward and backward. Checked here, 20 steps each:
 
 - a CNN (each conv block a unit) and a small GPT (each transformer block a
-  unit, the output layer tied to the token embedding, a layer only rank 0
-  uses on even steps: DDP's find_unused_parameters) end within 3e-5 of each
+  unit, the output layer tied to the token embedding, a layer in a block
+  only rank 0 uses on even steps, a block whose output odd steps leave
+  unused: DDP's find_unused_parameters) end within 3e-5 of each
   tensor's magnitude of DDP's parameters at 3 ranks (gloo and distopt sum
   in different orders: TOLERANCE), bit for bit at 1 and 2; replicas agree;
 - clipping by the global norm (opt.clip_grad_norm_): torch's norm on DDP's
@@ -91,9 +92,12 @@ class CNN(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, side=False):
         super().__init__()
         self.heads = heads
+        # A layer the block uses on some ranks and steps only.
+        self.side = torch.nn.Linear(width, width) if side else None
+        self.use_side = False
         self.norm1 = torch.nn.LayerNorm(width)
         # No bias on q, k, v: softmax ignores the keys' bias, whose
         # gradient is then rounding noise AdamW turns into steps of lr.
@@ -114,31 +118,38 @@ class Block(torch.nn.Module):
         att = att.masked_fill(mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
+        if self.use_side:
+            x = x + self.side(x)
         return x + self.mlp(self.norm2(x))
 
 
 class GPT(torch.nn.Module):
     """Token and position embeddings, blocks, the output layer tied to the
-    token embedding, and a side layer only rank 0 uses on even steps."""
+    token embedding; in the last block a layer only rank 0 uses on even
+    steps (its unit's reduce-scatter must start at the same point of every
+    rank's backward), and a block every rank runs whose output only even
+    steps use (its unit's backward never runs on odd steps)."""
 
     def __init__(self, vocab=40, width=32, layers=3, context=12):
         super().__init__()
         torch.manual_seed(4)
         self.wte = torch.nn.Embedding(vocab, width)
         self.wpe = torch.nn.Embedding(context, width)
-        self.blocks = torch.nn.ModuleList(Block(width, 4)
-                                          for _ in range(layers))
+        self.blocks = torch.nn.ModuleList(
+            Block(width, 4, side=i == layers - 1) for i in range(layers))
+        self.probe = Block(width, 4)
         self.norm = torch.nn.LayerNorm(width)
-        self.side = torch.nn.Linear(width, width)
         self.head = torch.nn.Linear(width, vocab, bias=False)
         self.head.weight = self.wte.weight  # tied across units
 
     def forward(self, tokens, step=0):
         x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        self.blocks[-1].use_side = rank == 0 and step % 2 == 0
         for block in self.blocks:
             x = block(x)
-        if rank == 0 and step % 2 == 0:
-            x = x + self.side(x)
+        probe = self.probe(x)
+        if step % 2 == 0:
+            x = x + probe
         return self.head(self.norm(x))
 
 

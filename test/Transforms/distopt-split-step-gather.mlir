@@ -48,10 +48,12 @@ func.func @step(%p0: tensor<2xf32> {distopt.role = "param", distopt.name = "flat
 
 // -----
 
-// A shard no reduce-scatter tells the group of is refused.
+// A shard no reduce-scatter tells the group of is refused, and so is one
+// two groups of its size could gather (the axes of a 2 x 2 mesh), and a
+// shard that is not a flat buffer of static length (verifier-valid).
 distopt.process_group @world size 4
 
-// expected-error @below {{--distopt-split-step: no reduce-scatter of a 8-element buffer into 4 parts tells which group parameter shard #0 is gathered over}}
+// expected-error @below {{--distopt-split-step: cannot tell which group parameter shard #0 is gathered over: not one group reduce-scatters a 8-element buffer into 4 parts}}
 func.func @step(%p0: tensor<2xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.shard_of = 8 : i64, distopt.layout = [{name = "a", offset = 0 : i64, shape = array<i64: 8>}]},
                 %g0: tensor<8xf32> {distopt.role = "grad", distopt.name = "a"})
     -> (tensor<2xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.shard_of = 8 : i64, distopt.layout = [{name = "a", offset = 0 : i64, shape = array<i64: 8>}]}) {
@@ -59,4 +61,32 @@ func.func @step(%p0: tensor<2xf32> {distopt.role = "param", distopt.name = "flat
   %s = tensor.extract_slice %r[0] [2] [1] : tensor<8xf32> to tensor<2xf32>
   %n = arith.subf %p0, %s : tensor<2xf32>
   return %n : tensor<2xf32>
+}
+
+// -----
+
+distopt.mesh @nodes shape [2, 2]
+distopt.process_group @rows size 2 over @nodes axes [0]
+distopt.process_group @cols size 2 over @nodes axes [1]
+
+// expected-error @below {{--distopt-split-step: cannot tell which group parameter shard #0 is gathered over: not one group reduce-scatters a 8-element buffer into 2 parts}}
+func.func @step(%p0: tensor<4xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.shard_of = 8 : i64, distopt.layout = [{name = "a", offset = 0 : i64, shape = array<i64: 8>}]},
+                %g0: tensor<8xf32> {distopt.role = "grad", distopt.name = "a"},
+                %g1: tensor<8xf32> {distopt.role = "grad", distopt.name = "b"})
+    -> (tensor<4xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.shard_of = 8 : i64, distopt.layout = [{name = "a", offset = 0 : i64, shape = array<i64: 8>}]}) {
+  %r0 = distopt.reduce_scatter avg %g0 on @rows : tensor<8xf32> -> tensor<4xf32>
+  %r1 = distopt.reduce_scatter avg %g1 on @cols : tensor<8xf32> -> tensor<4xf32>
+  %n = arith.subf %p0, %r0 : tensor<4xf32>
+  %m = arith.subf %n, %r1 : tensor<4xf32>
+  return %m : tensor<4xf32>
+}
+
+// -----
+
+distopt.process_group @world size 2
+
+// expected-error @below {{--distopt-split-step: parameter shard #0 is 'tensor<2x2xf32>', not a flat buffer of static length}}
+func.func @step(%p0: tensor<2x2xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.shard_of = 8 : i64, distopt.layout = [{name = "a", offset = 0 : i64, shape = array<i64: 8>}]})
+    -> (tensor<2x2xf32> {distopt.role = "param", distopt.name = "flat0.param", distopt.shard_of = 8 : i64, distopt.layout = [{name = "a", offset = 0 : i64, shape = array<i64: 8>}]}) {
+  return %p0 : tensor<2x2xf32>
 }
