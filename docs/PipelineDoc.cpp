@@ -81,8 +81,10 @@ std::string passes(MLIRContext &context, llvm::StringRef options) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    llvm::errs() << "usage: distopt-pipeline-doc FILE.md\n";
+  // (An option is not a file name: `--help` once wrote a file of that name.)
+  if (argc != 2 || argv[1][0] == '-') {
+    llvm::errs() << "usage: distopt-pipeline-doc FILE.md (writes the "
+                    "pipeline's reference to FILE.md)\n";
     return 2;
   }
   std::error_code error;
