@@ -21,5 +21,6 @@ set(DISTOPT_RT_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/Threads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../lib/StepInterface/JSON.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../lib/StepInterface/StepInterface.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../lib/StepInterface/WriteInterface.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../lib/Checkpoint/Checkpoint.cpp
   )

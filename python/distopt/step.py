@@ -383,18 +383,15 @@ class Session:
 
     def arg(self, index, like="numpy"):
         """A view of argument `index`'s whole buffer (a bucket, a shard)."""
-        count = len(self.step.args)
-        if isinstance(index, bool) or not hasattr(index, "__index__") or \
-                not 0 <= index.__index__() < count:
-            raise DistoptError(f"index must be an argument's, 0 to "
-                               f"{count - 1}, not {index!r}")
-        index = index.__index__()
+        value = self._arg_value(index)
+        index = value.index
         like = _like(like)
-        value = self.step.args[index]
-        pointer = lib.distopt_session_arg_data(self._live(), index)
-        if not value.is_tensor or not pointer:
+        if not value.is_tensor:
             raise DistoptError(f"argument #{index} ('{value.name}') has no "
                                "buffer: it is a scalar")
+        pointer = lib.distopt_session_arg_data(self._live(), index)
+        if not pointer:  # released: the runtime's message names it
+            raise DistoptError(last_error())
         return self._view(pointer, value.dtype, value.shape, like, index)
 
     def bind(self, name, array, role="param"):

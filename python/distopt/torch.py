@@ -182,6 +182,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         elif auto_wrap_policy is not None and self._zero_stage != 3:
             raise ValueError("auto_wrap_policy is for zero-stage=3 (units "
                              "gathered around their forward and backward)")
+        if reshard_after_forward is not True and units is None and \
+                world > 1:
+            raise ValueError("reshard_after_forward is for units: pass the "
+                             "model itself under zero-stage=3")
+        if units is not None and not overlap:
+            raise ValueError("overlap=False is not supported with units "
+                             "(ZeRO-3 given the model): their gathers and "
+                             "reduce-scatters run on the communication "
+                             "thread")
         self.library = compile(self.spec, pipeline=split,
                                target=target, cache=cache, comm=self.comm)
         self.compiled = Step(self.library)

@@ -247,7 +247,7 @@ def at_rest(model, opt, name):
         try:
             opt.session.arg(arg)
         except DistoptError as e:
-            refused += "has no buffer" in str(e)
+            refused += "has no buffer (released" in str(e)
     check(refused == len(whole) > 0, f"{name}: the step holds none of its "
           f"{len(whole)} gathered parameters and gradient buckets "
           f"({refused} refused)")
@@ -446,6 +446,15 @@ def refusals():
                                          cache=CACHE,
                                          auto_wrap_policy=ConvBlock),
             ValueError)
+    if size > 1:
+        refused("overlap=False with units", ["overlap=False"],
+                lambda: ours(CNN(), CNN, overlap=False), ValueError)
+        refused("reshard_after_forward without units",
+                ["reshard_after_forward"],
+                lambda: DistributedOptimizer(
+                    CNN().named_parameters(), dict(RECIPE),
+                    pipeline="zero-stage=3", comm=comm, cache=CACHE,
+                    reshard_after_forward=False), ValueError)
     refused("auto_wrap_policy with a parameter list", ["nn.Module"],
             lambda: DistributedOptimizer(CNN().parameters(), dict(RECIPE),
                                          pipeline="zero-stage=3", comm=comm,
