@@ -30,6 +30,7 @@ from .compiler import compile
 from ._reducer import Reducer
 from ._scaler import GradScaler
 from ._state import StateView
+from ._meta_init import defer_meta, materialize, release, undefer
 from ._units import UnitReducer, find_units
 from ._torch_params import (
     _EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS, _check_options,
@@ -111,19 +112,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
     steps no parameter is held whole (docs/host-library.md, "ZeRO-3 with
     units"). model.state_dict() then gathers whole tensors (collective)
     and model.load_state_dict() writes them to the shards.
+
+    The model may be built on the meta device (nn.Linear(..., device=
+    "meta"): no memory): each module's own tensors are then made and
+    initialized one module at a time, by param_init_fn(module) or else the
+    module's reset_parameters(), in model.named_modules() order (a tied
+    tensor by its first holder), and each parameter goes to the step's
+    shards as soon as its last holder is initialized, so that with units
+    no rank ever holds the model whole; rank 0's values are broadcast.
     """
 
     def __init__(self, params, recipe, pipeline="", comm=None,
                  main_params=False, model="model", target="cpu", timeout=None,
                  cache=None, seed=None, threads=None, overlap=True,
                  loss_scaling=None, grad_accumulation=1,
-                 auto_wrap_policy=None, reshard_after_forward=True):
+                 auto_wrap_policy=None, reshard_after_forward=True,
+                 param_init_fn=None):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (a torch.optim "
                              "class's name in lower case: \"adamw\")")
         module = params if isinstance(params, torch.nn.Module) else None
+        device = "cuda" if target == "cuda" else "cpu"
+        deferred = {}
         if module is not None:
+            # A model built on the meta device is made one module at a
+            # time after compiling (_meta_init.py).
+            deferred = defer_meta(module, device)
             params = module.named_parameters()
+        elif param_init_fn is not None:
+            raise ValueError("param_init_fn initializes a model built on "
+                             "the meta device: pass the nn.Module itself "
+                             "as params")
         elif auto_wrap_policy is not None:
             raise ValueError("auto_wrap_policy wraps a model: pass the "
                              "nn.Module itself as params")
@@ -144,7 +163,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if p.dtype not in _SPEC_DTYPES:
                 raise DistoptError(f"parameter '{name}' is {p.dtype}; the "
                                    "step takes float32, bfloat16 or float16")
-            if p.device.type != ("cuda" if target == "cuda" else "cpu"):
+            if p.device.type == "meta":
+                raise DistoptError(f"parameter '{name}' is on the meta "
+                                   "device: pass the model itself (params="
+                                   "model), whose modules initialize it")
+            if p.device.type != device:
                 raise DistoptError(f"parameter '{name}' is on {p.device}, "
                                    f"the step is compiled for {target}")
             parameters.append({"name": name, "shape": list(p.shape),
@@ -200,12 +223,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.session = Session(self.compiled, comm=self.comm, timeout=timeout,
                                seed=seed, threads=threads)
         self._named = named
-        self._param_views = []
-        self._grad_views = []
+        self._param_views = [None] * len(named)
+        self._grad_views = [None] * len(named)
         self._gathered = []
         with torch.no_grad():
-            for name, p in named:
-                self._adopt(name, p)
+            if module is None:
+                for index in range(len(named)):
+                    self._adopt(index)
+            else:
+                # Each parameter as soon as it is final: a model on the
+                # meta device is then never whole on a rank.
+                index_of = {id(p): i for i, (_, p) in enumerate(named)}
+
+                def adopt(p):  # (frozen parameters stay the model's)
+                    if id(p) in index_of:
+                        self._adopt(index_of[id(p)])
+                        if self._units and id(p) in deferred:
+                            release(p)
+                materialize(module, deferred, device, param_init_fn, adopt)
         if self._units:
             self._reducer = UnitReducer(self, units, unit_of,
                                         reshard_after_forward)
@@ -244,6 +279,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._has_main = {t.name for t in self.compiled.tensors
                           if t.role == "main_param"}
         self._seen_versions(params=True)
+        undefer(deferred)
 
     def _spec_group(self, index, members, extra):
         """A torch group as the spec's: its parameters by exact name, its
@@ -267,7 +303,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "supported; pass every group to the constructor")
         super().add_param_group(param_group)
 
-    def _adopt(self, name, p):
+    def _adopt(self, index):
+        name, p = self._named[index]
         info = self.compiled.tensor(name, "param")
         initial = p.detach().cpu().clone()
         if self.comm is not None and self.comm.Get_size() > 1:
@@ -283,8 +320,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # Held as shards; the unit reducer gathers them for forward
             # and backward, and gives .grad only during backward.
             p.grad = None
-            self._param_views.append(None)
-            self._grad_views.append(None)
             return
         grad = self.session.tensor(name, "grad", like="torch")
         grad.zero_()
@@ -300,8 +335,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             p.data = initial.to(p.device)
             self._gathered.append([name, p, p._version])
         p.grad = grad
-        self._param_views.append(view)
-        self._grad_views.append(grad)
+        self._param_views[index] = view
+        self._grad_views[index] = grad
 
     def _hook_model_state(self, module):
         """With units: model.state_dict() gives whole parameters (gathered

@@ -27,8 +27,14 @@ around the unit's forward and backward. Checked here, 20 steps each:
   model; model.load_state_dict() of DDP's state writes the shards;
   opt.state_dict() resumes torch.optim.AdamW; a checkpoint resumes without
   units;
+- a model built on the meta device (the GPT): initialized one module at
+  a time, it starts from the CPU-built GPT's parameters, and no more than
+  a module's own tensors (and the tied embedding) are made at once; a
+  module without reset_parameters() is refused by name, then initialized
+  by param_init_fn;
 - refusals by name: grad_accumulation, step() without backward,
-  auto_wrap_policy without ZeRO-3 or without a model.
+  auto_wrap_policy without ZeRO-3 or without a model, a parameter list on
+  the meta device.
 """
 
 import math
@@ -69,44 +75,48 @@ def check(cond, what):
 
 
 class ConvBlock(torch.nn.Module):
-    def __init__(self, cin, cout):
+    def __init__(self, cin, cout, device=None):
         super().__init__()
-        self.conv = torch.nn.Conv2d(cin, cout, 3, padding=1)
-        self.norm = torch.nn.GroupNorm(2, cout)
+        self.conv = torch.nn.Conv2d(cin, cout, 3, padding=1, device=device)
+        self.norm = torch.nn.GroupNorm(2, cout, device=device)
 
     def forward(self, x):
         return torch.relu(self.norm(self.conv(x)))
 
 
 class CNN(torch.nn.Module):
-    def __init__(self):
+    SEED = 3
+
+    def __init__(self, device=None):
         super().__init__()
-        torch.manual_seed(3)
-        self.blocks = torch.nn.Sequential(ConvBlock(3, 8), ConvBlock(8, 16),
-                                          torch.nn.MaxPool2d(2),
-                                          ConvBlock(16, 16))
-        self.head = torch.nn.Linear(16 * 4 * 4, 10)
+        torch.manual_seed(self.SEED)
+        self.blocks = torch.nn.Sequential(
+            ConvBlock(3, 8, device), ConvBlock(8, 16, device),
+            torch.nn.MaxPool2d(2), ConvBlock(16, 16, device))
+        self.head = torch.nn.Linear(16 * 4 * 4, 10, device=device)
 
     def forward(self, x, step=0):
         return self.head(self.blocks(x).flatten(1))
 
 
 class Block(torch.nn.Module):
-    def __init__(self, width, heads, side=False):
+    def __init__(self, width, heads, side=False, device=None):
         super().__init__()
         self.heads = heads
         # A layer the block uses on some ranks and steps only.
-        self.side = torch.nn.Linear(width, width) if side else None
+        self.side = torch.nn.Linear(width, width, device=device) \
+            if side else None
         self.use_side = False
-        self.norm1 = torch.nn.LayerNorm(width)
+        self.norm1 = torch.nn.LayerNorm(width, device=device)
         # No bias on q, k, v: softmax ignores the keys' bias, whose
         # gradient is then rounding noise AdamW turns into steps of lr.
-        self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
-        self.proj = torch.nn.Linear(width, width)
-        self.norm2 = torch.nn.LayerNorm(width)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width),
-                                       torch.nn.GELU(),
-                                       torch.nn.Linear(4 * width, width))
+        self.qkv = torch.nn.Linear(width, 3 * width, bias=False,
+                                   device=device)
+        self.proj = torch.nn.Linear(width, width, device=device)
+        self.norm2 = torch.nn.LayerNorm(width, device=device)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(width, 4 * width, device=device),
+            torch.nn.GELU(), torch.nn.Linear(4 * width, width, device=device))
 
     def forward(self, x):
         b, t, c = x.shape
@@ -130,16 +140,20 @@ class GPT(torch.nn.Module):
     rank's backward), and a block every rank runs whose output only even
     steps use (its unit's backward never runs on odd steps)."""
 
-    def __init__(self, vocab=40, width=32, layers=3, context=12):
+    SEED = 4
+
+    def __init__(self, vocab=40, width=32, layers=3, context=12,
+                 device=None):
         super().__init__()
-        torch.manual_seed(4)
-        self.wte = torch.nn.Embedding(vocab, width)
-        self.wpe = torch.nn.Embedding(context, width)
+        torch.manual_seed(self.SEED)
+        self.wte = torch.nn.Embedding(vocab, width, device=device)
+        self.wpe = torch.nn.Embedding(context, width, device=device)
         self.blocks = torch.nn.ModuleList(
-            Block(width, 4, side=i == layers - 1) for i in range(layers))
-        self.probe = Block(width, 4)
-        self.norm = torch.nn.LayerNorm(width)
-        self.head = torch.nn.Linear(width, vocab, bias=False)
+            Block(width, 4, side=i == layers - 1, device=device)
+            for i in range(layers))
+        self.probe = Block(width, 4, device=device)
+        self.norm = torch.nn.LayerNorm(width, device=device)
+        self.head = torch.nn.Linear(width, vocab, bias=False, device=device)
         self.head.weight = self.wte.weight  # tied across units
 
     def forward(self, tokens, step=0):
@@ -193,14 +207,37 @@ def relative(state, reference):
 
 def versus_ddp(kind):
     """`kind` trained under DDP + AdamW and with units; returns the units
-    model and optimizer, DDP's model and AdamW."""
+    model and optimizer, DDP's model and AdamW. The GPT is built on the
+    meta device: initialized by its modules one at a time, under the same
+    seed, it starts from the parameters of the GPT built on the CPU."""
     reference = kind()
     ddp = torch.nn.parallel.DistributedDataParallel(
         reference, find_unused_parameters=kind is GPT)
     theirs = torch.optim.AdamW(reference.parameters(), lr=RECIPE["lr"],
                                weight_decay=RECIPE["weight_decay"])
-    model = kind()
-    opt = ours(model, kind)
+    if kind is GPT:
+        model = kind(device="meta")
+        made = []  # at each module's initialization: the tensors made
+
+        def init(module):
+            made.append(sum(p.storage().size() > 1  # (not a stand-in)
+                            for p in model.parameters()) -
+                        len([p for p in module.parameters(recurse=False)
+                             if p is not model.wte.weight]))
+            module.reset_parameters()
+        torch.manual_seed(kind.SEED)
+        opt = ours(model, kind, param_init_fn=init)
+        check(relative(model.state_dict(), reference) == 0.0,
+              "GPT on the meta device: initialized, it is the GPT built on "
+              "the CPU")
+        if size > 1:  # (one rank: the step holds every parameter whole)
+            check(len(made) > 10 and max(made) <= 1,
+                  f"GPT on the meta device: while a module is initialized "
+                  f"the tensors made are its own and the tied embedding "
+                  f"(saw {max(made)} others)")
+    else:
+        model = kind()
+        opt = ours(model, kind)
     whole = []
     for block in model.modules():
         if isinstance(block, units_of(kind)):
@@ -455,12 +492,59 @@ def refusals():
                     CNN().named_parameters(), dict(RECIPE),
                     pipeline="zero-stage=3", comm=comm, cache=CACHE,
                     reshard_after_forward=False), ValueError)
+    refused("a parameter list on the meta device", ["meta device",
+                                                   "model itself"],
+            lambda: DistributedOptimizer(CNN(device="meta").parameters(),
+                                         dict(RECIPE), comm=comm,
+                                         cache=CACHE))
+    meta_init()
     refused("auto_wrap_policy with a parameter list", ["nn.Module"],
             lambda: DistributedOptimizer(CNN().parameters(), dict(RECIPE),
                                          pipeline="zero-stage=3", comm=comm,
                                          cache=CACHE,
                                          auto_wrap_policy=ConvBlock),
             ValueError)
+
+
+class Scaled(torch.nn.Module):
+    """A module with a parameter of its own and no reset_parameters()."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.inner = torch.nn.Linear(6, 6, device=device)
+        self.gain = torch.nn.Parameter(torch.empty(6, device=device))
+
+    def forward(self, x):
+        return self.inner(x) * self.gain
+
+
+def meta_init():
+    """A module the step cannot initialize on its own is refused by name,
+    the model left as it was; param_init_fn then initializes it (and the
+    same model, whose construction failed, is taken again)."""
+    model = Scaled(device="meta")
+    try:
+        ours(model, CNN)
+        check(False, "a meta module without reset_parameters was accepted")
+    except DistoptError as e:
+        check("module 'the model' (Scaled)" in str(e) and
+              "param_init_fn" in str(e), f"meta without an initializer: {e}")
+
+    def init(module):
+        if isinstance(module, Scaled):
+            torch.nn.init.constant_(module.gain, 0.5)
+        else:
+            module.reset_parameters()
+    torch.manual_seed(9)
+    ours(model, CNN, param_init_fn=init)
+    plain = Scaled()
+    torch.nn.init.constant_(plain.gain, 0.5)
+    torch.manual_seed(9)
+    plain.inner.reset_parameters()
+    state = model.state_dict()
+    check(torch.equal(state["gain"], torch.full((6,), 0.5)) and
+          relative(state, plain) == 0.0,
+          "param_init_fn initializes a meta model after a failed attempt")
 
 
 def main():

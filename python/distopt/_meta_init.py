@@ -1,0 +1,125 @@
+"""Deferred initialization for distopt.torch.DistributedOptimizer: a model
+built on the meta device (no memory behind its tensors) is made and
+initialized one module at a time, each parameter handed to the step as
+soon as the last module holding it is initialized, so that no rank ever
+holds the model whole (what FSDP's meta-device initialization is for).
+
+Each module's own tensors (the parameters and buffers it holds itself, not
+its children's) are made on the step's device and initialized by
+param_init_fn(module) when given, else by module.reset_parameters(), in
+the order of model.named_modules() (pre-order: for most models the order
+their constructors ran in, so that under the same seed the values are
+those of the model built on the CPU). A tensor two modules hold (tied) is
+initialized by the first of them in that order and keeps its value
+through the second's initialization.
+"""
+
+import torch
+
+from .errors import DistoptError
+
+
+def _stand_in(shape, dtype, device):
+    """A tensor of `shape` holding one element (a zero broadcast to it):
+    no memory, and every shape, dtype and device check passes."""
+    return torch.zeros((), dtype=dtype, device=device).expand(shape)
+
+
+def defer_meta(model, device):
+    """Swaps each parameter of `model` on the meta device for a parameter
+    on `device` of the same shape, dtype and requires_grad holding a stand
+    in, and marks it (its shape) until undefer(). Tied parameters stay
+    tied. A marked parameter (a construction that failed) is deferred
+    again. Returns the deferred parameters (id -> parameter)."""
+    swapped = {}
+    for module in model.modules():
+        for key, p in module._parameters.items():
+            if p is None:
+                continue
+            shape = getattr(p, "_distopt_meta", None)
+            if shape is not None:
+                p.data = _stand_in(shape, p.dtype, device)
+                swapped[id(p)] = (p, p)
+            elif p.device.type == "meta":
+                if id(p) not in swapped:
+                    new = torch.nn.Parameter(
+                        _stand_in(p.shape, p.dtype, device),
+                        requires_grad=p.requires_grad)
+                    new._distopt_meta = tuple(p.shape)
+                    swapped[id(p)] = (p, new)
+                module._parameters[key] = swapped[id(p)][1]
+    # (The meta originals are kept in `swapped` until here, so that no id
+    # is taken again by another tensor while the walk compares ids.)
+    return {id(new): new for _, new in swapped.values()}
+
+
+def release(p):
+    """Frees a parameter the step holds now. (Its shape stays: autograd
+    takes a parameter's shape when its gradient accumulator is made.)"""
+    p.data = _stand_in(p.shape, p.dtype, p.device)
+
+
+def undefer(deferred):
+    """Construction succeeded: the parameters are the step's now."""
+    for p in deferred.values():
+        del p._distopt_meta
+
+
+def materialize(model, deferred, device, init_fn, adopt):
+    """Makes and initializes the deferred parameters (defer_meta's) and
+    the meta buffers of `model` module by module (the module's text), and
+    calls adopt(p) for every parameter of the model after the last module
+    holding it: it is final then, and adopt may free it."""
+    modules = list(model.named_modules())
+    last = {}
+    for i, (_, module) in enumerate(modules):
+        for p in module._parameters.values():
+            if p is not None:
+                last[id(p)] = i
+    done = set()  # parameters made and initialized
+    for i, (name, module) in enumerate(modules):
+        mine = [p for p in module._parameters.values() if p is not None]
+        held = [p for p in mine if id(p) in deferred]
+        fresh = [p for p in held if id(p) not in done]
+        buffers = [key for key, b in module._buffers.items()
+                   if b is not None and b.device.type == "meta"]
+        # (A module whose tensors are all tied and made is initialized
+        # too: it draws what its constructor drew, and later modules get
+        # the random numbers they would have got on the CPU.)
+        if held or buffers:
+            for p in fresh:
+                p.data = torch.empty(p.shape, dtype=p.dtype, device=device)
+            for key in buffers:
+                module._buffers[key] = torch.empty_like(
+                    module._buffers[key], device=device)
+            # A tied tensor initialized by an earlier module keeps that
+            # value (this module's initializer may draw for it anyway).
+            kept = [(p, p.detach().clone()) for p in held
+                    if id(p) in done]
+            _initialize(name or "the model", module, init_fn)
+            for p, value in kept:
+                p.data.copy_(value)
+            done.update(id(p) for p in fresh)
+        for p in mine:
+            if last[id(p)] == i:
+                adopt(p)
+
+
+def _initialize(name, module, init_fn):
+    if init_fn is None and not callable(getattr(module, "reset_parameters",
+                                                None)):
+        raise DistoptError(
+            f"module '{name}' ({type(module).__name__}) holds tensors on "
+            "the meta device and has no reset_parameters(): pass "
+            "param_init_fn(module) to initialize them")
+    try:
+        if init_fn is not None:
+            init_fn(module)
+        else:
+            module.reset_parameters()
+    except RuntimeError as error:
+        raise DistoptError(
+            f"initializing module '{name}' ({type(module).__name__}) built "
+            f"on the meta device failed: {error} (each module's "
+            "initialization may touch only the tensors it holds itself: "
+            "its children are not made yet)") from error
