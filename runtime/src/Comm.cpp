@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -27,6 +28,24 @@ thread_local bool threadWaitsInBackground = false;
 /// All-reduces at most this large use recursive doubling: log2(n) exchanges
 /// of the whole buffer instead of the ring's 2(n-1) of a chunk.
 constexpr int64_t kSmallAllReduceBytes = 64 * 1024;
+
+/// The ring's collectives move a chunk in slices of at most this many bytes
+/// (counted in the wider of the data and wire types): what their buffers
+/// hold, whatever the message's size. 4 MiB, or DISTOPT_RT_RING_SLICE_KB
+/// KiB (a positive number; anything else is ignored).
+size_t ringSliceBytes() {
+  static const size_t bytes = [] {
+    size_t chosen = size_t(4) << 20;
+    if (const char *env = std::getenv("DISTOPT_RT_RING_SLICE_KB")) {
+      char *end = nullptr;
+      double kb = std::strtod(env, &end);
+      if (end != env && *end == '\0' && kb > 0 && kb < 1e9)
+        chosen = std::max<size_t>(1, size_t(kb * 1024));
+    }
+    return chosen;
+  }();
+  return bytes;
+}
 } // namespace
 
 distopt_rt_status fail(distopt_rt_status status, std::string message) {
@@ -447,28 +466,29 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
   // offset; otherwise (reduce-scatter) to `out`.
   int64_t n = size(), r = rank();
   size_t typeSize = elementSize(c.type), wireSize = elementSize(c.wire);
-  auto chunkPtr = [&](const void *base, int64_t chunk) {
-    return static_cast<const char *>(base) +
-           chunkBegin(count, chunk) * typeSize;
-  };
-  auto chunkLen = [&](int64_t chunk) {
-    return chunkBegin(count, chunk + 1) - chunkBegin(count, chunk);
-  };
-  void *finalOut = out ? out : const_cast<char *>(chunkPtr(c.recv, r));
   Combine step{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0, 1.0};
   if (n == 1) {
+    void *finalOut = out ? out : c.recv;
     combineChunk(nullptr, c.type, c.send, finalOut, count, c.type, step);
     return DISTOPT_RT_OK;
   }
-
   int64_t maxChunk = 0;
   for (int64_t k = 0; k < n; ++k)
-    maxChunk = std::max(maxChunk, chunkLen(k));
-  // acc: the partial result to send next (in the data type); wire buffers.
+    maxChunk =
+        std::max(maxChunk, chunkBegin(count, k + 1) - chunkBegin(count, k));
+  // The ring runs on slices of the chunks, slice p of every chunk at once:
+  // its buffers are a slice long, not a chunk (a 155 MB bucket over 4 ranks
+  // kept 78 MB of them from one step to the next). Each element is summed
+  // in the same order either way.
+  int64_t slice = std::max<int64_t>(
+      1, static_cast<int64_t>(ringSliceBytes() / std::max(typeSize, wireSize)));
+  slice = std::min(slice, std::max<int64_t>(maxChunk, 1));
+  int64_t slices = std::max<int64_t>(1, (maxChunk + slice - 1) / slice);
   bool convertWire = c.wire != c.type;
-  char *acc = scratch(0, maxChunk * typeSize);
-  char *recvWire = scratch(1, maxChunk * wireSize);
-  char *sendWire = convertWire ? scratch(2, maxChunk * wireSize) : nullptr;
+  // acc: the partial result to send next (in the data type); wire buffers.
+  char *acc = scratch(0, slice * typeSize);
+  char *recvWire = scratch(1, slice * wireSize);
+  char *sendWire = convertWire ? scratch(2, slice * wireSize) : nullptr;
   auto mod = [&](int64_t x) { return ((x % n) + n) % n; };
   int64_t left = mod(r - 1), right = mod(r + 1);
 
@@ -478,46 +498,68 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
   // types must round the scaled value to their own type before it travels.
   bool receiverScales = c.op == DISTOPT_RT_PREMUL_SUM && !convertWire &&
                         (c.type == DISTOPT_RT_F32 || c.type == DISTOPT_RT_F64);
-  for (int64_t s = 0; s < n - 1; ++s) {
-    int64_t sent = mod(r - s - 1), received = mod(r - s - 2);
-    // Step 0 sends this rank's own contribution to chunk r - 1: straight
-    // from the input unless it must be scaled or converted first.
-    const void *payload = acc;
-    if (s == 0) {
-      if (c.op == DISTOPT_RT_PREMUL_SUM && !receiverScales)
-        combineChunk(nullptr, c.type, chunkPtr(c.send, sent), acc,
-                     chunkLen(sent), c.type, step);
-      else
-        payload = chunkPtr(c.send, sent);
-    }
-    if (convertWire) {
-      convert(payload, c.type, sendWire, c.wire, chunkLen(sent));
-      payload = sendWire;
-    }
-    auto where = [&] {
-      return what.str() + " (ring step " + std::to_string(s + 1) + " of " +
-             std::to_string(2 * (n - 1)) + ")";
+  for (int64_t p = 0; p < slices; ++p) {
+    // Slice p of chunk k: its first element and its length.
+    auto sliceBegin = [&](int64_t chunk) {
+      return std::min(chunkBegin(count, chunk) + p * slice,
+                      chunkBegin(count, chunk + 1));
     };
-    distopt_rt_status status =
-        transport->exchange(payload, chunkLen(sent) * wireSize, right, recvWire,
-                            chunkLen(received) * wireSize, left, where);
-    if (status != DISTOPT_RT_OK)
-      return status;
-    bool last = s == n - 2;
-    Combine combine = step;
-    if (last && c.op == DISTOPT_RT_AVG)
-      combine.resultDivisor = static_cast<double>(n);
-    if (s == 0 && receiverScales)
-      combine.wireScale = c.scale;
-    void *dest = last ? finalOut : acc;
-    combineChunk(recvWire, c.wire, chunkPtr(c.send, received), dest,
-                 chunkLen(received), c.type, combine);
-  }
-  // Every rank must hold the same bits: round the own chunk as the others
-  // will receive it.
-  if (convertWire) {
-    convert(finalOut, c.type, sendWire, c.wire, chunkLen(r));
-    convert(sendWire, c.wire, finalOut, c.type, chunkLen(r));
+    auto sliceLen = [&](int64_t chunk) {
+      return std::min(sliceBegin(chunk) + slice, chunkBegin(count, chunk + 1)) -
+             sliceBegin(chunk);
+    };
+    auto input = [&](int64_t chunk) {
+      return static_cast<const char *>(c.send) + sliceBegin(chunk) * typeSize;
+    };
+    char *finalOut =
+        out ? static_cast<char *>(out) +
+                  (sliceBegin(r) - chunkBegin(count, r)) * typeSize
+            : static_cast<char *>(c.recv) + sliceBegin(r) * typeSize;
+    for (int64_t s = 0; s < n - 1; ++s) {
+      int64_t sent = mod(r - s - 1), received = mod(r - s - 2);
+      // Step 0 sends this rank's own contribution to chunk r - 1: straight
+      // from the input unless it must be scaled or converted first.
+      const void *payload = acc;
+      if (s == 0) {
+        if (c.op == DISTOPT_RT_PREMUL_SUM && !receiverScales)
+          combineChunk(nullptr, c.type, input(sent), acc, sliceLen(sent),
+                       c.type, step);
+        else
+          payload = input(sent);
+      }
+      if (convertWire) {
+        convert(payload, c.type, sendWire, c.wire, sliceLen(sent));
+        payload = sendWire;
+      }
+      auto where = [&] {
+        std::string at = what.str() + " (ring step " + std::to_string(s + 1) +
+                         " of " + std::to_string(2 * (n - 1));
+        if (slices > 1)
+          at += ", slice " + std::to_string(p + 1) + " of " +
+                std::to_string(slices);
+        return at + ")";
+      };
+      distopt_rt_status status = transport->exchange(
+          payload, sliceLen(sent) * wireSize, right, recvWire,
+          sliceLen(received) * wireSize, left, where);
+      if (status != DISTOPT_RT_OK)
+        return status;
+      bool last = s == n - 2;
+      Combine combine = step;
+      if (last && c.op == DISTOPT_RT_AVG)
+        combine.resultDivisor = static_cast<double>(n);
+      if (s == 0 && receiverScales)
+        combine.wireScale = c.scale;
+      void *dest = last ? finalOut : acc;
+      combineChunk(recvWire, c.wire, input(received), dest, sliceLen(received),
+                   c.type, combine);
+    }
+    // Every rank must hold the same bits: round the own chunk as the others
+    // will receive it.
+    if (convertWire) {
+      convert(finalOut, c.type, sendWire, c.wire, sliceLen(r));
+      convert(sendWire, c.wire, finalOut, c.type, sliceLen(r));
+    }
   }
   return DISTOPT_RT_OK;
 }
@@ -542,28 +584,50 @@ distopt_rt_status Communicator::ringAllGather(void *buffer, int64_t count,
   int64_t maxChunk = 0;
   for (int64_t k = 0; k < n; ++k)
     maxChunk = std::max(maxChunk, chunkLen(k));
-  char *sendWire = convertWire ? scratch(1, maxChunk * wireSize) : nullptr;
-  char *recvWire = convertWire ? scratch(2, maxChunk * wireSize) : nullptr;
+  // Converted for the wire, a chunk travels in slices (as in the
+  // reduce-scatter): the wire buffers are a slice long. Otherwise it goes
+  // whole, from the buffer into the buffer.
+  int64_t slice = std::max<int64_t>(maxChunk, 1);
+  if (convertWire)
+    slice = std::min<int64_t>(
+        slice,
+        std::max<size_t>(1, ringSliceBytes() / std::max(typeSize, wireSize)));
+  int64_t slices = std::max<int64_t>(1, (maxChunk + slice - 1) / slice);
+  char *sendWire = convertWire ? scratch(1, slice * wireSize) : nullptr;
+  char *recvWire = convertWire ? scratch(2, slice * wireSize) : nullptr;
   for (int64_t s = 0; s < n - 1; ++s) {
     int64_t sent = mod(r - s), received = mod(r - s - 1);
-    const void *payload = chunkPtr(sent);
-    void *landing = chunkPtr(received);
-    if (convertWire) {
-      convert(chunkPtr(sent), type, sendWire, wire, chunkLen(sent));
-      payload = sendWire;
-      landing = recvWire;
+    for (int64_t p = 0; p < slices; ++p) {
+      auto from = [&](int64_t chunk) {
+        return std::min(p * slice, chunkLen(chunk));
+      };
+      auto len = [&](int64_t chunk) {
+        return std::min((p + 1) * slice, chunkLen(chunk)) - from(chunk);
+      };
+      const void *payload = chunkPtr(sent) + from(sent) * typeSize;
+      void *landing = chunkPtr(received) + from(received) * typeSize;
+      if (convertWire) {
+        convert(payload, type, sendWire, wire, len(sent));
+        payload = sendWire;
+        landing = recvWire;
+      }
+      auto where = [&] {
+        std::string at = what.str() + " (ring step " + std::to_string(n + s) +
+                         " of " + std::to_string(2 * (n - 1));
+        if (slices > 1)
+          at += ", slice " + std::to_string(p + 1) + " of " +
+                std::to_string(slices);
+        return at + ")";
+      };
+      distopt_rt_status status =
+          transport->exchange(payload, len(sent) * wireSize, right, landing,
+                              len(received) * wireSize, left, where);
+      if (status != DISTOPT_RT_OK)
+        return status;
+      if (convertWire)
+        convert(recvWire, wire, chunkPtr(received) + from(received) * typeSize,
+                type, len(received));
     }
-    auto where = [&] {
-      return what.str() + " (ring step " + std::to_string(n + s) + " of " +
-             std::to_string(2 * (n - 1)) + ")";
-    };
-    distopt_rt_status status =
-        transport->exchange(payload, chunkLen(sent) * wireSize, right, landing,
-                            chunkLen(received) * wireSize, left, where);
-    if (status != DISTOPT_RT_OK)
-      return status;
-    if (convertWire)
-      convert(recvWire, wire, chunkPtr(received), type, chunkLen(received));
   }
   return DISTOPT_RT_OK;
 }
