@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
           "none", "-x", "MALLOC_MMAP_THRESHOLD_=65536"]
 MB = 2.0 ** 20
+LR = 1e-4  # the limited run's AdamW
 SHAPES = {"vocab": 50257, "width": 768, "layers": 12, "heads": 12,
           "context": 64}
 
@@ -82,7 +84,10 @@ def reset_peak():
         f.write("5")
 
 
-def gpt():
+def gpt(device=None):
+    """The GPT and its block class; on the meta device (no memory) for a
+    DistributedOptimizer to initialize (under seed 0: the same parameters
+    as built on the CPU)."""
     import torch
     from torch import nn
 
@@ -90,12 +95,12 @@ def gpt():
         def __init__(self, width, heads):
             super().__init__()
             self.heads = heads
-            self.norm1 = nn.LayerNorm(width)
-            self.qkv = nn.Linear(width, 3 * width)
-            self.proj = nn.Linear(width, width)
-            self.norm2 = nn.LayerNorm(width)
-            self.up = nn.Linear(width, 4 * width)
-            self.down = nn.Linear(4 * width, width)
+            self.norm1 = nn.LayerNorm(width, device=device)
+            self.qkv = nn.Linear(width, 3 * width, device=device)
+            self.proj = nn.Linear(width, width, device=device)
+            self.norm2 = nn.LayerNorm(width, device=device)
+            self.up = nn.Linear(width, 4 * width, device=device)
+            self.down = nn.Linear(4 * width, width, device=device)
 
         def forward(self, x):
             b, t, c = x.shape
@@ -113,12 +118,12 @@ def gpt():
     class GPT(nn.Module):
         def __init__(self, vocab, width, layers, heads, context):
             super().__init__()
-            self.wte = nn.Embedding(vocab, width)
-            self.wpe = nn.Embedding(context, width)
+            self.wte = nn.Embedding(vocab, width, device=device)
+            self.wpe = nn.Embedding(context, width, device=device)
             self.blocks = nn.ModuleList(Block(width, heads)
                                         for _ in range(layers))
-            self.norm = nn.LayerNorm(width)
-            self.head = nn.Linear(width, vocab, bias=False)
+            self.norm = nn.LayerNorm(width, device=device)
+            self.head = nn.Linear(width, vocab, bias=False, device=device)
             self.head.weight = self.wte.weight
 
         def forward(self, tokens):
@@ -141,7 +146,11 @@ def worker(mode, out):
     torch.set_num_threads(1)
     comm.Barrier()
     base, _ = rss()
-    model, block = gpt()
+    if mode.startswith("units"):  # no rank holds it whole
+        model, block = gpt(device="meta")
+        torch.manual_seed(0)
+    else:
+        model, block = gpt()
     params = sum(p.numel() for p in model.parameters())
     units = [sum(p.numel() for p in b.parameters()) for b in model.blocks]
     root = params - sum(units)
@@ -205,6 +214,102 @@ def worker(mode, out):
                        "root": root, "block": max(units), "rows": rows}, f)
 
 
+def vm_data():
+    """VmData of this process (its private writable memory, what
+    RLIMIT_DATA limits), bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+
+
+def limited(mode, out, limit_mb, steps):
+    """Trains `steps` steps under a per-rank limit of `limit_mb` MB of
+    private memory above what the process held before the model existed
+    (RLIMIT_DATA: malloc and anonymous mmap fail past it, as a device
+    allocation fails past a GPU's memory), then evaluates the loss on a
+    batch after the last step and, on rank 0, saves the whole parameters
+    (model.state_dict(): gathered one at a time) to OUT.pt. Modes:
+    limit-units (built on the meta device, ZeRO-3 with units), limit-zero2
+    (built on the CPU, distopt's ZeRO-2), ddp (no limit: DDP + AdamW, the
+    reference). Each rank writes OUT.<rank>: its losses, or the error."""
+    import resource
+    import torch
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    from distopt.torch import DistributedOptimizer
+    torch.set_num_threads(1)
+    cache = os.path.join(tempfile.gettempdir(), "distopt-b15-cache")
+    recipe = {"type": "adamw", "lr": LR}
+    result = {"rank": rank, "losses": []}
+    base, _ = rss()
+    if limit_mb:
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        resource.setrlimit(resource.RLIMIT_DATA,
+                           (vm_data() + int(limit_mb * MB), hard))
+    try:
+        if mode == "limit-units":
+            model, block = gpt(device="meta")
+            torch.manual_seed(0)
+            opt = DistributedOptimizer(model, recipe, pipeline="zero-stage=3",
+                                       comm=comm, cache=cache, timeout=120,
+                                       auto_wrap_policy=block)
+            forward = model
+        elif mode == "limit-zero2":
+            model, _ = gpt()
+            opt = DistributedOptimizer(model.named_parameters(), recipe,
+                                       pipeline="zero-stage=2", comm=comm,
+                                       cache=cache, timeout=120)
+            forward = model
+        else:
+            import torch.distributed as dist
+            path = comm.bcast(tempfile.mktemp(prefix="distopt-b15-")
+                              if rank == 0 else None)
+            dist.init_process_group("gloo", init_method=f"file://{path}",
+                                    rank=rank, world_size=size)
+            model, _ = gpt()
+            forward = torch.nn.parallel.DistributedDataParallel(model)
+            opt = torch.optim.AdamW(model.parameters(), lr=recipe["lr"])
+            if rank == 0:  # (what the steps moved, for the comparison)
+                torch.save(model.state_dict(), out + ".init.pt")
+        g = torch.Generator().manual_seed(rank)
+
+        def loss_of():  # (targets of their own: with the output layer
+            # tied to the embedding, the input tokens' loss is 0 in f32)
+            tokens, targets = torch.randint(
+                0, SHAPES["vocab"], (2, 1, SHAPES["context"]), generator=g)
+            logits = forward(tokens)
+            return torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+        for _ in range(steps):
+            loss = loss_of()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            result["losses"].append(loss.item())
+        with torch.no_grad():
+            result["evaluated"] = loss_of().item()
+        state = model.state_dict()
+        if rank == 0:
+            torch.save(state, out + ".pt")
+        del state
+    except Exception as error:  # MemoryError, torch's or distopt's
+        result["error"] = f"{type(error).__name__}: " + \
+            str(error).strip().splitlines()[0][:200]
+    result["peak"] = rss()[1] - base
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(result, f)
+    if "error" in result:
+        # The other ranks may wait in a collective: no finalization
+        # (mpirun reports the exit and ends them; the files say what ran).
+        sys.stdout.flush()
+        os._exit(0)
+    comm.Barrier()
+
+
 def formula(mode, n, params, root, block, activations):
     """(at rest, peak) in bytes."""
     if mode == "zero2":  # (one rank: nothing reduced into a shard)
@@ -230,15 +335,90 @@ def run(mode, n):
             return json.load(g)
 
 
+def run_limited(mode, n, limit_mb, steps, out):
+    """Per rank: limited()'s result (a rank that wrote none: killed)."""
+    subprocess.run(MPIRUN + ["-np", str(n), sys.executable,
+                             os.path.abspath(__file__), "--limited", mode,
+                             out, str(limit_mb), str(steps)], cwd=ROOT)
+    rows = []
+    for rank in range(n):
+        try:
+            with open(f"{out}.{rank}") as f:
+                rows.append(json.load(f))
+        except (OSError, ValueError):
+            rows.append({"rank": rank, "losses": [],
+                         "error": "killed (no result)"})
+    return rows
+
+
+def limit_table(n, limit_mb, steps):
+    """The GPT trained at n ranks under a per-rank memory limit: ZeRO-3
+    with units built on the meta device, and distopt's ZeRO-2, against
+    DDP's losses and parameters without a limit."""
+    import torch
+    lines = [f"| step ({n} ranks, {limit_mb} MB per rank) | trained | "
+             "peak MB (rank 0) | losses: largest gap to DDP's | "
+             "parameters: largest gap to DDP's | parameters: distance to "
+             "DDP's / distance DDP's moved |", "|---|---|---:|---:|---:|---:|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = run_limited("ddp", n, 0, steps, os.path.join(tmp, "ddp"))
+        want = torch.load(os.path.join(tmp, "ddp.pt"))
+        start = torch.load(os.path.join(tmp, "ddp.init.pt"))
+        for mode, limit, name in (
+                ("limit-units", limit_mb, "distopt ZeRO-3, units, built on "
+                                          "the meta device"),
+                ("limit-zero2", limit_mb, "distopt ZeRO-2"),
+                ("limit-zero2", 0, "distopt ZeRO-2 without the limit (the "
+                                   "summation order's rounding)")):
+            out = os.path.join(tmp, f"{mode}-{limit}")
+            rows = run_limited(mode, n, limit, steps, out)
+            failed = [r for r in rows if "error" in r]
+            if failed:
+                errors = sorted({re.sub(r"rank \d+: ", "", r["error"])
+                                 for r in failed})
+                lines.append(f"| {name} | no, on {len(failed)} of {n} "
+                             f"ranks: {'; '.join(errors)} | | | | |")
+                print(lines[-1], flush=True)
+                continue
+            gap = max(abs(a - b) / abs(b) for r, w in zip(rows, ref)
+                      for a, b in zip(r["losses"] + [r["evaluated"]],
+                                      w["losses"] + [w["evaluated"]]))
+            got = torch.load(out + ".pt")
+            worst = max((got[k] - v).abs().max().item()
+                        for k, v in want.items()) / LR
+            apart = math.sqrt(sum(((got[k] - v) ** 2).sum().item()
+                                  for k, v in want.items()))
+            moved = math.sqrt(sum(((v - start[k]) ** 2).sum().item()
+                                  for k, v in want.items()))
+            lines.append(f"| {name} | {steps} steps | "
+                         f"{rows[0]['peak'] / MB:.0f} | {gap:.1e} | "
+                         f"{worst:.2f} lr | {apart / moved:.1e} |")
+            print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", nargs=2, metavar=("MODE", "OUT"))
+    parser.add_argument("--limited", nargs=4,
+                        metavar=("MODE", "OUT", "LIMIT_MB", "STEPS"))
+    parser.add_argument("--limit-mb", type=int, default=1536,
+                        help="the per-rank limit of the limited run")
+    parser.add_argument("--limit-only", action="store_true",
+                        help="only the limited run (4 ranks)")
     parser.add_argument("--ranks", default="1,2,4")
     parser.add_argument("--update", action="store_true",
                         help="write the table into docs/benchmarks.md (B15)")
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
+        return
+    if args.limited:
+        mode, out, limit_mb, steps = args.limited
+        limited(mode, out, float(limit_mb), int(steps))
+        return
+    if args.limit_only:
+        print(limit_table(4, args.limit_mb, 5))
         return
     plain = run("activations", 1)
     activations = plain["rows"][0]["peak"] - plain["rows"][0]["rest"] - \
@@ -270,6 +450,7 @@ def main():
     print(f"activations (torch alone, 1 rank): {activations / MB:.0f} MB; "
           f"parameters {got['params'] / 1e6:.1f}M, root unit "
           f"{got['root'] / 1e6:.1f}M, block {got['block'] / 1e6:.2f}M")
+    table += "\n\n" + limit_table(4, args.limit_mb, 5)
     print(table)
     if args.update:
         from benchdoc import update_section

@@ -215,6 +215,20 @@ class UnitReducer(Reducer):
         self.in_backward = False
         self.accumulator_of = {id(node): i for i, node in
                                enumerate(self._hooks)}
+        # A unit holding a parameter several modules hold (an output layer
+        # tied to the embedding) gets its bucket only when its gradients
+        # are all ready: autograd sums such a parameter's gradients in
+        # tensors of its own first (the output layer's, held through all of
+        # backward, and the embedding's), and a bucket given at the unit's
+        # backward would be a third copy at that moment.
+        holders = {}
+        for module in units[0].modules():
+            for p in module._parameters.values():
+                if p is not None:
+                    holders[id(p)] = holders.get(id(p), 0) + 1
+        self.late_bucket = [
+            any(holders.get(id(optimizer._named[i][1]), 0) > 1
+                for i in self.params[u]) for u in range(n)]
         for p_index in range(len(optimizer._named)):
             self._free_param(p_index)
         for u, module in enumerate(units):
@@ -381,12 +395,14 @@ class UnitReducer(Reducer):
                 self.backward_seen[u] = True
                 self._ensure(u)
                 self._prefetch(u, -1)
-                self._grads_for(u)
+                if not self.late_bucket[u]:
+                    self._grads_for(u)
             return None
         return hook
 
     def _grads_for(self, u):
-        """Unit u's gradient buckets, zeroed, with .grad its views."""
+        """Unit u's gradient buckets, with .grad their views: what .grad
+        held, else zeros."""
         for flat in self.buckets[u]:
             if flat.buffer is not None:
                 continue
@@ -395,11 +411,12 @@ class UnitReducer(Reducer):
             self.session.bind_arg(flat.arg, flat.buffer)
             for index, view in flat.views():
                 p = self.opt._named[index][1]
-                if p.shape != view.shape:
-                    continue  # freed: the zeros stand for no gradient
-                if p.grad is not None:  # made by autograd before this
+                # Made by autograd before this (a late bucket's gradients).
+                if p.grad is not None and p.grad.shape == view.shape:
                     view.copy_(p.grad)
-                p.grad = view
+                # A freed parameter takes none: the zeros stand for no
+                # gradient.
+                p.grad = view if p.shape == view.shape else None
 
     def _free_reduced(self, everything=False):
         """Frees the buckets whose reduce-scatter has finished (all, after
@@ -436,11 +453,14 @@ class UnitReducer(Reducer):
                     "its unit's reduce-scatter started: a parameter used "
                     "outside its unit's forward belongs to a unit around "
                     "that use (the root)")
-            self._grads_for(u)
-            view = self._grad_view(index)
-            if p.grad is not None and p.grad.data_ptr() != view.data_ptr():
-                view.copy_(p.grad)  # autograd made a tensor of its own
-            p.grad = view
+            if not self.late_bucket[u]:
+                self._grads_for(u)
+                view = self._grad_view(index)
+                if p.grad is not None and \
+                        p.grad.data_ptr() != view.data_ptr():
+                    view.copy_(p.grad)  # autograd made a tensor of its own
+                p.grad = view
+            # (else .grad stays autograd's until the bucket is launched)
             self.adopted.add(index)
             self.pending[bucket] -= 1
             self._launch()
