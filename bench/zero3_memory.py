@@ -26,11 +26,30 @@ The formula, bytes per parameter P and units U (N ranks):
   root's and a block's) parameters and gradients whole (8 x (U1 + U2)),
   plus the activations (measured: a plain torch forward and backward of
   the same model, its peak less its parameters and gradients).
-Construction is not counted (each rank builds the model whole, then the
-optimizer takes it over: meta-device initialization is not done yet).
+Construction is not counted in these rows (the units' GPT is built on the
+meta device and initialized one module at a time by the optimizer; the
+others build it whole).
+
+Then the limited run, at 4 ranks: each rank may take at most --limit-mb
+(1536) MB of private memory above what it held before the model existed
+(RLIMIT_DATA, set before the model is built: construction counts), less
+than the model's whole training state (16 bytes per parameter: 1.9 GB).
+ZeRO-3 with units, built on the meta device, trains 5 steps and is
+compared with DDP + torch.optim.AdamW run without a limit from the same
+initial parameters (the meta-built GPT's are the CPU-built one's under the
+same seed): the losses, and the parameters after the steps, whose gap to
+DDP's is set against that of distopt's ZeRO-2 run without the limit (the
+summation order's rounding). ZeRO-2 under the limit must fail, with the
+runtime's out-of-memory error naming the rank and the buffer.
+
+Last, time per step on the emulated cluster (scripts/cluster: 2 nodes of
+2 ranks, TCP between the nodes, each node's link shaped to 1 and 10
+Gb/s): the same steps at 4 ranks, their collectives across the link.
 
     mpirun -np N python3 bench/zero3_memory.py --worker MODE OUT   (one row)
     python3 bench/zero3_memory.py [--update]      (every row, then B15)
+    python3 bench/zero3_memory.py --limit-only    (the limited run only)
+    python3 bench/zero3_memory.py --cluster-only  (the cluster rows only)
 """
 import argparse
 import json
@@ -44,6 +63,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cluster_available  # noqa: E402
 
 # Large blocks from mmap, whatever their size: glibc otherwise raises its
 # mmap threshold as blocks are freed and keeps later frees on its heap,
@@ -136,7 +156,9 @@ def gpt(device=None):
     return GPT(**SHAPES), Block
 
 
-def worker(mode, out):
+def worker(mode, out, where="local"):
+    if where == "cluster":  # gloo's sockets on the node's shaped link
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")
     import torch
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
@@ -397,9 +419,39 @@ def limit_table(n, limit_mb, steps):
     return "\n".join(lines)
 
 
+def cluster_table(rates):
+    """Time per step and peak memory on the emulated cluster (2 nodes of 2
+    ranks, each node's link shaped to `rate`): the rows' steps at 4 ranks,
+    their collectives across a TCP link instead of shared memory."""
+    lines = ["| link | step | s per step | peak MB |", "|---|---|---:|---:|"]
+    names = {"torch-zero": "DDP + ZeroRedundancyOptimizer (torch)",
+             "zero2": "distopt ZeRO-2", "units": "distopt ZeRO-3, units"}
+    for rate in rates:
+        for mode in ("torch-zero", "zero2", "units"):
+            with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                subprocess.run(
+                    [os.path.join(ROOT, "scripts", "cluster"), "--nodes", "2",
+                     "--ranks-per-node", "2", "--rate", rate, "--",
+                     sys.executable, os.path.abspath(__file__), "--worker",
+                     mode, f.name, "cluster"], check=True, cwd=ROOT,
+                    stdout=subprocess.DEVNULL)
+                with open(f.name) as g:
+                    got = json.load(g)
+            seconds = max(r["seconds"] for r in got["rows"])
+            peak = max(r["peak"] for r in got["rows"])
+            lines.append(f"| {rate} | {names[mode]} | {seconds:.2f} | "
+                         f"{peak / MB:.0f} |")
+            print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--worker", nargs=2, metavar=("MODE", "OUT"))
+    parser.add_argument("--worker", nargs="+", metavar="MODE OUT [WHERE]")
+    parser.add_argument("--cluster", default="1gbit,10gbit",
+                        help="the emulated cluster's link rates (tc's "
+                             "syntax), or '' for none")
+    parser.add_argument("--cluster-only", action="store_true")
     parser.add_argument("--limited", nargs=4,
                         metavar=("MODE", "OUT", "LIMIT_MB", "STEPS"))
     parser.add_argument("--limit-mb", type=int, default=1536,
@@ -419,6 +471,10 @@ def main():
         return
     if args.limit_only:
         print(limit_table(4, args.limit_mb, 5))
+        return
+    rates = [r for r in args.cluster.split(",") if r]
+    if args.cluster_only:
+        print(cluster_table(rates))
         return
     plain = run("activations", 1)
     activations = plain["rows"][0]["peak"] - plain["rows"][0]["rest"] - \
@@ -451,10 +507,15 @@ def main():
           f"parameters {got['params'] / 1e6:.1f}M, root unit "
           f"{got['root'] / 1e6:.1f}M, block {got['block'] / 1e6:.2f}M")
     table += "\n\n" + limit_table(4, args.limit_mb, 5)
+    if rates:
+        if cluster_available():
+            table += "\n\n" + cluster_table(rates)
+        else:
+            print("the emulated cluster cannot be made here: no cluster rows")
     print(table)
     if args.update:
         from benchdoc import update_section
-        update_section("B15", table)
+        update_section("B15", table + "\n")
 
 
 if __name__ == "__main__":
