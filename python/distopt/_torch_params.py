@@ -283,6 +283,45 @@ def _split_pipeline(pipeline):
     return " ".join(options)
 
 
+def _model_groups(module, groups):
+    """`groups` given with the model itself: torch.optim's group dicts over
+    the model's parameters, as the same dicts with the parameters' names
+    (model.named_parameters()'s) in "params". Every parameter of the model
+    that requires a gradient is in exactly one group."""
+    names = {id(p): name for name, p in module.named_parameters()}
+    if isinstance(groups, dict) or not isinstance(groups, (list, tuple)):
+        raise TypeError("groups is a list of dicts {'params': [...], "
+                        "<hyperparameters>}")
+    named, placed = [], {}
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict) or "params" not in g:
+            raise TypeError(f"groups[{i}] is not a dict with 'params'")
+        members = [g["params"]] if isinstance(g["params"], torch.Tensor) \
+            else list(g["params"])
+        listed = []
+        for p in members:
+            if isinstance(p, (tuple, list)) and len(p) == 2 and \
+                    isinstance(p[0], str):
+                p = p[1]  # a (name, parameter) pair
+            if not isinstance(p, torch.Tensor) or id(p) not in names:
+                raise ValueError(f"groups[{i}] holds a {type(p).__name__} "
+                                 "that is not a parameter of the model")
+            if id(p) in placed:
+                raise ValueError(f"groups[{i}]: '{names[id(p)]}' is also "
+                                 f"in groups[{placed[id(p)]}]")
+            placed[id(p)] = i
+            listed.append(names[id(p)])
+        named.append(dict(g, params=listed))
+    missing = [name for name, p in module.named_parameters()
+               if p.requires_grad and id(p) not in placed]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ValueError(f"groups: the model's parameter '{missing[0]}'"
+                         f"{more} is in no group: each parameter that "
+                         "requires a gradient goes in one")
+    return named
+
+
 def _named_groups(params):
     """torch.optim's `params` as groups of (name, parameter): an iterable of
     parameters, of (name, parameter) pairs, or of group dicts whose

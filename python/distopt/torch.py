@@ -34,10 +34,10 @@ from ._meta_init import defer_meta, materialize, release, undefer
 from ._units import UnitReducer, find_units
 from ._torch_params import (
     _EXECUTION_KEYS, _SPEC_DTYPES, _TUPLE_KEYS, _check_options,
-    _check_structure, _check_value, _clip_arguments, _default_comm, _glob_literal, _group_runtime_keys,
-    _group_defaults, _group_values, _keeps_step, _named_groups,
-    _runtime_values, _split_pipeline, _split_vectors, _structure,
-    _torch_defaults)
+    _check_structure, _check_value, _clip_arguments, _default_comm,
+    _glob_literal, _group_defaults, _group_runtime_keys, _group_values,
+    _keeps_step, _model_groups, _named_groups, _runtime_values,
+    _split_pipeline, _split_vectors, _structure, _torch_defaults)
 from .errors import DistoptError
 from .step import Session, Step
 
@@ -111,7 +111,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     gradients reduce-scattered as soon as its backward is done; between
     steps no parameter is held whole (docs/host-library.md, "ZeRO-3 with
     units"). model.state_dict() then gathers whole tensors (collective)
-    and model.load_state_dict() writes them to the shards.
+    and model.load_state_dict() writes them to the shards. With the model
+    as params, `groups` gives its parameter groups: torch.optim's group
+    dicts over its parameters, each parameter that requires a gradient in
+    exactly one.
 
     The model may be built on the meta device (nn.Linear(..., device=
     "meta"): no memory): each module's own tensors are then made and
@@ -127,7 +130,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  cache=None, seed=None, threads=None, overlap=True,
                  loss_scaling=None, grad_accumulation=1,
                  auto_wrap_policy=None, reshard_after_forward=True,
-                 param_init_fn=None):
+                 param_init_fn=None, groups=None):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (a torch.optim "
                              "class's name in lower case: \"adamw\")")
@@ -135,10 +138,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
         device = "cuda" if target == "cuda" else "cpu"
         deferred = {}
         if module is not None:
+            # (Groups by name: a meta parameter is swapped for another.)
+            named_groups = None if groups is None else \
+                _model_groups(module, groups)
             # A model built on the meta device is made one module at a
             # time after compiling (_meta_init.py).
             deferred = defer_meta(module, device)
             params = module.named_parameters()
+            if named_groups is not None:
+                by_name = dict(module.named_parameters())
+                params = [dict(g, params=[(name, by_name[name])
+                                          for name in g["params"]])
+                          for g in named_groups]
+        elif groups is not None:
+            raise ValueError("groups are for the model itself as params; "
+                             "with a parameter list, pass group dicts as "
+                             "params (as torch.optim takes them)")
         elif param_init_fn is not None:
             raise ValueError("param_init_fn initializes a model built on "
                              "the meta device: pass the nn.Module itself "

@@ -12,6 +12,8 @@ around the unit's forward and backward. Checked here, 20 steps each:
   unused: DDP's find_unused_parameters) end within 3e-5 of each
   tensor's magnitude of DDP's parameters at 3 ranks (gloo and distopt sum
   in different orders: TOLERANCE), bit for bit at 1 and 2; replicas agree;
+- parameter groups (groups=: decay for the matrices only, a rate of
+  their own for the rest, changed part way) as torch.optim's over DDP;
 - clipping by the global norm (opt.clip_grad_norm_): torch's norm on DDP's
   gradients, and the same steps as the ZeRO-3 step without units;
 - reshard_after_forward=False, and forwards under no_grad between steps
@@ -506,6 +508,58 @@ def refusals():
             ValueError)
 
 
+def grouped():
+    """Parameter groups with units (groups=): weight decay and a rate of
+    their own for the matrices, none for the rest, as torch.optim's groups
+    over DDP; the GPT on the meta device (the groups name its meta
+    parameters). Each unit's shards are split by group."""
+    def split(model):
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        return [{"params": decay, "weight_decay": 0.1},
+                {"params": rest, "weight_decay": 0.0, "lr": 1e-3}]
+
+    reference = GPT()
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        reference, find_unused_parameters=True)
+    theirs = torch.optim.AdamW(split(reference), lr=RECIPE["lr"])
+    model = GPT(device="meta")
+    torch.manual_seed(GPT.SEED)
+    opt = DistributedOptimizer(model, {"type": "adamw", "lr": RECIPE["lr"]},
+                               pipeline="zero-stage=3", comm=comm,
+                               cache=CACHE, auto_wrap_policy=Block,
+                               groups=split(model))
+    check([g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0],
+          "groups with units: torch's param_groups")
+    for step in range(12):
+        for m, o in ((ddp, theirs), (model, opt)):
+            o.zero_grad()
+            loss_of(GPT, m, step).backward()
+            o.step()
+        if step == 5:  # a scheduler's change reaches the compiled step
+            for o in (theirs, opt):
+                o.param_groups[1]["lr"] = 5e-4
+    diff = relative(model.state_dict(), reference)
+    check(diff <= TOLERANCE, f"groups with units: parameters {diff:.2e} "
+          f"from DDP's (bound {TOLERANCE:.0e})")
+    try:
+        DistributedOptimizer(GPT(), dict(RECIPE), pipeline="zero-stage=3",
+                             comm=comm, cache=CACHE, auto_wrap_policy=Block,
+                             groups=split(GPT())[:1] + [{"params": []}])
+        check(False, "groups from another model were accepted")
+    except ValueError as e:
+        check("not a parameter of the model" in str(e), f"groups: {e}")
+    model = GPT()
+    try:
+        DistributedOptimizer(model, dict(RECIPE), pipeline="zero-stage=3",
+                             comm=comm, cache=CACHE, auto_wrap_policy=Block,
+                             groups=split(model)[:1])
+        check(False, "groups leaving parameters out were accepted")
+    except ValueError as e:
+        check("'blocks.0.norm1.weight' (and" in str(e) and
+              "is in no group" in str(e), f"groups: {e}")
+
+
 class Scaled(torch.nn.Module):
     """A module with a parameter of its own and no reset_parameters()."""
 
@@ -560,6 +614,7 @@ def main():
             checkpoint(model, opt, kind)
             state_hand_over(model, opt, reference, theirs, kind)
         kept_and_evaluated()
+        grouped()
         clipping()
         if size > 1:
             mixed_precision()
