@@ -93,9 +93,10 @@ def materialize(model, deferred, device, init_fn, adopt):
                 module._buffers[key] = torch.empty_like(
                     module._buffers[key], device=device)
             # A tied tensor initialized by an earlier module keeps that
-            # value (this module's initializer may draw for it anyway).
-            kept = [(p, p.detach().clone()) for p in held
-                    if id(p) in done]
+            # value (this module's initializer may draw for it anyway), as
+            # does a parameter that was not on the meta device.
+            kept = [(p, p.detach().clone()) for p in mine
+                    if id(p) in done or id(p) not in deferred]
             _initialize(name or "the model", module, init_fn)
             for p, value in kept:
                 p.data.copy_(value)

@@ -51,8 +51,21 @@ sys.path.insert(0, sys.argv[1])
 CACHE = sys.argv[2]
 
 from distopt import DistoptError  # noqa: E402
+import distopt.torch  # noqa: E402
 from distopt.torch import DistributedOptimizer  # noqa: E402
 from mpi4py import MPI  # noqa: E402
+
+LOWERING = os.environ.get("DISTOPT_TEST_LOWERING")
+if LOWERING:
+    # The GPU lowering's split of each step, run on the host
+    # (test/GPU/split-on-host.test): every entry the units start (gathers,
+    # reduce-scatters, the update) as launches.
+    def _compile_lowered(source, pipeline="", target="cpu", extra_args=(),
+                         **options):
+        return _compile(source, pipeline, target, list(extra_args) + [
+            f"--lowering={LOWERING.lstrip('-')}{{runtime-allocator=true}}"],
+            **options)
+    _compile, distopt.torch.compile = distopt.torch.compile, _compile_lowered
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
