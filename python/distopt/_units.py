@@ -144,8 +144,17 @@ class UnitReducer(Reducer):
     alike); when backward() returns, every unit's gradient is reduced into
     this rank's shard and no parameter or gradient is held whole."""
 
-    def __init__(self, optimizer, units, unit_of, reshard_after_forward):
+    def __init__(self, optimizer, units, unit_of, reshard_after_forward,
+                 accumulation=1):
         super().__init__(optimizer, overlap=True)
+        # grad_accumulation: each micro-batch's gradients reduce-scattered
+        # as usual, the shards summed in f32 (self.sums) through the
+        # no_sync() passes and averaged into the step's reduced shards by
+        # the last (keeping whole gradients across micro-batches, as
+        # FSDP's no_sync does, would take the memory units save).
+        self.accumulation = accumulation
+        self.micro = 0  # micro-batches reduced since the last step
+        self.sums = None
         step, session = optimizer.compiled, optimizer.session
         index_of = {name: i for i, (name, _) in enumerate(optimizer._named)}
         self.units = units
@@ -435,9 +444,11 @@ class UnitReducer(Reducer):
     def _ready_hook(self, index, p):
         def hook(*_):
             self.got.add(index)
-            if not self.enabled:
-                raise DistoptError("no_sync() is not supported with units "
-                                   "(ZeRO-3 as FSDP) yet")
+            if not self.enabled and self.accumulation == 1:
+                raise DistoptError(
+                    "no_sync() with units (ZeRO-3 given the model) needs "
+                    "grad_accumulation=K: each micro-batch is "
+                    "reduce-scattered and the shards summed")
             if not self.active:  # the first gradient of this backward
                 self._reset()
                 self.active = True
@@ -501,5 +512,39 @@ class UnitReducer(Reducer):
             self.active = False
             self.in_backward = False
             self.backward_seen = [False] * len(self.units)
+        if self.accumulation > 1 and not self._accumulated():
+            return  # a micro-batch under no_sync: no step yet
         self.reduced = True
         self.opt._grads_reduced()
+
+    def _accumulated(self):
+        """grad_accumulation after a micro-batch's reductions: under
+        no_sync() its shards are added into the f32 sums (False); outside
+        it, the last micro-batch's are, and the sums over the
+        micro-batches, divided by their number, become the shards the
+        update reads (True). Another count of micro-batches raises."""
+        self.micro += 1
+        last = self.enabled
+        if self.micro != self.accumulation if last else \
+                self.micro >= self.accumulation:
+            got, self.micro, self.sums = self.micro, 0, None
+            raise DistoptError(
+                f"grad_accumulation={self.accumulation}: "
+                f"{self.accumulation - 1} backward passes under no_sync() "
+                f"and one outside it make a step; this was backward "
+                f"{got} since the last step, "
+                f"{'outside' if last else 'under'} no_sync() (the "
+                "micro-batches so far are dropped)")
+        shards = [self.session.arg(left.index, like="torch")
+                  for left in self.left_in]
+        if self.sums is None:
+            self.sums = [torch.zeros(s.shape, dtype=torch.float32,
+                                     device=s.device) for s in shards]
+        for total, shard in zip(self.sums, shards):
+            total.add_(shard.float())
+        if not last:
+            return False
+        for total, shard in zip(self.sums, shards):
+            shard.copy_(total.div_(self.accumulation))
+        self.micro, self.sums = 0, None
+        return True

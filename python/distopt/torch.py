@@ -79,7 +79,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
       the step reduces the f32 sum once and divides it by K: the loss is
       the micro-batch's mean, not divided by K as a DDP loop divides it.
       Exactly K - 1 no_sync passes come before each step() (another count
-      raises, naming it).
+      raises, naming it). With units (ZeRO-3 given the model) each
+      micro-batch is reduce-scattered all the same and the shards summed
+      in f32 (docs/host-library.md).
     target: "cpu" or "cuda"; timeout: seconds a collective may wait;
     cache: the directory of compiled steps; seed: PowerSGD's draws;
     threads: threads of the step's parallel loops (Session's threads).
@@ -210,9 +212,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if module is not None and self._zero_stage == 3 and world > 1:
             # FSDP's units: each a flat shard of its own, gathered around
             # its forward and backward (_units.py).
-            if grad_accumulation != 1:
-                raise DistoptError("grad_accumulation with units (ZeRO-3 "
-                                   "given the model) is not supported yet")
+            # Units sum the micro-batches' reduced shards themselves
+            # (_units.py): the step's f32 accumulators would be whole.
+            if grad_accumulation < 1:
+                raise ValueError(f"grad_accumulation is {grad_accumulation}:"
+                                 " the micro-batches per step, at least 1")
+            self.spec.pop("grad_accumulation", None)
             units, unit_of = find_units(module, auto_wrap_policy)
             for entry in parameters:
                 entry["unit"] = unit_of[entry["name"]]
@@ -258,7 +263,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 materialize(module, deferred, device, param_init_fn, adopt)
         if self._units:
             self._reducer = UnitReducer(self, units, unit_of,
-                                        reshard_after_forward)
+                                        reshard_after_forward,
+                                        grad_accumulation)
             self._hook_model_state(module)
         else:
             self._reducer = Reducer(self, bool(overlap))
@@ -655,6 +661,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._write_main(name, p)
         reducer = self._reducer
         if self._units and not reducer.reduced:
+            if reducer.micro:
+                raise DistoptError(
+                    f"grad_accumulation={reducer.accumulation}: step() "
+                    f"after {reducer.micro} backward passes under "
+                    "no_sync(); the last micro-batch's backward runs "
+                    "outside it")
             raise DistoptError(
                 "with units (ZeRO-3 given the model), step() updates from "
                 "the gradients backward() reduce-scattered: call backward() "

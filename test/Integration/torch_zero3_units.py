@@ -34,11 +34,15 @@ around the unit's forward and backward. Checked here, 20 steps each:
   a module's own tensors (and the tied embedding) are made at once; a
   module without reset_parameters() is refused by name, then initialized
   by param_init_fn;
-- refusals by name: grad_accumulation, step() without backward,
+- grad_accumulation with units (each micro-batch reduce-scattered, the
+  shards summed) against DDP's no_sync loop, and the wrong counts of
+  micro-batches refused by name;
+- refusals by name: step() without backward,
   auto_wrap_policy without ZeRO-3 or without a model, a parameter list on
   the meta device.
 """
 
+import contextlib
 import math
 import os
 import sys
@@ -486,8 +490,6 @@ def refusals():
             check(all(w in str(e) for w in words), f"{what}: {e}")
 
     if size > 1:
-        refused("grad_accumulation with units", ["grad_accumulation"],
-                lambda: ours(CNN(), CNN, grad_accumulation=2))
         model = CNN()
         opt = ours(model, CNN)
         refused("step() without backward", ["call backward() first"],
@@ -573,6 +575,78 @@ def grouped():
               "is in no group" in str(e), f"groups: {e}")
 
 
+def accumulated():
+    """grad_accumulation=3 with units: two backward passes under no_sync()
+    and one outside it per step, SGD with momentum, 6 steps: the CNN
+    against DDP's loop (no_sync, each loss divided by 3), the GPT against
+    the ZeRO-3 step without units (the step's own f32 accumulators; DDP's
+    no_sync mishandles the GPT's layers some ranks leave unused: its
+    replicas part). Units reduce-scatter each micro-batch and sum the
+    shards; the others sum each rank's gradients first: the same sums in
+    another order, which SGD's linear update keeps at f32 rounding (1e-5
+    of each tensor's magnitude; at 1 rank there are no units and the
+    step's accumulators run)."""
+    recipe = {"type": "sgd", "lr": 0.05, "momentum": 0.9}
+
+    def train(kind, how):
+        model = kind()
+        if how == "ddp":
+            quiet_of = torch.nn.parallel.DistributedDataParallel(model)
+            forward, divide = quiet_of, 3
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        else:
+            params = model if how == "units" else model.named_parameters()
+            opt = DistributedOptimizer(
+                params, recipe, pipeline="zero-stage=3", comm=comm,
+                cache=CACHE, grad_accumulation=3,
+                auto_wrap_policy=units_of(kind) if how == "units" else None)
+            quiet_of, forward, divide = opt, model, 1
+        for step in range(6):
+            for k in range(3):
+                quiet = quiet_of.no_sync() if k < 2 else \
+                    contextlib.nullcontext()
+                with quiet:
+                    (loss_of(kind, forward, 3 * step + k) / divide).backward()
+            opt.step()
+            opt.zero_grad()
+        return model, opt
+
+    for kind, against in ((CNN, "ddp"), (GPT, "list")):
+        model, opt = train(kind, "units")
+        other, _ = train(kind, against)
+        diff = relative(model.state_dict(), other)
+        check(diff <= 1e-5, f"grad_accumulation=3 with units, {kind.__name__}"
+              f": parameters {diff:.2e} from {against}'s (bound 1e-5)")
+    if size == 1:
+        return
+    with opt.no_sync():
+        loss_of(GPT, model, 0).backward()
+    try:
+        opt.step()
+        check(False, "step() after one of three micro-batches ran")
+    except DistoptError as e:
+        check("after 1 backward passes under no_sync()" in str(e),
+              f"step() too early: {e}")
+    try:
+        loss_of(GPT, model, 1).backward()
+        check(False, "a second micro-batch outside no_sync() was taken")
+    except DistoptError as e:
+        check("this was backward 2 since the last step, outside" in str(e),
+              f"the last micro-batch too early: {e}")
+    for k in range(3):  # dropped: a whole step again
+        with opt.no_sync() if k < 2 else contextlib.nullcontext():
+            loss_of(GPT, model, k).backward()
+    opt.step()
+    plain = GPT()
+    other = ours(plain, GPT)
+    try:
+        with other.no_sync():
+            loss_of(GPT, plain, 0).backward()
+        check(False, "no_sync() without grad_accumulation was taken")
+    except DistoptError as e:
+        check("needs grad_accumulation" in str(e), f"no_sync(): {e}")
+
+
 class Scaled(torch.nn.Module):
     """A module with a parameter of its own and no reset_parameters()."""
 
@@ -628,6 +702,7 @@ def main():
             state_hand_over(model, opt, reference, theirs, kind)
         kept_and_evaluated()
         grouped()
+        accumulated()
         clipping()
         if size > 1:
             mixed_precision()
