@@ -28,9 +28,11 @@ def _stand_in(shape, dtype, device):
 def defer_meta(model, device):
     """Swaps each parameter of `model` on the meta device for a parameter
     on `device` of the same shape, dtype and requires_grad holding a stand
-    in, and marks it (its shape) until undefer(). Tied parameters stay
-    tied. A marked parameter (a construction that failed) is deferred
-    again. Returns the deferred parameters (id -> parameter)."""
+    in (with the attributes the original carried), and marks it (its
+    shape) until undefer(). Tied parameters stay tied; references to the
+    meta originals held elsewhere go stale. A marked parameter (a
+    construction that failed) is deferred again. Returns the deferred
+    parameters (id -> parameter)."""
     swapped = {}
     for module in model.modules():
         for key, p in module._parameters.items():
@@ -45,6 +47,7 @@ def defer_meta(model, device):
                     new = torch.nn.Parameter(
                         _stand_in(p.shape, p.dtype, device),
                         requires_grad=p.requires_grad)
+                    new.__dict__.update(p.__dict__)
                     new._distopt_meta = tuple(p.shape)
                     swapped[id(p)] = (p, new)
                 module._parameters[key] = swapped[id(p)][1]
@@ -65,11 +68,15 @@ def undefer(deferred):
         del p._distopt_meta
 
 
-def materialize(model, deferred, device, init_fn, adopt):
+def materialize(model, deferred, device, init_fn, adopt, share):
     """Makes and initializes the deferred parameters (defer_meta's) and
-    the meta buffers of `model` module by module (the module's text), and
-    calls adopt(p) for every parameter of the model after the last module
-    holding it: it is final then, and adopt may free it."""
+    the meta buffers of `model` module by module (the module's text),
+    calls share(buffer) on each buffer made (rank 0's values for every
+    rank), and adopt(p) for every parameter of the model after the last
+    module holding it: it is final then, and adopt may free it. An
+    initializer that writes a tensor of another module not made (or
+    already freed), replaces a parameter, or leaves a buffer made from the
+    meta device unset is refused, naming the module."""
     modules = list(model.named_modules())
     last = {}
     for i, (_, module) in enumerate(modules):
@@ -77,7 +84,9 @@ def materialize(model, deferred, device, init_fn, adopt):
             if p is not None:
                 last[id(p)] = i
     done = set()  # parameters made and initialized
+    whole = set()  # ... and not yet adopted (not stand-ins)
     for i, (name, module) in enumerate(modules):
+        name = f"module '{name}'" if name else "the model"
         mine = [p for p in module._parameters.values() if p is not None]
         held = [p for p in mine if id(p) in deferred]
         fresh = [p for p in held if id(p) not in done]
@@ -89,6 +98,7 @@ def materialize(model, deferred, device, init_fn, adopt):
         if held or buffers:
             for p in fresh:
                 p.data = torch.empty(p.shape, dtype=p.dtype, device=device)
+                whole.add(id(p))
             for key in buffers:
                 module._buffers[key] = torch.empty_like(
                     module._buffers[key], device=device)
@@ -97,22 +107,58 @@ def materialize(model, deferred, device, init_fn, adopt):
             # does a parameter that was not on the meta device.
             kept = [(p, p.detach().clone()) for p in mine
                     if id(p) in done or id(p) not in deferred]
-            _initialize(name or "the model", module, init_fn)
+            params = dict(module._parameters)
+            made = {key: module._buffers[key] for key in buffers}
+            versions = {key: b._version for key, b in made.items()}
+            # Stand-ins take some writes (zero_, fill_) without an error.
+            others = [(p, p._version) for p in deferred.values()
+                      if id(p) not in whole]
+            _initialize(name, module, init_fn)
+            _check_initialized(name, module, params, made, versions, others)
             for p, value in kept:
                 p.data.copy_(value)
+            for key in buffers:
+                share(module._buffers[key])
             done.update(id(p) for p in fresh)
         for p in mine:
             if last[id(p)] == i:
+                whole.discard(id(p))
                 adopt(p)
 
 
+def _check_initialized(name, module, params, made, versions, others):
+    """What an initializer of module `name` must have done (materialize)."""
+    kind = type(module).__name__
+    for key, p in params.items():
+        if module._parameters.get(key) is not p:
+            raise DistoptError(
+                f"initializing {name} ({kind}) built on the meta "
+                f"device replaced its parameter '{key}': initialize it in "
+                "place (the optimizer holds the parameter it had)")
+    for key, b in made.items():
+        now = module._buffers.get(key)
+        if now is b and b._version == versions[key]:
+            raise DistoptError(
+                f"{name} ({kind}) holds buffer '{key}' built on the "
+                "meta device and its initializer left it unset: pass a "
+                "param_init_fn(module) that sets it")
+    for p, version in others:
+        if p._version != version:
+            raise DistoptError(
+                f"initializing {name} ({kind}) built on the meta "
+                "device wrote a parameter of another module (each module's "
+                "initialization may touch only the tensors it holds "
+                "itself: its children are not made yet)")
+
+
 def _initialize(name, module, init_fn):
+    kind = type(module).__name__
     if init_fn is None and not callable(getattr(module, "reset_parameters",
                                                 None)):
         raise DistoptError(
-            f"module '{name}' ({type(module).__name__}) holds tensors on "
-            "the meta device and has no reset_parameters(): pass "
-            "param_init_fn(module) to initialize them")
+            f"{name} ({kind}) holds tensors on the meta device and "
+            "has no reset_parameters(): pass param_init_fn(module) to "
+            "initialize them")
     try:
         if init_fn is not None:
             init_fn(module)
@@ -120,7 +166,7 @@ def _initialize(name, module, init_fn):
             module.reset_parameters()
     except RuntimeError as error:
         raise DistoptError(
-            f"initializing module '{name}' ({type(module).__name__}) built "
-            f"on the meta device failed: {error} (each module's "
-            "initialization may touch only the tensors it holds itself: "
-            "its children are not made yet)") from error
+            f"initializing {name} ({kind}) built on the meta device "
+            f"failed: {error} (each module's initialization may touch only "
+            "the tensors it holds itself: its children are not made "
+            "yet)") from error

@@ -307,8 +307,10 @@ def _model_groups(module, groups):
                 raise ValueError(f"groups[{i}] holds a {type(p).__name__} "
                                  "that is not a parameter of the model")
             if id(p) in placed:
-                raise ValueError(f"groups[{i}]: '{names[id(p)]}' is also "
-                                 f"in groups[{placed[id(p)]}]")
+                where = "twice" if placed[id(p)] == i else \
+                    f"also in groups[{placed[id(p)]}]"
+                raise ValueError(f"groups[{i}]: '{names[id(p)]}' is "
+                                 f"{where}")
             placed[id(p)] = i
             listed.append(names[id(p)])
         named.append(dict(g, params=listed))

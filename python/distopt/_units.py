@@ -163,7 +163,8 @@ class UnitReducer(Reducer):
         self.params = [[] for _ in range(n)]
         for name, index in index_of.items():
             self.params[unit_of[name]].append(index)
-        unit_of_index = {index_of[name]: u for name, u in unit_of.items()}
+        unit_of_index = {index_of[name]: u for name, u in unit_of.items()
+                         if name in index_of}  # (not frozen ones)
         self.gathers = [[] for _ in range(n)]
         self.buckets = [[] for _ in range(n)]
         gathered = {(a.name, a.role): a.index for a in step.args}

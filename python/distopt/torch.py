@@ -44,6 +44,12 @@ from .step import Session, Step
 __all__ = ["DistributedOptimizer", "GradScaler"]
 
 
+def _bits(tensor):
+    """A CPU tensor as numpy can send it (bf16 and f16 as their bits)."""
+    return tensor.view(torch.int16) if tensor.dtype in (
+        torch.bfloat16, torch.float16) else tensor
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """A data-parallel optimizer step compiled by distopt.
 
@@ -180,10 +186,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if p.dtype not in _SPEC_DTYPES:
                 raise DistoptError(f"parameter '{name}' is {p.dtype}; the "
                                    "step takes float32, bfloat16 or float16")
-            if p.device.type == "meta":
+            if p.device.type == "meta" or (
+                    module is None and
+                    getattr(p, "_distopt_meta", None) is not None):
                 raise DistoptError(f"parameter '{name}' is on the meta "
-                                   "device: pass the model itself (params="
-                                   "model), whose modules initialize it")
+                                   "device (or stands in for one whose "
+                                   "optimizer's construction failed): pass "
+                                   "the model itself (params=model), whose "
+                                   "modules initialize it")
             if p.device.type != device:
                 raise DistoptError(f"parameter '{name}' is on {p.device}, "
                                    f"the step is compiled for {target}")
@@ -255,12 +265,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 # meta device is then never whole on a rank.
                 index_of = {id(p): i for i, (_, p) in enumerate(named)}
 
-                def adopt(p):  # (frozen parameters stay the model's)
-                    if id(p) in index_of:
-                        self._adopt(index_of[id(p)])
-                        if self._units and id(p) in deferred:
-                            release(p)
-                materialize(module, deferred, device, param_init_fn, adopt)
+                def share(tensor):  # rank 0's values, as DDP's
+                    if self.comm is not None and self.comm.Get_size() > 1:
+                        host = tensor.detach().cpu()
+                        self.comm.Bcast(_bits(host).numpy(), root=0)
+                        tensor.copy_(host)
+
+                def adopt(p):
+                    if id(p) not in index_of:  # frozen: stays the model's
+                        share(p.data)
+                        return
+                    self._adopt(index_of[id(p)])
+                    if self._units and id(p) in deferred:
+                        release(p)
+                materialize(module, deferred, device, param_init_fn, adopt,
+                            share)
         if self._units:
             self._reducer = UnitReducer(self, units, unit_of,
                                         reshard_after_forward,
@@ -330,9 +349,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         initial = p.detach().cpu().clone()
         if self.comm is not None and self.comm.Get_size() > 1:
             # As DDP does: every rank starts from rank 0's parameters.
-            bits = initial.view(torch.int16) if initial.dtype in (
-                torch.bfloat16, torch.float16) else initial
-            self.comm.Bcast(bits.numpy(), root=0)
+            self.comm.Bcast(_bits(initial).numpy(), root=0)
         self.session.write(name, initial, "param")
         if any(t.role == "main_param" and t.name == name
                for t in self.compiled.tensors):

@@ -648,44 +648,95 @@ def accumulated():
 
 
 class Scaled(torch.nn.Module):
-    """A module with a parameter of its own and no reset_parameters()."""
+    """A module with a parameter of its own and no reset_parameters(); a
+    frozen layer beside it."""
 
     def __init__(self, device=None):
         super().__init__()
         self.inner = torch.nn.Linear(6, 6, device=device)
         self.gain = torch.nn.Parameter(torch.empty(6, device=device))
+        self.frozen = torch.nn.Linear(6, 6, device=device)
+        self.frozen.requires_grad_(False)
 
     def forward(self, x):
-        return self.inner(x) * self.gain
+        return self.frozen(self.inner(x) * self.gain)
+
+
+class Reaching(torch.nn.Module):
+    """Initializes its child's bias (as nn.MultiheadAttention does)."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.empty(4, device=device))
+        self.child = torch.nn.Linear(4, 4, device=device)
+
+    def reset_parameters(self):
+        torch.nn.init.ones_(self.scale)
+        torch.nn.init.zeros_(self.child.bias)
+
+
+class Replacing(torch.nn.Linear):
+    """reset_parameters() assigns a new parameter."""
+
+    def reset_parameters(self):
+        self.weight = torch.nn.Parameter(torch.ones_like(self.weight))
+
+
+class Positions(torch.nn.Linear):
+    """A buffer computed in the constructor, which reset_parameters()
+    does not set again."""
+
+    def __init__(self, device=None):
+        super().__init__(4, 4, device=device)
+        self.register_buffer("pos", torch.arange(4, device=device))
 
 
 def meta_init():
-    """A module the step cannot initialize on its own is refused by name,
-    the model left as it was; param_init_fn then initializes it (and the
-    same model, whose construction failed, is taken again)."""
+    """A module the step cannot initialize on its own is refused by name;
+    param_init_fn then initializes it (the same model, whose construction
+    failed: still deferred, refused as a parameter list), its frozen layer
+    too, with rank 0's values. Initializers that write another module's
+    parameter, replace a parameter or leave a buffer unset are refused."""
+    def refused(what, model, words, **options):
+        try:
+            ours(model, CNN, **options)
+            check(False, f"{what} was accepted")
+        except DistoptError as e:
+            check(all(w in str(e) for w in words), f"{what}: {e}")
+
     model = Scaled(device="meta")
+    refused("a meta module without reset_parameters", model,
+            ["the model (Scaled)", "param_init_fn"])
     try:
-        ours(model, CNN)
-        check(False, "a meta module without reset_parameters was accepted")
+        DistributedOptimizer(model.parameters(), dict(RECIPE), comm=comm,
+                             cache=CACHE)
+        check(False, "a failed construction's parameters were taken")
     except DistoptError as e:
-        check("module 'the model' (Scaled)" in str(e) and
-              "param_init_fn" in str(e), f"meta without an initializer: {e}")
+        check("model itself" in str(e), f"after a failed construction: {e}")
 
     def init(module):
         if isinstance(module, Scaled):
             torch.nn.init.constant_(module.gain, 0.5)
         else:
             module.reset_parameters()
-    torch.manual_seed(9)
+    torch.manual_seed(9 + rank)  # (rank 0's values win)
     ours(model, CNN, param_init_fn=init)
+    torch.manual_seed(9)
     plain = Scaled()
     torch.nn.init.constant_(plain.gain, 0.5)
-    torch.manual_seed(9)
-    plain.inner.reset_parameters()
     state = model.state_dict()
     check(torch.equal(state["gain"], torch.full((6,), 0.5)) and
           relative(state, plain) == 0.0,
-          "param_init_fn initializes a meta model after a failed attempt")
+          "param_init_fn initializes a meta model after a failed attempt, "
+          "its frozen layer too, with rank 0's values")
+    refused("an initializer writing its child's parameter",
+            Reaching(device="meta"),
+            ["the model (Reaching)", "wrote a parameter of another module"])
+    refused("an initializer replacing a parameter", Replacing(4, 4,
+                                                              device="meta"),
+            ["replaced its parameter 'weight'"])
+    refused("a buffer no initializer sets", Positions(device="meta"),
+            ["buffer 'pos'", "left it unset", "param_init_fn"])
 
 
 def main():
