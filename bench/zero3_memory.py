@@ -47,9 +47,11 @@ Last, time per step on the emulated cluster (scripts/cluster: 2 nodes of
 Gb/s): the same steps at 4 ranks, their collectives across the link.
 
     mpirun -np N python3 bench/zero3_memory.py --worker MODE OUT   (one row)
-    python3 bench/zero3_memory.py [--update]      (every row, then B15)
+    python3 bench/zero3_memory.py [--update]      (every row, then B15 and
+        docs/img/b15-memory.png)
     python3 bench/zero3_memory.py --limit-only    (the limited run only)
     python3 bench/zero3_memory.py --cluster-only  (the cluster rows only)
+    python3 bench/zero3_memory.py --plot-only     (the plot, from B15's table)
 """
 import argparse
 import json
@@ -445,6 +447,57 @@ def cluster_table(rates):
     return "\n".join(lines)
 
 
+def plot(rows, path):
+    """The first table as bars: MB per rank at rest and at the peak, by
+    world size and step, each with its formula (a black mark)."""
+    from plots import figure, save
+    names = list(dict.fromkeys(r["step"] for r in rows))
+    ranks = sorted({r["ranks"] for r in rows})
+    fig, axes = figure(2, 12, "B15: memory per rank, GPT-2 small's shapes "
+                       "(AdamW, f32)", height=4.5)
+    width = 0.8 / len(names)
+    for ax, (key, title) in zip(axes, (("rest", "at rest (after a step)"),
+                                       ("peak", "peak (3 steps)"))):
+        for k, name in enumerate(names):
+            mine = {r["ranks"]: r for r in rows if r["step"] == name}
+            xs = [i + (k - (len(names) - 1) / 2) * width
+                  for i, n in enumerate(ranks) if n in mine]
+            got = [mine[n][key] for n in ranks if n in mine]
+            want = [mine[n][key + "_formula"] for n in ranks if n in mine]
+            ax.bar(xs, got, width, label=name)
+            ax.scatter(xs, want, marker="_", s=200, color="black",
+                       label="formula" if k == 0 else None, zorder=3)
+        ax.set_xticks(range(len(ranks)))
+        ax.set_xticklabels([f"{n} rank{'s' if n > 1 else ''}"
+                            for n in ranks])
+        ax.set_ylabel("MB per rank")
+        ax.set_title(title)
+        ax.set_ylim(0, 1.6 * max(r[key] for r in rows))  # (the legend)
+    axes[0].legend(fontsize=7, loc="upper right")
+    save(fig, path)
+
+
+def rows_from_doc():
+    """The first table of B15 in docs/benchmarks.md, as plot() takes it."""
+    with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
+        text = f.read()
+    section = text[text.index("<!-- B15:begin -->"):
+                   text.index("<!-- B15:end -->")]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 9 and cells[0].isdigit():
+            rows.append({"ranks": int(cells[0]), "step": cells[1],
+                         "rest": float(cells[2]),
+                         "rest_formula": float(cells[3]),
+                         "peak": float(cells[5]),
+                         "peak_formula": float(cells[6])})
+    return rows
+
+
+PLOT = os.path.join(ROOT, "docs", "img", "b15-memory.png")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", nargs="+", metavar="MODE OUT [WHERE]")
@@ -452,6 +505,8 @@ def main():
                         help="the emulated cluster's link rates (tc's "
                              "syntax), or '' for none")
     parser.add_argument("--cluster-only", action="store_true")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="draw docs/img/b15-memory.png from B15's table")
     parser.add_argument("--limited", nargs=4,
                         metavar=("MODE", "OUT", "LIMIT_MB", "STEPS"))
     parser.add_argument("--limit-mb", type=int, default=1536,
@@ -472,6 +527,9 @@ def main():
     if args.limit_only:
         print(limit_table(4, args.limit_mb, 5))
         return
+    if args.plot_only:
+        plot(rows_from_doc(), PLOT)
+        return
     rates = [r for r in args.cluster.split(",") if r]
     if args.cluster_only:
         print(cluster_table(rates))
@@ -479,6 +537,7 @@ def main():
     plain = run("activations", 1)
     activations = plain["rows"][0]["peak"] - plain["rows"][0]["rest"] - \
         4 * plain["params"]
+    rows = []
     lines = ["| ranks | step | at rest MB | formula | step's buffers MB "
              "| peak MB | formula | peak / formula | s per step |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -497,6 +556,9 @@ def main():
             want_rest, want_peak = formula(mode, n, got["params"],
                                            got["root"], got["block"],
                                            activations)
+            rows.append({"ranks": n, "step": names[mode],
+                         "rest": rest / MB, "rest_formula": want_rest / MB,
+                         "peak": peak / MB, "peak_formula": want_peak / MB})
             lines.append(f"| {n} | {names[mode]} | {rest / MB:.0f} | "
                          f"{want_rest / MB:.0f} | {live} | {peak / MB:.0f} | "
                          f"{want_peak / MB:.0f} | {peak / want_peak:.2f} | "
@@ -506,6 +568,8 @@ def main():
     print(f"activations (torch alone, 1 rank): {activations / MB:.0f} MB; "
           f"parameters {got['params'] / 1e6:.1f}M, root unit "
           f"{got['root'] / 1e6:.1f}M, block {got['block'] / 1e6:.2f}M")
+    if args.update:
+        plot(rows, PLOT)
     table += "\n\n" + limit_table(4, args.limit_mb, 5)
     if rates:
         if cluster_available():

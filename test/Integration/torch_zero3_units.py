@@ -14,6 +14,8 @@ around the unit's forward and backward. Checked here, 20 steps each:
   in different orders: TOLERANCE), bit for bit at 1 and 2; replicas agree;
 - parameter groups (groups=: decay for the matrices only, a rate of
   their own for the rest, changed part way) as torch.optim's over DDP;
+- dynamic loss scaling (an inf injected): the skips, the scale and the
+  steps of the ZeRO-3 step without units (bit for bit at 1 and 2 ranks);
 - clipping by the global norm (opt.clip_grad_norm_): torch's norm on DDP's
   gradients, and the same steps as the ZeRO-3 step without units;
 - reshard_after_forward=False, and forwards under no_grad between steps
@@ -461,6 +463,40 @@ def mixed_precision():
           f"step without units ({worst:.2e} apart, bound {bound:.0e})")
 
 
+def scaled():
+    """Dynamic loss scaling with units (loss_scaling=True, an inf injected
+    at step 2): the steps the ZeRO-3 step without units takes (bit for
+    bit at 1 and 2 ranks, within TOLERANCE at 3), and the same skips and
+    scale (the overflow vote on the reduced shards)."""
+    def run(units):
+        model = CNN()
+        opt = DistributedOptimizer(
+            model if units else model.named_parameters(), dict(RECIPE),
+            pipeline="zero-stage=3", comm=comm, cache=CACHE,
+            auto_wrap_policy=ConvBlock if units else None, loss_scaling=True)
+        skipped = []
+        for step in range(6):
+            opt.zero_grad()
+            loss = loss_of(CNN, model, step) * opt.scale
+            (loss * float("inf") if step == 2 else loss).backward()
+            opt.step()
+            skipped.append(bool(opt.skipped))
+        return ({k: v.clone() for k, v in model.state_dict().items()},
+                skipped, float(opt.scale))
+
+    (a, skips, scale), (b, skips_without, scale_without) = run(True), \
+        run(False)
+    plain = CNN()
+    plain.load_state_dict(b)
+    diff = relative(a, plain)  # (3 ranks: the flat layouts' sums differ)
+    check(skips == skips_without == [False, False, True, False, False,
+                                     False] and scale == scale_without and
+          diff <= TOLERANCE,
+          f"loss scaling with units: skips {skips}, scale {scale}, the "
+          f"steps of ZeRO-3 without units ({diff:.2e} apart, bound "
+          f"{TOLERANCE:.0e})")
+
+
 def checkpoint(model, opt, kind):
     """A units checkpoint resumes without units (the shards of the whole
     parameters and of AdamW's state)."""
@@ -752,6 +788,7 @@ def main():
             checkpoint(model, opt, kind)
             state_hand_over(model, opt, reference, theirs, kind)
         kept_and_evaluated()
+        scaled()
         grouped()
         accumulated()
         clipping()
