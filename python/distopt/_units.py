@@ -526,8 +526,9 @@ class UnitReducer(Reducer):
         update reads (True). Another count of micro-batches raises."""
         self.micro += 1
         last = self.enabled
-        if self.micro != self.accumulation if last else \
-                self.micro >= self.accumulation:
+        wrong = (self.micro != self.accumulation) if last else \
+            (self.micro >= self.accumulation)
+        if wrong:
             got, self.micro, self.sums = self.micro, 0, None
             raise DistoptError(
                 f"grad_accumulation={self.accumulation}: "
