@@ -30,7 +30,8 @@ around the unit's forward and backward. Checked here, 20 steps each:
 - state: model.state_dict() is whole (gathered) and loads into a plain
   model; model.load_state_dict() of DDP's state writes the shards;
   opt.state_dict() resumes torch.optim.AdamW; a checkpoint resumes without
-  units;
+  units, and with units at one rank more (1 -> 2 without units before,
+  2 -> 3 with);
 - a model built on the meta device (the GPT): initialized one module at
   a time, it starts from the CPU-built GPT's parameters, and no more than
   a module's own tensors (and the tied embedding) are made at once; a
@@ -499,10 +500,29 @@ def scaled():
 
 def checkpoint(model, opt, kind):
     """A units checkpoint resumes without units (the shards of the whole
-    parameters and of AdamW's state)."""
-    path = comm.bcast(os.path.join(CACHE, f"units-{kind.__name__}.ckpt")
+    parameters and of AdamW's state); the checkpoint the run at one rank
+    fewer left (the .test runs 1, 2 and 3 ranks in order, in one
+    directory) resumes with units at this world size."""
+    name = kind.__name__
+    earlier = os.path.join(CACHE, f"units-{name}-{size - 1}.ckpt")
+    if size > 1 and os.path.exists(earlier):
+        resumed = kind()
+        again = ours(resumed, kind)
+        again.load_checkpoint(earlier)
+        want = torch.load(earlier + ".whole")
+        state = resumed.state_dict()
+        steps = again.state_dict()["state"]
+        check(all(torch.equal(state[k], v) for k, v in want["model"].items())
+              and all(torch.equal(steps[i][k], v[k])
+                      for i, v in want["state"].items() for k in v),
+              f"{name}: the checkpoint of {size - 1} rank(s) resumes with "
+              f"units at {size}, parameters and AdamW's state")
+    path = comm.bcast(os.path.join(CACHE, f"units-{name}-{size}.ckpt")
                       if rank == 0 else None)
     opt.save_checkpoint(path)
+    whole = {"model": model.state_dict(), "state": opt.state_dict()["state"]}
+    if rank == 0:
+        torch.save(whole, path + ".whole")
     plain = kind()
     other = DistributedOptimizer(plain.named_parameters(), dict(RECIPE),
                                  pipeline="zero-stage=2", comm=comm,
