@@ -5,6 +5,7 @@
 # lib/StepInterface and lib/Checkpoint, and are compiled in here too.
 set(DISTOPT_RT_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/Alloc.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/Collectives.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Comm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Cuda.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/Elements.cpp

@@ -29,6 +29,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "collectives_test.h"
 #include "device_staging.h"
 #include "distopt_rt.h"
 
@@ -44,11 +45,15 @@
 #include <vector>
 
 using namespace device_staging;
+using namespace collectives_test;
 
 namespace {
-
 int passed = 0, failed = 0;
 std::string lastDifference; // where the last failed `same` found one
+
+} // namespace
+
+namespace collectives_test {
 int64_t myRank = 0, worldSize = 1;
 
 void expect(bool ok, const std::string &what) {
@@ -61,7 +66,6 @@ void expect(bool ok, const std::string &what) {
                what.c_str(), lastDifference.c_str());
   lastDifference.clear();
 }
-
 // Element codecs for the test's reference computations (values are exact).
 void store(distopt_rt_dtype t, void *base, int64_t i, double v) {
   char *p = static_cast<char *>(base) + i * elementBytes(t);
@@ -108,6 +112,14 @@ void store(distopt_rt_dtype t, void *base, int64_t i, double v) {
   }
   }
 }
+
+std::vector<char> buffer(distopt_rt_dtype t, int64_t count) {
+  return std::vector<char>(std::max<int64_t>(count, 1) * elementBytes(t));
+}
+
+} // namespace collectives_test
+
+namespace {
 
 /// The test's input: small half-integers (integers for integer types).
 double input(distopt_rt_dtype t, int64_t rank, int64_t i) {
@@ -163,10 +175,6 @@ double reduceAll(distopt_rt_dtype t, distopt_rt_reduction op, double scale,
   return acc;
 }
 
-std::vector<char> buffer(distopt_rt_dtype t, int64_t count) {
-  return std::vector<char>(std::max<int64_t>(count, 1) * elementBytes(t));
-}
-
 std::string describe(const char *what, distopt_rt_dtype t,
                      distopt_rt_reduction op, distopt_rt_dtype wire,
                      int64_t count, bool inPlace, bool async) {
@@ -203,62 +211,6 @@ bool same(const std::vector<char> &a, const std::vector<char> &b,
 }
 
 bool compresses = true; // the backend compresses on the wire
-
-/// `digest`: all-reduce (in place and not), reduce-scatter and all-gather
-/// of pseudo-random values (rounding in every sum, unlike check's exact
-/// inputs), printing a hash of each result: two runs print the same lines
-/// only if they add every element in the same order (collectives.test
-/// compares the ring in slices with the ring unsliced).
-void digestMode(distopt_rt_comm *comm) {
-  auto hash = [](const std::vector<char> &bytes) {
-    uint64_t h = 1469598103934665603ull; // FNV-1a
-    for (char c : bytes)
-      h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    return static_cast<unsigned long long>(h);
-  };
-  uint64_t state = 88172645463325252ull + static_cast<uint64_t>(myRank);
-  auto draw = [&] { // xorshift: a double in (-1, 1) with 52 random bits
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    return static_cast<double>(state >> 11) / 4503599627370496.0 - 1.0;
-  };
-  struct Case {
-    distopt_rt_dtype type, wire;
-    distopt_rt_reduction op;
-  };
-  const Case cases[] = {{DISTOPT_RT_F32, DISTOPT_RT_F32, DISTOPT_RT_SUM},
-                        {DISTOPT_RT_F32, DISTOPT_RT_F32, DISTOPT_RT_AVG},
-                        {DISTOPT_RT_F32, DISTOPT_RT_F32, DISTOPT_RT_PREMUL_SUM},
-                        {DISTOPT_RT_F32, DISTOPT_RT_BF16, DISTOPT_RT_SUM},
-                        {DISTOPT_RT_F64, DISTOPT_RT_F64, DISTOPT_RT_AVG},
-                        {DISTOPT_RT_BF16, DISTOPT_RT_BF16, DISTOPT_RT_SUM},
-                        {DISTOPT_RT_F16, DISTOPT_RT_F16, DISTOPT_RT_AVG}};
-  for (const Case &c : cases)
-    for (int64_t count : {int64_t(3), int64_t(1001), int64_t(50003)}) {
-      std::vector<char> send = buffer(c.type, count),
-                        recv = buffer(c.type, count),
-                        full = buffer(c.type, count * worldSize),
-                        part = buffer(c.type, count),
-                        all = buffer(c.type, count * worldSize);
-      for (int64_t i = 0; i < count; ++i)
-        store(c.type, send.data(), i, draw());
-      for (int64_t i = 0; i < count * worldSize; ++i)
-        store(c.type, full.data(), i, draw());
-      std::vector<char> inPlace = send;
-      bool ok = allReduce(comm, send.data(), recv.data(), count, c.type, c.op,
-                          0.3, c.wire, false) == DISTOPT_RT_OK &&
-                allReduce(comm, inPlace.data(), inPlace.data(), count, c.type,
-                          c.op, 0.3, c.wire, true) == DISTOPT_RT_OK &&
-                reduceScatter(comm, full.data(), part.data(), count, c.type,
-                              c.op, 0.3, c.wire, worldSize) == DISTOPT_RT_OK &&
-                allGather(comm, send.data(), all.data(), count, c.type, c.wire,
-                          false, worldSize) == DISTOPT_RT_OK;
-      expect(ok, std::string("digest: ") + distopt_rt_last_error());
-      std::printf("rank %lld dtype=%d wire=%d op=%d count=%lld: %016llx "
-                  "%016llx %016llx %016llx\n",
-                  (long long)myRank, c.type, c.wire, c.op, (long long)count,
-                  hash(recv), hash(inPlace), hash(part), hash(all));
-    }
-}
 
 /// `brief`: fewer types and sizes (one of each kind of path), for the many
 /// groups of `groups`, whose collectives run the same algorithms.
