@@ -152,6 +152,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # A model built on the meta device is made one module at a
             # time after compiling (_meta_init.py).
             deferred = defer_meta(module, device)
+            if param_init_fn is not None and not deferred and not any(
+                    b.device.type == "meta" for b in module.buffers()):
+                raise ValueError("param_init_fn initializes a model built "
+                                 "on the meta device; this model has no "
+                                 "tensor there")
             params = module.named_parameters()
             if named_groups is not None:
                 by_name = dict(module.named_parameters())

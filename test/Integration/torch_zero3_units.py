@@ -785,6 +785,12 @@ def meta_init():
           relative(state, plain) == 0.0,
           "param_init_fn initializes a meta model after a failed attempt, "
           "its frozen layer too, with rank 0's values")
+    try:
+        ours(CNN(), CNN, param_init_fn=init)
+        check(False, "param_init_fn with a model off the meta device was "
+              "accepted (and would be ignored)")
+    except ValueError as e:
+        check("no tensor there" in str(e), f"param_init_fn: {e}")
     refused("an initializer writing its child's parameter",
             Reaching(device="meta"),
             ["the model (Reaching)", "wrote a parameter of another module"])
