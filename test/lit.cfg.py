@@ -32,7 +32,7 @@ llvm_config.use_default_substitutions()
 
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.distopt_tools_dir, config.llvm_tools_dir]
-tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-run", "distopt-calibrate", "distopt-checkpoint", "not", "count", "llvm-nm", "llvm-objdump", "llvm-readelf",
+tools = ["distopt-opt", "distopt-translate", "distopt-compile", "distopt-plan", "distopt-run", "distopt-calibrate", "distopt-checkpoint", "not", "count", "llvm-nm", "llvm-objdump", "llvm-readelf",
          "distopt-capi-test"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 

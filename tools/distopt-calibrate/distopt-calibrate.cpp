@@ -1,6 +1,7 @@
 //===- distopt-calibrate.cpp - measure links for buckets --------*- C++ -*-===//
 //
-// mpirun -np N distopt-calibrate [--device=cuda]
+// mpirun -np N distopt-calibrate [--device=cuda] [--ranks-per-node=R]
+//                                [--compute] [--json]
 // distopt-calibrate --from-times=times.txt
 //
 // Times the runtime's all_reduce (f32, avg: what a bucket of gradients runs)
@@ -9,6 +10,9 @@
 // as the options of --distopt-bucketize and distopt-pipeline that choose
 // bucket sizes from it (docs/bucketing.md). With --from-times it fits
 // measurements taken elsewhere (lines of "bytes microseconds") instead.
+// For distopt-plan (--json): --ranks-per-node=R also fits the link inside
+// each node (R consecutive ranks), and --compute measures the rates updates
+// run at (docs/choosing-a-pipeline.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +61,16 @@ static cl::opt<std::string> fromTimes(
     "from-times",
     cl::desc("Fit these measurements instead (lines of: bytes microseconds)"),
     cl::init(""), cl::cat(calibrateCategory));
+static cl::opt<int64_t> ranksPerNode(
+    "ranks-per-node",
+    cl::desc("Ranks per node (dividing the world): also fit the link inside "
+             "each node, for distopt-plan (0: the world only)"),
+    cl::init(0), cl::cat(calibrateCategory));
+static cl::opt<bool> measureCompute(
+    "compute",
+    cl::desc("Also measure the rates updates run at (memory GB/s, matmul "
+             "GFLOP/s), for distopt-plan"),
+    cl::init(false), cl::cat(calibrateCategory));
 static cl::opt<bool> jsonOutput("json",
                                 cl::desc("Print the fit as one JSON object"),
                                 cl::init(false), cl::cat(calibrateCategory));
@@ -157,17 +172,56 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// Times all_reduce avg of f32 at each size; every rank returns the same
-/// medians (each iteration counts as long as its slowest rank took).
-std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
-  bool onDevice = deviceOption == "cuda";
-  if (!onDevice && deviceOption != "cpu")
+/// The communicators a measurement runs on: `measured` is the one a
+/// compiled step gets (under mpirun the runtime's world, or with
+/// --device=cuda NCCL on device buffers; DISTOPT_RT_TIMEOUT bounds it);
+/// times are agreed on `host` (the same with MPI).
+struct Comms {
+  distopt_rt_comm *measured = nullptr, *host = nullptr;
+  bool onDevice = false;
+  int64_t worldSize = 0, rank = 0;
+};
+
+Comms start(std::string *backend) {
+  Comms comms;
+  comms.onDevice = deviceOption == "cuda";
+  if (!comms.onDevice && deviceOption != "cpu")
     fail("--device must be cpu or cuda, not '" + deviceOption + "'");
   // Checked before any communicator starts; 64 GiB bounds the conversions.
   if (!(minKb > 0) || !(maxMb > 0) || !(poolMb >= 0) || !(secondsPerSize > 0) ||
       minKb > 65536.0 * 1024 || maxMb > 65536 || poolMb > 65536)
     fail("--min-kb, --max-mb and --seconds-per-size must be positive, "
          "--pool-mb not negative, and sizes at most 65536 MiB");
+  *backend = comms.onDevice ? "nccl" : distopt_rt_host_backend();
+  if (comms.onDevice)
+    check(distopt_rt_cuda_init(-1), "starting CUDA");
+  check(distopt_rt_world(0, &comms.measured), "starting the communicator");
+  if (comms.onDevice)
+    check(distopt_rt_host_comm(0, &comms.host),
+          "starting the host communicator");
+  else
+    comms.host = comms.measured;
+  check(distopt_rt_comm_size(comms.host, &comms.worldSize), "size");
+  check(distopt_rt_comm_rank(comms.host, &comms.rank), "rank");
+  if (ranksPerNode < 0 ||
+      (ranksPerNode > 0 && (comms.worldSize % ranksPerNode)))
+    fail("--ranks-per-node must divide the world of " +
+         std::to_string(comms.worldSize) + " ranks");
+  return comms;
+}
+
+/// The slowest rank's `seconds` (every rank returns it).
+double slowest(const Comms &comms, double seconds) {
+  check(distopt_rt_all_reduce(comms.host, &seconds, &seconds, 1, DISTOPT_RT_F64,
+                              DISTOPT_RT_MAX, 1.0, DISTOPT_RT_F64),
+        "agreeing on a time");
+  return seconds;
+}
+
+/// Times all_reduce avg of f32 on `comm` at each size; every rank returns
+/// the same medians (each iteration counts as long as its slowest rank
+/// took, on any of the groups `comm` is one of).
+std::vector<Sample> measure(const Comms &comms, distopt_rt_comm *comm) {
   std::vector<int64_t> sizes;
   int64_t top = static_cast<int64_t>(maxMb * (1 << 20));
   for (int64_t bytes =
@@ -176,57 +230,33 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
     sizes.push_back(bytes);
   if (sizes.size() < 2)
     fail("--min-kb to --max-mb must span at least two sizes");
-  *backend = onDevice ? "nccl" : distopt_rt_host_backend();
-  // The measured communicator is the one a compiled step gets: the
-  // runtime's world (under mpirun MPI, or with --device=cuda NCCL on device
-  // buffers; DISTOPT_RT_TIMEOUT bounds it). With NCCL the times are agreed
-  // on a host communicator, as distopt-run does.
-  distopt_rt_comm *measured = nullptr, *host = nullptr;
-  if (onDevice)
-    check(distopt_rt_cuda_init(-1), "starting CUDA");
-  check(distopt_rt_world(0, &measured), "starting the communicator");
-  if (onDevice) {
-    check(distopt_rt_host_comm(0, &host), "starting the host communicator");
-  } else {
-    host = measured;
-  }
-  check(distopt_rt_comm_size(host, worldSize), "size");
-
   int64_t poolBytes =
       std::max<int64_t>(static_cast<int64_t>(poolMb * (1 << 20)), top);
   poolBytes = (poolBytes + 3) / 4 * 4;
   void *pool = nullptr;
   std::vector<float> hostPool;
-  if (onDevice) {
+  if (comms.onDevice) {
     check(distopt_rt_cuda_alloc(poolBytes, &pool), "allocating");
   } else {
     hostPool.assign(poolBytes / 4, 1.0f);
     pool = hostPool.data();
   }
   int64_t offset = 0; // where the next all_reduce starts in the pool
-  auto slowest = [&](double seconds) {
-    check(distopt_rt_all_reduce(host, &seconds, &seconds, 1, DISTOPT_RT_F64,
-                                DISTOPT_RT_MAX, 1.0, DISTOPT_RT_F64),
-          "agreeing on a time");
-    return seconds;
-  };
   auto once = [&](int64_t bytes) {
-    double ignored = 0;
-    slowest(ignored); // lines the ranks up
+    slowest(comms, 0); // lines the ranks up
     if (offset + bytes > poolBytes)
       offset = 0;
     void *buffer = static_cast<char *>(pool) + offset;
     offset += bytes;
     auto start = std::chrono::steady_clock::now();
-    check(distopt_rt_all_reduce(measured, buffer, buffer, bytes / 4,
-                                DISTOPT_RT_F32, DISTOPT_RT_AVG, 1.0,
-                                DISTOPT_RT_F32),
+    check(distopt_rt_all_reduce(comm, buffer, buffer, bytes / 4, DISTOPT_RT_F32,
+                                DISTOPT_RT_AVG, 1.0, DISTOPT_RT_F32),
           "all_reduce");
-    if (onDevice)
+    if (comms.onDevice)
       check(distopt_rt_cuda_synchronize(), "synchronizing");
     std::chrono::duration<double> elapsed =
         std::chrono::steady_clock::now() - start;
-    return slowest(elapsed.count());
+    return slowest(comms, elapsed.count());
   };
 
   std::vector<Sample> samples;
@@ -242,16 +272,61 @@ std::vector<Sample> measure(int64_t *worldSize, std::string *backend) {
       times.push_back(once(bytes));
     samples.push_back({static_cast<double>(bytes), median(times)});
   }
-  if (onDevice) {
+  if (comms.onDevice)
     check(distopt_rt_cuda_free(pool), "freeing");
-    check(distopt_rt_comm_destroy(host), "closing the host communicator");
-  }
-  // The world closes at exit (and finalises MPI).
-  int64_t rank;
-  check(distopt_rt_comm_rank(measured, &rank), "rank");
-  if (rank != 0)
-    std::exit(0);
   return samples;
+}
+
+/// The rates updates run at on each rank while every rank runs them
+/// (--compute; the slowest rank's): bytes per second of an update-like
+/// loop over buffers far larger than caches, and FLOPs per second of the
+/// runtime's f32 matmul at PowerSGD's shape (a matrix times r columns).
+struct Rates {
+  double memoryBytesPerSecond = 0, matmulFlopsPerSecond = 0;
+};
+
+Rates measureRates(const Comms &comms) {
+  Rates rates;
+  // p = p * a + g: reads two f32 streams, writes one.
+  const int64_t count = 16 << 20; // 64 MiB per stream
+  std::vector<float> p(count, 1.0f), g(count, 0.5f);
+  volatile float scale = 0.999f;
+  auto pass = [&] {
+    float a = scale;
+    float *pp = p.data();
+    const float *gg = g.data();
+    for (int64_t i = 0; i < count; ++i)
+      pp[i] = pp[i] * a + gg[i];
+  };
+  std::vector<double> times;
+  pass();
+  for (int i = 0; i < 5; ++i) {
+    slowest(comms, 0);
+    auto start = std::chrono::steady_clock::now();
+    pass();
+    std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - start;
+    times.push_back(slowest(comms, elapsed.count()));
+  }
+  rates.memoryBytesPerSecond = 3.0 * 4 * count / median(times);
+
+  const int64_t m = 1024, k = 1024, r = 16;
+  std::vector<float> a(m * k, 0.25f), b(k * r, 0.5f), c(m * r, 0.0f);
+  times.clear();
+  for (int i = 0; i < 6; ++i) {
+    slowest(comms, 0);
+    auto start = std::chrono::steady_clock::now();
+    for (int repeat = 0; repeat < 8; ++repeat)
+      check(distopt_rt_matmul_f32(0, 0, m, r, k, a.data(), k, b.data(), r,
+                                  c.data(), r),
+            "matmul");
+    std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - start;
+    if (i > 0) // (the first loads the BLAS)
+      times.push_back(slowest(comms, elapsed.count()));
+  }
+  rates.matmulFlopsPerSecond = 8 * 2.0 * m * k * r / median(times);
+  return rates;
 }
 
 } // namespace
@@ -261,11 +336,38 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "distopt-calibrate: measure all_reduce latency and bandwidth for "
-      "--distopt-bucketize\n");
+      "--distopt-bucketize, and links and rates for distopt-plan\n");
+  if (!fromTimes.empty() && (ranksPerNode > 0 || measureCompute))
+    fail("--ranks-per-node and --compute measure; --from-times does not");
   int64_t worldSize = 0;
   std::string backend = "given";
-  std::vector<Sample> samples =
-      fromTimes.empty() ? measure(&worldSize, &backend) : readTimes(fromTimes);
+  std::vector<Sample> samples, nodeSamples;
+  Rates rates;
+  if (fromTimes.empty()) {
+    Comms comms = start(&backend);
+    worldSize = comms.worldSize;
+    samples = measure(comms, comms.measured);
+    // Each node's ranks at once, as hybrid sharding's and the hierarchical
+    // all-reduce's groups inside nodes run.
+    if (ranksPerNode > 0 && ranksPerNode < worldSize) {
+      distopt_rt_comm *node = nullptr;
+      check(distopt_rt_comm_split(comms.measured, comms.rank / ranksPerNode,
+                                  comms.rank, "node", &node),
+            "splitting the world into nodes");
+      nodeSamples = measure(comms, node);
+      check(distopt_rt_comm_destroy(node), "closing the node's group");
+    }
+    if (measureCompute)
+      rates = measureRates(comms);
+    if (comms.onDevice)
+      check(distopt_rt_comm_destroy(comms.host),
+            "closing the host communicator");
+    // The world closes at exit (and finalises MPI).
+    if (comms.rank != 0)
+      std::exit(0);
+  } else {
+    samples = readTimes(fromTimes);
+  }
   LinkFit link = fit(samples);
   double latencyUs = link.latencySeconds * 1e6;
   double gbPerS = link.bytesPerSecond * 1e-9;
@@ -273,6 +375,18 @@ int main(int argc, char **argv) {
   std::snprintf(optionText, sizeof(optionText),
                 "latency-us=%.4g bandwidth-gb-per-s=%.4g", latencyUs, gbPerS);
   std::string options = optionText;
+  std::optional<LinkFit> nodeLink;
+  if (!nodeSamples.empty())
+    nodeLink = fit(nodeSamples);
+  auto samplesJSON = [](const std::vector<Sample> &list, const LinkFit &fit) {
+    llvm::json::Array rows;
+    for (const Sample &s : list)
+      rows.push_back(
+          llvm::json::Object{{"bytes", s.bytes},
+                             {"us", s.seconds * 1e6},
+                             {"fit_us", fit.predict(s.bytes) * 1e6}});
+    return rows;
+  };
   if (jsonOutput) {
     llvm::json::Object out{{"backend", backend},
                            {"world_size", worldSize},
@@ -280,32 +394,52 @@ int main(int argc, char **argv) {
                            {"bandwidth_gb_per_s", gbPerS},
                            {"worst_relative_error", link.worstRelativeError},
                            {"bucketize_options", options}};
-    llvm::json::Array rows;
-    for (const Sample &s : samples)
-      rows.push_back(
-          llvm::json::Object{{"bytes", s.bytes},
-                             {"us", s.seconds * 1e6},
-                             {"fit_us", link.predict(s.bytes) * 1e6}});
-    out["samples"] = std::move(rows);
+    out["samples"] = samplesJSON(samples, link);
+    if (nodeLink) {
+      out["ranks_per_node"] = static_cast<int64_t>(ranksPerNode);
+      out["intra_node"] = llvm::json::Object{
+          {"world_size", static_cast<int64_t>(ranksPerNode)},
+          {"latency_us", nodeLink->latencySeconds * 1e6},
+          {"bandwidth_gb_per_s", nodeLink->bytesPerSecond * 1e-9},
+          {"worst_relative_error", nodeLink->worstRelativeError},
+          {"samples", samplesJSON(nodeSamples, *nodeLink)}};
+    }
+    if (measureCompute) {
+      out["memory_gb_per_s"] = rates.memoryBytesPerSecond * 1e-9;
+      out["matmul_gflops"] = rates.matmulFlopsPerSecond * 1e-9;
+    }
     llvm::outs() << llvm::json::Value(std::move(out)) << "\n";
     return 0;
   }
   llvm::raw_ostream &os = llvm::outs();
+  auto printFit = [&](const std::vector<Sample> &list, const LinkFit &fit) {
+    os << llvm::format("%14s %14s %14s %8s\n", "bytes", "measured us", "fit us",
+                       "error");
+    for (const Sample &s : list) {
+      double predicted = fit.predict(s.bytes);
+      os << llvm::format("%14.0f %14.2f %14.2f %7.1f%%\n", s.bytes,
+                         s.seconds * 1e6, predicted * 1e6,
+                         100 * (predicted - s.seconds) / s.seconds);
+    }
+    os << llvm::format("latency %.4g us, bandwidth %.4g GB/s (worst fit "
+                       "error %.0f%%, at %.0f bytes)\n",
+                       fit.latencySeconds * 1e6, fit.bytesPerSecond * 1e-9,
+                       100 * fit.worstRelativeError, fit.worstAtBytes);
+  };
   if (fromTimes.empty())
     os << "all_reduce avg, f32, " << worldSize << " ranks (" << backend
        << "), median of each size:\n";
-  os << llvm::format("%14s %14s %14s %8s\n", "bytes", "measured us", "fit us",
-                     "error");
-  for (const Sample &s : samples) {
-    double predicted = link.predict(s.bytes);
-    os << llvm::format("%14.0f %14.2f %14.2f %7.1f%%\n", s.bytes,
-                       s.seconds * 1e6, predicted * 1e6,
-                       100 * (predicted - s.seconds) / s.seconds);
+  printFit(samples, link);
+  if (nodeLink) {
+    os << "\nthe same inside each node of " << ranksPerNode
+       << " ranks, all nodes at once:\n";
+    printFit(nodeSamples, *nodeLink);
   }
-  os << llvm::format("latency %.4g us, bandwidth %.4g GB/s (worst fit error "
-                     "%.0f%%, at %.0f bytes)\n",
-                     latencyUs, gbPerS, 100 * link.worstRelativeError,
-                     link.worstAtBytes);
+  if (measureCompute)
+    os << llvm::format("\nupdates: %.3g GB/s of memory, %.3g GFLOP/s of f32 "
+                       "matmul per rank (%s), every rank at once\n",
+                       rates.memoryBytesPerSecond * 1e-9,
+                       rates.matmulFlopsPerSecond * 1e-9, distopt_rt_blas());
   os << "pass:     --distopt-bucketize=\"" << options << "\"\n";
   os << "pipeline: bucket-" << options.substr(0, options.find(' '))
      << " bucket-" << options.substr(options.find(' ') + 1) << "\n";

@@ -27,7 +27,9 @@
 #include "distopt/Conversion/DistOptToRuntime/BufferizableOpInterfaceImpl.h"
 #include "distopt/Conversion/Passes.h"
 #include "distopt/Dialect/DistOpt/IR/DistOptDialect.h"
+#include "distopt/Dialect/DistOpt/IR/StepABI.h"
 #include "distopt/Pipelines/Pipelines.h"
+#include "distopt/Planner/Planner.h"
 #include "distopt/Target/StepLibrary.h"
 #include "distopt/Transforms/Passes.h"
 #include "distopt/Transforms/VerifyInput.h"
@@ -42,6 +44,7 @@
 #include "mlir/Support/FileUtilities.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 
@@ -80,8 +83,27 @@ static cl::opt<std::string> cudaToolkit(
 static cl::opt<std::string>
     pipeline("pipeline",
              cl::desc("Options of distopt-pipeline to run first, e.g. "
-                      "'zero-stage=2 powersgd-rank=4' (default: none)"),
+                      "'zero-stage=2 powersgd-rank=4' (default: none), or "
+                      "'auto [options kept]': chosen by the planner from "
+                      "--plan-calibration (distopt-plan)"),
              cl::init(""), cl::cat(compileCategory));
+static cl::opt<std::string> planCalibration(
+    "plan-calibration",
+    cl::desc("--pipeline=auto: distopt-calibrate --compute --json's output "
+             "(default: $DISTOPT_CALIBRATION)"),
+    cl::init(""), cl::cat(compileCategory));
+static cl::opt<std::string> planMemoryPerRank(
+    "plan-memory-per-rank",
+    cl::desc("--pipeline=auto: model state one rank may hold (8GiB, 512MiB; "
+             "default: no limit)"),
+    cl::init(""), cl::cat(compileCategory));
+static cl::opt<int64_t> planNodes("plan-nodes",
+                                  cl::desc("--pipeline=auto: nodes of the run"),
+                                  cl::init(1), cl::cat(compileCategory));
+static cl::opt<bool> planAllowLossy(
+    "plan-allow-lossy",
+    cl::desc("--pipeline=auto: also consider PowerSGD and 16-bit reductions"),
+    cl::init(false), cl::cat(compileCategory));
 static cl::opt<bool> runPipeline("distopt-pipeline",
                                  cl::desc("Run distopt-pipeline first"),
                                  cl::init(false), cl::cat(compileCategory));
@@ -119,6 +141,67 @@ static void fail(const Twine &message) {
   llvm::errs() << "distopt-compile: " << message << "\n";
 }
 
+/// --pipeline=auto: the planner's choice for `step`, keeping `kept`
+/// (include/distopt/Planner/Planner.h), said on stderr.
+static std::optional<std::string> plan(ModuleOp step, StringRef kept) {
+  mlir::distopt::PlanRequest request;
+  std::string path = planCalibration;
+  if (path.empty())
+    if (const char *fromEnv = std::getenv("DISTOPT_CALIBRATION"))
+      path = fromEnv;
+  if (path.empty()) {
+    fail("--pipeline=auto needs measured links: --plan-calibration=FILE or "
+         "$DISTOPT_CALIBRATION (mpirun -np N distopt-calibrate --compute "
+         "--json > FILE)");
+    return std::nullopt;
+  }
+  llvm::Expected<mlir::distopt::Calibration> calibration =
+      mlir::distopt::readCalibrationFile(path);
+  if (!calibration) {
+    fail(llvm::toString(calibration.takeError()));
+    return std::nullopt;
+  }
+  request.calibration = *calibration;
+  if (!planMemoryPerRank.empty()) {
+    std::optional<double> bytes =
+        mlir::distopt::parseByteSize(planMemoryPerRank);
+    if (!bytes || !(*bytes > 0)) {
+      fail("--plan-memory-per-rank: expected a size such as 8GiB, not '" +
+           planMemoryPerRank + "'");
+      return std::nullopt;
+    }
+    request.memoryPerRank = *bytes;
+  }
+  auto world = step->getAttrOfType<IntegerAttr>(mlir::distopt::abi::kWorldSize);
+  if (!world || planNodes < 1 || world.getInt() % planNodes) {
+    fail("--pipeline=auto: --plan-nodes must divide the step's world size");
+    return std::nullopt;
+  }
+  request.topology.nodes = planNodes;
+  request.topology.ranksPerNode = world.getInt() / planNodes;
+  request.allowLossy = planAllowLossy;
+  request.fixedOptions = kept.str();
+  llvm::Expected<mlir::distopt::Plan> plan =
+      mlir::distopt::planPipeline(step, request);
+  if (!plan) {
+    fail("--pipeline=auto: " + llvm::toString(plan.takeError()));
+    return std::nullopt;
+  }
+  const mlir::distopt::Candidate *chosen = plan->chosen();
+  if (!chosen) {
+    fail("--pipeline=auto: no configuration holds its model state within "
+         "--plan-memory-per-rank (distopt-plan says what each needs)");
+    return std::nullopt;
+  }
+  llvm::errs() << llvm::format("distopt-compile: --pipeline=auto chose "
+                               "\"%s\" (predicted %.3g ms per step, %.1f MiB "
+                               "of model state per rank)\n",
+                               chosen->options.c_str(),
+                               chosen->prediction.seconds * 1e3,
+                               chosen->prediction.memoryBytes / (1 << 20));
+  return chosen->options;
+}
+
 /// Parses and verifies the input (verifyInput: some upstream verifiers
 /// crash on bad input) and runs distopt-pipeline if asked.
 static OwningOpRef<ModuleOp> loadStep(MLIRContext &context,
@@ -138,10 +221,18 @@ static OwningOpRef<ModuleOp> loadStep(MLIRContext &context,
   // The pipeline infers a hand-written step's roles first; without it,
   // that pass alone.
   PassManager pm(&context);
-  if (runPipeline || !pipeline.empty()) {
+  std::string chosen = pipeline;
+  if (std::optional<std::string> kept =
+          mlir::distopt::getPlannedOptions(pipeline)) {
+    std::optional<std::string> planned = plan(*module, *kept);
+    if (!planned)
+      return nullptr;
+    chosen = *planned;
+  }
+  if (runPipeline || !chosen.empty()) {
     mlir::distopt::DistOptPipelineOptions options;
-    if (failed(options.parseFromString(pipeline))) {
-      fail("bad --pipeline options '" + pipeline + "'");
+    if (failed(options.parseFromString(chosen))) {
+      fail("bad --pipeline options '" + chosen + "'");
       return nullptr;
     }
     mlir::distopt::buildDistOptPipeline(pm, options);

@@ -92,6 +92,13 @@ static cl::opt<bool> printParamBits(
     cl::desc("Print every parameter (shards gathered) as its elements' bit "
              "patterns, for comparing runs bit for bit"),
     cl::init(false), cl::cat(runCategory));
+static cl::opt<bool> gatherParams(
+    "gather-params",
+    cl::desc("Before each step, run the step's gather entries (a ZeRO-3 step "
+             "compiled with split-step=true gather-params=true), as a "
+             "training loop gathers the parameters for its forward pass; the "
+             "time per step includes them"),
+    cl::init(false), cl::cat(runCategory));
 static cl::opt<std::string> describeOnly(
     "describe",
     cl::desc("Print the step's interface (each argument's and result's role, "
@@ -373,6 +380,28 @@ int main(int argc, char **argv) {
       scalars.push_back(k);
   }
   Progress progress(firstStep, lastStep);
+  // --gather-params: the gather entries, into buffers of the session's
+  // kept from step to step.
+  std::vector<int64_t> gathers;
+  if (gatherParams) {
+    for (int64_t k = 0, e = distopt_step_num_entries(run.step); k < e; ++k) {
+      distopt_step_entry entry;
+      check(distopt_step_entry_info(run.step, k, &entry), "describing entries");
+      if (std::strcmp(entry.kind, "gather") == 0)
+        gathers.push_back(k);
+    }
+    if (gathers.empty())
+      die("--gather-params: " + library +
+          " has no gather entries (compile a ZeRO-3 step with "
+          "--pipeline=\"zero-stage=3 split-step=true gather-params=true\")");
+    // A step with gather entries leaves the gathered parameters and the
+    // gradients to the driver.
+    for (size_t i = 0; i < run.args.size(); ++i)
+      if (std::strcmp(run.args[i].role, "gathered_param") == 0 ||
+          std::strcmp(run.args[i].role, "grad") == 0)
+        check(distopt_session_bind(run.session, i, nullptr, run.args[i].bytes),
+              "giving a gathered parameter or a gradient a buffer");
+  }
   // Gradient accumulation: the step's earlier micro-batches are added up
   // first, with no communication.
   int64_t microBatches = distopt_step_grad_accumulation(run.step);
@@ -385,10 +414,17 @@ int main(int argc, char **argv) {
     fillGradients(run, step,
                   llvm::is_contained(injectInf, step) &&
                       step % run.size == run.rank);
+    auto gatherStart = std::chrono::steady_clock::now();
+    for (int64_t k : gathers)
+      check(distopt_session_run_entry(run.session, k),
+            "gathering the parameters");
+    std::chrono::duration<double> gathering =
+        std::chrono::steady_clock::now() - gatherStart;
     uint64_t launchesBefore = distopt_rt_cuda_launches();
     check(distopt_session_run(run.session), "running the step");
     run.launches = distopt_rt_cuda_launches() - launchesBefore;
-    run.times.push_back(distopt_session_last_seconds(run.session));
+    run.times.push_back(distopt_session_last_seconds(run.session) +
+                        gathering.count());
     if (!losses.empty()) {
       double loss = 0;
       check(distopt_session_scalar(run.session, losses.front(), &loss),
