@@ -229,7 +229,14 @@ def main():
                         help="global batch (divided among the ranks)")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--pipeline", default="",
-                        help="distopt-pipeline options, e.g. zero-stage=2")
+                        help="distopt-pipeline options, e.g. zero-stage=2, "
+                             "or 'auto': the planner chooses them")
+    parser.add_argument("--calibration", default=None,
+                        help="--pipeline auto: distopt-calibrate --compute "
+                             "--json's output (default: measured now)")
+    parser.add_argument("--memory-per-rank", default=None,
+                        help="--pipeline auto: model state one rank may "
+                             "hold, e.g. 50KiB or 8GiB")
     parser.add_argument("--compare", action="store_true",
                         help="train DDP + torch.optim beside it and compare")
     parser.add_argument("--tolerance", type=float, default=1e-4,
@@ -275,16 +282,21 @@ def main():
     if args.bf16:
         model = model.to(torch.bfloat16)
     started = time.perf_counter()
+    plan = None
+    if args.pipeline.split()[:1] == ["auto"]:
+        plan = {"calibration": args.calibration,
+                "memory_per_rank": args.memory_per_rank}
     opt = DistributedOptimizer(model.named_parameters(), recipe,
                                pipeline=args.pipeline, comm=comm,
-                               model=args.model, main_params=args.bf16)
+                               model=args.model, main_params=args.bf16,
+                               plan=plan)
     compile_seconds = time.perf_counter() - started
     nparams = sum(p.numel() for p in model.parameters())
     if rank == 0:
         print(f"{args.model}: {nparams} parameters in "
               f"{len(list(model.parameters()))} tensors, {size} ranks, "
               f"AdamW; step compiled with pipeline "
-              f"'{args.pipeline or 'default'}' in {compile_seconds:.1f} s "
+              f"'{opt.pipeline or 'default'}' in {compile_seconds:.1f} s "
               f"({os.path.basename(opt.library)})", flush=True)
 
     if args.compare:

@@ -23,7 +23,8 @@ if "mpi4py.MPI" not in _sys.modules:
 
 from .compiler import compile  # noqa: E402
 from .errors import CompileError, DistoptError  # noqa: E402
+from .planner import calibrate, plan  # noqa: E402
 from .step import Session, Step, TensorInfo, Value  # noqa: E402
 
-__all__ = ["compile", "CompileError", "DistoptError", "Session", "Step",
-           "TensorInfo", "Value"]
+__all__ = ["calibrate", "compile", "CompileError", "DistoptError", "plan",
+           "Session", "Step", "TensorInfo", "Value"]

@@ -75,12 +75,17 @@ def _run(command, what):
 
 
 def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
-            comm=None):
+            comm=None, calibration=None, memory_per_rank=None, nodes=1,
+            allow_lossy=False):
     """Compiles `source` and returns the path of the step's shared library.
 
     source: a parameter spec (a dict, or a path ending in .json,
       docs/param-spec.md) or a path to an MLIR step (docs/dialect.md).
-    pipeline: distopt-pipeline's options ("zero-stage=2 powersgd-rank=4").
+    pipeline: distopt-pipeline's options ("zero-stage=2 powersgd-rank=4"),
+      or "auto" and options to keep: distopt-plan chooses the rest
+      (distopt.planner.plan) from `calibration` (a path or dict, default
+      $DISTOPT_CALIBRATION), within `memory_per_rank` of model state, for
+      `nodes` nodes, lossy choices only with `allow_lossy`.
     target: "cpu" or "cuda" (distopt-compile --target).
     extra_args: more distopt-compile arguments.
     cache: the directory of compiled steps (default $DISTOPT_CACHE_DIR, else
@@ -93,7 +98,8 @@ def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
         if comm.Get_rank() == 0:
             try:
                 outcome = ("ok", compile(source, pipeline, target, extra_args,
-                                         cache))
+                                         cache, None, calibration,
+                                         memory_per_rank, nodes, allow_lossy))
             except Exception as e:  # the others must not wait forever
                 outcome = ("error", str(e) if isinstance(e, CompileError)
                            else f"{type(e).__name__}: {e}")
@@ -102,6 +108,9 @@ def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
             raise CompileError(outcome[1])
         return outcome[1]
 
+    if pipeline.split()[:1] == ["auto"]:
+        pipeline = planned_pipeline(source, pipeline, calibration,
+                                    memory_per_rank, nodes, allow_lossy)
     kind, data = _read_source(source)
     translate = _tool("distopt-translate") if kind == "spec" else ""
     compiler = _tool("distopt-compile")
@@ -138,3 +147,23 @@ def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
         # Atomic: a concurrent compile of the same step finds a whole file.
         os.replace(library, output)
     return output
+
+
+def planned_pipeline(source, pipeline, calibration, memory_per_rank=None,
+                     nodes=1, allow_lossy=False):
+    """The options distopt-plan chooses for "auto [options kept]"."""
+    from .planner import plan
+    if calibration is None:
+        calibration = os.environ.get("DISTOPT_CALIBRATION")
+    if calibration is None:
+        raise CompileError("pipeline='auto' needs measured links: pass "
+                           "calibration= (a distopt-calibrate --compute --json "
+                           "file, or distopt.calibrate(comm)) or set "
+                           "DISTOPT_CALIBRATION")
+    result = plan(source, calibration, memory_per_rank=memory_per_rank,
+                  nodes=nodes, allow_lossy=allow_lossy,
+                  keep=" ".join(pipeline.split()[1:]))
+    if not result.get("chosen"):
+        raise CompileError(f"pipeline='auto': no configuration holds its model "
+                           f"state within memory_per_rank={memory_per_rank}")
+    return result["chosen"]

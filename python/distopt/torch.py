@@ -23,6 +23,7 @@ compiled step, read from param_groups at every step().
 """
 
 import contextlib
+import os
 
 import torch
 
@@ -38,7 +39,7 @@ from ._torch_params import (
     _glob_literal, _group_defaults, _group_runtime_keys, _group_values,
     _keeps_step, _model_groups, _named_groups, _runtime_values,
     _split_pipeline, _split_vectors, _structure, _torch_defaults)
-from .errors import DistoptError
+from .errors import CompileError, DistoptError
 from .step import Session, Step
 
 __all__ = ["DistributedOptimizer", "GradScaler"]
@@ -65,7 +66,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
       keys; a Muon or Dion group's parameters of rank < 2 go to an AdamW
       group of their own at its rate. A group may name its own "type".
     pipeline: distopt-pipeline's options ("zero-stage=2",
-      "powersgd-rank=4", "bucket-cap-mb=25", ...).
+      "powersgd-rank=4", "bucket-cap-mb=25", ...), or "auto" and options
+      to keep ("auto zero-stage=3"): distopt-plan chooses the rest, as
+      `plan` says (below); the choice is in `opt.pipeline`.
+    plan: for pipeline="auto", a dict: "calibration" (distopt-calibrate
+      --compute --json's output, a path or dict; default
+      $DISTOPT_CALIBRATION, else measured on `comm` now with
+      distopt.calibrate), "memory_per_rank" (model state one rank may
+      hold: "8GiB"), "nodes" (default 1; their ranks consecutive),
+      "allow_lossy" (PowerSGD and 16-bit reductions, default False).
     comm: an mpi4py communicator (default: COMM_WORLD where mpi4py is
       installed, else one process).
     main_params: bf16/f16 parameters get an fp32 main copy that the
@@ -138,7 +147,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  cache=None, seed=None, threads=None, overlap=True,
                  loss_scaling=None, grad_accumulation=1,
                  auto_wrap_policy=None, reshard_after_forward=True,
-                 param_init_fn=None, groups=None):
+                 param_init_fn=None, groups=None, plan=None):
         if not isinstance(recipe, dict) or "type" not in recipe:
             raise ValueError("the recipe needs a 'type' (a torch.optim "
                              "class's name in lower case: \"adamw\")")
@@ -219,6 +228,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if loss_scaling:
             self.spec["loss_scaling"] = dict(loss_scaling)
         self.loss_scaling = self.spec.get("loss_scaling")
+        if pipeline.split()[:1] == ["auto"]:
+            pipeline = self._plan(pipeline, plan or {}, world)
+        elif plan is not None:
+            raise ValueError("plan is for pipeline='auto'")
+        self.pipeline = pipeline
         self._zero_stage = next(
             (int(o.split("=", 1)[1]) for o in pipeline.split()
              if o.startswith("zero-stage=") and o[11:].isdigit()), 0)
@@ -236,7 +250,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             units, unit_of = find_units(module, auto_wrap_policy)
             for entry in parameters:
                 entry["unit"] = unit_of[entry["name"]]
-            split += " gather-params"
+            if "gather-params=true" not in split.split():
+                split += " gather-params"
         elif auto_wrap_policy is not None and self._zero_stage != 3:
             raise ValueError("auto_wrap_policy is for zero-stage=3 (units "
                              "gathered around their forward and backward)")
@@ -347,6 +362,41 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "the step: add_param_group after construction is not "
                 "supported; pass every group to the constructor")
         super().add_param_group(param_group)
+
+    def _plan(self, pipeline, plan, world):
+        """distopt-plan's choice for "auto [options kept]" (rank 0 plans,
+        the others get its answer), evaluated as this optimizer compiles
+        steps: gradients as bucket views, reductions as entry points."""
+        from .compiler import planned_pipeline
+        from .planner import calibrate
+        nodes = _plan_nodes(plan, world)
+        kept = pipeline.split()[1:]
+        if world == 1:
+            return " ".join(kept)  # one rank: nothing to choose
+        calibration = plan.get("calibration") or \
+            os.environ.get("DISTOPT_CALIBRATION")
+        if calibration is None:
+            calibration = calibrate(self.comm, ranks_per_node=world // nodes)
+        needed = ["grad-as-bucket-view=true", "split-step=true"]
+        keys = {o.split("=", 1)[0] for o in kept}
+        auto = " ".join(["auto"] + kept +
+                        [o for o in needed if o.split("=")[0] not in keys])
+        outcome = None
+        if self.comm.Get_rank() == 0:
+            try:
+                outcome = ("ok", planned_pipeline(
+                    self.spec, auto, calibration,
+                    plan.get("memory_per_rank"), nodes,
+                    bool(plan.get("allow_lossy", False))))
+            except Exception as e:  # the others must not wait forever
+                outcome = ("error", str(e))
+        outcome = self.comm.bcast(outcome, root=0)
+        if outcome[0] == "error":
+            raise CompileError(outcome[1])
+        # ZeRO-3's gathers, which the planner counts as gather entries: the
+        # units' (which add them back), or the gather after each step.
+        return " ".join(o for o in outcome[1].split()
+                        if o != "gather-params=true")
 
     def _adopt(self, index):
         name, p = self._named[index]
@@ -931,3 +981,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._release_units()
         self._pull_hyperparameters()
         return saved
+
+
+def _plan_nodes(plan, world):
+    """The nodes of DistributedOptimizer's `plan` dict, its keys checked."""
+    unknown = set(plan) - {"calibration", "memory_per_rank", "nodes",
+                           "allow_lossy"}
+    if unknown:
+        raise ValueError(f"plan takes calibration, memory_per_rank, nodes "
+                         f"and allow_lossy, not {', '.join(sorted(unknown))}")
+    nodes = plan.get("nodes", 1)
+    if not isinstance(nodes, int) or nodes < 1 or world % nodes:
+        raise ValueError(f"plan's nodes={nodes!r} must divide the world of "
+                         f"{world} ranks")
+    return nodes
