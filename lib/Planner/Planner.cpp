@@ -85,8 +85,8 @@ struct Generated {
 /// The configurations: ZeRO stage and strategy, hybrid sharding and the
 /// hierarchical all-reduce where there are nodes of several ranks, three
 /// bucket caps, the reduction type of 16-bit gradients, PowerSGD.
-std::vector<Generated> generate(const PlanRequest &request,
-                                bool halfGradients) {
+std::vector<Generated> generate(const PlanRequest &request, bool halfGradients,
+                                const Options &fixed) {
   const Topology &topology = request.topology;
   const Calibration &calibration = request.calibration;
   bool nodesOfSeveral = topology.nodes > 1 && topology.ranksPerNode > 1;
@@ -102,6 +102,10 @@ std::vector<Generated> generate(const PlanRequest &request,
        {"bucket-bandwidth-gb-per-s", bandwidth.str()}},
       {{"bucket-cap-mb", "25"}},
       {{"bucket-cap-mb", "100"}, {"first-bucket-cap-mb", "25"}}};
+  // Bucket caps are for bucketing that is kept.
+  if (llvm::is_contained(fixed, std::make_pair(std::string("bucketize"),
+                                               std::string("false"))))
+    buckets = {{}};
 
   std::vector<Generated> out;
   for (int64_t stage : {0, 1, 2, 3})
@@ -255,7 +259,8 @@ llvm::Expected<Plan> mlir::distopt::planPipeline(ModuleOp step,
   Plan plan;
   llvm::StringSet<> seen;
   llvm::DenseMap<uint64_t, std::string> steps; // hash -> first options
-  for (const Generated &generated : generate(request, hasHalfGradients(func))) {
+  for (const Generated &generated :
+       generate(request, hasHalfGradients(func), *fixed)) {
     Candidate candidate;
     candidate.options = join(withFixed(generated.options, *fixed));
     if (!seen.insert(candidate.options).second)
@@ -455,6 +460,16 @@ void mlir::distopt::printPlan(const Plan &plan, const PlanRequest &request,
   if (chosen)
     os << "\npipeline: " << chosen->options << "\n";
   else
-    os << "\nnothing fits: no configuration holds its model state within "
-          "the budget\n";
+    os << "\n" << describeNoChoice(plan) << "\n";
+}
+
+std::string mlir::distopt::describeNoChoice(const Plan &plan) {
+  bool overBudget = llvm::any_of(plan.candidates, [](const Candidate &c) {
+    return c.status == Candidate::Status::OverBudget;
+  });
+  if (overBudget)
+    return "nothing fits: no configuration holds its model state within the "
+           "budget";
+  return "nothing to choose: distopt-pipeline refused every configuration "
+         "(with the options kept), or every one is lossy";
 }

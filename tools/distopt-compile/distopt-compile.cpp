@@ -189,8 +189,8 @@ static std::optional<std::string> plan(ModuleOp step, StringRef kept) {
   }
   const mlir::distopt::Candidate *chosen = plan->chosen();
   if (!chosen) {
-    fail("--pipeline=auto: no configuration holds its model state within "
-         "--plan-memory-per-rank (distopt-plan says what each needs)");
+    fail("--pipeline=auto: " + mlir::distopt::describeNoChoice(*plan) +
+         " (distopt-plan lists the configurations)");
     return std::nullopt;
   }
   llvm::errs() << llvm::format("distopt-compile: --pipeline=auto chose "

@@ -151,15 +151,22 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> step;
   int64_t world = 0;
   if (llvm::StringRef(inputFile).ends_with(".json")) {
+    // The spec as it is first (its errors at the user's lines), then for
+    // the topology's world.
     int64_t specWorld = 0;
     int64_t wanted = ranksPerNode > 0 ? nodes * ranksPerNode : 0;
     std::optional<std::string> text =
         specForWorld(input->getBuffer(), wanted, &specWorld);
-    sourceMgr.AddNewSourceBuffer(
-        text ? llvm::MemoryBuffer::getMemBufferCopy(*text, inputFile)
-             : std::move(input),
-        llvm::SMLoc());
+    sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
     step = mlir::distopt::importParamSpec(sourceMgr, &context);
+    if (step && text && wanted > 0 && wanted != specWorld) {
+      llvm::SourceMgr forWorld;
+      SourceMgrDiagnosticHandler handler(forWorld, &context);
+      forWorld.AddNewSourceBuffer(
+          llvm::MemoryBuffer::getMemBufferCopy(*text, inputFile),
+          llvm::SMLoc());
+      step = mlir::distopt::importParamSpec(forWorld, &context);
+    }
     world = wanted > 0 ? wanted : specWorld;
   } else {
     sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());

@@ -134,6 +134,10 @@ struct Plan {
 /// a plan with nothing chosen means nothing fits the budget.
 llvm::Expected<Plan> planPipeline(ModuleOp step, const PlanRequest &request);
 
+/// Why `plan` chose nothing: no candidate within the budget, or none that
+/// distopt-pipeline accepts.
+std::string describeNoChoice(const Plan &plan);
+
 /// The plan as JSON (every candidate with its prediction), for benchmarks.
 llvm::json::Value planToJSON(const Plan &plan);
 
