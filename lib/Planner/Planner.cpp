@@ -77,83 +77,85 @@ bool hasHalfGradients(func::FuncOp func) {
   return false;
 }
 
+/// `value` to 4 significant digits, as distopt-calibrate prints options.
+std::string fourDigits(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", value);
+  return text;
+}
+
+/// One choice along a dimension of the search: options, and whether they
+/// change the numbers beyond rounding.
 struct Generated {
   Options options;
-  bool lossy;
+  bool lossy = false;
 };
+using Dimension = std::vector<Generated>;
 
-/// The configurations: ZeRO stage and strategy, hybrid sharding and the
-/// hierarchical all-reduce where there are nodes of several ranks, three
-/// bucket caps, the reduction type of 16-bit gradients, PowerSGD.
+/// The configurations: every combination of one choice per dimension.
 std::vector<Generated> generate(const PlanRequest &request, bool halfGradients,
                                 const Options &fixed) {
   const Topology &topology = request.topology;
-  const Calibration &calibration = request.calibration;
+  std::string perNode = std::to_string(topology.ranksPerNode);
   bool nodesOfSeveral = topology.nodes > 1 && topology.ranksPerNode > 1;
-  // The link the world's buckets cross, for the bucket model's caps.
-  const LinkFit &worldLink = calibration.world;
-  char linkCaps[128];
-  std::snprintf(linkCaps, sizeof(linkCaps), "%.4g %.4g",
-                worldLink.latencySeconds * 1e6,
-                worldLink.bytesPerSecond * 1e-9);
-  auto [latency, bandwidth] = llvm::StringRef(linkCaps).split(' ');
-  std::vector<Options> buckets = {
-      {{"bucket-latency-us", latency.str()},
-       {"bucket-bandwidth-gb-per-s", bandwidth.str()}},
-      {{"bucket-cap-mb", "25"}},
-      {{"bucket-cap-mb", "100"}, {"first-bucket-cap-mb", "25"}}};
-  // Bucket caps are for bucketing that is kept.
-  if (llvm::is_contained(fixed, std::make_pair(std::string("bucketize"),
-                                               std::string("false"))))
-    buckets = {{}};
 
-  std::vector<Generated> out;
-  for (int64_t stage : {0, 1, 2, 3})
-    for (const char *strategy : {"flat", "greedy"}) {
-      if (llvm::StringRef(strategy) == "greedy" && (stage == 0 || stage == 3))
-        continue;
-      for (int64_t hybrid : {int64_t(0), topology.ranksPerNode}) {
-        if (hybrid > 0 && (!nodesOfSeveral || stage == 0 ||
-                           llvm::StringRef(strategy) == "greedy"))
+  // ZeRO: stage and strategy, and sharding inside nodes (flat stages).
+  // ZeRO-3's step leaves the parameters sharded: a training loop gathers
+  // them for its forward pass through the step's gather entries, whose
+  // time the planner counts.
+  Dimension zero = {{{{"zero-stage", "0"}}}};
+  for (const char *stage : {"1", "2", "3"})
+    for (const char *strategy : {"flat", "greedy"})
+      for (bool hybrid : {false, true}) {
+        bool flat = llvm::StringRef(strategy) == "flat";
+        if ((!flat && (hybrid || llvm::StringRef(stage) == "3")) ||
+            (hybrid && !nodesOfSeveral))
           continue;
-        for (int64_t hierarchical : {int64_t(0), topology.ranksPerNode}) {
-          if (hierarchical > 0 && !nodesOfSeveral)
-            continue;
-          for (const Options &bucket : buckets)
-            for (const char *reduce : {"f32", "none"})
-              for (int64_t powersgd : {0, 4, 16}) {
-                bool lossy = powersgd > 0;
-                if (halfGradients)
-                  lossy |= llvm::StringRef(reduce) == "none";
-                else if (llvm::StringRef(reduce) == "f32")
-                  continue; // (f32 gradients: nothing to widen)
-                Options options = {{"zero-stage", std::to_string(stage)}};
-                if (stage > 0)
-                  options.emplace_back("zero-strategy", strategy);
-                if (hybrid > 0)
-                  options.emplace_back("hybrid-shard-size",
-                                       std::to_string(hybrid));
-                if (hierarchical > 0)
-                  options.emplace_back("hierarchical-node-size",
-                                       std::to_string(hierarchical));
-                options.insert(options.end(), bucket.begin(), bucket.end());
-                if (halfGradients)
-                  options.emplace_back("reduce-dtype", reduce);
-                if (powersgd > 0)
-                  options.emplace_back("powersgd-rank",
-                                       std::to_string(powersgd));
-                // ZeRO-3's step leaves the parameters sharded: a training
-                // loop gathers them for its forward pass through the
-                // step's gather entries (their time is the step's too).
-                if (stage == 3) {
-                  options.emplace_back("split-step", "true");
-                  options.emplace_back("gather-params", "true");
-                }
-                out.push_back({std::move(options), lossy});
-              }
+        Options options = {{"zero-stage", stage}, {"zero-strategy", strategy}};
+        if (hybrid)
+          options.emplace_back("hybrid-shard-size", perNode);
+        if (llvm::StringRef(stage) == "3") {
+          options.emplace_back("split-step", "true");
+          options.emplace_back("gather-params", "true");
         }
+        zero.push_back({std::move(options)});
       }
-    }
+  Dimension hierarchical = {{}};
+  if (nodesOfSeveral)
+    hierarchical.push_back({{{"hierarchical-node-size", perNode}}});
+  // Buckets: the link model's caps (the world's link), DDP's, larger; none
+  // where bucketing is turned off.
+  Dimension buckets = {{}};
+  if (!llvm::is_contained(fixed, std::make_pair(std::string("bucketize"),
+                                                std::string("false")))) {
+    const LinkFit &link = request.calibration.world;
+    buckets = {{{{"bucket-latency-us", fourDigits(link.latencySeconds * 1e6)},
+                 {"bucket-bandwidth-gb-per-s",
+                  fourDigits(link.bytesPerSecond * 1e-9)}}},
+               {{{"bucket-cap-mb", "25"}}},
+               {{{"bucket-cap-mb", "100"}, {"first-bucket-cap-mb", "25"}}}};
+  }
+  // 16-bit gradients are reduced in f32 unless rounding at every step of
+  // the reduction is allowed.
+  Dimension reduce = {{}};
+  if (halfGradients)
+    reduce = {{{{"reduce-dtype", "f32"}}}, {{{"reduce-dtype", "none"}}, true}};
+  Dimension powersgd = {
+      {}, {{{"powersgd-rank", "4"}}, true}, {{{"powersgd-rank", "16"}}, true}};
+
+  std::vector<Generated> out = {{}};
+  for (const Dimension *dimension :
+       {&zero, &hierarchical, &buckets, &reduce, &powersgd}) {
+    std::vector<Generated> next;
+    for (const Generated &prefix : out)
+      for (const Generated &choice : *dimension) {
+        Generated combined = prefix;
+        llvm::append_range(combined.options, choice.options);
+        combined.lossy |= choice.lossy;
+        next.push_back(std::move(combined));
+      }
+    out = std::move(next);
+  }
   return out;
 }
 
