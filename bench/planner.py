@@ -17,7 +17,7 @@ emulated cluster, or this machine's shared memory), in the same run:
    fastest measured configuration within it.
 
     /usr/bin/python3 bench/planner.py [--build build] [--scenarios NAME ...]
-        [--steps 4] [--sample 20] [--update] [--plot-only]
+        [--steps 4] [--sample 20] [--update] [--plot-only] [--replan]
 
 Results go to bench/results/planner.json (and with --update to B18 in
 docs/benchmarks.md, with the scatter plot docs/img/b18-planner.png).
@@ -129,6 +129,46 @@ def measure(build, prefix, mlir, options, steps, tmp):
     return min(times)
 
 
+def plan(build, spec_path, calib, nodes, per_node, budgets):
+    """distopt-plan's feasible flat configurations in its order (fastest
+    predicted first; greedy ZeRO left out, GREEDY_LEFT_OUT), and its choice
+    within each budget: the fastest predicted that fits, what distopt-plan
+    --memory-per-rank prints."""
+    out = run([tool(build, "distopt-plan"), spec_path, "--calibration", calib,
+               "--nodes", str(nodes), "--ranks-per-node", str(per_node),
+               "--keep", "backend=mpi", "--json"], "distopt-plan")
+    feasible = [c for c in json.loads(out)["candidates"]
+                if c["status"] in ("chosen", "feasible")
+                and "zero-strategy=greedy" not in c["options"].split()]
+    chosen = {}
+    for budget in budgets:
+        fits = [c for c in feasible if c["memory_bytes"] <= budget * MiB]
+        chosen[budget] = fits[0]["options"] if fits else None
+    return feasible, chosen
+
+
+def replan(build, name, result, tmp):
+    """The predictions and choices of the current planner for the rows
+    measured before, from the calibration measured with them."""
+    spec, nodes, per_node, _, budgets = SCENARIOS[name]
+    calib = os.path.join(tmp, "calibration.json")
+    with open(calib, "w") as f:
+        json.dump(result["calibration"], f)
+    spec_path, _ = step_for_world(build, spec, nodes * per_node, tmp)
+    feasible, chosen = plan(build, spec_path, calib, nodes, per_node, budgets)
+    by_options = {frozenset(c["options"].split()): c for c in feasible}
+    for row in result["rows"]:
+        c = by_options.get(frozenset(row["options"].split()))
+        if c:
+            row["predicted_ms"] = c["predicted_ms"]
+    measured = {frozenset(row["options"].split()): row["options"] for row in result["rows"]}
+    result["budgets"] = {str(b): measured.get(frozenset(chosen[b].split()), chosen[b])
+                         if chosen[b] else None for b in budgets}
+    missing = [c["options"] for c in feasible if frozenset(c["options"].split()) not in measured]
+    if missing:
+        print(f"{name}: not measured: {missing}")
+
+
 def scenario(build, name, steps, sample, tmp):
     spec, nodes, per_node, rate, budgets = SCENARIOS[name]
     world = nodes * per_node
@@ -141,20 +181,7 @@ def scenario(build, name, steps, sample, tmp):
     with open(calib, "w") as f:
         f.write(out.strip().splitlines()[-1])
     spec_path, mlir = step_for_world(build, spec, world, tmp)
-    plan_args = [tool(build, "distopt-plan"), spec_path, "--calibration", calib,
-                 "--nodes", str(nodes), "--ranks-per-node", str(per_node), "--keep", "backend=mpi"]
-    plan = json.loads(run(plan_args + ["--json"], "distopt-plan"))
-    # In the planner's order (fastest predicted first). Greedy ZeRO is left
-    # out: its steps take 5 to 10 minutes and more to compile at 150
-    # tensors (GREEDY_LEFT_OUT).
-    feasible = [c for c in plan["candidates"] if c["status"] in ("chosen", "feasible")
-                and "zero-strategy=greedy" not in c["options"].split()]
-    # The planner's choice within each budget: its fastest predicted
-    # candidate that fits (what distopt-plan --memory-per-rank prints).
-    chosen = {}
-    for budget in budgets:
-        fits = [c for c in feasible if c["memory_bytes"] <= budget * MiB]
-        chosen[budget] = fits[0]["options"] if fits else None
+    feasible, chosen = plan(build, spec_path, calib, nodes, per_node, budgets)
     keep = {c for c in chosen.values() if c} | {feasible[0]["options"]}
     if len(feasible) > sample:
         rest = [c for c in feasible if c["options"] not in keep]
@@ -171,10 +198,8 @@ def scenario(build, name, steps, sample, tmp):
     with open(calib) as f:
         calibration = json.load(f)
     return {"spec": spec, "nodes": nodes, "ranks_per_node": per_node, "rate": rate or "shm",
-            "calibration": {k: calibration.get(k) for k in
-                            ("latency_us", "bandwidth_gb_per_s", "memory_gb_per_s",
-                             "matmul_gflops", "intra_node")},
-            "rows": rows, "budgets": {str(b): chosen[b] for b in budgets}}
+            "calibration": calibration, "rows": rows,
+            "budgets": {str(b): chosen[b] for b in budgets}}
 
 
 def summarize(results):
@@ -243,12 +268,21 @@ def main():
     parser.add_argument("--sample", type=int, default=20)
     parser.add_argument("--update", action="store_true")
     parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument("--replan", action="store_true",
+                        help="recompute the predictions and choices of the rows in "
+                             "bench/results/planner.json with this build's planner")
     args = parser.parse_args()
     results = {}
     if os.path.exists(RESULTS):
         with open(RESULTS) as f:
             results = json.load(f)
-    if not args.plot_only:
+    if args.replan:
+        for name in results:
+            with tempfile.TemporaryDirectory() as tmp:
+                replan(args.build, name, results[name], tmp)
+        with open(RESULTS, "w") as f:
+            json.dump(results, f, indent=1)
+    elif not args.plot_only:
         for name in args.scenarios:
             if name not in SCENARIOS:
                 sys.exit(f"bench/planner.py: no scenario '{name}' (of {', '.join(SCENARIOS)})")

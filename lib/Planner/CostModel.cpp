@@ -34,7 +34,8 @@ static llvm::Error calibrationError(const llvm::Twine &message) {
                                  "calibration: " + message);
 }
 
-/// A link from an object with latency_us, bandwidth_gb_per_s, world_size.
+/// A link from an object with latency_us, bandwidth_gb_per_s, world_size
+/// and, where distopt-calibrate wrote them, its samples.
 static llvm::Expected<LinkFit> readLink(const llvm::json::Object &object,
                                         llvm::StringRef where) {
   std::optional<double> latency = object.getNumber("latency_us");
@@ -47,7 +48,34 @@ static llvm::Expected<LinkFit> readLink(const llvm::json::Object &object,
                             "--json prints them");
   if (world && *world < 1)
     return calibrationError(where + "'s world_size must be positive");
-  return LinkFit{*latency * 1e-6, *bandwidth * 1e9, world ? *world : 0};
+  LinkFit fit{*latency * 1e-6, *bandwidth * 1e9, world ? *world : 0};
+  // The bandwidth of the sizes from 1 MiB up, where the samples have
+  // them: the slope of their times (least squares). distopt-calibrate's
+  // fit weighs every size's relative error alike, which suits bucket
+  // sizes; a step's time is mostly its large collectives, and on a shaped
+  // TCP link the small sizes' noise would set their rate.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  if (const llvm::json::Array *samples = object.getArray("samples"))
+    for (const llvm::json::Value &sample : *samples) {
+      const llvm::json::Object *entry = sample.getAsObject();
+      std::optional<double> bytes =
+          entry ? entry->getNumber("bytes") : std::nullopt;
+      std::optional<double> us = entry ? entry->getNumber("us") : std::nullopt;
+      if (!bytes || !us || *bytes < (1 << 20) || !(*us > 0))
+        continue;
+      n += 1;
+      sx += *bytes;
+      sy += *us * 1e-6;
+      sxx += *bytes * *bytes;
+      sxy += *bytes * *us * 1e-6;
+    }
+  double det = n * sxx - sx * sx;
+  if (n >= 2 && det > 0) {
+    double perByte = (n * sxy - sx * sy) / det;
+    if (perByte > 0)
+      fit.bytesPerSecond = 1 / perByte;
+  }
+  return fit;
 }
 
 llvm::Expected<Calibration>
