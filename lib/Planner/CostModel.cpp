@@ -10,8 +10,10 @@
 // n_c b per rank, so the second factor is the wire's rate). A group whose
 // rings each stay inside a node takes the fit measured inside nodes (the
 // world's where there is none, or where the group is the world); one whose
-// rings leave nodes takes the world's, measured across them, k times
-// slower where k rings leave the busiest node at once and share its link.
+// rings leave nodes takes the fit measured over one rank of each node (all
+// such groups at once) where its parts are like those, else the world's,
+// measured across them, k times slower where k rings leave the busiest
+// node at once and share its link.
 // Updates take their bytes at the measured memory rate and their FLOPs
 // (whole-matrix updates, PowerSGD's products) at the measured matmul rate;
 // ZeRO's owners run theirs at once, the busiest setting the time.
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 using namespace mlir;
 using namespace mlir::distopt;
@@ -98,6 +101,12 @@ mlir::distopt::readCalibration(llvm::StringRef text) {
     if (!link)
       return link.takeError();
     calibration.node = *link;
+  }
+  if (const llvm::json::Object *across = root->getObject("across_nodes")) {
+    llvm::Expected<LinkFit> link = readLink(*across, "across_nodes");
+    if (!link)
+      return link.takeError();
+    calibration.acrossNodes = *link;
   }
   if (calibration.node && calibration.node->worldSize >= world->worldSize &&
       world->worldSize > 0)
@@ -193,7 +202,11 @@ LinkUse linkOf(ProcessGroupOp group, const Topology &topology,
     for (int64_t rank = 0; rank < world; ++rank)
       rings[0][rank] = rank;
   std::vector<int64_t> leaving(topology.nodes, 0);
+  bool onePerNode = true; // every part holds at most one rank of a node
   for (auto &[color, ring] : rings) {
+    std::set<int64_t> nodesOfPart;
+    for (auto &[key, rank] : ring)
+      onePerNode &= nodesOfPart.insert(rank / topology.ranksPerNode).second;
     if (ring.size() < 2)
       continue;
     std::vector<int64_t> ranks;
@@ -209,8 +222,14 @@ LinkUse linkOf(ProcessGroupOp group, const Topology &topology,
   int64_t busiest = *std::max_element(leaving.begin(), leaving.end());
   if (busiest == 0)
     return use;
-  use.fit = &calibration.world;
   use.acrossNodes = true;
+  // The groups distopt-calibrate measured across nodes, all at once: their
+  // sharing of the links is in the fit.
+  if (onePerNode && calibration.acrossNodes) {
+    use.fit = &*calibration.acrossNodes;
+    return use;
+  }
+  use.fit = &calibration.world;
   use.sharing = static_cast<double>(busiest);
   return use;
 }

@@ -378,6 +378,8 @@ void mlir::distopt::printPlan(const Plan &plan, const PlanRequest &request,
   printLink("world", c.world);
   if (c.node)
     printLink("in a node", *c.node);
+  if (c.acrossNodes)
+    printLink("across", *c.acrossNodes);
   os << llvm::format("  updates     %.3g GB/s memory, %.3g GFLOP/s matmul\n",
                      c.memoryBytesPerSecond * 1e-9,
                      c.matmulFlopsPerSecond * 1e-9);

@@ -11,8 +11,9 @@
 // bucket sizes from it (docs/bucketing.md). With --from-times it fits
 // measurements taken elsewhere (lines of "bytes microseconds") instead.
 // For distopt-plan (--json): --ranks-per-node=R also fits the link inside
-// each node (R consecutive ranks), and --compute measures the rates updates
-// run at (docs/choosing-a-pipeline.md).
+// each node (R consecutive ranks) and across nodes (one rank of each, R
+// such groups at once), and --compute measures the rates updates run at
+// (docs/choosing-a-pipeline.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -341,21 +342,28 @@ int main(int argc, char **argv) {
     fail("--ranks-per-node and --compute measure; --from-times does not");
   int64_t worldSize = 0;
   std::string backend = "given";
-  std::vector<Sample> samples, nodeSamples;
+  std::vector<Sample> samples, nodeSamples, acrossSamples;
   Rates rates;
   if (fromTimes.empty()) {
     Comms comms = start(&backend);
     worldSize = comms.worldSize;
     samples = measure(comms, comms.measured);
-    // Each node's ranks at once, as hybrid sharding's and the hierarchical
-    // all-reduce's groups inside nodes run.
+    // The groups hybrid sharding and the hierarchical all-reduce run, all
+    // at once: each node's ranks, and one rank of each node (the R groups
+    // across nodes share each node's link).
+    auto measureGroups = [&](int64_t color, const char *name) {
+      distopt_rt_comm *group = nullptr;
+      check(distopt_rt_comm_split(comms.measured, color, comms.rank, name,
+                                  &group),
+            "splitting the world");
+      std::vector<Sample> result = measure(comms, group);
+      check(distopt_rt_comm_destroy(group), "closing a group");
+      return result;
+    };
     if (ranksPerNode > 0 && ranksPerNode < worldSize) {
-      distopt_rt_comm *node = nullptr;
-      check(distopt_rt_comm_split(comms.measured, comms.rank / ranksPerNode,
-                                  comms.rank, "node", &node),
-            "splitting the world into nodes");
-      nodeSamples = measure(comms, node);
-      check(distopt_rt_comm_destroy(node), "closing the node's group");
+      nodeSamples = measureGroups(comms.rank / ranksPerNode, "node");
+      if (ranksPerNode > 1)
+        acrossSamples = measureGroups(comms.rank % ranksPerNode, "across");
     }
     if (measureCompute)
       rates = measureRates(comms);
@@ -375,9 +383,11 @@ int main(int argc, char **argv) {
   std::snprintf(optionText, sizeof(optionText),
                 "latency-us=%.4g bandwidth-gb-per-s=%.4g", latencyUs, gbPerS);
   std::string options = optionText;
-  std::optional<LinkFit> nodeLink;
+  std::optional<LinkFit> nodeLink, acrossLink;
   if (!nodeSamples.empty())
     nodeLink = fit(nodeSamples);
+  if (!acrossSamples.empty())
+    acrossLink = fit(acrossSamples);
   auto samplesJSON = [](const std::vector<Sample> &list, const LinkFit &fit) {
     llvm::json::Array rows;
     for (const Sample &s : list)
@@ -395,15 +405,22 @@ int main(int argc, char **argv) {
                            {"worst_relative_error", link.worstRelativeError},
                            {"bucketize_options", options}};
     out["samples"] = samplesJSON(samples, link);
+    auto linkJSON = [&](int64_t size, const LinkFit &fit,
+                        const std::vector<Sample> &list) {
+      return llvm::json::Object{
+          {"world_size", size},
+          {"latency_us", fit.latencySeconds * 1e6},
+          {"bandwidth_gb_per_s", fit.bytesPerSecond * 1e-9},
+          {"worst_relative_error", fit.worstRelativeError},
+          {"samples", samplesJSON(list, fit)}};
+    };
     if (nodeLink) {
       out["ranks_per_node"] = static_cast<int64_t>(ranksPerNode);
-      out["intra_node"] = llvm::json::Object{
-          {"world_size", static_cast<int64_t>(ranksPerNode)},
-          {"latency_us", nodeLink->latencySeconds * 1e6},
-          {"bandwidth_gb_per_s", nodeLink->bytesPerSecond * 1e-9},
-          {"worst_relative_error", nodeLink->worstRelativeError},
-          {"samples", samplesJSON(nodeSamples, *nodeLink)}};
+      out["intra_node"] = linkJSON(ranksPerNode, *nodeLink, nodeSamples);
     }
+    if (acrossLink)
+      out["across_nodes"] =
+          linkJSON(worldSize / ranksPerNode, *acrossLink, acrossSamples);
     if (measureCompute) {
       out["memory_gb_per_s"] = rates.memoryBytesPerSecond * 1e-9;
       out["matmul_gflops"] = rates.matmulFlopsPerSecond * 1e-9;
@@ -434,6 +451,11 @@ int main(int argc, char **argv) {
     os << "\nthe same inside each node of " << ranksPerNode
        << " ranks, all nodes at once:\n";
     printFit(nodeSamples, *nodeLink);
+  }
+  if (acrossLink) {
+    os << "\nthe same over one rank of each node, all " << ranksPerNode
+       << " such groups at once:\n";
+    printFit(acrossSamples, *acrossLink);
   }
   if (measureCompute)
     os << llvm::format("\nupdates: %.3g GB/s of memory, %.3g GFLOP/s of f32 "

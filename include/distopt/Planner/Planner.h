@@ -45,6 +45,11 @@ struct Calibration {
   /// Measured inside each node at once (--ranks-per-node), for the groups
   /// that stay inside nodes; without it the world's fit serves them too.
   std::optional<LinkFit> node;
+  /// Measured over one rank of each node, the R such groups at once
+  /// (--ranks-per-node R > 1), for groups whose parts hold at most one
+  /// rank of a node (hybrid sharding's replicas, the hierarchical
+  /// all-reduce's second stage).
+  std::optional<LinkFit> acrossNodes;
   /// Per rank, while every rank runs: bytes an update loop reads and
   /// writes per second, and f32 matmul FLOPs per second.
   double memoryBytesPerSecond = 0;
