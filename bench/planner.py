@@ -169,17 +169,23 @@ def replan(build, name, result, tmp):
         print(f"{name}: not measured: {missing}")
 
 
+def calibrate(build, name, path):
+    """distopt-calibrate's links and rates for scenario `name`, into `path`."""
+    _, nodes, per_node, rate, _ = SCENARIOS[name]
+    measured_on = ["--ranks-per-node", str(per_node)] if nodes > 1 and per_node > 1 else []
+    out = run(launcher(nodes, per_node, rate) +
+              [tool(build, "distopt-calibrate"), "--compute", "--json",
+               "--max-mb", "16", "--pool-mb", "64"] + measured_on, "distopt-calibrate")
+    with open(path, "w") as f:
+        f.write(out.strip().splitlines()[-1])
+
+
 def scenario(build, name, steps, sample, tmp):
     spec, nodes, per_node, rate, budgets = SCENARIOS[name]
     world = nodes * per_node
     prefix = launcher(nodes, per_node, rate)
     calib = os.path.join(tmp, f"{name}.calib.json")
-    measured_on = ["--ranks-per-node", str(per_node)] if nodes > 1 and per_node > 1 else []
-    out = run(prefix + [tool(build, "distopt-calibrate"), "--compute", "--json",
-                        "--max-mb", "16", "--pool-mb", "64"] + measured_on,
-              "distopt-calibrate")
-    with open(calib, "w") as f:
-        f.write(out.strip().splitlines()[-1])
+    calibrate(build, name, calib)
     spec_path, mlir = step_for_world(build, spec, world, tmp)
     feasible, chosen = plan(build, spec_path, calib, nodes, per_node, budgets)
     keep = {c for c in chosen.values() if c} | {feasible[0]["options"]}
@@ -268,6 +274,9 @@ def main():
     parser.add_argument("--sample", type=int, default=20)
     parser.add_argument("--update", action="store_true")
     parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument("--recalibrate", nargs="*", default=[], metavar="NAME",
+                        help="with --replan: measure these scenarios' calibrations "
+                             "again first (the rows stay)")
     parser.add_argument("--replan", action="store_true",
                         help="recompute the predictions and choices of the rows in "
                              "bench/results/planner.json with this build's planner")
@@ -279,6 +288,11 @@ def main():
     if args.replan:
         for name in results:
             with tempfile.TemporaryDirectory() as tmp:
+                if name in args.recalibrate:
+                    path = os.path.join(tmp, "again.json")
+                    calibrate(args.build, name, path)
+                    with open(path) as f:
+                        results[name]["calibration"] = json.load(f)
                 replan(args.build, name, results[name], tmp)
         with open(RESULTS, "w") as f:
             json.dump(results, f, indent=1)
