@@ -56,7 +56,7 @@ GREEDY_LEFT_OUT = ("Greedy ZeRO (zero-strategy=greedy) is left out of these runs
                    "step of ResNet-50's 161 tensors took over 10 minutes to compile on this "
                    "machine (one-shot bufferization's analysis of the flat state threaded "
                    "through every owner's region, then LLVM's constraint elimination on the "
-                   "one large function), so the choices below are the planner's among the "
+                   "one large function), so the choices above are the planner's among the "
                    "flat configurations (its own order, greedy ones skipped).")
 LIBRARIES = os.path.join(tempfile.gettempdir(), "distopt-b18-libraries")
 
@@ -249,13 +249,16 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.5, 5))
-    top = 0
+    values = []
     for name, r in results.items():
         xs = [row["predicted_ms"] for row in r["rows"]]
         ys = [row["measured_ms"] for row in r["rows"]]
-        top = max([top] + xs + ys)
+        values += xs + ys
         ax.scatter(xs, ys, s=14, label=name)
-    ax.plot([1, top * 1.2], [1, top * 1.2], color="gray", linewidth=0.8)
+    low, high = min(values) / 1.3, max(values) * 1.3
+    ax.plot([low, high], [low, high], color="gray", linewidth=0.8)
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("predicted ms per step (distopt-plan)")
@@ -276,7 +279,7 @@ def main():
     parser.add_argument("--plot-only", action="store_true")
     parser.add_argument("--recalibrate", nargs="*", default=[], metavar="NAME",
                         help="with --replan: measure these scenarios' calibrations "
-                             "again first (the rows stay)")
+                             "again and add the fits the saved ones lack")
     parser.add_argument("--replan", action="store_true",
                         help="recompute the predictions and choices of the rows in "
                              "bench/results/planner.json with this build's planner")
@@ -289,10 +292,15 @@ def main():
         for name in results:
             with tempfile.TemporaryDirectory() as tmp:
                 if name in args.recalibrate:
+                    # Only what the saved calibration lacks (a newer
+                    # distopt-calibrate's fits): the world's fit decided the
+                    # bucket caps of the rows measured.
                     path = os.path.join(tmp, "again.json")
                     calibrate(args.build, name, path)
+                    saved = results[name]["calibration"]
                     with open(path) as f:
-                        results[name]["calibration"] = json.load(f)
+                        for key, value in json.load(f).items():
+                            saved.setdefault(key, value)
                 replan(args.build, name, results[name], tmp)
         with open(RESULTS, "w") as f:
             json.dump(results, f, indent=1)
