@@ -49,9 +49,11 @@ static llvm::Expected<LinkFit> readLink(const llvm::json::Object &object,
                             " needs latency_us (>= 0) and "
                             "bandwidth_gb_per_s (> 0), as distopt-calibrate "
                             "--json prints them");
-  if (world && *world < 1)
-    return calibrationError(where + "'s world_size must be positive");
-  LinkFit fit{*latency * 1e-6, *bandwidth * 1e9, world ? *world : 0};
+  // (The ranks it was measured on scale it to other groups.)
+  if (!world || *world < 1)
+    return calibrationError(where + " needs world_size (>= 1): the ranks "
+                                    "its all_reduce was measured on");
+  LinkFit fit{*latency * 1e-6, *bandwidth * 1e9, *world};
   // The bandwidth of the sizes from 1 MiB up, where the samples have
   // them: the slope of their times (least squares). distopt-calibrate's
   // fit weighs every size's relative error alike, which suits bucket

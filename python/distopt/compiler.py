@@ -111,6 +111,10 @@ def compile(source, pipeline="", target="cpu", extra_args=(), cache=None,
     if pipeline.split()[:1] == ["auto"]:
         pipeline = planned_pipeline(source, pipeline, calibration,
                                     memory_per_rank, nodes, allow_lossy)
+    elif calibration is not None or memory_per_rank is not None or \
+            nodes != 1 or allow_lossy:
+        raise ValueError("calibration, memory_per_rank, nodes and "
+                         "allow_lossy are for pipeline='auto'")
     kind, data = _read_source(source)
     translate = _tool("distopt-translate") if kind == "spec" else ""
     compiler = _tool("distopt-compile")
@@ -164,6 +168,10 @@ def planned_pipeline(source, pipeline, calibration, memory_per_rank=None,
                   nodes=nodes, allow_lossy=allow_lossy,
                   keep=" ".join(pipeline.split()[1:]))
     if not result.get("chosen"):
-        raise CompileError(f"pipeline='auto': no configuration holds its model "
-                           f"state within memory_per_rank={memory_per_rank}")
+        if any(c["status"] == "over-budget" for c in result["candidates"]):
+            raise CompileError(f"pipeline='auto': no configuration holds its "
+                               f"model state within memory_per_rank="
+                               f"{memory_per_rank}")
+        raise CompileError("pipeline='auto': distopt-pipeline refused every "
+                           "configuration with the options kept")
     return result["chosen"]

@@ -137,6 +137,9 @@ if size > 1:
 raises(ValueError, "plan is for pipeline='auto'",
        lambda: DistributedOptimizer(model(), dict(RECIPE), pipeline="zero-stage=1",
                                     plan={"nodes": 1}))
+raises(ValueError, "are for pipeline='auto'",
+       lambda: distopt.compile(spec, pipeline="zero-stage=1", memory_per_rank=budget,
+                               cache=CACHE))
 raises(CompileError, "pipeline='auto' needs measured links",
        lambda: distopt.compile(spec, pipeline="auto", cache=CACHE))
 

@@ -222,8 +222,17 @@ static OwningOpRef<ModuleOp> loadStep(MLIRContext &context,
   // that pass alone.
   PassManager pm(&context);
   std::string chosen = pipeline;
-  if (std::optional<std::string> kept =
-          mlir::distopt::getPlannedOptions(pipeline)) {
+  std::optional<std::string> kept = mlir::distopt::getPlannedOptions(pipeline);
+  // The planner's options mean nothing without it: refused, not ignored.
+  for (cl::Option *option : {static_cast<cl::Option *>(&planCalibration),
+                             static_cast<cl::Option *>(&planMemoryPerRank),
+                             static_cast<cl::Option *>(&planNodes),
+                             static_cast<cl::Option *>(&planAllowLossy)})
+    if (!kept && option->getNumOccurrences()) {
+      fail("--" + option->ArgStr + " is for --pipeline=auto");
+      return nullptr;
+    }
+  if (kept) {
     std::optional<std::string> planned = plan(*module, *kept);
     if (!planned)
       return nullptr;
