@@ -214,7 +214,11 @@ void mlir::distopt::buildBufferizedStepPipeline(OpPassManager &pm,
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
+  // An owner loop (an owned_by) may yield a new buffer, as a branch may: a
+  // bf16 parameter rounded from its main copy.
+  bufferize.allowReturnAllocsFromLoops = true;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addNestedPass<func::FuncOp>(createOwnerLoopsToBranchesPass());
   // Asynchronous collectives in their input's buffer where that is safe (a
   // copy of every bucket less).
   pm.addPass(createAsyncInPlacePass());

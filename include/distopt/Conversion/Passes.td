@@ -50,7 +50,9 @@ def LowerLocalOpsPass : Pass<"distopt-lower-local-ops", "::mlir::ModuleOp"> {
     Lowers, on tensors, what does not communicate: `bucket_pack` to slices
     of one tensor (zeros only in the alignment gaps, each input copied
     once), `bucket_unpack` to slices and reshapes, `shard_slice` to a slice
-    at this rank's offset, `owned_by` to an `scf.if` on the rank,
+    at this rank's offset, `owned_by` to an `scf.for` that runs once on the
+    owner and not at all elsewhere (`distopt.owner_loop`; an `scf.if` after
+    bufferization, --distopt-owner-loops-to-branches),
     `distopt.rank` to a runtime call and `group_size` to a constant. The
     synchronous collectives stay: one-shot bufferization turns them into
     runtime calls on buffers (in place where legal). Process groups become
@@ -195,6 +197,25 @@ def ContractionsToRuntimePass
                            "::mlir::func::FuncDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::memref::MemRefDialect"];
+}
+
+def OwnerLoopsToBranchesPass
+    : Pass<"distopt-owner-loops-to-branches", "::mlir::func::FuncOp"> {
+  let summary = "Turn the loops `owned_by` became back into branches";
+  let description = [{
+    `--distopt-lower-local-ops` lowers `distopt.owned_by` to an `scf.for`
+    marked `distopt.owner_loop` that runs once on the owner rank and not at
+    all on the others, so that one-shot bufferization sees each as a write
+    of the values it carries: as a chain of `scf.if`s whose else branches
+    pass the state on, greedy ZeRO's step took the analysis a time cubic in
+    its number of tensors. After bufferization this pass makes each marked
+    loop an `scf.if` on whether it runs, with its body as the then branch
+    and the loop's initial values as the else branch's results; nothing
+    else changes. Later passes see a branch, not a sequential loop (CPU
+    loops inside it still run in parallel).
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
 }
 
 def AsyncInPlacePass : Pass<"distopt-async-in-place", "::mlir::ModuleOp"> {

@@ -35,21 +35,28 @@ func.func @buckets(%a: tensor<3x3xf32>, %b: tensor<5xf32>) -> (tensor<3x3xf32>, 
 }
 
 // The rank comes from the runtime; a shard is a slice at rank * chunk; the
-// owner's body runs under scf.if.
+// owner's body runs in a loop of one iteration on the owner and none
+// elsewhere, which reads the `otherwise` values it carries
+// (--distopt-owner-loops-to-branches makes it an scf.if after
+// bufferization).
 // CHECK-LABEL: func.func @ownership
+// CHECK-SAME: %[[Y:[a-z0-9]+]]: tensor<4xf32>
 // CHECK: %[[W:.*]] = llvm.load {{.*}} : !llvm.ptr -> !llvm.ptr
 // CHECK: call @distopt_rt_comm_rank(%[[W]], %{{.*}})
 // CHECK: %[[RANK:.*]] = arith.index_cast %{{.*}} : i64 to index
 // CHECK: %[[OFF:.*]] = arith.muli %[[RANK]], %{{.*}} : index
 // CHECK: tensor.extract_slice %{{.*}}[%[[OFF]]] [4] [1] : tensor<8xf32> to tensor<4xf32>
 // CHECK: %[[OWNER:.*]] = arith.cmpi eq, %{{.*}}, %{{.*}} : index
-// CHECK: scf.if %[[OWNER]] -> (tensor<4xf32>) {
-// CHECK:   arith.addf
-// CHECK:   scf.yield
-// CHECK: } else {
-// CHECK:   scf.yield %{{.*}} : tensor<4xf32>
-// CHECK: }
+// CHECK: %[[TRIPS:.*]] = arith.select %[[OWNER]], %[[ONE:.*]], %[[ZERO:.*]] : index
+// CHECK: scf.for %{{.*}} = %[[ZERO]] to %[[TRIPS]] step %[[ONE]] iter_args(%[[C:.*]] = %[[Y]]) -> (tensor<4xf32>) {
+// CHECK:   %[[Z:.*]] = arith.addf %[[C]], %[[C]]
+// CHECK:   scf.yield %[[Z]] : tensor<4xf32>
+// CHECK: } {distopt.owner_loop}
 // CHECK: arith.constant 2 : index
+// Lowered, the owner's test is a branch, not a loop's header.
+// LLVM-LABEL: llvm.func @ownership
+// LLVM: %[[OWN:.*]] = llvm.icmp "eq" %{{.*}}, %{{.*}} : i64
+// LLVM-NEXT: llvm.cond_br %[[OWN]], ^{{.*}}, ^{{.*}}
 func.func @ownership(%x: tensor<8xf32>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, index) {
   %s = distopt.shard_slice %x on @dp : tensor<8xf32> -> tensor<4xf32>
   %o = distopt.owned_by @dp rank 1 otherwise(%y) : tensor<4xf32> {

@@ -209,7 +209,8 @@ LogicalResult DistOptDialect::verifyOperationAttribute(Operation *op,
   if (name == abi::kReduces || name == abi::kGathers ||
       name == abi::kInPlaceResults)
     return check(isa<DenseI64ArrayAttr>(value), "an array<i64: ...>");
-  if (name == abi::kReturnsStatus || name == abi::kRequestInput)
+  if (name == abi::kReturnsStatus || name == abi::kRequestInput ||
+      name == abi::kOwnerLoop)
     return check(isa<UnitAttr>(value), "a unit attribute");
   return op->emitOpError() << attr.getName()
                            << " is not an attribute of the distopt dialect";

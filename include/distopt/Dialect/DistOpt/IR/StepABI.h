@@ -103,6 +103,10 @@ constexpr llvm::StringLiteral kGradAccumulation = "distopt.grad_accumulation";
 constexpr llvm::StringLiteral kInPlaceResults = "distopt.in_place_results";
 constexpr llvm::StringLiteral kReturnsStatus = "distopt.returns_status";
 constexpr llvm::StringLiteral kRequestInput = "distopt.request_input";
+/// On the scf.for that an `owned_by` becomes until bufferization: it runs
+/// once on the owner and not at all elsewhere (--distopt-lower-local-ops),
+/// and --distopt-owner-loops-to-branches makes it an scf.if again.
+constexpr llvm::StringLiteral kOwnerLoop = "distopt.owner_loop";
 
 /// The role of argument `index` of `func`, or "" when it has none.
 inline llvm::StringRef getArgRole(FunctionOpInterface func, unsigned index) {
