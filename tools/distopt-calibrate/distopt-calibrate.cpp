@@ -6,7 +6,8 @@
 //
 // Times the runtime's all_reduce (f32, avg: what a bucket of gradients runs)
 // on this machine's N ranks at sizes from --min-kb to --max-mb, fits
-// t(bytes) = latency + bytes / bandwidth to the medians, and prints the fit
+// t(bytes) = latency + bytes / bandwidth to the medians (the latency from
+// a one-element all_reduce where the line finds none), and prints the fit
 // as the options of --distopt-bucketize and distopt-pipeline that choose
 // bucket sizes from it (docs/bucketing.md). With --from-times it fits
 // measurements taken elsewhere (lines of "bytes microseconds") instead.
@@ -89,6 +90,8 @@ struct LinkFit {
   double bytesPerSecond;
   double worstRelativeError;
   double worstAtBytes;
+  /// The latency is a one-element all_reduce's time, not the fit's.
+  bool latencyMeasuredAlone = false;
 
   double predict(double bytes) const {
     return latencySeconds + bytes / bytesPerSecond;
@@ -102,7 +105,9 @@ struct LinkFit {
 
 /// Least squares on relative errors, so that the microsecond sizes weigh as
 /// much as the millisecond ones: minimises sum(((a + b x - t) / t)^2).
-LinkFit fit(const std::vector<Sample> &samples) {
+/// `aloneSeconds`, where measured, is the time of a one-element all_reduce:
+/// the latency when the line through the sizes finds none.
+LinkFit fit(const std::vector<Sample> &samples, double aloneSeconds = 0) {
   if (samples.size() < 2)
     fail("a fit needs at least two sizes");
   double sw = 0, swx = 0, swxx = 0, swt = 0, swxt = 0;
@@ -125,11 +130,29 @@ LinkFit fit(const std::vector<Sample> &samples) {
     fail("the times do not grow with the size; measure larger sizes "
          "(--max-mb)");
   // No latency to balance: the model would give no buckets, and the pass
-  // refuses a zero latency, so say what to measure instead.
-  if (!(latency > 0))
-    fail("the fit finds no latency (small sizes cost only their bytes); "
-         "measure smaller sizes (--min-kb)");
-  LinkFit result{latency, 1 / perByte, 0, 0};
+  // refuses a zero latency. A shaped link lets small messages through
+  // faster than its rate (its token bucket's burst), so the line through
+  // the sizes can cross zero (2x2 nodes at 100 Mb/s): the latency is then
+  // a one-element all_reduce's time, and the bandwidth is fitted with it
+  // fixed, on absolute errors (the large sizes, past the burst, show the
+  // rate). Times given (--from-times) have no such measurement.
+  bool alone = !(latency > 0);
+  if (alone) {
+    if (!(aloneSeconds > 0))
+      fail("the fit finds no latency (small sizes cost only their bytes); "
+           "measure smaller sizes (--min-kb)");
+    latency = aloneSeconds;
+    double num = 0, den = 0;
+    for (const Sample &s : samples) {
+      num += s.bytes * (s.seconds - latency);
+      den += s.bytes * s.bytes;
+    }
+    perByte = num / den;
+    if (!(perByte > 0))
+      fail("the times do not grow beyond a one-element all_reduce's; "
+           "measure larger sizes (--max-mb)");
+  }
+  LinkFit result{latency, 1 / perByte, 0, 0, alone};
   for (const Sample &s : samples) {
     double error = std::abs(result.predict(s.bytes) - s.seconds) / s.seconds;
     if (error > result.worstRelativeError) {
@@ -219,10 +242,17 @@ double slowest(const Comms &comms, double seconds) {
   return seconds;
 }
 
-/// Times all_reduce avg of f32 on `comm` at each size; every rank returns
-/// the same medians (each iteration counts as long as its slowest rank
-/// took, on any of the groups `comm` is one of).
-std::vector<Sample> measure(const Comms &comms, distopt_rt_comm *comm) {
+/// The medians of all_reduce avg of f32 at each size, and the time of one
+/// element's alone.
+struct Measured {
+  std::vector<Sample> samples;
+  double aloneSeconds = 0;
+};
+
+/// Times all_reduce avg of f32 on `comm` at each size and at one element;
+/// every rank returns the same medians (each iteration counts as long as
+/// its slowest rank took, on any of the groups `comm` is one of).
+Measured measure(const Comms &comms, distopt_rt_comm *comm) {
   std::vector<int64_t> sizes;
   int64_t top = static_cast<int64_t>(maxMb * (1 << 20));
   for (int64_t bytes =
@@ -260,8 +290,7 @@ std::vector<Sample> measure(const Comms &comms, distopt_rt_comm *comm) {
     return slowest(comms, elapsed.count());
   };
 
-  std::vector<Sample> samples;
-  for (int64_t bytes : sizes) {
+  auto timed = [&](int64_t bytes) {
     // Warm up (first touch, connection setup), then as many iterations as
     // fit the time budget: all ranks use rank-agreed times, so they agree.
     once(bytes);
@@ -271,11 +300,15 @@ std::vector<Sample> measure(const Comms &comms, distopt_rt_comm *comm) {
     std::vector<double> times;
     for (int i = 0; i < iterations; ++i)
       times.push_back(once(bytes));
-    samples.push_back({static_cast<double>(bytes), median(times)});
-  }
+    return median(times);
+  };
+  Measured result;
+  for (int64_t bytes : sizes)
+    result.samples.push_back({static_cast<double>(bytes), timed(bytes)});
+  result.aloneSeconds = timed(4);
   if (comms.onDevice)
     check(distopt_rt_cuda_free(pool), "freeing");
-  return samples;
+  return result;
 }
 
 /// The rates updates run at on each rank while every rank runs them
@@ -343,11 +376,15 @@ int main(int argc, char **argv) {
   int64_t worldSize = 0;
   std::string backend = "given";
   std::vector<Sample> samples, nodeSamples, acrossSamples;
+  // One element's all_reduce on each (0: not measured).
+  double alone = 0, nodeAlone = 0, acrossAlone = 0;
   Rates rates;
   if (fromTimes.empty()) {
     Comms comms = start(&backend);
     worldSize = comms.worldSize;
-    samples = measure(comms, comms.measured);
+    Measured world = measure(comms, comms.measured);
+    samples = world.samples;
+    alone = world.aloneSeconds;
     // The groups hybrid sharding and the hierarchical all-reduce run, all
     // at once: each node's ranks, and one rank of each node (the R groups
     // across nodes share each node's link).
@@ -356,14 +393,19 @@ int main(int argc, char **argv) {
       check(distopt_rt_comm_split(comms.measured, color, comms.rank, name,
                                   &group),
             "splitting the world");
-      std::vector<Sample> result = measure(comms, group);
+      Measured result = measure(comms, group);
       check(distopt_rt_comm_destroy(group), "closing a group");
       return result;
     };
     if (ranksPerNode > 0 && ranksPerNode < worldSize) {
-      nodeSamples = measureGroups(comms.rank / ranksPerNode, "node");
-      if (ranksPerNode > 1)
-        acrossSamples = measureGroups(comms.rank % ranksPerNode, "across");
+      Measured node = measureGroups(comms.rank / ranksPerNode, "node");
+      nodeSamples = node.samples;
+      nodeAlone = node.aloneSeconds;
+      if (ranksPerNode > 1) {
+        Measured across = measureGroups(comms.rank % ranksPerNode, "across");
+        acrossSamples = across.samples;
+        acrossAlone = across.aloneSeconds;
+      }
     }
     if (measureCompute)
       rates = measureRates(comms);
@@ -376,7 +418,7 @@ int main(int argc, char **argv) {
   } else {
     samples = readTimes(fromTimes);
   }
-  LinkFit link = fit(samples);
+  LinkFit link = fit(samples, alone);
   double latencyUs = link.latencySeconds * 1e6;
   double gbPerS = link.bytesPerSecond * 1e-9;
   char optionText[128];
@@ -385,9 +427,9 @@ int main(int argc, char **argv) {
   std::string options = optionText;
   std::optional<LinkFit> nodeLink, acrossLink;
   if (!nodeSamples.empty())
-    nodeLink = fit(nodeSamples);
+    nodeLink = fit(nodeSamples, nodeAlone);
   if (!acrossSamples.empty())
-    acrossLink = fit(acrossSamples);
+    acrossLink = fit(acrossSamples, acrossAlone);
   auto samplesJSON = [](const std::vector<Sample> &list, const LinkFit &fit) {
     llvm::json::Array rows;
     for (const Sample &s : list)
@@ -398,12 +440,14 @@ int main(int argc, char **argv) {
     return rows;
   };
   if (jsonOutput) {
-    llvm::json::Object out{{"backend", backend},
-                           {"world_size", worldSize},
-                           {"latency_us", latencyUs},
-                           {"bandwidth_gb_per_s", gbPerS},
-                           {"worst_relative_error", link.worstRelativeError},
-                           {"bucketize_options", options}};
+    llvm::json::Object out{
+        {"backend", backend},
+        {"world_size", worldSize},
+        {"latency_us", latencyUs},
+        {"bandwidth_gb_per_s", gbPerS},
+        {"worst_relative_error", link.worstRelativeError},
+        {"latency_measured_alone", link.latencyMeasuredAlone},
+        {"bucketize_options", options}};
     out["samples"] = samplesJSON(samples, link);
     auto linkJSON = [&](int64_t size, const LinkFit &fit,
                         const std::vector<Sample> &list) {
@@ -412,6 +456,7 @@ int main(int argc, char **argv) {
           {"latency_us", fit.latencySeconds * 1e6},
           {"bandwidth_gb_per_s", fit.bytesPerSecond * 1e-9},
           {"worst_relative_error", fit.worstRelativeError},
+          {"latency_measured_alone", fit.latencyMeasuredAlone},
           {"samples", samplesJSON(list, fit)}};
     };
     if (nodeLink) {
@@ -442,6 +487,9 @@ int main(int argc, char **argv) {
                        "error %.0f%%, at %.0f bytes)\n",
                        fit.latencySeconds * 1e6, fit.bytesPerSecond * 1e-9,
                        100 * fit.worstRelativeError, fit.worstAtBytes);
+    if (fit.latencyMeasuredAlone)
+      os << "(the sizes' line found no latency: it is a one-element "
+            "all_reduce's time, and the bandwidth is fitted with it)\n";
   };
   if (fromTimes.empty())
     os << "all_reduce avg, f32, " << worldSize << " ranks (" << backend
