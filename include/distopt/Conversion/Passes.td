@@ -209,10 +209,12 @@ def OwnerLoopsToBranchesPass
     of the values it carries: as a chain of `scf.if`s whose else branches
     pass the state on, greedy ZeRO's step took the analysis a time cubic in
     its number of tensors. After bufferization this pass makes each marked
-    loop an `scf.if` on whether it runs, with its body as the then branch
+    loop an `scf.if` on the owner test, with its body as the then branch
     and the loop's initial values as the else branch's results; nothing
     else changes. Later passes see a branch, not a sequential loop (CPU
-    loops inside it still run in parallel).
+    loops inside it still run in parallel). A marked loop that does not
+    run from 0 to `select(%owner, 1, 0)` by 1 is an error: it might run
+    more than once.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::scf::SCFDialect"];

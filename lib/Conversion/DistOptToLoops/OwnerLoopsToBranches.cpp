@@ -1,8 +1,8 @@
 //===- OwnerLoopsToBranches.cpp - owner loops as scf.if -*- C++ -*-===//
 //
 // --distopt-owner-loops-to-branches: after bufferization, each scf.for that
-// an owned_by became (marked distopt.owner_loop: it runs at most once) is
-// an scf.if on whether it runs. The loop form is for one-shot
+// an owned_by became (marked distopt.owner_loop: from 0 to select(isOwner,
+// 1, 0) by 1) is an scf.if on the owner test. The loop form is for one-shot
 // bufferization's analysis only (LowerBuckets.cpp says why).
 //
 //===----------------------------------------------------------------------===//
@@ -24,24 +24,23 @@ namespace mlir::distopt {
 using namespace mlir;
 using namespace mlir::distopt;
 
-/// Whether `loop` runs: the owner test the lowering built (its upper bound
-/// is `select(isOwner, 1, 0)` from 0), or else lower < upper.
-static Value runsOnce(OpBuilder &b, scf::ForOp loop) {
+/// The owner test of a loop the lowering built: it runs from 0 to
+/// `select(isOwner, 1, 0)` by 1. Null for any other loop.
+static Value ownerTest(scf::ForOp loop) {
   auto select = loop.getUpperBound().getDefiningOp<arith::SelectOp>();
   if (select && matchPattern(loop.getLowerBound(), m_Zero()) &&
+      matchPattern(loop.getStep(), m_One()) &&
       matchPattern(select.getTrueValue(), m_One()) &&
       matchPattern(select.getFalseValue(), m_Zero()))
     return select.getCondition();
-  return arith::CmpIOp::create(b, loop.getLoc(), arith::CmpIPredicate::slt,
-                               loop.getLowerBound(), loop.getUpperBound());
+  return {};
 }
 
-static void toBranch(IRRewriter &rewriter, scf::ForOp loop) {
+static void toBranch(IRRewriter &rewriter, scf::ForOp loop, Value isOwner) {
   rewriter.setInsertionPoint(loop);
   Location loc = loop.getLoc();
-  auto branch =
-      scf::IfOp::create(rewriter, loc, loop.getResultTypes(),
-                        runsOnce(rewriter, loop), loop.getNumResults() > 0);
+  auto branch = scf::IfOp::create(rewriter, loc, loop.getResultTypes(), isOwner,
+                                  loop.getNumResults() > 0);
   Block *then = branch.thenBlock();
   if (!then->empty())
     rewriter.eraseOp(then->getTerminator());
@@ -62,14 +61,25 @@ struct OwnerLoopsToBranchesPass
     : public distopt::impl::OwnerLoopsToBranchesPassBase<
           OwnerLoopsToBranchesPass> {
   void runOnOperation() override {
-    SmallVector<scf::ForOp> loops;
-    getOperation().walk([&](scf::ForOp loop) {
-      if (loop->hasAttr(abi::kOwnerLoop))
-        loops.push_back(loop);
+    SmallVector<std::pair<scf::ForOp, Value>> loops;
+    WalkResult walk = getOperation().walk([&](scf::ForOp loop) {
+      if (!loop->hasAttr(abi::kOwnerLoop))
+        return WalkResult::advance();
+      // Any other loop may run more than once: as a branch it would not.
+      Value isOwner = ownerTest(loop);
+      if (!isOwner) {
+        loop.emitOpError() << "marked " << abi::kOwnerLoop
+                           << " must run from 0 to select(%owner, 1, 0) by 1";
+        return WalkResult::interrupt();
+      }
+      loops.push_back({loop, isOwner});
+      return WalkResult::advance();
     });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
     IRRewriter rewriter(&getContext());
-    for (scf::ForOp loop : loops)
-      toBranch(rewriter, loop);
+    for (auto [loop, isOwner] : loops)
+      toBranch(rewriter, loop, isOwner);
   }
 };
 
