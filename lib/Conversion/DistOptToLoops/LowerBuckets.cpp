@@ -269,8 +269,9 @@ void lowerShardOfPack(RewriterBase &rewriter, ShardSliceOp op,
 /// tensor, and through a chain of scf.ifs, whose else branches pass the
 /// state on, one-shot bufferization's analysis finds every earlier branch
 /// as a possible last write and grows with the cube of their number
-/// (ResNet-18's 62 tensors: 13 s, 0.15 s as loops, which write what they
-/// carry; ResNet-50's 161: over 10 minutes). --distopt-owner-loops-to-branches
+/// (ResNet-18's 62 tensors: 16.5 s of empty-tensor elimination and
+/// bufferization, 0.15 s as loops, which write what they carry; ResNet-50's
+/// 161: over 10 minutes to compile). --distopt-owner-loops-to-branches
 /// makes each loop an scf.if after bufferization.
 void lowerOwnedBy(RewriterBase &rewriter, OwnedByOp op) {
   OpBuilder::InsertionGuard guard(rewriter);

@@ -4,9 +4,10 @@
 // nothing: a branch on the owner's test, the body inlined at iteration 0.
 // CHECK-LABEL: func.func @in_place
 // CHECK-SAME: (%[[OWNER:.*]]: i1, %[[M:.*]]: memref<4xf32>)
+// CHECK: %[[C0:.*]] = arith.constant 0 : index
 // CHECK-NOT: scf.for
 // CHECK: scf.if %[[OWNER]] {
-// CHECK:   memref.store %{{.*}}, %[[M]][%[[C0:.*]]] : memref<4xf32>
+// CHECK:   memref.store %{{.*}}, %[[M]][%[[C0]]] : memref<4xf32>
 // CHECK: }
 // CHECK-NOT: distopt.owner_loop
 func.func @in_place(%owner: i1, %m: memref<4xf32>) {
