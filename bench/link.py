@@ -14,6 +14,13 @@ of a 2-rank all-reduce sends the payload once in all; a row's ratio is that
 rate over the link's, at the median and at the 90th percentile of the
 iterations (issue 42's target: >= 0.9 from 1 MiB up).
 
+Then the rooted collectives (B2-cluster-rooted) on 2 nodes of 2 ranks over
+the same links: MPI_Bcast and MPI_Reduce against distopt_rt_broadcast and
+distopt_rt_reduce (f32 sum), the root moving from rank to rank; a row's
+ratio is the payload's rate over the link's (the best a root can do: a
+broadcast's every byte leaves the root's node and reaches the other node
+once).
+
     /usr/bin/python3 bench/link.py [--build build] [--update]
 """
 import argparse
@@ -74,11 +81,11 @@ def tcp_worker():
         print(json.dumps({"tcp_bytes_per_s": max(rates)}))
 
 
-def on_cluster(rate, command, flags):
+def on_cluster(rate, command, flags, per_node=1):
     env = dict(os.environ, OMPI_MCA_btl_tcp_flags=flags)
     out = subprocess.run(
         [os.path.join(ROOT, "scripts", "cluster"), "--nodes", "2",
-         "--ranks-per-node", "1", "--rate", rate, "--"] + command,
+         "--ranks-per-node", str(per_node), "--rate", rate, "--"] + command,
         check=True, capture_output=True, text=True, env=env).stdout
     return [json.loads(line) for line in out.splitlines()
             if line.startswith("{")]
@@ -105,6 +112,12 @@ def main():
              "| distopt / link: median (p90) | OpenMPI's default flags: MPI "
              "/ link | distopt / link |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rooted_lines = [
+        "| link | bytes | link's TCP rate MB/s | MPI_Bcast ms (p10-p90) | "
+        "distopt broadcast ms (p10-p90) | MPI_Reduce ms (p10-p90) | distopt "
+        "reduce ms (p10-p90) | payload / link: MPI_Bcast | distopt broadcast "
+        "| MPI_Reduce | distopt reduce |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rate in ("1gbit", "10gbit"):
         tcp = on_cluster(rate, [sys.executable, os.path.abspath(__file__),
                                 "--tcp-worker"], SEND_PROTOCOL)[0]
@@ -132,15 +145,40 @@ def main():
                 f"{ratio(ours, 'mpi')} | {ratio(ours, 'sum')} | "
                 f"{ratio(default, 'mpi')} | {ratio(default, 'sum')} |")
             print(lines[-1], flush=True)
+        rooted = {r["bytes"]: r for r in on_cluster(
+            rate, [bench, "--rooted"] + [str(s) for s in SIZES], SEND_PROTOCOL,
+            per_node=2)}
+        for size in SIZES:
+            row = rooted[size]
+
+            def cell(key):
+                return (f"{row[f'{key}_us'] / 1e3:.1f} "
+                        f"({row[f'{key}_p10_us'] / 1e3:.1f}-"
+                        f"{row[f'{key}_p90_us'] / 1e3:.1f})")
+
+            def share(key):
+                return f"{size / link / (row[f'{key}_us'] * 1e-6):.2f}"
+            keys = ("bcast_mpi", "bcast", "reduce_mpi", "reduce")
+            rooted_lines.append(
+                f"| {rate.replace('gbit', ' Gb/s')} | {size >> 20} MiB | "
+                f"{link / 1e6:.0f} | " + " | ".join(cell(k) for k in keys) +
+                " | " + " | ".join(share(k) for k in keys) + " |")
+            print(rooted_lines[-1], flush=True)
     table = "\n".join([
         "2 nodes x 1 rank, f32 sum; medians over iterations of the slowest "
         "rank (200 at 1 MiB, 20 at 4 and 16, 5 at 64), the 90th percentile "
         "in brackets; the "
         "link's rate: 64 MiB each way at once over TCP, the best of 3, in "
         "the same run.", "", *lines])
-    print(table)
+    rooted_table = "\n".join([
+        "2 nodes x 2 ranks, f32 (reduce: sum), the root the next rank at "
+        "every iteration; medians over iterations of the slowest rank, the "
+        "10th-90th percentile in brackets; the link's rate as above.", "",
+        *rooted_lines])
+    print(table + "\n\n" + rooted_table)
     if args.update:
         update_section("B2-cluster", table + "\n")
+        update_section("B2-cluster-rooted", rooted_table + "\n")
     return 0
 
 

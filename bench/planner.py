@@ -18,6 +18,7 @@ emulated cluster, or this machine's shared memory), in the same run:
 
     /usr/bin/python3 bench/planner.py [--build build] [--scenarios NAME ...]
         [--steps 4] [--sample 20] [--update] [--plot-only] [--replan]
+        [--remeasure OPTION]
 
 Results go to bench/results/planner.json (and with --update to B18 in
 docs/benchmarks.md, with the scatter plot docs/img/b18-planner.png).
@@ -172,6 +173,29 @@ def replan(build, name, result, tmp):
         print(f"{name}: not measured: {missing}")
 
 
+def remeasure(build, name, result, option, steps):
+    """Runs the rows of `result` whose options include `option` again, in
+    place (the date in the row's "remeasured")."""
+    spec, nodes, per_node, rate, _ = SCENARIOS[name]
+    prefix = launcher(nodes, per_node, rate)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, mlir = step_for_world(build, spec, nodes * per_node, tmp)
+        for row in result["rows"]:
+            if option not in row["options"].split():
+                continue
+            before = row["measured_ms"]
+            row["measured_ms"] = measure(build, prefix, mlir, row["options"], steps, tmp)
+            row["remeasured"] = subprocess.run(["date", "-u", "+%F"], capture_output=True,
+                                               text=True).stdout.strip()
+            print(f"  {name}: {row['measured_ms']:9.1f} ms measured (before: {before:.1f}): "
+                  f"{row['options']}", flush=True)
+            with open(RESULTS) as f:  # saved after each row
+                saved = json.load(f)
+            saved[name] = result
+            with open(RESULTS, "w") as f:
+                json.dump(saved, f, indent=1)
+
+
 def calibrate(build, name, path):
     """distopt-calibrate's links and rates for scenario `name`, into `path`."""
     _, nodes, per_node, rate, _ = SCENARIOS[name]
@@ -286,6 +310,10 @@ def main():
     parser.add_argument("--recalibrate", nargs="*", default=[], metavar="NAME",
                         help="with --replan: measure these scenarios' calibrations "
                              "again and add the fits the saved ones lack")
+    parser.add_argument("--remeasure", metavar="OPTION",
+                        help="run again the saved rows of --scenarios whose options "
+                             "include OPTION (e.g. zero-strategy=greedy, after a change "
+                             "to the runtime's collectives they use), then --replan")
     parser.add_argument("--replan", action="store_true",
                         help="recompute the predictions and choices of the rows in "
                              "bench/results/planner.json with this build's planner")
@@ -294,6 +322,11 @@ def main():
     if os.path.exists(RESULTS):
         with open(RESULTS) as f:
             results = json.load(f)
+    if args.remeasure:
+        for name in args.scenarios:
+            if name in results:
+                remeasure(args.build, name, results[name], args.remeasure, args.steps)
+        args.replan = True
     if args.replan:
         for name in results:
             with tempfile.TemporaryDirectory() as tmp:

@@ -5,6 +5,8 @@
 //
 //   latency x (n - 1) / (n_c - 1)  +  s x k / (bandwidth x 2 (n_c - 1) / n_c)
 //
+// (a broadcast or a reduce: latency / (2 (n_c - 1)) for each of its
+// chain's steps, and s its busiest rank's bytes, about the payload)
 // on the link its ring crosses: the fit distopt-calibrate made of an
 // all_reduce over n_c ranks (an all_reduce of b bytes sends 2 (n_c - 1) /
 // n_c b per rank, so the second factor is the wire's rate). A group whose
@@ -236,18 +238,24 @@ LinkUse linkOf(ProcessGroupOp group, const Topology &topology,
   return use;
 }
 
-/// Seconds of `count` collectives over `n` ranks sending `sent` bytes each.
-double collectiveSeconds(const LinkUse &link, int64_t n, int64_t count,
-                         double sent) {
+/// Seconds of `event`'s collectives over `n` ranks: a ring's 2 (n - 1)
+/// steps of latency and `sent` bytes on every rank, or a chain's steps and
+/// its busiest rank's bytes.
+double collectiveSeconds(const LinkUse &link, int64_t n,
+                         const CommEvent &event) {
   if (n <= 1)
     return 0;
   const LinkFit &fit = *link.fit;
   int64_t measured = std::max<int64_t>(fit.worldSize, 2);
-  double latency = fit.latencySeconds * static_cast<double>(n - 1) /
-                   static_cast<double>(measured - 1);
+  double perStep =
+      fit.latencySeconds / (2.0 * static_cast<double>(measured - 1));
+  double steps = event.steps > 0 ? static_cast<double>(event.steps)
+                                 : 2.0 * static_cast<double>(n - 1);
+  double bytes = event.steps > 0 ? event.busiestSent : event.sent;
   double wire = fit.bytesPerSecond * 2.0 * static_cast<double>(measured - 1) /
                 static_cast<double>(measured);
-  return static_cast<double>(count) * latency + sent * link.sharing / wire;
+  return static_cast<double>(event.count) * perStep * steps +
+         bytes * link.sharing / wire;
 }
 
 } // namespace
@@ -275,7 +283,7 @@ Prediction mlir::distopt::predictStep(const StepReport &report,
       it->second = linkOf(group, topology, calibration);
     const LinkUse &link = it->second;
     int64_t n = group ? group.getSize() : topology.worldSize();
-    double seconds = collectiveSeconds(link, n, event.count, event.sent);
+    double seconds = collectiveSeconds(link, n, event);
     prediction.commSeconds += seconds;
     prediction.collectives += event.count;
     (link.acrossNodes ? prediction.interNodeBytes

@@ -192,10 +192,15 @@ static void addCollective(CollectiveOpInterface collective,
     report.gradBytes +=
         bytesOf(collective.getFullType()) -
         bytesOf(cast<RankedTensorType>(collective.getInput().getType()));
-  report.events.push_back(
-      {group, 1, collective.getBytesSentPerRank(n),
-       collective.reduces() ||
-           (kind == CollectiveKind::AllGather && laterStage)});
+  CommEvent event{group, 1, collective.getBytesSentPerRank(n),
+                  collective.reduces() ||
+                      (kind == CollectiveKind::AllGather && laterStage)};
+  if (kind == CollectiveKind::Broadcast || kind == CollectiveKind::Reduce) {
+    RootedCollectiveCost rooted = getRootedCollectiveCost(kind, payload, n);
+    event.steps = rooted.steps;
+    event.busiestSent = rooted.busiestBytes;
+  }
+  report.events.push_back(event);
 }
 
 /// What the lowering of an overflow check or a norm reduces across `n`

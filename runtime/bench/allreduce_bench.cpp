@@ -4,9 +4,11 @@
 // avg, premul_sum) on the same f32 buffers, alternating, and the unfused
 // average (sum, then a scaling pass) and that pass alone; prints one JSON
 // object per size with the median, 10th and 90th percentile over iterations
-// of the slowest rank, in microseconds.
+// of the slowest rank, in microseconds. With --rooted: MPI_Bcast against
+// distopt_rt_broadcast and MPI_Reduce (sum) against distopt_rt_reduce
+// instead, the root moving to the next rank every iteration.
 // Run under mpirun; rank 0 prints:
-//   mpirun -np N distopt-rt-allreduce-bench [BYTES...]
+//   mpirun -np N distopt-rt-allreduce-bench [--rooted] [BYTES...]
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,6 +37,21 @@ static double percentile(std::vector<double> v, double fraction) {
   return v[std::max<size_t>(rank, 1) - 1];
 }
 
+/// One JSON object per size (bench/allreduce.py and bench/link.py make the
+/// tables): each series' median, 10th and 90th percentile.
+static void printRow(
+    int64_t bytes, double busFactor,
+    std::vector<std::pair<const char *, const std::vector<double> *>> series) {
+  std::printf("{\"bytes\": %lld, \"busbw_factor\": %.4f", (long long)bytes,
+              busFactor);
+  for (auto [name, times] : series)
+    std::printf(", \"%s_us\": %.3f, \"%s_p10_us\": %.3f, \"%s_p90_us\": %.3f",
+                name, median(*times), name, percentile(*times, 0.1), name,
+                percentile(*times, 0.9));
+  std::printf("}\n");
+  std::fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   int provided;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -42,8 +60,13 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   // The sizes in bytes: the arguments, or 8 B to 128 MiB by factors of 4.
   std::vector<int64_t> sizes;
-  for (int i = 1; i < argc; ++i)
-    sizes.push_back(std::atoll(argv[i]));
+  bool rooted = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--rooted")
+      rooted = true;
+    else
+      sizes.push_back(std::atoll(argv[i]));
+  }
   if (sizes.empty())
     for (int64_t bytes = 8; bytes <= (int64_t(1) << 27); bytes *= 4)
       sizes.push_back(bytes);
@@ -66,6 +89,41 @@ int main(int argc, char **argv) {
       MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       return slowest * 1e6;
     };
+    if (rooted) {
+      std::vector<double> tBcastMpi, tBcast, tReduceMpi, tReduce;
+      for (int i = 0; i < iters + 2; ++i) { // two warm-up rounds
+        int root = i % size;
+        double a = timeIt([&] {
+          MPI_Bcast(send.data(), (int)count, MPI_FLOAT, root, MPI_COMM_WORLD);
+        });
+        double b = timeIt([&] {
+          distopt_rt_broadcast(comm, send.data(), send.data(), count,
+                               DISTOPT_RT_F32, root, DISTOPT_RT_F32);
+        });
+        double c = timeIt([&] {
+          MPI_Reduce(send.data(), recv.data(), (int)count, MPI_FLOAT, MPI_SUM,
+                     root, MPI_COMM_WORLD);
+        });
+        double d = timeIt([&] {
+          distopt_rt_reduce(comm, send.data(), recv.data(), count,
+                            DISTOPT_RT_F32, DISTOPT_RT_SUM, 1.0, root,
+                            DISTOPT_RT_F32);
+        });
+        if (i >= 2) {
+          tBcastMpi.push_back(a);
+          tBcast.push_back(b);
+          tReduceMpi.push_back(c);
+          tReduce.push_back(d);
+        }
+      }
+      if (rank == 0)
+        printRow(bytes, busFactor,
+                 {{"bcast_mpi", &tBcastMpi},
+                  {"bcast", &tBcast},
+                  {"reduce_mpi", &tReduceMpi},
+                  {"reduce", &tReduce}});
+      continue;
+    }
     for (int i = 0; i < iters + 2; ++i) { // two warm-up rounds
       double a = timeIt([&] {
         MPI_Allreduce(send.data(), recv.data(), (int)count, MPI_FLOAT, MPI_SUM,
@@ -109,21 +167,14 @@ int main(int argc, char **argv) {
         tSumScale.push_back(f);
       }
     }
-    // One JSON object per size: bench/allreduce.py makes the tables.
-    if (rank == 0) {
-      std::printf("{\"bytes\": %lld, \"busbw_factor\": %.4f", (long long)bytes,
-                  busFactor);
-      std::pair<const char *, const std::vector<double> *> series[] = {
-          {"mpi", &tMpi},          {"sum", &tSum},
-          {"avg", &tAvg},          {"premul", &tPremul},
-          {"scale_pass", &tScale}, {"sum_then_scale", &tSumScale}};
-      for (auto [name, times] : series)
-        std::printf(
-            ", \"%s_us\": %.3f, \"%s_p10_us\": %.3f, \"%s_p90_us\": %.3f", name,
-            median(*times), name, percentile(*times, 0.1), name,
-            percentile(*times, 0.9));
-      std::printf("}\n");
-    }
+    if (rank == 0)
+      printRow(bytes, busFactor,
+               {{"mpi", &tMpi},
+                {"sum", &tSum},
+                {"avg", &tAvg},
+                {"premul", &tPremul},
+                {"scale_pass", &tScale},
+                {"sum_then_scale", &tSumScale}});
   }
   distopt_rt_comm_destroy(comm);
   MPI_Finalize();

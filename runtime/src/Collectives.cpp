@@ -6,8 +6,9 @@
 // type) and combines it with the local contribution in one pass, scaling as
 // it goes: premul_sum scales the local part, avg divides on the last step.
 // All ranks end with identical bits. Recursive doubling for small
-// all-reduces, a binomial tree for broadcast, reduce as reduce-scatter and
-// a gather to the root. (Comm.cpp: requests, the worker, errors.)
+// all-reduces. Broadcast and reduce run as pipelined chains along the
+// ranks (a binomial tree for small broadcasts). (Comm.cpp: requests, the
+// worker, errors.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #include "Elements.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,19 @@ namespace {
 /// All-reduces at most this large use recursive doubling: log2(n) exchanges
 /// of the whole buffer instead of the ring's 2(n-1) of a chunk.
 constexpr int64_t kSmallAllReduceBytes = 64 * 1024;
+
+/// What a link moves in one step's latency (latency x bandwidth), which a
+/// chain's slices assume (chainSlice). 4 ranks on this machine's 2 cores
+/// take 1-2 ms a step: 115-640 KB over the emulated 1-10 Gb/s links. There
+/// 16 MiB broadcasts at 10 Gb/s took 56 ms in the slices this gives (12)
+/// and 70 ms in 32 (1 Gb/s: 170 and 168 ms). A real link's is smaller
+/// (20 us at 10 Gb/s: 25 KB), where more slices would gain (n - 2) / k.
+constexpr double kChainLatencyBytes = 256 * 1024;
+
+/// Broadcasts smaller than this use a binomial tree, log2(n) messages deep,
+/// where a chain's n - 2 steps of fill cost more than its slices save (at
+/// 1 MiB on 2 x 2 nodes the tree took 8 ms at 10 Gb/s, the chain 12).
+constexpr int64_t kSmallBroadcastBytes = 1024 * 1024;
 
 /// The ring's collectives move a chunk in slices of at most this many bytes
 /// (counted in the wider of the data and wire types): what their buffers
@@ -44,6 +59,28 @@ size_t ringSliceBytes() {
     return chosen;
   }();
   return bytes;
+}
+
+/// What a step of a reduction (the ring's reduce-scatter, a reduce's chain)
+/// sends of `len` elements: the partial result in `partial`, or for the
+/// first sender its own `input`, which premul_sum scales into `partial`
+/// first unless the receiver scales it; converted into `wireBuffer` where
+/// the wire type differs.
+const void *reductionPayload(const Collective &c, bool first,
+                             bool receiverScales, const void *input,
+                             void *partial, void *wireBuffer, int64_t len,
+                             const Combine &step) {
+  const void *payload = partial;
+  if (first) {
+    if (c.op == DISTOPT_RT_PREMUL_SUM && !receiverScales)
+      combineChunk(nullptr, c.type, input, partial, len, c.type, step);
+    else
+      payload = input;
+  }
+  if (c.wire == c.type)
+    return payload;
+  convert(payload, c.type, wireBuffer, c.wire, len);
+  return wireBuffer;
 }
 } // namespace
 
@@ -179,18 +216,9 @@ distopt_rt_status Communicator::ringReduceScatter(const Collective &c,
       int64_t sent = mod(r - s - 1), received = mod(r - s - 2);
       // Step 0 sends this rank's own contribution to chunk r - 1: straight
       // from the input unless it must be scaled or converted first.
-      const void *payload = acc;
-      if (s == 0) {
-        if (c.op == DISTOPT_RT_PREMUL_SUM && !receiverScales)
-          combineChunk(nullptr, c.type, input(sent), acc, sliceLen(sent),
-                       c.type, step);
-        else
-          payload = input(sent);
-      }
-      if (convertWire) {
-        convert(payload, c.type, sendWire, c.wire, sliceLen(sent));
-        payload = sendWire;
-      }
+      const void *payload =
+          reductionPayload(c, s == 0, receiverScales, input(sent), acc,
+                           sendWire, sliceLen(sent), step);
       auto where = [&] {
         std::string at = what.str() + " (ring step " + std::to_string(s + 1) +
                          " of " + std::to_string(2 * (n - 1));
@@ -292,6 +320,24 @@ distopt_rt_status Communicator::ringAllGather(void *buffer, int64_t count,
   return DISTOPT_RT_OK;
 }
 
+/// The slice a chain (broadcast, reduce) moves per step, in elements of
+/// `elementBytes`. A chain of k slices over n ranks takes k + n - 2 steps
+/// of a latency and a slice each, least at k = sqrt((n - 2) x bytes /
+/// kChainLatencyBytes); at most the ring's slice. Two ranks have no fill:
+/// the ring's slice.
+int64_t Communicator::chainSlice(int64_t count, size_t elementBytes) const {
+  int64_t n = size();
+  int64_t most = std::max<int64_t>(
+      1, static_cast<int64_t>(ringSliceBytes() / elementBytes));
+  if (n <= 2)
+    return std::min(most, std::max<int64_t>(count, 1));
+  double bytes = static_cast<double>(count) * static_cast<double>(elementBytes);
+  int64_t slices = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(std::sqrt(
+             static_cast<double>(n - 2) * bytes / kChainLatencyBytes))));
+  return std::min(most, std::max<int64_t>(1, (count + slices - 1) / slices));
+}
+
 distopt_rt_status Communicator::broadcast(const Collective &c,
                                           const What &what) {
   int64_t n = size(), r = rank();
@@ -299,32 +345,64 @@ distopt_rt_status Communicator::broadcast(const Collective &c,
   bool convertWire = c.wire != c.type;
   // The root rounds its own copy too, so that every rank holds the same.
   std::vector<char> wireBuffer;
-  void *data = c.recv;
+  char *data = static_cast<char *>(c.recv);
   if (convertWire) {
     wireBuffer.resize(c.count * wireSize);
     data = wireBuffer.data();
   }
-  if (r == c.root)
+  if (r == c.root && (convertWire || c.send != c.recv))
     convert(c.send, c.type, data, c.wire, c.count);
-  // Binomial tree rooted at `root`.
-  int64_t relative = (r - c.root + n) % n;
-  for (int64_t mask = 1; mask < n; mask <<= 1) {
-    distopt_rt_status status = DISTOPT_RT_OK;
-    auto where = [&] {
-      return what.str() + " (tree level " + std::to_string(mask) + ")";
-    };
-    if (relative < mask) {
-      if (relative + mask < n)
-        status = transport->exchange(data, c.count * wireSize,
-                                     (relative + mask + c.root) % n, nullptr, 0,
-                                     -1, where);
-    } else if (relative < 2 * mask) {
-      status = transport->exchange(nullptr, 0, -1, data, c.count * wireSize,
-                                   (relative - mask + c.root) % n, where);
+  int64_t bytes = c.count * static_cast<int64_t>(wireSize);
+  distopt_rt_status status = DISTOPT_RT_OK;
+  if (n <= 2 || bytes < kSmallBroadcastBytes) {
+    // Binomial tree rooted at `root`: log2(n) messages deep.
+    int64_t relative = (r - c.root + n) % n;
+    for (int64_t mask = 1; mask < n && status == DISTOPT_RT_OK; mask <<= 1) {
+      auto where = [&] {
+        return what.str() + " (tree level " + std::to_string(mask) + ")";
+      };
+      if (relative < mask) {
+        if (relative + mask < n)
+          status =
+              transport->exchange(data, bytes, (relative + mask + c.root) % n,
+                                  nullptr, 0, -1, where);
+      } else if (relative < 2 * mask) {
+        status = transport->exchange(nullptr, 0, -1, data, bytes,
+                                     (relative - mask + c.root) % n, where);
+      }
     }
-    if (status != DISTOPT_RT_OK)
-      return status;
+  } else {
+    // A chain from the root along the ranks, pipelined in slices: each
+    // rank forwards slice p while it receives slice p + 1, so the time is
+    // about the payload's over one link, where a tree sends it log2(n)
+    // times in a row and across nodes more than once.
+    int64_t slice = chainSlice(c.count, wireSize);
+    int64_t slices = (c.count + slice - 1) / slice;
+    int64_t position = (r - c.root + n) % n; // 0: the root
+    int64_t next = (r + 1) % n, prev = (r - 1 + n) % n;
+    auto length = [&](int64_t p) {
+      return (std::min(c.count, (p + 1) * slice) - p * slice) * wireSize;
+    };
+    int64_t steps = slices + n - 2;
+    for (int64_t t = 0; t < steps && status == DISTOPT_RT_OK; ++t) {
+      int64_t out = t - position, in = out + 1;
+      bool sends = position < n - 1 && out >= 0 && out < slices;
+      bool receives = position > 0 && in >= 0 && in < slices;
+      if (!sends && !receives)
+        continue;
+      auto where = [&] {
+        return what.str() + " (chain step " + std::to_string(t + 1) + " of " +
+               std::to_string(steps) + ")";
+      };
+      status = transport->exchange(
+          sends ? data + out * slice * wireSize : nullptr,
+          sends ? length(out) : 0, sends ? next : -1,
+          receives ? data + in * slice * wireSize : nullptr,
+          receives ? length(in) : 0, receives ? prev : -1, where);
+    }
   }
+  if (status != DISTOPT_RT_OK)
+    return status;
   if (convertWire)
     convert(data, c.wire, c.recv, c.type, c.count);
   return DISTOPT_RT_OK;
@@ -333,46 +411,90 @@ distopt_rt_status Communicator::broadcast(const Collective &c,
 distopt_rt_status Communicator::reduce(const Collective &c, const What &what) {
   int64_t n = size(), r = rank();
   size_t typeSize = elementSize(c.type), wireSize = elementSize(c.wire);
-  // Reduce-scatter, then every rank sends its reduced chunk to the root.
-  int64_t mine = chunkBegin(c.count, r + 1) - chunkBegin(c.count, r);
-  std::vector<char> chunk(std::max<int64_t>(mine, 1) * typeSize);
-  distopt_rt_status status = ringReduceScatter(c, c.count, chunk.data(), what);
-  if (status != DISTOPT_RT_OK)
-    return status;
-  auto toRoot = [&] { return what.str() + " (gather to root)"; };
-  if (r == c.root) {
-    std::vector<char> landing;
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t len = chunkBegin(c.count, k + 1) - chunkBegin(c.count, k);
-      char *dest =
-          static_cast<char *>(c.recv) + chunkBegin(c.count, k) * typeSize;
-      if (k == r) {
-        if (c.wire != c.type) { // the same rounding as the others' chunks
-          landing.resize(len * wireSize);
-          convert(chunk.data(), c.type, landing.data(), c.wire, len);
-          convert(landing.data(), c.wire, dest, c.type, len);
-        } else {
-          std::memcpy(dest, chunk.data(), len * typeSize);
-        }
-        continue;
-      }
-      landing.resize(len * wireSize);
-      status = transport->exchange(nullptr, 0, -1, landing.data(),
-                                   len * wireSize, k, toRoot);
-      if (status != DISTOPT_RT_OK)
-        return status;
-      convert(landing.data(), c.wire, dest, c.type, len);
+  bool convertWire = c.wire != c.type;
+  Combine step{c.op, c.op == DISTOPT_RT_PREMUL_SUM ? c.scale : 1.0, 1.0};
+  int64_t slice = chainSlice(c.count, std::max(typeSize, wireSize));
+  int64_t slices = std::max<int64_t>(1, (c.count + slice - 1) / slice);
+  auto length = [&](int64_t p) {
+    return std::min(c.count, (p + 1) * slice) - p * slice;
+  };
+  auto input = [&](int64_t p) {
+    return static_cast<const char *>(c.send) + p * slice * typeSize;
+  };
+  auto output = [&](int64_t p) {
+    return static_cast<char *>(c.recv) + p * slice * typeSize;
+  };
+  char *sendWire = convertWire ? scratch(2, slice * wireSize) : nullptr;
+  // The root's result, rounded as it would travel: as an all_reduce's.
+  auto roundAsWire = [&](int64_t p) {
+    if (!convertWire)
+      return;
+    convert(output(p), c.type, sendWire, c.wire, length(p));
+    convert(sendWire, c.wire, output(p), c.type, length(p));
+  };
+  if (n == 1) {
+    for (int64_t p = 0; p < slices; ++p) {
+      combineChunk(nullptr, c.type, input(p), output(p), length(p), c.type,
+                   step);
+      roundAsWire(p);
     }
     return DISTOPT_RT_OK;
   }
-  std::vector<char> wireChunk(mine * wireSize);
-  convert(chunk.data(), c.type, wireChunk.data(), c.wire, mine);
-  status = transport->exchange(wireChunk.data(), mine * wireSize, c.root,
-                               nullptr, 0, -1, toRoot);
-  if (status != DISTOPT_RT_OK)
-    return status;
+  // A chain from the rank after the root along the ranks to the root,
+  // pipelined in slices: each rank adds its part of slice p to the partial
+  // sum it received and passes it on while it receives slice p + 1. Every
+  // element is summed in the order the ring reduce-scatter sums the root's
+  // chunk (the same bits as an all_reduce there), each link carries the
+  // payload once, and the time is about the payload's over one link.
+  int64_t position = (r - c.root - 1 + 2 * n) % n; // n - 1: the root
+  int64_t next = (r + 1) % n, prev = (r - 1 + n) % n;
+  bool root = position == n - 1;
+  // Partial sums in the data type, two slices (one sent while the next is
+  // formed), and the slice received.
+  char *partial = scratch(0, 2 * slice * typeSize);
+  char *recvWire = scratch(1, slice * wireSize);
+  auto partialOf = [&](int64_t p) {
+    return partial + (p % 2) * slice * typeSize;
+  };
+  // premul_sum in f32/f64 without a wire type: the first rank sends its
+  // input as it is and the next scales it in its combine (as in the ring).
+  bool receiverScales = c.op == DISTOPT_RT_PREMUL_SUM && !convertWire &&
+                        (c.type == DISTOPT_RT_F32 || c.type == DISTOPT_RT_F64);
+  int64_t steps = slices + n - 2;
+  for (int64_t t = 0; t < steps; ++t) {
+    int64_t out = t - position, in = out + 1;
+    bool sends = !root && out >= 0 && out < slices;
+    bool receives = position > 0 && in >= 0 && in < slices;
+    if (!sends && !receives)
+      continue;
+    const void *payload =
+        sends ? reductionPayload(c, position == 0, receiverScales, input(out),
+                                 partialOf(out), sendWire, length(out), step)
+              : nullptr;
+    auto where = [&] {
+      return what.str() + " (chain step " + std::to_string(t + 1) + " of " +
+             std::to_string(steps) + ")";
+    };
+    distopt_rt_status status = transport->exchange(
+        payload, sends ? length(out) * wireSize : 0, sends ? next : -1,
+        receives ? recvWire : nullptr, receives ? length(in) * wireSize : 0,
+        receives ? prev : -1, where);
+    if (status != DISTOPT_RT_OK)
+      return status;
+    if (!receives)
+      continue;
+    Combine combine = step;
+    if (root && c.op == DISTOPT_RT_AVG)
+      combine.resultDivisor = static_cast<double>(n);
+    if (position == 1 && receiverScales)
+      combine.wireScale = c.scale;
+    combineChunk(recvWire, c.wire, input(in), root ? output(in) : partialOf(in),
+                 length(in), c.type, combine);
+    if (root)
+      roundAsWire(in);
+  }
   // Other ranks keep their own input (the dialect's semantics).
-  if (c.recv != c.send)
+  if (!root && c.recv != c.send)
     std::memmove(c.recv, c.send, c.count * typeSize);
   return DISTOPT_RT_OK;
 }

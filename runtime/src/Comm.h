@@ -254,6 +254,8 @@ private:
                                   const What &what);
   distopt_rt_status broadcast(const Collective &c, const What &what);
   distopt_rt_status reduce(const Collective &c, const What &what);
+  /// Elements per slice of a broadcast's or a reduce's chain.
+  int64_t chainSlice(int64_t count, size_t elementBytes) const;
   int64_t chunkBegin(int64_t count, int64_t chunk) const {
     return count * chunk / size();
   }

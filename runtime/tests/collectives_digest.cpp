@@ -2,7 +2,7 @@
 //
 // Hashes of collectives over pseudo-random values: two runs that add every
 // element in the same order print the same lines (collectives.test runs it
-// with the ring in slices and unsliced).
+// with the ring and the chains in slices and unsliced).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,11 +18,12 @@ using namespace device_staging;
 
 namespace collectives_test {
 
-/// `digest`: all-reduce (in place and not), reduce-scatter and all-gather
-/// of pseudo-random values (rounding in every sum, unlike check's exact
-/// inputs), printing a hash of each result: two runs print the same lines
-/// only if they add every element in the same order (collectives.test
-/// compares the ring in slices with the ring unsliced).
+/// `digest`: all-reduce (in place and not), reduce-scatter, all-gather,
+/// reduce (to rank 0) and broadcast (from the last rank) of pseudo-random
+/// values (rounding in every sum, unlike check's exact inputs), printing a
+/// hash of each result: two runs print the same lines only if they add
+/// every element in the same order (collectives.test compares the ring and
+/// the chains in slices with them unsliced).
 void digestMode(distopt_rt_comm *comm) {
   auto hash = [](const std::vector<char> &bytes) {
     uint64_t h = 1469598103934665603ull; // FNV-1a
@@ -52,7 +53,9 @@ void digestMode(distopt_rt_comm *comm) {
                         recv = buffer(c.type, count),
                         full = buffer(c.type, count * worldSize),
                         part = buffer(c.type, count),
-                        all = buffer(c.type, count * worldSize);
+                        all = buffer(c.type, count * worldSize),
+                        reduced = buffer(c.type, count),
+                        broadcasted = buffer(c.type, count);
       for (int64_t i = 0; i < count; ++i)
         store(c.type, send.data(), i, draw());
       for (int64_t i = 0; i < count * worldSize; ++i)
@@ -65,12 +68,17 @@ void digestMode(distopt_rt_comm *comm) {
                 reduceScatter(comm, full.data(), part.data(), count, c.type,
                               c.op, 0.3, c.wire, worldSize) == DISTOPT_RT_OK &&
                 allGather(comm, send.data(), all.data(), count, c.type, c.wire,
-                          false, worldSize) == DISTOPT_RT_OK;
+                          false, worldSize) == DISTOPT_RT_OK &&
+                reduce(comm, send.data(), reduced.data(), count, c.type, c.op,
+                       0.3, 0, c.wire) == DISTOPT_RT_OK &&
+                broadcast(comm, part.data(), broadcasted.data(), count, c.type,
+                          worldSize - 1, c.wire) == DISTOPT_RT_OK;
       expect(ok, std::string("digest: ") + distopt_rt_last_error());
       std::printf("rank %lld dtype=%d wire=%d op=%d count=%lld: %016llx "
-                  "%016llx %016llx %016llx\n",
+                  "%016llx %016llx %016llx %016llx %016llx\n",
                   (long long)myRank, c.type, c.wire, c.op, (long long)count,
-                  hash(recv), hash(inPlace), hash(part), hash(all));
+                  hash(recv), hash(inPlace), hash(part), hash(all),
+                  hash(reduced), hash(broadcasted));
     }
 }
 

@@ -330,6 +330,45 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
         }
   }
 
+  // Broadcast and reduce past the tree's size (1 MiB) run as chains in
+  // slices; every root, so that the chain starts and ends everywhere.
+  const int64_t chainCount = 300007;
+  for (distopt_rt_dtype t : {DISTOPT_RT_F32, DISTOPT_RT_F64})
+    for (distopt_rt_dtype wire : {t, DISTOPT_RT_BF16})
+      for (int64_t root = 0; root < worldSize; ++root) {
+        if (wire != t && !compresses)
+          continue;
+        size_t bytes = chainCount * elementBytes(t);
+        std::vector<char> mine = buffer(t, chainCount),
+                          got = buffer(t, chainCount),
+                          want = buffer(t, chainCount);
+        for (int64_t i = 0; i < chainCount; ++i) {
+          store(t, mine.data(), i, input(t, myRank, i));
+          store(t, want.data(), i, input(t, root, i));
+        }
+        distopt_rt_status status =
+            broadcast(comm, mine.data(), got.data(), chainCount, t, root, wire);
+        expect(status == DISTOPT_RT_OK && same(got, want, bytes),
+               describe("chain broadcast", t, DISTOPT_RT_SUM, wire, chainCount,
+                        false, false) +
+                   " root=" + std::to_string(root) + " " +
+                   distopt_rt_last_error());
+        for (distopt_rt_reduction op :
+             {DISTOPT_RT_SUM, DISTOPT_RT_AVG, DISTOPT_RT_PREMUL_SUM}) {
+          for (int64_t i = 0; i < chainCount; ++i)
+            store(t, want.data(), i,
+                  myRank == root ? reduceAll(t, op, scale, i)
+                                 : input(t, myRank, i));
+          status = reduce(comm, mine.data(), got.data(), chainCount, t, op,
+                          scale, root, wire);
+          expect(
+              status == DISTOPT_RT_OK && same(got, want, bytes),
+              describe("chain reduce", t, op, wire, chainCount, false, false) +
+                  " root=" + std::to_string(root) + " " +
+                  distopt_rt_last_error());
+        }
+      }
+
   // Several requests in flight complete in order, with a sync call behind
   // (host buffers).
   if (onDevice)

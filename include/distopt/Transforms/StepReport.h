@@ -41,6 +41,11 @@ struct CommEvent {
   /// training loop can overlap with backward; the rest (parameter gathers,
   /// broadcasts, votes) follow the update or the reductions.
   bool reducesGradients = false;
+  /// A broadcast's or a reduce's chain (getRootedCollectiveCost): its
+  /// messages in a row and the bytes its busiest rank sends. 0: a ring's,
+  /// whose ranks all send `sent`.
+  int64_t steps = 0;
+  double busiestSent = 0;
 };
 
 struct StepReport {

@@ -38,6 +38,21 @@ namespace mlir::distopt {
 double ringBytesSent(CollectiveKind kind, int64_t payloadBytes,
                      int64_t groupSize);
 
+/// A broadcast or a reduce as distopt's runtime runs it
+/// (runtime/src/Collectives.cpp): a chain along the ranks, pipelined in
+/// slices (a binomial tree for broadcasts under 1 MiB). `steps`: its
+/// messages in a row; `busiestBytes`: what its busiest rank sends in that
+/// time, the pipeline's fill counted in (about the payload: a chain sends
+/// the whole of it over each of its n - 1 links, where the ring's
+/// (n-1)/n is the average over ranks).
+struct RootedCollectiveCost {
+  int64_t steps = 0;
+  double busiestBytes = 0;
+};
+RootedCollectiveCost getRootedCollectiveCost(CollectiveKind kind,
+                                             int64_t payloadBytes,
+                                             int64_t groupSize);
+
 /// A key of the param spec's `optimizer` object (or a group's) that an
 /// update reads, into the attribute of its name (a pair into the two
 /// attributes `first` and `second`), of the type its kind says.
