@@ -196,7 +196,9 @@ static void addCollective(CollectiveOpInterface collective,
                   collective.reduces() ||
                       (kind == CollectiveKind::AllGather && laterStage)};
   if (kind == CollectiveKind::Broadcast || kind == CollectiveKind::Reduce) {
-    RootedCollectiveCost rooted = getRootedCollectiveCost(kind, payload, n);
+    int64_t sliced = std::max(payload, bytesOf(collective.getFullType()));
+    RootedCollectiveCost rooted =
+        getRootedCollectiveCost(kind, payload, sliced, n);
     event.steps = rooted.steps;
     event.busiestSent = rooted.busiestBytes;
   }

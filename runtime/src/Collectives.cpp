@@ -39,8 +39,9 @@ constexpr int64_t kSmallAllReduceBytes = 64 * 1024;
 constexpr double kChainLatencyBytes = 256 * 1024;
 
 /// Broadcasts smaller than this use a binomial tree, log2(n) messages deep,
-/// where a chain's n - 2 steps of fill cost more than its slices save (at
-/// 1 MiB on 2 x 2 nodes the tree took 8 ms at 10 Gb/s, the chain 12).
+/// where a chain's n - 2 steps of fill cost about what its slices save: at
+/// 1 MiB on 2 x 2 nodes the chain took 18 ms at 1 Gb/s where the tree took
+/// 21, and 12 ms at 10 Gb/s where the tree took 8 (B2-cluster-rooted).
 constexpr int64_t kSmallBroadcastBytes = 1024 * 1024;
 
 /// The ring's collectives move a chunk in slices of at most this many bytes

@@ -330,9 +330,10 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
         }
   }
 
-  // Broadcast and reduce past the tree's size (1 MiB) run as chains in
-  // slices; every root, so that the chain starts and ends everywhere.
-  const int64_t chainCount = 300007;
+  // Broadcast and reduce past the tree's size (1 MiB, on the bf16 wire
+  // too) run as chains in slices; every root, so that the chain starts and
+  // ends everywhere, in place at the odd ones.
+  const int64_t chainCount = 600011;
   for (distopt_rt_dtype t : {DISTOPT_RT_F32, DISTOPT_RT_F64})
     for (distopt_rt_dtype wire : {t, DISTOPT_RT_BF16})
       for (int64_t root = 0; root < worldSize; ++root) {
@@ -346,26 +347,30 @@ void checkMode(distopt_rt_comm *comm, bool brief = false) {
           store(t, mine.data(), i, input(t, myRank, i));
           store(t, want.data(), i, input(t, root, i));
         }
+        bool inPlace = root % 2 == 1;
+        std::vector<char> &out = inPlace ? mine : got;
         distopt_rt_status status =
-            broadcast(comm, mine.data(), got.data(), chainCount, t, root, wire);
-        expect(status == DISTOPT_RT_OK && same(got, want, bytes),
+            broadcast(comm, mine.data(), out.data(), chainCount, t, root, wire);
+        expect(status == DISTOPT_RT_OK && same(out, want, bytes),
                describe("chain broadcast", t, DISTOPT_RT_SUM, wire, chainCount,
-                        false, false) +
+                        inPlace, false) +
                    " root=" + std::to_string(root) + " " +
                    distopt_rt_last_error());
         for (distopt_rt_reduction op :
              {DISTOPT_RT_SUM, DISTOPT_RT_AVG, DISTOPT_RT_PREMUL_SUM}) {
-          for (int64_t i = 0; i < chainCount; ++i)
+          for (int64_t i = 0; i < chainCount; ++i) {
+            store(t, mine.data(), i, input(t, myRank, i));
             store(t, want.data(), i,
                   myRank == root ? reduceAll(t, op, scale, i)
                                  : input(t, myRank, i));
-          status = reduce(comm, mine.data(), got.data(), chainCount, t, op,
+          }
+          status = reduce(comm, mine.data(), out.data(), chainCount, t, op,
                           scale, root, wire);
-          expect(
-              status == DISTOPT_RT_OK && same(got, want, bytes),
-              describe("chain reduce", t, op, wire, chainCount, false, false) +
-                  " root=" + std::to_string(root) + " " +
-                  distopt_rt_last_error());
+          expect(status == DISTOPT_RT_OK && same(out, want, bytes),
+                 describe("chain reduce", t, op, wire, chainCount, inPlace,
+                          false) +
+                     " root=" + std::to_string(root) + " " +
+                     distopt_rt_last_error());
         }
       }
 

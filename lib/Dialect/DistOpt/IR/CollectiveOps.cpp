@@ -161,8 +161,10 @@ double mlir::distopt::ringBytesSent(CollectiveKind kind, int64_t payloadBytes,
   return factor * share * static_cast<double>(payloadBytes);
 }
 
-RootedCollectiveCost mlir::distopt::getRootedCollectiveCost(
-    CollectiveKind kind, int64_t payloadBytes, int64_t groupSize) {
+RootedCollectiveCost
+mlir::distopt::getRootedCollectiveCost(CollectiveKind kind,
+                                       int64_t payloadBytes,
+                                       int64_t slicedBytes, int64_t groupSize) {
   bool tree = kind == CollectiveKind::Broadcast;
   int64_t n = groupSize;
   double payload = static_cast<double>(payloadBytes);
@@ -170,16 +172,18 @@ RootedCollectiveCost mlir::distopt::getRootedCollectiveCost(
     return {0, 0};
   // The runtime's rule (chainSlice): a binomial tree for broadcasts under
   // 1 MiB, the root sending to log2(n) children in a row; otherwise
-  // sqrt((n - 2) x payload / 256 KiB) slices of at most 4 MiB (on two
-  // ranks, slices of 4 MiB), moving one link per step.
+  // sqrt((n - 2) x bytes / 256 KiB) slices of at most 4 MiB (on two
+  // ranks, slices of 4 MiB), moving one link per step. (Not the NCCL
+  // backend's algorithms, nor DISTOPT_RT_RING_SLICE_KB's other caps.)
   constexpr double kLatencyBytes = 256 * 1024, kMaxSlice = 4 * 1024 * 1024;
   if (tree && (n <= 2 || payload < 1024 * 1024)) {
     int64_t levels = llvm::Log2_64_Ceil(static_cast<uint64_t>(n));
     return {levels, levels * payload};
   }
+  double sliced = tree ? payload : static_cast<double>(slicedBytes);
   double slices =
-      std::max(1.0, std::ceil(std::sqrt((n - 2) * payload / kLatencyBytes)));
-  slices = std::max(slices, std::ceil(payload / kMaxSlice));
+      std::max(1.0, std::ceil(std::sqrt((n - 2) * sliced / kLatencyBytes)));
+  slices = std::max(slices, std::ceil(sliced / kMaxSlice));
   int64_t steps = static_cast<int64_t>(slices) + n - 2;
   return {steps, payload * static_cast<double>(steps) / slices};
 }

@@ -44,13 +44,16 @@ double ringBytesSent(CollectiveKind kind, int64_t payloadBytes,
 /// messages in a row; `busiestBytes`: what its busiest rank sends in that
 /// time, the pipeline's fill counted in (about the payload: a chain sends
 /// the whole of it over each of its n - 1 links, where the ring's
-/// (n-1)/n is the average over ranks).
+/// (n-1)/n is the average over ranks). `slicedBytes`: the payload in the
+/// wider of its data and wire types, which the runtime cuts a reduce's
+/// slices by (a broadcast's: the payload).
 struct RootedCollectiveCost {
   int64_t steps = 0;
   double busiestBytes = 0;
 };
 RootedCollectiveCost getRootedCollectiveCost(CollectiveKind kind,
                                              int64_t payloadBytes,
+                                             int64_t slicedBytes,
                                              int64_t groupSize);
 
 /// A key of the param spec's `optimizer` object (or a group's) that an
