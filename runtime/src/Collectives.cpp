@@ -450,13 +450,10 @@ distopt_rt_status Communicator::reduce(const Collective &c, const What &what) {
   int64_t position = (r - c.root - 1 + 2 * n) % n; // n - 1: the root
   int64_t next = (r + 1) % n, prev = (r - 1 + n) % n;
   bool root = position == n - 1;
-  // Partial sums in the data type, two slices (one sent while the next is
-  // formed), and the slice received.
-  char *partial = scratch(0, 2 * slice * typeSize);
+  // The partial sum in the data type (sent at a step, formed again after
+  // the step's exchange completes) and the slice received.
+  char *partial = scratch(0, slice * typeSize);
   char *recvWire = scratch(1, slice * wireSize);
-  auto partialOf = [&](int64_t p) {
-    return partial + (p % 2) * slice * typeSize;
-  };
   // premul_sum in f32/f64 without a wire type: the first rank sends its
   // input as it is and the next scales it in its combine (as in the ring).
   bool receiverScales = c.op == DISTOPT_RT_PREMUL_SUM && !convertWire &&
@@ -470,7 +467,7 @@ distopt_rt_status Communicator::reduce(const Collective &c, const What &what) {
       continue;
     const void *payload =
         sends ? reductionPayload(c, position == 0, receiverScales, input(out),
-                                 partialOf(out), sendWire, length(out), step)
+                                 partial, sendWire, length(out), step)
               : nullptr;
     auto where = [&] {
       return what.str() + " (chain step " + std::to_string(t + 1) + " of " +
@@ -489,7 +486,7 @@ distopt_rt_status Communicator::reduce(const Collective &c, const What &what) {
       combine.resultDivisor = static_cast<double>(n);
     if (position == 1 && receiverScales)
       combine.wireScale = c.scale;
-    combineChunk(recvWire, c.wire, input(in), root ? output(in) : partialOf(in),
+    combineChunk(recvWire, c.wire, input(in), root ? output(in) : partial,
                  length(in), c.type, combine);
     if (root)
       roundAsWire(in);
